@@ -1,0 +1,160 @@
+"""One observation end to end, session by session, keeping every intermediate.
+
+The session boundaries are the C engine's: vision, llm_split0..3, action_context, action_step
+(x steps); everything between them is host glue (embedding + scatter, mask and positions, Euler
+loop, de-normalisation).
+"""
+
+import numpy as np
+import torch
+
+from . import config as cfglib
+from .model import encoder_mask, image_token_mask
+
+NUM_SPLITS = 4
+
+
+def split_ranges(num_layers, num_splits=NUM_SPLITS):
+    """Contiguous layer ranges, as even as possible, earlier splits taking the remainder."""
+    base, extra = divmod(num_layers, num_splits)
+    ranges, start = [], 0
+    for i in range(num_splits):
+        n = base + (1 if i < extra else 0)
+        ranges.append((start, start + n))
+        start += n
+    return ranges
+
+
+def initial_noise(cfg, seed, horizon):
+    g = torch.Generator().manual_seed(int(seed))
+    return torch.randn((1, horizon, cfg["max_action_dim"]), generator=g, dtype=torch.float32)
+
+
+def action_plan(cfg, norm):
+    """(action_dim, horizon, n_action_steps) from norm_stats metadata and the config."""
+    action_dim = norm.action_dim
+    if action_dim > cfg["max_action_dim"]:
+        raise ValueError(f"norm_stats action_dim {action_dim} exceeds max_action_dim {cfg['max_action_dim']}")
+    horizon = norm.get_int("action_horizon") or cfg["max_action_horizon"]
+    if not 1 <= horizon <= cfg["max_action_horizon"]:
+        raise ValueError(f"action_horizon {horizon} outside 1..{cfg['max_action_horizon']}")
+    n_steps = norm.get_int("n_action_steps") or horizon
+    if not 1 <= n_steps <= horizon or cfg["n_obs_steps"] - 1 + n_steps > horizon:
+        raise ValueError(f"n_action_steps {n_steps} does not fit the horizon {horizon}")
+    return action_dim, horizon, n_steps
+
+
+@torch.no_grad()
+def run(model, cfg, norm, pixels, input_ids, noise):
+    """pixels float32 [n, P, 588], input_ids int64 [S], noise float32 [1, A, Da] -> dict of arrays."""
+    out = {}
+    pixels = torch.as_tensor(np.asarray(pixels, dtype=np.float32))
+    ids = torch.as_tensor(np.asarray(input_ids, dtype=np.int64))
+    noise = torch.as_tensor(np.asarray(noise, dtype=np.float32))
+    s = ids.shape[0]
+
+    # ---- vision session
+    vtrace = {}
+    feats = model.vision(pixels, trace=vtrace)
+    out["pixels"] = pixels
+    out["image_features"] = feats
+    for k in ("vit_embed", "vit_hidden", "vit_taps", "pool_query", "pooled", "projected", "sampled",
+              "sample_coords"):
+        if k in vtrace:
+            out[k] = vtrace[k]
+
+    # ---- host glue: embedding, scatter, mask, positions
+    out["input_ids"] = ids
+    out["wte_out"] = model.model.transformer.wte(ids)
+    hidden = model.embed(ids, feats)
+    out["llm_input"] = hidden
+    img = image_token_mask(cfg, ids)
+    pos = torch.arange(s, dtype=torch.int64)
+    out["image_token_mask"] = img
+    out["position_ids"] = pos
+
+    # ---- llm_split sessions
+    ks, vs, hs, splits = [], [], [], []
+    for first, last in split_ranges(cfg["text_config"]["num_hidden_layers"]):
+        h_in = hidden
+        hidden, k, v = (model.llm_layers(hidden, first, last, img, pos) if last > first else
+                        (hidden, *_empty_kv(cfg, s)))
+        splits.append(dict(first=first, last=last, hidden_in=h_in, hidden_out=hidden, k=k, v=v))
+        ks.append(k)
+        vs.append(v)
+        hs.append(hidden)
+    out["splits"] = splits
+    k_all, v_all = torch.cat(ks), torch.cat(vs)                       # [L, S, kvh, hd]
+    out["llm_k"], out["llm_v"] = k_all, v_all
+
+    # ---- action_context session
+    lyr = k_all.shape[0]
+    ctx_k, ctx_v = model.model.action_expert.context(k_all.reshape(lyr, s, -1), v_all.reshape(lyr, s, -1))
+    out["ctx_k"], out["ctx_v"] = ctx_k, ctx_v
+
+    # ---- host glue: Euler loop state
+    enc = encoder_mask(cfg, ids)
+    out["encoder_mask"] = enc
+    cross_bias = ((1.0 - enc.to(torch.float32)) * torch.finfo(torch.float32).min)[None]
+    action_dim, horizon, n_steps = action_plan(cfg, norm)
+    if tuple(noise.shape) != (1, horizon, cfg["max_action_dim"]):
+        raise ValueError(f"noise must be [1, {horizon}, {cfg['max_action_dim']}], got {list(noise.shape)}")
+    valid = torch.arange(cfg["max_action_dim"]) < action_dim
+    masking = cfg["mask_action_dim_padding"] and action_dim < cfg["max_action_dim"]
+
+    def mask(x):
+        return x.masked_fill(~valid, 0.0) if masking else x
+
+    steps = cfg["flow_matching_num_steps"]
+    dt = 1.0 / steps
+    x = mask(noise)
+    out["noise"], out["x0"], out["action_valid"] = noise, x, valid
+    xs, vels, ts, traces = [], [], [], []
+    for i in range(steps):
+        t = torch.full((1,), i / steps, dtype=torch.float32)
+        tr = {}
+        vel = model.model.action_expert.step(x, t, ctx_k[:, None], ctx_v[:, None], cross_bias, trace=tr)
+        xs.append(x[0])
+        vels.append(vel[0])
+        ts.append(t[0])
+        traces.append(tr)
+        x = mask(x + dt * mask(vel))
+    out["flow_x"] = torch.stack(xs)
+    out["velocity"] = torch.stack(vels)
+    out["flow_t"] = torch.stack(ts)
+    out["time_cond"] = torch.cat([tr["time_cond"] for tr in traces])
+    out["modulations"] = torch.cat([tr["modulations"] for tr in traces])
+    out["final_modulation"] = torch.cat([tr["final_modulation"] for tr in traces])
+    out["expert_action_embed"] = torch.cat([tr["action_embed"] for tr in traces])
+    out["expert_block_out"] = torch.stack([torch.cat(tr["block_out"]) for tr in traces])
+    out["traj_final"] = x[0]
+    out["dt"] = dt
+
+    # ---- host glue: slice and de-normalise
+    raw = x[0, :, :action_dim]
+    start = cfg["n_obs_steps"] - 1
+    raw = raw[start:start + n_steps]
+    out["raw_action"] = raw
+    out["actions"] = torch.as_tensor(norm.action.unnormalize(raw.numpy()))
+    return out
+
+
+def _empty_kv(cfg, s):
+    t = cfg["text_config"]
+    z = torch.zeros((0, s, t["num_key_value_heads"], t["head_dim"]))
+    return z, z.clone()
+
+
+def tokens_per_image(model):
+    return model.model.vision_backbone.tokens_per_image()
+
+
+def to_numpy(x):
+    if isinstance(x, torch.Tensor):
+        if x.dtype == torch.bool:
+            return x.numpy().astype(np.uint8)
+        return x.numpy()
+    return np.asarray(x)
+
+
+__all__ = ["run", "split_ranges", "initial_noise", "action_plan", "tokens_per_image", "cfglib"]
