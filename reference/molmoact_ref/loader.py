@@ -97,7 +97,7 @@ def build(cfg, tensors):
         if name in tensors:
             state[name] = tensors[name].to(torch.float32)
         elif name in OPTIONAL_KEYS:
-            state[name] = ref
+            state[name] = torch.zeros_like(ref)   # unused by continuous-action inference
         else:
             raise CheckpointError(f"tensor {name!r} is missing from the checkpoint")
     model.load_state_dict(state, strict=True)

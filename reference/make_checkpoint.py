@@ -1,0 +1,39 @@
+#!/usr/bin/python3
+"""Write a random MolmoAct2 checkpoint directory with the real key names:
+config.json, model.safetensors (or shards), norm_stats.json, tokenizer.json, processor_config.json.
+
+  make_checkpoint.py --config tiny|bench --variant grid|original --seed N -o DIR
+                     [--dtype f16|bf16|f32|mixed] [--sampler-placement projector|pooling]
+                     [--shard-mb MB] [--lerobot]
+"""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from molmoact_ref import checkpoint  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", required=True, choices=["tiny", "bench", "full"])
+    ap.add_argument("--variant", default="grid", choices=["grid", "original"])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("-o", "--out", required=True)
+    ap.add_argument("--dtype", default="f16", choices=["f16", "bf16", "f32", "mixed"])
+    ap.add_argument("--sampler-placement", default="projector", choices=["projector", "pooling"],
+                    help="grid variant: sample the projected (C = LLM width) or pooled (C = adapter width) grid")
+    ap.add_argument("--shard-mb", type=int, default=0, help="write model-*.safetensors shards of at most MB")
+    ap.add_argument("--lerobot", action="store_true", help="LeRobot key layout (extra 'model.' prefix)")
+    a = ap.parse_args()
+    t0 = time.time()
+    try:
+        checkpoint.make(a.config, a.variant, a.seed, a.out, a.dtype, a.sampler_placement, a.shard_mb, a.lerobot)
+    except ValueError as e:
+        sys.exit(f"make_checkpoint: {e}")
+    print(f"wrote {a.out} ({a.config}/{a.variant}, seed {a.seed}, {a.dtype}) in {time.time() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
