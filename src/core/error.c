@@ -1,0 +1,82 @@
+#include "core/error.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+ma_status ma_fail(ma_error *err, ma_status code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return code;
+}
+
+ma_status ma_error_wrap(ma_error *err, ma_status code, const char *fmt, ...) {
+    if (!err) return code;
+    char prefix[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    char old[sizeof err->msg];
+    memcpy(old, err->msg, sizeof old);
+    old[sizeof old - 1] = '\0';
+    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    if (err->code == MA_OK) err->code = code;
+    return err->code;
+}
+
+const char *ma_status_name(ma_status s) {
+    switch (s) {
+    case MA_OK: return "ok";
+    case MA_ERR_ARG: return "invalid argument";
+    case MA_ERR_IO: return "i/o error";
+    case MA_ERR_FORMAT: return "format error";
+    case MA_ERR_SHAPE: return "shape error";
+    case MA_ERR_NOMEM: return "out of memory";
+    case MA_ERR_UNSUPPORTED: return "unsupported";
+    case MA_ERR_RANGE: return "out of range";
+    case MA_ERR_PARITY: return "parity failure";
+    }
+    return "unknown error";
+}
+
+int ma_mul_size(size_t a, size_t b, size_t *out) {
+    if (a != 0 && b > SIZE_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+int ma_add_size(size_t a, size_t b, size_t *out) {
+    if (b > SIZE_MAX - a) return 0;
+    *out = a + b;
+    return 1;
+}
+
+void *ma_malloc(size_t n, size_t size, ma_error *err, const char *what) {
+    size_t total;
+    if (!ma_mul_size(n, size, &total)) {
+        ma_fail(err, MA_ERR_NOMEM, "%s: size overflow (%zu x %zu)", what, n, size);
+        return NULL;
+    }
+    void *p = malloc(total ? total : 1);
+    if (!p) ma_fail(err, MA_ERR_NOMEM, "%s: cannot allocate %zu bytes", what, total);
+    return p;
+}
+
+void *ma_calloc(size_t n, size_t size, ma_error *err, const char *what) {
+    size_t total;
+    if (!ma_mul_size(n, size, &total)) {
+        ma_fail(err, MA_ERR_NOMEM, "%s: size overflow (%zu x %zu)", what, n, size);
+        return NULL;
+    }
+    void *p = calloc(total ? total : 1, 1);
+    if (!p) ma_fail(err, MA_ERR_NOMEM, "%s: cannot allocate %zu bytes", what, total);
+    return p;
+}

@@ -1,0 +1,231 @@
+#include "kernels/kernels.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/half.h"
+
+#define PANEL_FLOATS (1u << 20) /* 4 MiB of converted weights per sgemm call */
+
+void ma_kctx_init(ma_kctx *c) {
+    memset(c, 0, sizeof *c);
+    const char *e = getenv("MOLMOACT_KERNELS");
+    c->scalar = e && strcmp(e, "scalar") == 0;
+}
+
+void ma_kctx_free(ma_kctx *c) {
+    free(c->scratch);
+    memset(c, 0, sizeof *c);
+}
+
+float *ma_kctx_scratch(ma_kctx *c, size_t n, ma_error *err) {
+    if (n <= c->scratch_cap) return c->scratch;
+    float *p = ma_malloc(n, sizeof(float), err, "kernel scratch");
+    if (!p) return NULL;
+    free(c->scratch);
+    c->scratch = p;
+    c->scratch_cap = n;
+    return p;
+}
+
+/* ------------------------------------------------------------------------------ conversion */
+
+static void dequant_q8_0(const uint8_t *blk, float *dst) {
+    uint16_t d16 = (uint16_t)(blk[0] | (blk[1] << 8));
+    float d = ma_f16_to_f32(d16);
+    for (int i = 0; i < 32; i++) dst[i] = d * (float)(int8_t)blk[2 + i];
+}
+
+static void dequant_q4_0(const uint8_t *blk, float *dst) {
+    uint16_t d16 = (uint16_t)(blk[0] | (blk[1] << 8));
+    float d = ma_f16_to_f32(d16);
+    for (int j = 0; j < 16; j++) {
+        dst[j] = d * (float)((blk[2 + j] & 0x0f) - 8);
+        dst[j + 16] = d * (float)((blk[2 + j] >> 4) - 8);
+    }
+}
+
+void ma_convert_to_f32(ma_dtype dt, const void *src, int64_t first, int64_t n, float *dst) {
+    switch (dt) {
+    case MA_DT_F32: memcpy(dst, (const float *)src + first, (size_t)n * sizeof(float)); break;
+    case MA_DT_F16: {
+        const uint16_t *s = (const uint16_t *)src + first;
+        for (int64_t i = 0; i < n; i++) dst[i] = ma_f16_to_f32(s[i]);
+    } break;
+    case MA_DT_BF16: {
+        const uint16_t *s = (const uint16_t *)src + first;
+        for (int64_t i = 0; i < n; i++) dst[i] = ma_bf16_to_f32(s[i]);
+    } break;
+    case MA_DT_Q8_0: {
+        const uint8_t *s = (const uint8_t *)src + (first / 32) * 34;
+        for (int64_t i = 0; i < n; i += 32) dequant_q8_0(s + (i / 32) * 34, dst + i);
+    } break;
+    case MA_DT_Q4_0: {
+        const uint8_t *s = (const uint8_t *)src + (first / 32) * 18;
+        for (int64_t i = 0; i < n; i += 32) dequant_q4_0(s + (i / 32) * 18, dst + i);
+    } break;
+    default: memset(dst, 0, (size_t)n * sizeof(float)); break;
+    }
+}
+
+void ma_mat_row(const ma_mat *w, int64_t row, float *dst) {
+    ma_convert_to_f32(w->dtype, w->data, row * w->cols, w->cols, dst);
+}
+
+/* ------------------------------------------------------------------------------ gemm */
+
+void ma_gemm_nt(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (!c->scalar) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb,
+                    beta, C, (int)ldc);
+        return;
+    }
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            float acc = 0.0f;
+            const float *a = A + i * lda, *b = B + j * ldb;
+            for (int64_t k = 0; k < K; k++) acc += a[k] * b[k];
+            C[i * ldc + j] = beta == 0.0f ? acc : acc + beta * C[i * ldc + j];
+        }
+}
+
+void ma_gemm_nn(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                int64_t ldb, float *C, int64_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (!c->scalar) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb,
+                    0.0f, C, (int)ldc);
+        return;
+    }
+    for (int64_t i = 0; i < M; i++) {
+        float *crow = C + i * ldc;
+        for (int64_t j = 0; j < N; j++) crow[j] = 0.0f;
+        for (int64_t k = 0; k < K; k++) {
+            float a = A[i * lda + k];
+            const float *brow = B + k * ldb;
+            for (int64_t j = 0; j < N; j++) crow[j] += a * brow[j];
+        }
+    }
+}
+
+ma_status ma_linear(ma_kctx *c, const float *x, int64_t M, const ma_mat *w, const float *bias, float *y,
+                    ma_error *err) {
+    const int64_t N = w->rows, K = w->cols;
+    if (M > 0 && N > 0) {
+        if (w->dtype == MA_DT_F32) {
+            ma_gemm_nt(c, M, N, K, x, K, (const float *)w->data, K, 0.0f, y, N);
+        } else {
+            int64_t panel = (int64_t)(PANEL_FLOATS / (size_t)(K > 0 ? K : 1));
+            if (panel < 1) panel = 1;
+            if (panel > N) panel = N;
+            float *buf = ma_kctx_scratch(c, (size_t)(panel * K), err);
+            if (!buf) return MA_ERR_NOMEM;
+            for (int64_t n0 = 0; n0 < N; n0 += panel) {
+                int64_t nr = N - n0 < panel ? N - n0 : panel;
+                ma_convert_to_f32(w->dtype, w->data, n0 * K, nr * K, buf);
+                ma_gemm_nt(c, M, nr, K, x, K, buf, K, 0.0f, y + n0, N);
+            }
+        }
+    }
+    if (bias)
+        for (int64_t i = 0; i < M; i++) ma_add(y + i * N, bias, N);
+    return MA_OK;
+}
+
+/* ------------------------------------------------------------------------------ elementwise */
+
+void ma_add(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void ma_layernorm(float *x, int64_t rows, int64_t dim, const float *w, const float *b, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *v = x + r * dim;
+        double mean = 0.0, var = 0.0;
+        for (int64_t i = 0; i < dim; i++) mean += v[i];
+        mean /= (double)dim;
+        for (int64_t i = 0; i < dim; i++) { double d = v[i] - mean; var += d * d; }
+        var /= (double)dim;
+        float inv = (float)(1.0 / sqrt(var + (double)eps));
+        float m = (float)mean;
+        for (int64_t i = 0; i < dim; i++) {
+            float y = (v[i] - m) * inv;
+            v[i] = (w ? y * w[i] : y) + (b ? b[i] : 0.0f);
+        }
+    }
+}
+
+void ma_rmsnorm(float *x, int64_t rows, int64_t dim, const float *w, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *v = x + r * dim;
+        double ss = 0.0;
+        for (int64_t i = 0; i < dim; i++) ss += (double)v[i] * v[i];
+        float inv = 1.0f / sqrtf((float)(ss / (double)dim) + eps);
+        for (int64_t i = 0; i < dim; i++) v[i] = w ? w[i] * (v[i] * inv) : v[i] * inv;
+    }
+}
+
+void ma_activate(float *x, int64_t n, ma_act act) {
+    switch (act) {
+    case MA_ACT_SILU:
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i]));
+        break;
+    case MA_ACT_GELU:
+        for (int64_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+        break;
+    case MA_ACT_GELU_TANH:
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            x[i] = 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+        }
+        break;
+    case MA_ACT_RELU:
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        break;
+    case MA_ACT_QUICK_GELU:
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-1.702f * x[i]));
+        break;
+    }
+}
+
+void ma_softmax_row(float *x, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) { x[i] = expf(x[i] - mx); sum += x[i]; }
+    float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* ------------------------------------------------------------------------------ attention */
+
+ma_status ma_attention_head(ma_kctx *c, const float *q, int64_t q_stride, const float *k, int64_t k_stride,
+                            const float *v, int64_t v_stride, float *out, int64_t out_stride, int64_t lq,
+                            int64_t lk, int64_t hd, const ma_attn_mask *mask, ma_error *err) {
+    float *s = ma_kctx_scratch(c, (size_t)(lq * lk), err);
+    if (!s) return MA_ERR_NOMEM;
+    ma_gemm_nt(c, lq, lk, hd, q, q_stride, k, k_stride, 0.0f, s, lk);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t i = 0; i < lq; i++) {
+        float *row = s + i * lk;
+        int any = 0;
+        for (int64_t j = 0; j < lk; j++) {
+            int ok = 1;
+            if (mask) {
+                if (mask->key_valid && !mask->key_valid[j]) ok = 0;
+                else if (mask->causal && j > i && !(mask->bidir && mask->bidir[i] && mask->bidir[j])) ok = 0;
+            }
+            row[j] = ok ? row[j] * scale : -INFINITY;
+            any |= ok;
+        }
+        if (!any)
+            for (int64_t j = 0; j < lk; j++) row[j] = 0.0f;
+        ma_softmax_row(row, lk);
+    }
+    ma_gemm_nn(c, lq, hd, lk, s, lk, v, v_stride, out, out_stride);
+    return MA_OK;
+}

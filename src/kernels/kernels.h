@@ -1,0 +1,77 @@
+/* Compute kernels: fp32 activations, weights in their stored precision.
+ *
+ * A weight matrix (ma_mat) is a row-major [rows = N out features, cols = K in features] view of
+ * F32 / F16 / BF16 / Q8_0 / Q4_0 data (a mapped checkpoint or context). ma_linear computes
+ * y[M, N] = x[M, K] W^T (+ bias): F32 weights go straight to sgemm; other types are converted
+ * panel by panel (a few MB of rows at a time) into the context's scratch, so no fp32 copy of a
+ * whole matrix ever exists.
+ *
+ * Every kernel has a plain scalar path (ctx->scalar = 1, or MOLMOACT_KERNELS=scalar in the
+ * environment) that the tests compare the fast path against.
+ */
+#ifndef MA_KERNELS_H
+#define MA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/tensor.h"
+
+typedef struct ma_mat {
+    ma_dtype dtype;
+    int64_t rows, cols;
+    const void *data;
+    const char *name;
+} ma_mat;
+
+typedef struct ma_kctx {
+    float *scratch; /* panel conversion and attention scores */
+    size_t scratch_cap;
+    int scalar;     /* 1: plain C loops everywhere */
+} ma_kctx;
+
+void ma_kctx_init(ma_kctx *c);
+void ma_kctx_free(ma_kctx *c);
+/* ensure n floats of scratch; returns NULL (and sets err) on failure */
+float *ma_kctx_scratch(ma_kctx *c, size_t n, ma_error *err);
+
+/* dequantise/convert n consecutive elements starting at element `first` of a row-major buffer */
+void ma_convert_to_f32(ma_dtype dt, const void *src, int64_t first, int64_t n, float *dst);
+/* the same for one matrix row */
+void ma_mat_row(const ma_mat *w, int64_t row, float *dst);
+
+/* y[M, N] = x[M, K] W^T + bias (bias may be NULL); x rows have stride K, y rows stride N */
+ma_status ma_linear(ma_kctx *c, const float *x, int64_t M, const ma_mat *w, const float *bias, float *y,
+                    ma_error *err);
+
+/* C[M, N] = A[M, K] B[N, K]^T  (+ beta * C) */
+void ma_gemm_nt(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                int64_t ldb, float beta, float *C, int64_t ldc);
+/* C[M, N] = A[M, K] B[K, N] */
+void ma_gemm_nn(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                int64_t ldb, float *C, int64_t ldc);
+
+/* ---- elementwise and normalisation (in place unless noted) */
+void ma_layernorm(float *x, int64_t rows, int64_t dim, const float *w, const float *b, float eps);
+/* x <- x * rsqrt(mean(x^2) + eps) (* w if w) */
+void ma_rmsnorm(float *x, int64_t rows, int64_t dim, const float *w, float eps);
+typedef enum { MA_ACT_SILU, MA_ACT_GELU, MA_ACT_GELU_TANH, MA_ACT_RELU, MA_ACT_QUICK_GELU } ma_act;
+void ma_activate(float *x, int64_t n, ma_act act);
+void ma_add(float *y, const float *x, int64_t n);
+void ma_softmax_row(float *x, int64_t n);
+
+/* ---- attention. allowed(q, k) = key_valid[k] (if given) and (!causal or k <= q or both
+ * bidir[q] and bidir[k]). A row with no allowed key becomes uniform over all keys, as adding
+ * finfo.min to every score does in PyTorch. */
+typedef struct ma_attn_mask {
+    const uint8_t *key_valid;
+    int causal;
+    const uint8_t *bidir;
+} ma_attn_mask;
+
+/* out[Lq, hd] = softmax(q k^T / sqrt(hd) + mask) v for one head; rows have the given strides */
+ma_status ma_attention_head(ma_kctx *c, const float *q, int64_t q_stride, const float *k, int64_t k_stride,
+                            const float *v, int64_t v_stride, float *out, int64_t out_stride, int64_t lq,
+                            int64_t lk, int64_t hd, const ma_attn_mask *mask, ma_error *err);
+
+#endif

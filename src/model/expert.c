@@ -1,0 +1,201 @@
+/* Flow-matching action expert: action_context (project the LLM K/V once per observation) and
+ * action_step (one Euler step's velocity). Architecture doc section 9. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+#define AE "model.action_expert."
+
+ma_status ma_expert_bind(ma_weightset *ws, const ma_config *cfg, int context, int step, ma_expert_w *w, ma_error *err) {
+    memset(w, 0, sizeof *w);
+    const int d = cfg->e_hidden, kvd = cfg->kv_heads * cfg->head_dim, inner = cfg->e_inner, Da = cfg->max_action_dim;
+    char n[256];
+    ma_status s;
+#define M(field, name, r, c) do { if ((s = ma_ws_mat(ws, name, r, c, &w->field, err))) return s; } while (0)
+#define V(field, name, len) do { if ((s = ma_ws_vec(ws, name, len, &w->field, err))) return s; } while (0)
+    if (context) {
+        M(ctx_k, AE "context_k_proj.weight", d, kvd);
+        M(ctx_v, AE "context_v_proj.weight", d, kvd);
+    }
+    if (!step) return MA_OK;
+    M(t1, AE "time_embed.1.weight", d, cfg->e_time_dim);
+    V(t1_b, AE "time_embed.1.bias", d);
+    M(t2, AE "time_embed.3.weight", d, d);
+    V(t2_b, AE "time_embed.3.bias", d);
+    M(action_embed, AE "action_embed.weight", d, Da);
+    V(ae_b, AE "action_embed.bias", d);
+    M(final_mod, AE "final_layer.modulation.linear.weight", 2 * d, d);
+    V(final_mod_b, AE "final_layer.modulation.linear.bias", 2 * d);
+    M(final_lin, AE "final_layer.linear.weight", Da, d);
+    V(final_lin_b, AE "final_layer.linear.bias", Da);
+#undef M
+#undef V
+    w->n_blocks = cfg->e_layers;
+    w->blocks = ma_calloc((size_t)w->n_blocks, sizeof *w->blocks, err, "expert blocks");
+    if (!w->blocks) return MA_ERR_NOMEM;
+    for (int l = 0; l < w->n_blocks; l++) {
+        ma_expert_block_w *b = &w->blocks[l];
+#define BM(field, leaf, r, c) do { snprintf(n, sizeof n, AE "blocks.%d.%s.weight", l, leaf); if ((s = ma_ws_mat(ws, n, r, c, &b->field, err))) return s; } while (0)
+#define BV(field, leaf, len) do { snprintf(n, sizeof n, AE "blocks.%d.%s.bias", l, leaf); if ((s = ma_ws_vec(ws, n, len, &b->field, err))) return s; } while (0)
+        BM(qkv, "self_attn.qkv", 3 * d, d);            BV(qkv_b, "self_attn.qkv", 3 * d);
+        BM(out, "self_attn.out_proj", d, d);           BV(out_b, "self_attn.out_proj", d);
+        BM(q, "cross_attn.q_proj", d, d);              BV(q_b, "cross_attn.q_proj", d);
+        BM(cout, "cross_attn.out_proj", d, d);         BV(cout_b, "cross_attn.out_proj", d);
+        BM(gate, "mlp.gate_proj", inner, d);           BV(gate_b, "mlp.gate_proj", inner);
+        BM(up, "mlp.up_proj", inner, d);               BV(up_b, "mlp.up_proj", inner);
+        BM(down, "mlp.down_proj", d, inner);           BV(down_b, "mlp.down_proj", d);
+        BM(mod, "modulation.linear", 9 * d, d);        BV(mod_b, "modulation.linear", 9 * d);
+#undef BM
+#undef BV
+    }
+    return MA_OK;
+}
+
+void ma_expert_unbind(ma_expert_w *w) {
+    free(w->blocks);
+    memset(w, 0, sizeof *w);
+}
+
+ma_status ma_expert_context(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, const float *k, const float *v,
+                            int64_t L, int64_t S, float *ctx_k, float *ctx_v, ma_error *err) {
+    const int d = cfg->e_hidden, H = cfg->e_heads, hd = cfg->e_head_dim;
+    ma_status s = ma_linear(kc, k, L * S, &w->ctx_k, NULL, ctx_k, err);
+    if (!s) s = ma_linear(kc, v, L * S, &w->ctx_v, NULL, ctx_v, err);
+    if (s) return s;
+    if (cfg->e_ctx_norm) {   /* weightless RMS over the whole width, before splitting heads */
+        ma_rmsnorm(ctx_k, L * S, d, NULL, 1e-6f);
+        ma_rmsnorm(ctx_v, L * S, d, NULL, 1e-6f);
+    }
+    if (cfg->e_qk_norm) ma_rmsnorm(ctx_k, L * S * H, hd, NULL, cfg->e_qk_eps); /* cross_attn.k_norm, weightless */
+    return MA_OK;
+}
+
+/* x*(1 + scale) + shift, row by row */
+static void modulate(float *x, int64_t rows, int d, const float *shift, const float *scale) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int j = 0; j < d; j++) x[r * d + j] = x[r * d + j] * (1.0f + scale[j]) + shift[j];
+}
+
+/* y <- y + gate * x */
+static void gated_add(float *y, const float *x, int64_t rows, int d, const float *gate) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int j = 0; j < d; j++) y[r * d + j] += gate[j] * x[r * d + j];
+}
+
+/* half-split RoPE for the expert: inv_freq_j = base^(-j/half) */
+static void expert_rope(float *x, int hd, int pos) {
+    const int half = hd / 2;
+    for (int j = 0; j < half; j++) {
+        float inv = 1.0f / powf(10000.0f, (float)j / (float)half);
+        float f = (float)pos * inv, c = cosf(f), sn = sinf(f);
+        float a = x[j], b = x[j + half];
+        x[j] = a * c - b * sn;
+        x[j + half] = a * sn + b * c;
+    }
+}
+
+/* conditioning c(t) = L2(SiLU(L1([sin(t f), cos(t f)]))), f_j = exp(-ln(1e4) j / (half-1)) */
+static ma_status time_conditioning(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, float t, float *c,
+                                   ma_error *err) {
+    const int dim = cfg->e_time_dim, half = dim / 2, d = cfg->e_hidden;
+    float *emb = ma_calloc((size_t)dim, sizeof(float), err, "time embedding");
+    float *h = ma_malloc((size_t)d, sizeof(float), err, "time embedding");
+    ma_status s = MA_OK;
+    if (!emb || !h) { s = MA_ERR_NOMEM; goto done; }
+    const float step = (float)(-log(10000.0) / (half - 1 > 1 ? half - 1 : 1));
+    for (int j = 0; j < half; j++) {
+        float f = expf((float)j * step);
+        float a = t * f;
+        emb[j] = sinf(a);
+        emb[half + j] = cosf(a);
+    }
+    if ((s = ma_linear(kc, emb, 1, &w->t1, w->t1_b, h, err))) goto done;
+    ma_activate(h, d, MA_ACT_SILU);
+    s = ma_linear(kc, h, 1, &w->t2, w->t2_b, c, err);
+done:
+    free(emb); free(h);
+    return s;
+}
+
+ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, const float *xin, int64_t A, float t,
+                         const float *ctx_k, const float *ctx_v, int64_t S, const uint8_t *cross_valid, float *velocity,
+                         ma_error *err) {
+    const int d = cfg->e_hidden, H = cfg->e_heads, hd = cfg->e_head_dim, inner = cfg->e_inner;
+    ma_status s = MA_OK;
+    float *c = ma_malloc((size_t)d, sizeof(float), err, "expert");
+    float *sc = ma_malloc((size_t)d, sizeof(float), err, "expert");
+    float *mod = ma_malloc((size_t)(9 * d), sizeof(float), err, "expert");
+    float *x = ma_malloc((size_t)(A * d), sizeof(float), err, "expert");
+    float *h = ma_malloc((size_t)(A * d), sizeof(float), err, "expert");
+    float *qkv = ma_malloc((size_t)(A * 3 * d), sizeof(float), err, "expert");
+    float *q = ma_malloc((size_t)(A * d), sizeof(float), err, "expert");
+    float *att = ma_malloc((size_t)(A * d), sizeof(float), err, "expert");
+    float *g = ma_malloc((size_t)(A * inner), sizeof(float), err, "expert");
+    float *u = ma_malloc((size_t)(A * inner), sizeof(float), err, "expert");
+    if (!c || !sc || !mod || !x || !h || !qkv || !q || !att || !g || !u) { s = MA_ERR_NOMEM; goto done; }
+    if ((s = time_conditioning(cfg, w, kc, t, c, err))) goto done;
+    memcpy(sc, c, sizeof(float) * (size_t)d);
+    ma_activate(sc, d, MA_ACT_SILU);   /* the modulations see SiLU(c) */
+    if ((s = ma_linear(kc, xin, A, &w->action_embed, w->ae_b, x, err))) goto done;
+    const int64_t ctx_layer = S * H * hd;
+    ma_attn_mask self_mask = {NULL, cfg->e_causal, NULL};
+    ma_attn_mask cross_mask = {cross_valid, 0, NULL};
+    for (int l = 0; l < w->n_blocks; l++) {
+        const ma_expert_block_w *b = &w->blocks[l];
+        if ((s = ma_linear(kc, sc, 1, &b->mod, b->mod_b, mod, err))) goto done;
+        const float *shift_msa = mod, *scale_msa = mod + d, *gate_msa = mod + 2 * d;
+        const float *shift_mca = mod + 3 * d, *scale_mca = mod + 4 * d, *gate_mca = mod + 5 * d;
+        const float *shift_mlp = mod + 6 * d, *scale_mlp = mod + 7 * d, *gate_mlp = mod + 8 * d;
+        /* self-attention over the A action tokens */
+        memcpy(h, x, sizeof(float) * (size_t)(A * d));
+        ma_rmsnorm(h, A, d, NULL, 1e-6f);
+        modulate(h, A, d, shift_msa, scale_msa);
+        if ((s = ma_linear(kc, h, A, &b->qkv, b->qkv_b, qkv, err))) goto done;
+        for (int64_t i = 0; i < A; i++) {   /* rows are [3, H, hd]: q | k | v */
+            float *row = qkv + i * 3 * d;
+            for (int hh = 0; hh < H; hh++) {
+                float *qh = row + hh * hd, *kh = row + d + hh * hd;
+                if (cfg->e_qk_norm) { ma_rmsnorm(qh, 1, hd, NULL, cfg->e_qk_eps); ma_rmsnorm(kh, 1, hd, NULL, cfg->e_qk_eps); }
+                if (cfg->e_rope) { expert_rope(qh, hd, (int)i); expert_rope(kh, hd, (int)i); }
+            }
+        }
+        for (int hh = 0; hh < H && !s; hh++)
+            s = ma_attention_head(kc, qkv + hh * hd, 3 * d, qkv + d + hh * hd, 3 * d, qkv + 2 * d + hh * hd, 3 * d,
+                                  att + hh * hd, d, A, A, hd, &self_mask, err);
+        if (s) goto done;
+        if ((s = ma_linear(kc, att, A, &b->out, b->out_b, h, err))) goto done;
+        gated_add(x, h, A, d, gate_msa);
+        /* cross-attention to the projected LLM context of layer l */
+        memcpy(h, x, sizeof(float) * (size_t)(A * d));
+        ma_rmsnorm(h, A, d, NULL, 1e-6f);
+        modulate(h, A, d, shift_mca, scale_mca);
+        if ((s = ma_linear(kc, h, A, &b->q, b->q_b, q, err))) goto done;
+        if (cfg->e_qk_norm) ma_rmsnorm(q, A * H, hd, NULL, cfg->e_qk_eps);
+        const float *Kc = ctx_k + (int64_t)l * ctx_layer, *Vc = ctx_v + (int64_t)l * ctx_layer;
+        for (int hh = 0; hh < H && !s; hh++)
+            s = ma_attention_head(kc, q + hh * hd, d, Kc + hh * hd, (int64_t)H * hd, Vc + hh * hd, (int64_t)H * hd,
+                                  att + hh * hd, d, A, S, hd, &cross_mask, err);
+        if (s) goto done;
+        if ((s = ma_linear(kc, att, A, &b->cout, b->cout_b, h, err))) goto done;
+        gated_add(x, h, A, d, gate_mca);
+        /* SwiGLU MLP with biases */
+        memcpy(h, x, sizeof(float) * (size_t)(A * d));
+        ma_rmsnorm(h, A, d, NULL, 1e-6f);
+        modulate(h, A, d, shift_mlp, scale_mlp);
+        if ((s = ma_linear(kc, h, A, &b->gate, b->gate_b, g, err)) || (s = ma_linear(kc, h, A, &b->up, b->up_b, u, err))) goto done;
+        ma_activate(g, A * inner, MA_ACT_SILU);
+        for (int64_t i = 0; i < A * inner; i++) g[i] *= u[i];
+        if ((s = ma_linear(kc, g, A, &b->down, b->down_b, h, err))) goto done;
+        gated_add(x, h, A, d, gate_mlp);
+    }
+    if ((s = ma_linear(kc, sc, 1, &w->final_mod, w->final_mod_b, mod, err))) goto done;
+    ma_rmsnorm(x, A, d, NULL, 1e-6f);
+    modulate(x, A, d, mod, mod + d);
+    s = ma_linear(kc, x, A, &w->final_lin, w->final_lin_b, velocity, err);
+done:
+    free(c); free(sc); free(mod); free(x); free(h); free(qkv); free(q); free(att); free(g); free(u);
+    return s;
+}

@@ -1,0 +1,163 @@
+#include "model/normstats.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/mapfile.h"
+
+static ma_status read_vec(const cJSON *stats, const char *key, int *dim, float *out, int *has, const char *where,
+                          ma_error *err) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(stats, key);
+    *has = 0;
+    if (!a || cJSON_IsNull(a)) return MA_OK;
+    if (!cJSON_IsArray(a)) return ma_fail(err, MA_ERR_FORMAT, "%s.%s must be a list", where, key);
+    int n = cJSON_GetArraySize(a);
+    if (n < 1 || n > MA_NORM_MAX_DIM) return ma_fail(err, MA_ERR_FORMAT, "%s.%s has %d values (1..%d)", where, key, n, MA_NORM_MAX_DIM);
+    if (*dim && n != *dim) return ma_fail(err, MA_ERR_FORMAT, "%s.%s has %d values, other stats have %d", where, key, n, *dim);
+    *dim = n;
+    int i = 0;
+    for (const cJSON *e = a->child; e; e = e->next, i++) {
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble))
+            return ma_fail(err, MA_ERR_FORMAT, "%s.%s[%d] is not a finite number", where, key, i);
+        out[i] = (float)e->valuedouble;
+    }
+    *has = 1;
+    return MA_OK;
+}
+
+static ma_status parse_normalizer(const cJSON *stats, ma_norm_mode mode, const char *where, ma_normalizer *n, ma_error *err) {
+    memset(n, 0, sizeof *n);
+    if (!cJSON_IsObject(stats)) return ma_fail(err, MA_ERR_FORMAT, "%s must be an object", where);
+    const char *lowk = mode == MA_NORM_Q10_Q90 ? "q10" : "q01", *highk = mode == MA_NORM_Q10_Q90 ? "q90" : "q99";
+    ma_status s;
+    if ((s = read_vec(stats, "mean", &n->dim, n->mean, &n->has_mean, where, err)) ||
+        (s = read_vec(stats, "std", &n->dim, n->std, &n->has_std, where, err)) ||
+        (s = read_vec(stats, "min", &n->dim, n->min, &n->has_min, where, err)) ||
+        (s = read_vec(stats, "max", &n->dim, n->max, &n->has_max, where, err)) ||
+        (s = read_vec(stats, lowk, &n->dim, n->low, &n->has_low, where, err)) ||
+        (s = read_vec(stats, highk, &n->dim, n->high, &n->has_high, where, err)))
+        return s;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(stats, "mask");
+    if (m && !cJSON_IsNull(m)) {
+        if (cJSON_IsBool(m)) {   /* a scalar mask broadcasts */
+            n->has_mask = 1;
+            for (int i = 0; i < MA_NORM_MAX_DIM; i++) n->mask[i] = (uint8_t)cJSON_IsTrue(m);
+        } else {
+            if (!cJSON_IsArray(m)) return ma_fail(err, MA_ERR_FORMAT, "%s.mask must be a list of booleans", where);
+            int k = cJSON_GetArraySize(m);
+            if (k < 1 || k > MA_NORM_MAX_DIM || (n->dim && k != n->dim))
+                return ma_fail(err, MA_ERR_FORMAT, "%s.mask has %d entries, stats have %d", where, k, n->dim);
+            int i = 0;
+            for (const cJSON *e = m->child; e; e = e->next, i++) {
+                if (!cJSON_IsBool(e)) return ma_fail(err, MA_ERR_FORMAT, "%s.mask[%d] is not a boolean", where, i);
+                n->mask[i] = (uint8_t)cJSON_IsTrue(e);
+            }
+            if (!n->dim) n->dim = k;
+            n->has_mask = 1;
+        }
+    }
+    if (!n->dim) return ma_fail(err, MA_ERR_FORMAT, "%s has no statistics", where);
+    if ((mode == MA_NORM_Q01_Q99 || mode == MA_NORM_Q10_Q90) && (!n->has_low || !n->has_high))
+        return ma_fail(err, MA_ERR_FORMAT, "%s: norm_mode needs %s and %s", where, lowk, highk);
+    if (mode == MA_NORM_MIN_MAX && (!n->has_min || !n->has_max)) return ma_fail(err, MA_ERR_FORMAT, "%s: norm_mode min_max needs min and max", where);
+    if (mode == MA_NORM_MEAN_STD && (!n->has_mean || !n->has_std)) return ma_fail(err, MA_ERR_FORMAT, "%s: norm_mode mean_std needs mean and std", where);
+    return MA_OK;
+}
+
+static void copy_str(char *dst, size_t cap, const cJSON *o, const char *key) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    dst[0] = '\0';
+    if (cJSON_IsString(j)) snprintf(dst, cap, "%s", j->valuestring);
+}
+
+static int opt_int(const cJSON *o, const char *key) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > 1e6) return 0;
+    return (int)j->valuedouble;
+}
+
+ma_status ma_normstats_parse(const char *json, const char *label, const char *tag, ma_normstats *ns, ma_error *err) {
+    memset(ns, 0, sizeof *ns);
+    cJSON *root = cJSON_Parse(json);
+    ma_status s = MA_OK;
+    const cJSON *fmt = root ? cJSON_GetObjectItemCaseSensitive(root, "format") : NULL;
+    if (!cJSON_IsObject(root) || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "molmoact2_norm_stats.v1") != 0) {
+        s = ma_fail(err, MA_ERR_FORMAT, "%s: format must be \"molmoact2_norm_stats.v1\"", label);
+        goto done;
+    }
+    const cJSON *mode = cJSON_GetObjectItemCaseSensitive(root, "norm_mode");
+    const char *m = cJSON_IsString(mode) ? mode->valuestring : "min_max";
+    if (!strcmp(m, "none")) ns->mode = MA_NORM_NONE;
+    else if (!strcmp(m, "mean_std")) ns->mode = MA_NORM_MEAN_STD;
+    else if (!strcmp(m, "min_max")) ns->mode = MA_NORM_MIN_MAX;
+    else if (!strcmp(m, "q01_q99")) ns->mode = MA_NORM_Q01_Q99;
+    else if (!strcmp(m, "q10_q90")) ns->mode = MA_NORM_Q10_Q90;
+    else { s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: unknown norm_mode %s", label, m); goto done; }
+    const cJSON *tags = cJSON_GetObjectItemCaseSensitive(root, "metadata_by_tag");
+    const cJSON *meta = cJSON_IsObject(tags) ? cJSON_GetObjectItemCaseSensitive(tags, tag) : NULL;
+    if (!cJSON_IsObject(meta)) { s = ma_fail(err, MA_ERR_FORMAT, "%s: no metadata for tag %s", label, tag); goto done; }
+    char where[300];
+    snprintf(where, sizeof where, "%s: %s.action_stats", label, tag);
+    if ((s = parse_normalizer(cJSON_GetObjectItemCaseSensitive(meta, "action_stats"), ns->mode, where, &ns->action, err))) goto done;
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(meta, "state_stats");
+    if (st && !cJSON_IsNull(st)) {
+        snprintf(where, sizeof where, "%s: %s.state_stats", label, tag);
+        if ((s = parse_normalizer(st, ns->mode, where, &ns->state, err))) goto done;
+        ns->has_state = 1;
+    }
+    ns->action_horizon = opt_int(meta, "action_horizon");
+    ns->n_action_steps = opt_int(meta, "n_action_steps");
+    copy_str(ns->setup_type, sizeof ns->setup_type, meta, "setup_type");
+    copy_str(ns->control_mode, sizeof ns->control_mode, meta, "control_mode");
+done:
+    cJSON_Delete(root);
+    return s;
+}
+
+ma_status ma_normstats_load(const char *path, const char *tag, ma_normstats *ns, ma_error *err) {
+    char *text = NULL;
+    ma_status s = ma_read_file(path, 16u << 20, &text, NULL, err);
+    if (s) return s;
+    s = ma_normstats_parse(text, path, tag, ns, err);
+    free(text);
+    return s;
+}
+
+static int ranged(ma_norm_mode m) { return m == MA_NORM_MIN_MAX || m == MA_NORM_Q01_Q99 || m == MA_NORM_Q10_Q90; }
+static float clip1(float v) { return v < -1.0f ? -1.0f : (v > 1.0f ? 1.0f : v); }
+
+void ma_normalize(const ma_normstats *ns, const ma_normalizer *n, const float *x, float *y) {
+    const float eps = 1e-6f;
+    for (int i = 0; i < n->dim; i++) {
+        float v = x[i];
+        switch (ns->mode) {
+        case MA_NORM_MEAN_STD: v = (x[i] - n->mean[i]) / fmaxf(n->std[i], eps); break;
+        case MA_NORM_MIN_MAX: v = 2.0f * (x[i] - n->min[i]) / fmaxf(n->max[i] - n->min[i], eps) - 1.0f; break;
+        case MA_NORM_Q01_Q99:
+        case MA_NORM_Q10_Q90: v = 2.0f * (x[i] - n->low[i]) / fmaxf(n->high[i] - n->low[i], eps) - 1.0f; break;
+        case MA_NORM_NONE: break;
+        }
+        if (ranged(ns->mode) && !isnan(v)) v = clip1(v);
+        if (n->has_mask && !n->mask[i]) v = x[i];
+        int zero = (ns->mode == MA_NORM_MIN_MAX || (ranged(ns->mode) && n->has_min && n->has_max)) && n->min[i] == n->max[i];
+        y[i] = zero ? 0.0f : v;
+    }
+}
+
+void ma_unnormalize(const ma_normstats *ns, const ma_normalizer *n, const float *x, float *y) {
+    for (int i = 0; i < n->dim; i++) {
+        float a = ranged(ns->mode) ? clip1(x[i]) : x[i];
+        float v = a;
+        switch (ns->mode) {
+        case MA_NORM_MEAN_STD: v = a * n->std[i] + n->mean[i]; break;
+        case MA_NORM_MIN_MAX: v = (a + 1.0f) * (n->max[i] - n->min[i]) / 2.0f + n->min[i]; break;
+        case MA_NORM_Q01_Q99:
+        case MA_NORM_Q10_Q90: v = (a + 1.0f) * (n->high[i] - n->low[i]) / 2.0f + n->low[i]; break;
+        case MA_NORM_NONE: break;
+        }
+        y[i] = (n->has_mask && !n->mask[i]) ? a : v;
+    }
+}

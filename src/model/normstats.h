@@ -1,0 +1,39 @@
+/* norm_stats.json (format "molmoact2_norm_stats.v1"): per-tag action/state statistics and the
+ * robot metadata. Normalisation follows upstream _FeatureNormalizer in fp32:
+ *   q01_q99: s_n = clip(2 (s - q01) / max(q99 - q01, 1e-6) - 1, -1, 1); a = (clip(x) + 1) (q99 - q01) / 2 + q01
+ *   min_max, q10_q90 alike; mean_std: (s - mean) / max(std, 1e-6), a = x std + mean; none: identity.
+ * Where mask is false a dimension passes through (clipped on the way out); where min == max the
+ * normalised state is 0. */
+#ifndef MA_NORMSTATS_H
+#define MA_NORMSTATS_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+
+#define MA_NORM_MAX_DIM 64
+
+typedef enum { MA_NORM_NONE, MA_NORM_MEAN_STD, MA_NORM_MIN_MAX, MA_NORM_Q01_Q99, MA_NORM_Q10_Q90 } ma_norm_mode;
+
+typedef struct ma_normalizer {
+    int dim;
+    int has_mean, has_std, has_min, has_max, has_low, has_high, has_mask;
+    float mean[MA_NORM_MAX_DIM], std[MA_NORM_MAX_DIM], min[MA_NORM_MAX_DIM], max[MA_NORM_MAX_DIM];
+    float low[MA_NORM_MAX_DIM], high[MA_NORM_MAX_DIM];
+    uint8_t mask[MA_NORM_MAX_DIM]; /* 1 = normalise */
+} ma_normalizer;
+
+typedef struct ma_normstats {
+    ma_norm_mode mode;
+    ma_normalizer action, state;
+    int has_state;
+    int action_horizon, n_action_steps; /* 0 when absent */
+    char setup_type[512], control_mode[512];
+} ma_normstats;
+
+ma_status ma_normstats_parse(const char *json, const char *label, const char *tag, ma_normstats *ns, ma_error *err);
+ma_status ma_normstats_load(const char *path, const char *tag, ma_normstats *ns, ma_error *err);
+void ma_normalize(const ma_normstats *ns, const ma_normalizer *n, const float *x, float *y);
+void ma_unnormalize(const ma_normstats *ns, const ma_normalizer *n, const float *x, float *y);
+
+#endif

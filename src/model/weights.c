@@ -1,0 +1,138 @@
+#define _POSIX_C_SOURCE 200809L
+#include "model/weights.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int ref_cmp(const void *a, const void *b) { return strcmp(((const ma_wref *)a)->name, ((const ma_wref *)b)->name); }
+
+ma_status ma_ws_init(ma_weightset *ws, const char *label, size_t n, const char *const *names, const ma_dtype *dtypes,
+                     const int *ndims, const int64_t (*shapes)[MA_MAX_DIMS], const void *const *datas, ma_error *err) {
+    memset(ws, 0, sizeof *ws);
+    ws->label = label;
+    int lerobot = n > 0, has_double = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strncmp(names[i], "model.", 6) != 0) lerobot = 0;
+        if (strncmp(names[i], "model.model.", 12) == 0) has_double = 1;
+        if (strstr(names[i], ".lora_A.") || strstr(names[i], ".base_layer."))
+            return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: tensor %s: unmerged LoRA adapters are not supported; merge them first", label, names[i]);
+    }
+    lerobot = lerobot && has_double;
+    ws->refs = ma_calloc(n ? n : 1, sizeof *ws->refs, err, label);
+    ws->names = ma_calloc(n ? n : 1, sizeof *ws->names, err, label);
+    if (!ws->refs || !ws->names) { ma_ws_free(ws); return MA_ERR_NOMEM; }
+    for (size_t i = 0; i < n; i++) {
+        ws->names[i] = strdup(names[i] + (lerobot ? 6 : 0));
+        if (!ws->names[i]) { ma_ws_free(ws); return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label); }
+        ma_wref *r = &ws->refs[i];
+        r->name = ws->names[i];
+        r->dtype = dtypes[i];
+        r->ndim = ndims[i];
+        memcpy(r->shape, shapes[i], sizeof r->shape);
+        r->data = datas[i];
+        ws->count = i + 1;
+    }
+    qsort(ws->refs, ws->count, sizeof *ws->refs, ref_cmp);
+    for (size_t i = 1; i < ws->count; i++)
+        if (strcmp(ws->refs[i].name, ws->refs[i - 1].name) == 0) {
+            ma_status s = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s appears twice", label, ws->refs[i].name);
+            ma_ws_free(ws);
+            return s;
+        }
+    return MA_OK;
+}
+
+void ma_ws_free(ma_weightset *ws) {
+    if (!ws) return;
+    if (ws->names)
+        for (size_t i = 0; i < ws->count; i++) free(ws->names[i]);
+    for (size_t i = 0; i < ws->n_owned; i++) free(ws->owned[i]);
+    free(ws->names);
+    free(ws->refs);
+    free(ws->owned);
+    memset(ws, 0, sizeof *ws);
+}
+
+ma_wref *ma_ws_find(const ma_weightset *ws, const char *name) {
+    size_t lo = 0, hi = ws->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(ws->refs[mid].name, name);
+        if (c == 0) return &ws->refs[mid];
+        if (c < 0) lo = mid + 1; else hi = mid;
+    }
+    return NULL;
+}
+
+static int float_type(ma_dtype dt) {
+    return dt == MA_DT_F32 || dt == MA_DT_F16 || dt == MA_DT_BF16 || dt == MA_DT_Q8_0 || dt == MA_DT_Q4_0;
+}
+
+static ma_status shape_err(const ma_weightset *ws, const ma_wref *r, const char *want, ma_error *err) {
+    char have[128];
+    ma_tensor t = ma_tensor_view(r->dtype, r->ndim, r->shape, NULL);
+    return ma_fail(err, MA_ERR_SHAPE, "%s: tensor %s has shape %s, expected %s", ws->label, r->name,
+                   ma_shape_str(&t, have, sizeof have), want);
+}
+
+ma_status ma_ws_mat(ma_weightset *ws, const char *name, int64_t rows, int64_t cols, ma_mat *out, ma_error *err) {
+    ma_wref *r = ma_ws_find(ws, name);
+    if (!r) return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s is missing", ws->label, name);
+    char want[96];
+    snprintf(want, sizeof want, "[%lld, %lld]", (long long)rows, (long long)cols);
+    if (r->ndim != 2 || r->shape[0] != rows || r->shape[1] != cols) return shape_err(ws, r, want, err);
+    if (!float_type(r->dtype)) return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s has dtype %s", ws->label, name, ma_dtype_name(r->dtype));
+    r->used = 1;
+    out->dtype = r->dtype;
+    out->rows = rows;
+    out->cols = cols;
+    out->data = r->data;
+    out->name = r->name;
+    return MA_OK;
+}
+
+ma_status ma_ws_vec_opt(ma_weightset *ws, const char *name, int64_t n, float **out, ma_error *err) {
+    *out = NULL;
+    ma_wref *r = ma_ws_find(ws, name);
+    if (!r) return MA_OK;
+    char want[64];
+    snprintf(want, sizeof want, "[%lld]", (long long)n);
+    if (r->ndim != 1 || r->shape[0] != n) return shape_err(ws, r, want, err);
+    if (!float_type(r->dtype) || r->dtype == MA_DT_Q8_0 || r->dtype == MA_DT_Q4_0)
+        return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s has dtype %s", ws->label, name, ma_dtype_name(r->dtype));
+    if (ws->n_owned == ws->cap_owned) {
+        size_t cap = ws->cap_owned ? 2 * ws->cap_owned : 64;
+        void **p = realloc(ws->owned, cap * sizeof *p);
+        if (!p) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", ws->label);
+        ws->owned = p;
+        ws->cap_owned = cap;
+    }
+    float *v = ma_malloc((size_t)(n ? n : 1), sizeof(float), err, name);
+    if (!v) return MA_ERR_NOMEM;
+    ma_convert_to_f32(r->dtype, r->data, 0, n, v);
+    ws->owned[ws->n_owned++] = v;
+    r->used = 1;
+    *out = v;
+    return MA_OK;
+}
+
+ma_status ma_ws_vec(ma_weightset *ws, const char *name, int64_t n, float **out, ma_error *err) {
+    ma_status s = ma_ws_vec_opt(ws, name, n, out, err);
+    if (s) return s;
+    if (!*out) return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s is missing", ws->label, name);
+    return MA_OK;
+}
+
+void ma_ws_ignore(ma_weightset *ws, const char *name) {
+    size_t len = strlen(name);
+    for (size_t i = 0; i < ws->count; i++)
+        if (strncmp(ws->refs[i].name, name, len) == 0) ws->refs[i].used = 1;
+}
+
+ma_status ma_ws_check_unused(const ma_weightset *ws, ma_error *err) {
+    for (size_t i = 0; i < ws->count; i++)
+        if (!ws->refs[i].used)
+            return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s is not part of this model configuration", ws->label, ws->refs[i].name);
+    return MA_OK;
+}

@@ -1,0 +1,53 @@
+/* Binding checkpoint tensors to the model's weight structs.
+ *
+ * A weight set is a name-sorted list of tensor references from a safetensors checkpoint (or a
+ * GGUF context). Matrices stay views into the mapped file in their stored dtype; vectors
+ * (biases, norm weights) are small and are converted to fp32 once, owned by the weight set.
+ * Every bind call checks presence and shape and names the tensor when either is wrong; after
+ * binding, ma_ws_check_unused refuses tensors nobody asked for.
+ */
+#ifndef MA_WEIGHTS_H
+#define MA_WEIGHTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/tensor.h"
+#include "kernels/kernels.h"
+
+typedef struct ma_wref {
+    const char *name; /* normalised (LeRobot prefix removed) */
+    ma_dtype dtype;
+    int ndim;
+    int64_t shape[MA_MAX_DIMS];
+    const void *data;
+    int used;
+} ma_wref;
+
+typedef struct ma_weightset {
+    ma_wref *refs; /* sorted by name */
+    size_t count;
+    char **names;  /* owned normalised names */
+    void **owned;  /* converted vectors */
+    size_t n_owned, cap_owned;
+    const char *label;
+} ma_weightset;
+
+/* Build from parallel arrays (names need not be sorted). A LeRobot layout (every key under
+ * "model." with "model.model." present) is mapped onto the HF layout. */
+ma_status ma_ws_init(ma_weightset *ws, const char *label, size_t n, const char *const *names, const ma_dtype *dtypes,
+                     const int *ndims, const int64_t (*shapes)[MA_MAX_DIMS], const void *const *datas, ma_error *err);
+void ma_ws_free(ma_weightset *ws);
+ma_wref *ma_ws_find(const ma_weightset *ws, const char *name);
+/* a [rows, cols] matrix view */
+ma_status ma_ws_mat(ma_weightset *ws, const char *name, int64_t rows, int64_t cols, ma_mat *out, ma_error *err);
+/* a [n] vector converted to fp32 */
+ma_status ma_ws_vec(ma_weightset *ws, const char *name, int64_t n, float **out, ma_error *err);
+/* optional vector: *out = NULL when absent */
+ma_status ma_ws_vec_opt(ma_weightset *ws, const char *name, int64_t n, float **out, ma_error *err);
+/* mark names starting with prefix as known-but-unused (e.g. lm_head) */
+void ma_ws_ignore(ma_weightset *ws, const char *name);
+/* fail naming the first tensor no bind call used */
+ma_status ma_ws_check_unused(const ma_weightset *ws, ma_error *err);
+
+#endif

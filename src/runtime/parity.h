@@ -1,0 +1,34 @@
+/* The parity gate (DESIGN.md section 4): every session fed its golden inputs, each output
+ * compared with the golden (cosine, max |diff|, share within 1e-3 x rms), then the end-to-end
+ * actions. Gate: cosine >= threshold for every row. */
+#ifndef MA_PARITY_H
+#define MA_PARITY_H
+
+#include <stdio.h>
+
+#include "runtime/pipeline.h"
+
+typedef struct ma_cmp {
+    double cosine, max_abs, rms, within, max_rel; /* max_rel = max_abs / rms(reference) */
+} ma_cmp;
+
+ma_cmp ma_compare(const float *got, const float *ref, int64_t n);
+
+typedef struct ma_parity_row {
+    char session[32], tensor[32];
+    ma_cmp c;
+    int pass;
+} ma_parity_row;
+
+typedef struct ma_parity_report {
+    ma_parity_row *rows;
+    size_t n, cap;
+    double gate, action_cosine;
+    int pass;
+} ma_parity_report;
+
+ma_status ma_parity_run(const ma_model *m, const char *golden_dir, double gate, ma_parity_report *rep, ma_error *err);
+void ma_parity_print(const ma_parity_report *rep, FILE *f, int json);
+void ma_parity_free(ma_parity_report *rep);
+
+#endif

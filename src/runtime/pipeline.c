@@ -1,0 +1,197 @@
+#define _POSIX_C_SOURCE 200809L
+#include "runtime/pipeline.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model/hostglue.h"
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+ma_status ma_runner_open(const ma_model *m, ma_runner *r, ma_error *err) {
+    memset(r, 0, sizeof *r);
+    r->model = m;
+    for (int i = 0; i < 7; i++) {
+        ma_status s = ma_session_open(m, MA_SESSION_NAMES[i], &r->sess[i], err);
+        if (s) { ma_runner_close(r); return s; }
+    }
+    return MA_OK;
+}
+
+void ma_runner_close(ma_runner *r) {
+    for (int i = 0; i < 7; i++) ma_session_close(r->sess[i]);
+    memset(r, 0, sizeof *r);
+}
+
+void ma_result_free(ma_result *res) {
+    free(res->actions);
+    free(res->trajectory);
+    memset(res, 0, sizeof *res);
+}
+
+ma_status ma_action_plan(const ma_model *m, int *action_dim, int *horizon, int *n_steps, ma_error *err) {
+    const ma_config *c = &m->cfg;
+    *action_dim = m->ns.action.dim;
+    *horizon = m->ns.action_horizon ? m->ns.action_horizon : c->max_action_horizon;
+    if (*horizon > c->max_action_horizon)
+        return ma_fail(err, MA_ERR_RANGE, "norm_stats action_horizon %d exceeds max_action_horizon %d", *horizon, c->max_action_horizon);
+    *n_steps = m->ns.n_action_steps ? m->ns.n_action_steps : *horizon;
+    if (*n_steps > *horizon || c->n_obs_steps - 1 + *n_steps > *horizon)
+        return ma_fail(err, MA_ERR_RANGE, "n_action_steps %d does not fit the horizon %d", *n_steps, *horizon);
+    return MA_OK;
+}
+
+#define TRACE(name, t) do { if (trace && !s) s = ma_trace_add(trace, name, t, err); } while (0)
+
+ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err) {
+    const ma_model *m = r->model;
+    const ma_config *c = &m->cfg;
+    memset(res, 0, sizeof *res);
+    memset(&r->last, 0, sizeof r->last);
+    const int64_t S = obs->seq_len, D = c->d, P = c->patch_h * c->patch_w, pp = 3 * c->patch * c->patch;
+    const int L = c->layers, kvd = c->kv_heads * c->head_dim;
+    int action_dim, A, n_steps;
+    ma_status s = ma_action_plan(m, &action_dim, &A, &n_steps, err);
+    if (s) return s;
+    if (S < 1 || S > (1 << 20)) return ma_fail(err, MA_ERR_SHAPE, "input_ids: %lld tokens", (long long)S);
+    if (obs->n_images < 1 || obs->n_images > 64) return ma_fail(err, MA_ERR_SHAPE, "pixels: %d images", obs->n_images);
+    double t_start = now_ms(), t_sessions = 0.0;
+    ma_tensor vout[4] = {0}, lout[3] = {0}, cout[2] = {0}, sout[1] = {0};
+    ma_tensor hidden = {0}, kall = {0}, vall = {0}, enc = {0}, img = {0}, pos = {0}, x = {0}, tt = {0};
+    float *vel = NULL;
+
+    /* ---- vision */
+    int64_t pshape[3] = {obs->n_images, P, pp};
+    ma_tensor px = ma_tensor_view(MA_DT_F32, 3, pshape, (void *)obs->pixels);
+    ma_session *vs = r->sess[0];
+    ma_session_set_debug(vs, trace != NULL);
+    if ((s = ma_session_run(vs, &px, vout, err))) goto done;
+    r->last.vision = vs->last_ms;
+    t_sessions += vs->last_ms;
+    TRACE("pixels", &px);
+    TRACE("image_features", &vout[0]);
+    if (trace) for (int o = 1; o < vs->n_out; o++) TRACE(vs->out[o].name, &vout[o]);
+
+    /* ---- host: embedding, scatter, masks, positions */
+    int64_t ishape[1] = {S};
+    ma_tensor ids = ma_tensor_view(MA_DT_I64, 1, ishape, (void *)obs->input_ids);
+    if ((s = ma_tensor_alloc2(&hidden, MA_DT_F32, S, D, err))) goto done;
+    if ((s = ma_embed_tokens(c, &m->embed, obs->input_ids, S, hidden.data, err))) goto done;
+    TRACE("input_ids", &ids);
+    TRACE("wte_out", &hidden);
+    if ((s = ma_scatter_features(c, obs->input_ids, S, hidden.data, vout[0].data, vout[0].shape[0], err))) goto done;
+    TRACE("llm_input", &hidden);
+    if ((s = ma_tensor_alloc(&img, MA_DT_U8, 1, ishape, err)) || (s = ma_tensor_alloc(&pos, MA_DT_I64, 1, ishape, err)) ||
+        (s = ma_tensor_alloc(&enc, MA_DT_U8, 1, ishape, err))) goto done;
+    ma_image_token_mask(c, obs->input_ids, S, img.data);
+    for (int64_t i = 0; i < S; i++) ((int64_t *)pos.data)[i] = i;
+    ma_encoder_mask(c, obs->input_ids, S, enc.data);
+    TRACE("image_token_mask", &img);
+    TRACE("encoder_mask", &enc);
+
+    /* ---- llm splits, chained; K/V gathered into [L, S, kvh, hd] */
+    int64_t kvshape[4] = {L, S, c->kv_heads, c->head_dim};
+    if ((s = ma_tensor_alloc(&kall, MA_DT_F32, 4, kvshape, err)) || (s = ma_tensor_alloc(&vall, MA_DT_F32, 4, kvshape, err))) goto done;
+    for (int i = 0; i < MA_NUM_SPLITS; i++) {
+        ma_session *ls = r->sess[1 + i];
+        ma_tensor lin[3] = {hidden, img, pos};
+        if ((s = ma_session_run(ls, lin, lout, err))) goto done;
+        r->last.llm[i] = ls->last_ms;
+        t_sessions += ls->last_ms;
+        size_t off = (size_t)m->split_first[i] * (size_t)S * (size_t)kvd;
+        memcpy((float *)kall.data + off, lout[1].data, lout[1].nbytes);
+        memcpy((float *)vall.data + off, lout[2].data, lout[2].nbytes);
+        memcpy(hidden.data, lout[0].data, hidden.nbytes);
+        if (trace) {
+            char nm[32];
+            snprintf(nm, sizeof nm, "hidden_split%d", i);
+            TRACE(nm, &lout[0]);
+        }
+        for (int o = 0; o < 3; o++) ma_tensor_free(&lout[o]);
+    }
+    TRACE("llm_k", &kall);
+    TRACE("llm_v", &vall);
+
+    /* ---- action_context */
+    ma_tensor cin[2] = {kall, vall};
+    if ((s = ma_session_run(r->sess[5], cin, cout, err))) goto done;
+    r->last.action_context = r->sess[5]->last_ms;
+    t_sessions += r->sess[5]->last_ms;
+    TRACE("ctx_k", &cout[0]);
+    TRACE("ctx_v", &cout[1]);
+
+    /* ---- Euler loop: x0 = mask(noise); x <- mask(x + dt * mask(v(x, t_i))), t_i = i / steps */
+    const int Da = c->max_action_dim, steps = c->flow_steps;
+    const int masking = c->mask_action_dim_padding && action_dim < Da;
+    int64_t xshape[2] = {A, Da}, tshape[1] = {1}, vshape[3] = {steps, A, Da};
+    if ((s = ma_tensor_alloc(&x, MA_DT_F32, 2, xshape, err)) || (s = ma_tensor_alloc(&tt, MA_DT_F32, 1, tshape, err))) goto done;
+    float *xv = x.data;
+    if (obs->noise) {
+        for (int64_t i = 0; i < (int64_t)A * Da; i++)
+            if (!isfinite(obs->noise[i])) { s = ma_fail(err, MA_ERR_RANGE, "noise: element %lld is not finite", (long long)i); goto done; }
+        memcpy(xv, obs->noise, x.nbytes);
+    } else ma_torch_randn(obs->seed, (int64_t)A * Da, xv);
+    TRACE("noise", &x);
+    if (masking) for (int a = 0; a < A; a++) for (int j = action_dim; j < Da; j++) xv[a * Da + j] = 0.0f;
+    TRACE("x0", &x);
+    if (trace) vel = ma_calloc((size_t)steps * A * Da * 2, sizeof(float), err, "trace");
+    if (trace && !vel) { s = MA_ERR_NOMEM; goto done; }
+    const float dt = (float)(1.0 / steps);
+    for (int i = 0; i < steps; i++) {
+        ((float *)tt.data)[0] = (float)((double)i / steps);
+        if (vel) memcpy(vel + (size_t)(steps + i) * A * Da, xv, x.nbytes);
+        ma_tensor sin_[5] = {x, tt, cout[0], cout[1], enc};
+        if ((s = ma_session_run(r->sess[6], sin_, sout, err))) goto done;
+        r->last.action_step += r->sess[6]->last_ms;
+        t_sessions += r->sess[6]->last_ms;
+        float *v = sout[0].data;
+        if (vel) memcpy(vel + (size_t)i * A * Da, v, sout[0].nbytes);
+        for (int a = 0; a < A; a++)
+            for (int j = 0; j < Da; j++) {
+                float vj = (masking && j >= action_dim) ? 0.0f : v[a * Da + j];
+                float nx = xv[a * Da + j] + dt * vj;
+                xv[a * Da + j] = (masking && j >= action_dim) ? 0.0f : nx;
+            }
+        ma_tensor_free(&sout[0]);
+    }
+    if (vel) {
+        if (!s) s = ma_trace_add_f32(trace, "velocity", 3, vshape, vel, err);
+        if (!s) s = ma_trace_add_f32(trace, "flow_x", 3, vshape, vel + (size_t)steps * A * Da, err);
+    }
+    TRACE("trajectory", &x);
+
+    /* ---- slice [n_obs_steps - 1, + n_steps) x [0, action_dim) and de-normalise */
+    res->n_steps = n_steps;
+    res->action_dim = action_dim;
+    res->horizon = A;
+    res->max_action_dim = Da;
+    res->actions = ma_malloc((size_t)n_steps * action_dim, sizeof(float), err, "actions");
+    res->trajectory = ma_malloc((size_t)A * Da, sizeof(float), err, "trajectory");
+    if (!res->actions || !res->trajectory) { s = MA_ERR_NOMEM; goto done; }
+    memcpy(res->trajectory, xv, x.nbytes);
+    for (int k = 0; k < n_steps; k++)
+        ma_unnormalize(&m->ns, &m->ns.action, xv + (size_t)(c->n_obs_steps - 1 + k) * Da, res->actions + (size_t)k * action_dim);
+    if (trace && !s) {
+        int64_t ashape[2] = {n_steps, action_dim};
+        s = ma_trace_add_f32(trace, "actions", 2, ashape, res->actions, err);
+    }
+done:
+    for (int o = 0; o < 4; o++) ma_tensor_free(&vout[o]);
+    for (int o = 0; o < 3; o++) ma_tensor_free(&lout[o]);
+    for (int o = 0; o < 2; o++) ma_tensor_free(&cout[o]);
+    ma_tensor_free(&sout[0]);
+    ma_tensor_free(&hidden); ma_tensor_free(&kall); ma_tensor_free(&vall); ma_tensor_free(&enc);
+    ma_tensor_free(&img); ma_tensor_free(&pos); ma_tensor_free(&x); ma_tensor_free(&tt);
+    free(vel);
+    r->last.total = now_ms() - t_start;
+    r->last.host = r->last.total - t_sessions;
+    if (s) ma_result_free(res);
+    return s;
+}

@@ -1,0 +1,47 @@
+/* The host pipeline of one observation (DESIGN.md section 1), written against sessions only:
+ * vision -> embed + scatter -> llm_split0..3 (K/V collected) -> action_context -> 10 x
+ * action_step with the Euler update and padding mask -> slice and de-normalise. */
+#ifndef MA_PIPELINE_H
+#define MA_PIPELINE_H
+
+#include "model/checkpoint.h"
+#include "runtime/session.h"
+#include "runtime/trace.h"
+
+typedef struct ma_obs {
+    const float *pixels; /* [n_images, P, 3*patch^2], normalised to [-1, 1] */
+    int n_images;
+    const int64_t *input_ids; /* [S], a complete prompt with BOS and image tokens */
+    int64_t seq_len;
+    const float *noise; /* [A * Da] initial noise, or NULL to draw torch.randn(seed) */
+    uint64_t seed;
+} ma_obs;
+
+typedef struct ma_result {
+    float *actions;    /* [n_steps, action_dim] de-normalised */
+    int n_steps, action_dim;
+    float *trajectory; /* [horizon, max_action_dim]: x after the last Euler step */
+    int horizon, max_action_dim;
+} ma_result;
+
+/* latency of one request, milliseconds */
+typedef struct ma_timing {
+    double vision, llm[4], action_context, action_step, host, total;
+} ma_timing;
+
+typedef struct ma_runner {
+    const ma_model *model;
+    ma_session *sess[7]; /* vision, llm_split0..3, action_context, action_step */
+    ma_timing last;
+} ma_runner;
+
+ma_status ma_runner_open(const ma_model *m, ma_runner *r, ma_error *err);
+void ma_runner_close(ma_runner *r);
+/* trace (optional) receives every intermediate under the golden's names */
+ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err);
+void ma_result_free(ma_result *res);
+
+/* (action_dim, horizon, n_action_steps) from norm_stats and the config */
+ma_status ma_action_plan(const ma_model *m, int *action_dim, int *horizon, int *n_steps, ma_error *err);
+
+#endif

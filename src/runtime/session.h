@@ -1,0 +1,57 @@
+/* Sessions: one loaded component with named, shaped inputs and outputs (DESIGN.md section 2).
+ *
+ *   vision          in  pixels f32 [n, P, 3*patch^2]            out image_features f32 [n*K, D]
+ *   llm_split0..3   in  hidden_in f32 [S, D], image_token_mask u8 [S], position_ids i64 [S]
+ *                   out hidden_out f32 [S, D], k f32 [n, S, kvh, hd], v f32 [n, S, kvh, hd]
+ *   action_context  in  k, v f32 [L, S, kvh, hd]                out ctx_k, ctx_v f32 [L, S, He, hde]
+ *   action_step     in  x f32 [A, Da], t f32 [1], ctx_k, ctx_v f32 [L, S, He, hde], cross_mask u8 [S]
+ *                   out velocity f32 [A, Da]
+ * A dimension of -1 in the io spec is dynamic (S, n, A); it must agree across a call's inputs.
+ * Inputs are validated (dtype, shape, finite values) and refused with the tensor's name.
+ * The cpu backend borrows the weights of an opened ma_model; outputs are owned tensors that the
+ * caller frees with ma_tensor_free. */
+#ifndef MA_SESSION_H
+#define MA_SESSION_H
+
+#include "core/tensor.h"
+#include "kernels/kernels.h"
+#include "model/checkpoint.h"
+
+#define MA_SESSION_MAX_IO 8
+
+typedef enum { MA_SESS_VISION, MA_SESS_LLM, MA_SESS_ACTION_CONTEXT, MA_SESS_ACTION_STEP } ma_session_kind;
+
+typedef struct ma_io {
+    const char *name;
+    ma_dtype dtype;
+    int ndim;
+    int64_t shape[MA_MAX_DIMS];
+} ma_io;
+
+typedef struct ma_session {
+    ma_session_kind kind;
+    char name[32];
+    int split;
+    const ma_model *model;
+    ma_kctx kc;
+    int n_in, n_out;
+    ma_io in[MA_SESSION_MAX_IO], out[MA_SESSION_MAX_IO];
+    double last_ms; /* wall time of the last run's compute */
+    int debug;      /* vision: also output pooled, projected (and sample_coords with a sampler) */
+} ma_session;
+
+/* name: vision, llm_split0..3, action_context, action_step */
+ma_status ma_session_open(const ma_model *m, const char *name, ma_session **out, ma_error *err);
+/* inputs in io-spec order; outputs[n_out] receive owned tensors */
+ma_status ma_session_run(ma_session *s, const ma_tensor *inputs, ma_tensor *outputs, ma_error *err);
+void ma_session_close(ma_session *s);
+/* vision only: add the debugging outputs pooled [n, T, Dp], projected [n, T or K, D] and, with
+ * a Grid Sampler, sample_coords [n, K, 2] */
+void ma_session_set_debug(ma_session *s, int on);
+/* index of the named input/output, -1 if absent */
+int ma_session_input_index(const ma_session *s, const char *name);
+int ma_session_output_index(const ma_session *s, const char *name);
+
+extern const char *const MA_SESSION_NAMES[7];
+
+#endif

@@ -1,0 +1,59 @@
+#define _POSIX_C_SOURCE 200809L
+#include "runtime/trace.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/npz.h"
+
+void ma_trace_init(ma_trace *t) { memset(t, 0, sizeof *t); }
+
+void ma_trace_free(ma_trace *t) {
+    for (size_t i = 0; i < t->count; i++) { free(t->names[i]); ma_tensor_free(&t->tensors[i]); }
+    free(t->names);
+    free(t->tensors);
+    memset(t, 0, sizeof *t);
+}
+
+ma_status ma_trace_add(ma_trace *t, const char *name, const ma_tensor *x, ma_error *err) {
+    ma_tensor copy;
+    ma_status s = ma_tensor_alloc(&copy, x->dtype, x->ndim, x->shape, err);
+    if (s) return s;
+    memcpy(copy.data, x->data, copy.nbytes);
+    for (size_t i = 0; i < t->count; i++)
+        if (!strcmp(t->names[i], name)) { ma_tensor_free(&t->tensors[i]); t->tensors[i] = copy; return MA_OK; }
+    if (t->count == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 32;
+        char **n = realloc(t->names, cap * sizeof *n);
+        if (n) t->names = n;
+        ma_tensor *ts = realloc(t->tensors, cap * sizeof *ts);
+        if (ts) t->tensors = ts;
+        if (!n || !ts) { ma_tensor_free(&copy); return ma_fail(err, MA_ERR_NOMEM, "trace: out of memory"); }
+        t->cap = cap;
+    }
+    t->names[t->count] = strdup(name);
+    if (!t->names[t->count]) { ma_tensor_free(&copy); return ma_fail(err, MA_ERR_NOMEM, "trace: out of memory"); }
+    t->tensors[t->count++] = copy;
+    return MA_OK;
+}
+
+ma_status ma_trace_add_f32(ma_trace *t, const char *name, int ndim, const int64_t *shape, const float *data, ma_error *err) {
+    ma_tensor v = ma_tensor_view(MA_DT_F32, ndim, shape, (void *)data);
+    return ma_trace_add(t, name, &v, err);
+}
+
+const ma_tensor *ma_trace_get(const ma_trace *t, const char *name) {
+    for (size_t i = 0; i < t->count; i++)
+        if (!strcmp(t->names[i], name)) return &t->tensors[i];
+    return NULL;
+}
+
+ma_status ma_trace_write_npz(const ma_trace *t, const char *path, ma_error *err) {
+    ma_npz_writer w;
+    ma_npz_writer_init(&w);
+    ma_status s = MA_OK;
+    for (size_t i = 0; i < t->count && !s; i++) s = ma_npz_add(&w, t->names[i], &t->tensors[i], err);
+    if (!s) s = ma_npz_write(&w, path, 1, err);
+    ma_npz_writer_free(&w);
+    return s;
+}

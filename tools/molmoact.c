@@ -1,0 +1,353 @@
+/* molmoact: MolmoAct2-LIBERO inference from the command line.
+ *
+ *   molmoact run     [--model DIR] [--inputs IN.npz] [--out OUT.npz] [--dump DIR] [--seed N] [--json] [--golden DIR]
+ *   molmoact parity  --model DIR --golden DIR [--gate 0.9999] [--json]
+ *   molmoact inspect FILE|DIR
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/gguf.h"
+#include "io/mapfile.h"
+#include "io/npz.h"
+#include "io/safetensors.h"
+#include "model/checkpoint.h"
+#include "runtime/parity.h"
+#include "runtime/pipeline.h"
+
+#ifndef MA_SOURCE_DIR
+#define MA_SOURCE_DIR "."
+#endif
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: molmoact <command> [options]\n"
+            "  run      --model DIR --inputs IN.npz [--out OUT.npz] [--dump DIR] [--seed N] [--golden DIR] [--json]\n"
+            "           (no --model: the demo model and golden in assets/tiny-grid)\n"
+            "  parity   --model DIR --golden DIR [--gate G] [--json]\n"
+            "  inspect  FILE.safetensors | FILE.npz | FILE.gguf | CHECKPOINT_DIR\n"
+            "options: --norm-tag TAG (default libero)\n");
+}
+
+typedef struct {
+    const char *model, *golden, *inputs, *out, *dump, *norm_tag;
+    uint64_t seed;
+    int have_seed, json;
+    double gate;
+} opts;
+
+static int parse_opts(int argc, char **argv, int first, opts *o) {
+    memset(o, 0, sizeof *o);
+    o->gate = 0.9999;
+    o->norm_tag = "libero";
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define TAKE(field) do { if (!v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return -1; } o->field = v; i++; } while (0)
+        if (!strcmp(a, "--model")) TAKE(model);
+        else if (!strcmp(a, "--golden")) TAKE(golden);
+        else if (!strcmp(a, "--inputs")) TAKE(inputs);
+        else if (!strcmp(a, "--out")) TAKE(out);
+        else if (!strcmp(a, "--dump")) TAKE(dump);
+        else if (!strcmp(a, "--norm-tag")) TAKE(norm_tag);
+        else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--seed") || !strcmp(a, "--gate")) {
+            if (!v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return -1; }
+            char *end;
+            errno = 0;
+            if (!strcmp(a, "--seed")) {
+                unsigned long long s = strtoull(v, &end, 10);
+                if (errno || *end || v[0] == '-') { fprintf(stderr, "molmoact: --seed %s is not a non-negative integer\n", v); return -1; }
+                o->seed = s;
+                o->have_seed = 1;
+            } else {
+                o->gate = strtod(v, &end);
+                if (errno || *end || !(o->gate > 0 && o->gate <= 1)) { fprintf(stderr, "molmoact: --gate %s must be in (0, 1]\n", v); return -1; }
+            }
+            i++;
+        } else { fprintf(stderr, "molmoact: unknown option %s\n", a); return -1; }
+#undef TAKE
+    }
+    return 0;
+}
+
+static int fail(const ma_error *e) {
+    fprintf(stderr, "molmoact: %s\n", e->msg);
+    return 1;
+}
+
+static long peak_rss_kb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+/* ---------------------------------------------------------------------------------- run */
+
+static void print_actions(const ma_result *r, int json) {
+    if (json) {
+        printf("{\"actions\": [");
+        for (int k = 0; k < r->n_steps; k++) {
+            printf("%s[", k ? ", " : "");
+            for (int j = 0; j < r->action_dim; j++) printf("%s%.7g", j ? ", " : "", r->actions[k * r->action_dim + j]);
+            printf("]");
+        }
+        printf("]");
+        return;
+    }
+    printf("action chunk [%d, %d]\n step", r->n_steps, r->action_dim);
+    for (int j = 0; j < r->action_dim; j++) printf("  %9s%d", "a", j);
+    printf("\n");
+    for (int k = 0; k < r->n_steps; k++) {
+        printf(" %4d", k);
+        for (int j = 0; j < r->action_dim; j++) printf("  %10.5f", r->actions[k * r->action_dim + j]);
+        printf("\n");
+    }
+}
+
+static int cmd_run(opts *o) {
+    ma_error err = {0};
+    char demo_model[PATH_MAX], demo_golden[PATH_MAX], demo_inputs[PATH_MAX];
+    int demo = !o->model;
+    if (demo) {
+        snprintf(demo_model, sizeof demo_model, "%s/assets/tiny-grid/model", MA_SOURCE_DIR);
+        snprintf(demo_golden, sizeof demo_golden, "%s/assets/tiny-grid/golden", MA_SOURCE_DIR);
+        snprintf(demo_inputs, sizeof demo_inputs, "%s/assets/tiny-grid/golden/step0_boundary.npz", MA_SOURCE_DIR);
+        o->model = demo_model;
+        if (!o->golden) o->golden = demo_golden;
+        if (!o->json) printf("demo: model %s\n", demo_model);
+    }
+    ma_model m;
+    if (ma_model_open(o->model, o->norm_tag, &m, &err)) return fail(&err);
+    ma_npz in = {0}, vis = {0};
+    int rc = 1;
+    const float *pixels = NULL, *noise = NULL;
+    int n_images = 0;
+    const ma_tensor *ids = NULL;
+    if (!o->inputs && demo) {
+        /* the demo observation: the golden's pixels, prompt and noise */
+        char *vp = ma_path_join(o->golden, "vision_io.npz");
+        ma_status s = ma_npz_read(demo_inputs, &in, &err);
+        if (!s) s = ma_npz_read(vp, &vis, &err);
+        free(vp);
+        if (s) { fail(&err); goto out; }
+        const ma_tensor *px = ma_npz_get(&vis, "pixels");
+        if (!px) { fprintf(stderr, "molmoact: demo golden lacks pixels\n"); goto out; }
+        pixels = px->data;
+        n_images = (int)px->shape[0];
+    } else if (!o->inputs) {
+        fprintf(stderr, "molmoact: run needs --inputs IN.npz\n");
+        goto out;
+    } else if (ma_npz_read(o->inputs, &in, &err)) { fail(&err); goto out; }
+    if (!pixels) {
+        const ma_tensor *px = ma_npz_get(&in, "pixels");
+        if (!px && (ma_npz_get(&in, "image0") || ma_npz_get(&in, "image1"))) {
+            fprintf(stderr, "molmoact: %s: raw camera frames (image0/image1) need image preprocessing, which is not "
+                            "implemented yet; pass preprocessed `pixels` float32 [n, %d, %d]\n", o->inputs,
+                    m.cfg.patch_h * m.cfg.patch_w, 3 * m.cfg.patch * m.cfg.patch);
+            goto out;
+        }
+        if (!px) { fprintf(stderr, "molmoact: %s: array `pixels` is missing\n", o->inputs); goto out; }
+        int64_t want[3] = {-1, m.cfg.patch_h * m.cfg.patch_w, 3 * m.cfg.patch * m.cfg.patch};
+        if (ma_tensor_expect(px, "inputs pixels", MA_DT_F32, 3, want, &err)) { fail(&err); goto out; }
+        pixels = px->data;
+        n_images = (int)px->shape[0];
+    }
+    ids = ma_npz_get(&in, "input_ids");
+    if (!ids && (ma_npz_get(&in, "task") || ma_npz_get(&in, "state"))) {
+        fprintf(stderr, "molmoact: %s: `task` + `state` need the prompt builder and tokenizer, which are not implemented yet; "
+                        "pass `input_ids` int64 [S]\n", o->inputs);
+        goto out;
+    }
+    if (!ids) { fprintf(stderr, "molmoact: inputs: array `input_ids` is missing\n"); goto out; }
+    int64_t any[1] = {-1};
+    if (ma_tensor_expect(ids, "inputs input_ids", MA_DT_I64, 1, any, &err)) { fail(&err); goto out; }
+    int action_dim, A, n_steps;
+    if (ma_action_plan(&m, &action_dim, &A, &n_steps, &err)) { fail(&err); goto out; }
+    const ma_tensor *nz = ma_npz_get(&in, "noise");
+    if (nz && !o->have_seed) {
+        int64_t want[3] = {1, A, m.cfg.max_action_dim};
+        if (ma_tensor_expect(nz, "inputs noise", MA_DT_F32, 3, want, &err)) { fail(&err); goto out; }
+        noise = nz->data;
+    }
+    ma_runner r;
+    if (ma_runner_open(&m, &r, &err)) { fail(&err); goto out; }
+    ma_obs obs = {pixels, n_images, ids->data, ids->shape[0], noise, o->seed};
+    ma_result res;
+    ma_trace trace;
+    ma_trace_init(&trace);
+    if (ma_runner_run(&r, &obs, &res, o->dump ? &trace : NULL, &err)) { fail(&err); ma_trace_free(&trace); ma_runner_close(&r); goto out; }
+    print_actions(&res, o->json);
+    if (o->out) {
+        ma_npz_writer w;
+        ma_npz_writer_init(&w);
+        int64_t as[2] = {res.n_steps, res.action_dim}, ts[2] = {res.horizon, res.max_action_dim};
+        ma_status s = ma_npz_add_f32(&w, "actions", 2, as, res.actions, &err);
+        if (!s) s = ma_npz_add_f32(&w, "trajectory", 2, ts, res.trajectory, &err);
+        if (!s) s = ma_npz_write(&w, o->out, 0, &err);
+        ma_npz_writer_free(&w);
+        if (s) { fail(&err); goto run_done; }
+    }
+    if (o->dump) {
+        mkdir(o->dump, 0755);
+        char *p = ma_path_join(o->dump, "intermediates.npz");
+        ma_status s = p ? ma_trace_write_npz(&trace, p, &err) : MA_ERR_NOMEM;
+        free(p);
+        if (s) { fail(&err); goto run_done; }
+    }
+    const ma_timing *t = &r.last;
+    if (o->json) {
+        printf(", \"latency_ms\": {\"vision\": %.3f, \"llm_split0\": %.3f, \"llm_split1\": %.3f, \"llm_split2\": %.3f, "
+               "\"llm_split3\": %.3f, \"action_context\": %.3f, \"action_step_x%d\": %.3f, \"host\": %.3f, \"total\": %.3f}, "
+               "\"peak_rss_kb\": %ld", t->vision, t->llm[0], t->llm[1], t->llm[2], t->llm[3], t->action_context,
+               m.cfg.flow_steps, t->action_step, t->host, t->total, peak_rss_kb());
+    } else {
+        printf("latency (ms): vision %.2f | llm %.2f %.2f %.2f %.2f | action_context %.2f | action_step x%d %.2f | host %.2f | total %.2f\n",
+               t->vision, t->llm[0], t->llm[1], t->llm[2], t->llm[3], t->action_context, m.cfg.flow_steps, t->action_step,
+               t->host, t->total);
+        printf("peak RSS %.1f MiB\n", peak_rss_kb() / 1024.0);
+    }
+    rc = 0;
+    if (o->golden) {
+        ma_parity_report rep;
+        if (ma_parity_run(&m, o->golden, o->gate, &rep, &err)) { fail(&err); rc = 1; }
+        else {
+            if (o->json) { printf(", \"parity\": "); ma_parity_print(&rep, stdout, 1); }
+            else { printf("\nparity against %s\n", o->golden); ma_parity_print(&rep, stdout, 0); }
+            rc = rep.pass ? 0 : 2;
+        }
+        ma_parity_free(&rep);
+    }
+    if (o->json) printf("}\n");
+run_done:
+    ma_result_free(&res);
+    ma_trace_free(&trace);
+    ma_runner_close(&r);
+out:
+    ma_npz_free(&in);
+    ma_npz_free(&vis);
+    ma_model_close(&m);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------- parity */
+
+static int cmd_parity(opts *o) {
+    if (!o->model || !o->golden) { fprintf(stderr, "molmoact: parity needs --model DIR and --golden DIR\n"); return 1; }
+    ma_error err = {0};
+    ma_model m;
+    if (ma_model_open(o->model, o->norm_tag, &m, &err)) return fail(&err);
+    ma_parity_report rep;
+    int rc;
+    if (ma_parity_run(&m, o->golden, o->gate, &rep, &err)) rc = fail(&err);
+    else {
+        ma_parity_print(&rep, stdout, o->json);
+        rc = rep.pass ? 0 : 2;
+    }
+    ma_parity_free(&rep);
+    ma_model_close(&m);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------- inspect */
+
+static void print_shape(int nd, const int64_t *sh) {
+    printf("[");
+    for (int i = 0; i < nd; i++) printf(i ? ", %lld" : "%lld", (long long)sh[i]);
+    printf("]");
+}
+
+static int cmd_inspect(int argc, char **argv) {
+    if (argc < 3) { usage(stderr); return 1; }
+    const char *path = argv[2];
+    ma_error err = {0};
+    if (ma_is_dir(path)) {
+        ma_safetensors st;
+        if (ma_st_open(&st, path, &err)) return fail(&err);
+        printf("%s: %zu tensors in %d file(s)\n", path, st.count, st.nfiles);
+        size_t total = 0;
+        for (size_t i = 0; i < st.count; i++) {
+            printf("  %-72s %-5s ", st.tensors[i].name, ma_dtype_name(st.tensors[i].dtype));
+            print_shape(st.tensors[i].ndim, st.tensors[i].shape);
+            printf("\n");
+            total += st.tensors[i].nbytes;
+        }
+        printf("total %.1f MiB\n", total / 1048576.0);
+        ma_st_close(&st);
+        return 0;
+    }
+    ma_mapfile mf;
+    if (ma_map_file(&mf, path, &err)) return fail(&err);
+    int rc = 0;
+    if (mf.size >= 4 && !memcmp(mf.data, "GGUF", 4)) {
+        ma_unmap_file(&mf);
+        ma_gguf g;
+        if (ma_gguf_open(&g, path, &err)) return fail(&err);
+        printf("%s: GGUF v%u, %zu metadata keys, %zu tensors, alignment %zu\n", path, g.version, g.n_kv, g.n_tensors, g.alignment);
+        for (size_t i = 0; i < g.n_kv; i++) {
+            const ma_gguf_kv *kv = &g.kv[i];
+            printf("  %-48s ", kv->key);
+            switch (kv->type) {
+            case MA_GGUF_STRING: printf("\"%.*s\"\n", (int)(kv->v.s.len > 200 ? 200 : kv->v.s.len), kv->v.s.p); break;
+            case MA_GGUF_F32: case MA_GGUF_F64: printf("%g\n", kv->v.f); break;
+            case MA_GGUF_BOOL: printf("%s\n", kv->v.b ? "true" : "false"); break;
+            case MA_GGUF_I8: case MA_GGUF_I16: case MA_GGUF_I32: case MA_GGUF_I64: printf("%lld\n", (long long)kv->v.i); break;
+            case MA_GGUF_ARRAY: printf("array of %llu (type %u)\n", (unsigned long long)kv->arr_count, kv->arr_type); break;
+            default: printf("%llu\n", (unsigned long long)kv->v.u); break;
+            }
+        }
+        for (size_t i = 0; i < g.n_tensors; i++) {
+            const ma_gguf_tensor *t = &g.tensors[i];
+            int64_t sh[4];
+            for (uint32_t d = 0; d < t->n_dims; d++) sh[d] = t->ne[t->n_dims - 1 - d];
+            printf("  %-60s %-5s ", t->name, ma_dtype_name(t->dtype));
+            print_shape((int)t->n_dims, sh);
+            printf(" @%llu\n", (unsigned long long)t->offset);
+        }
+        ma_gguf_close(&g);
+    } else if (mf.size >= 2 && mf.data[0] == 'P' && mf.data[1] == 'K') {
+        ma_npz z;
+        if (ma_npz_parse(mf.data, mf.size, path, &z, &err)) { ma_unmap_file(&mf); return fail(&err); }
+        printf("%s: %zu arrays\n", path, z.count);
+        for (size_t i = 0; i < z.count; i++) {
+            printf("  %-32s %-6s ", z.entries[i].name, ma_dtype_name(z.entries[i].t.dtype));
+            print_shape(z.entries[i].t.ndim, z.entries[i].t.shape);
+            printf("\n");
+        }
+        ma_npz_free(&z);
+        ma_unmap_file(&mf);
+    } else {
+        ma_st_tensor *ts;
+        size_t n;
+        if (ma_st_parse(mf.data, mf.size, path, &ts, &n, &err)) { ma_unmap_file(&mf); return fail(&err); }
+        printf("%s: safetensors, %zu tensors\n", path, n);
+        for (size_t i = 0; i < n; i++) {
+            printf("  %-72s %-5s ", ts[i].name, ma_dtype_name(ts[i].dtype));
+            print_shape(ts[i].ndim, ts[i].shape);
+            printf("\n");
+        }
+        ma_st_free_tensors(ts, n);
+        ma_unmap_file(&mf);
+    }
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) { usage(argc < 2 ? stderr : stdout); return argc < 2; }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
+    opts o;
+    if (parse_opts(argc, argv, 2, &o)) return 1;
+    if (!strcmp(cmd, "run")) return cmd_run(&o);
+    if (!strcmp(cmd, "parity")) return cmd_parity(&o);
+    fprintf(stderr, "molmoact: unknown command %s\n", cmd);
+    usage(stderr);
+    return 1;
+}
