@@ -12,6 +12,7 @@ Initialisation (one torch.Generator, parameters visited in sorted-name order):
   so a missing BOS/EOS mask moves the velocities visibly.
 """
 
+import json
 import math
 import os
 
@@ -134,9 +135,30 @@ def calibrate_attention_sink(model, cfg, model_dir, seed):
         block.cross_attn.q_proj.bias.copy_((2.0 * math.sqrt(hd) * sink).reshape(-1))
 
 
+def apply_overrides(cfg, overrides):
+    """overrides: ["text_config.num_hidden_layers=6", ...] with JSON values; re-validated."""
+    import json as _json
+    raw = json.loads(json.dumps(cfg))
+    for item in overrides or []:
+        key, _, value = item.partition("=")
+        if not _:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        parts = key.split(".")
+        node = raw
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        try:
+            node[parts[-1]] = _json.loads(value)
+        except ValueError:
+            node[parts[-1]] = value
+    return cfglib.from_dict(raw)
+
+
 def make(config_name, variant, seed, out_dir, dtype="f16", placement="projector", shard_mb=0,
-         lerobot=False, with_lm_head=None):
+         lerobot=False, with_lm_head=None, overrides=None):
     cfg = cfglib.preset(config_name, variant)
+    if overrides:
+        cfg = apply_overrides(cfg, overrides)
     ids = cfglib.REAL_IDS if config_name in ("tiny", "full") else cfglib.BENCH_IDS
     if config_name == "full":
         raise ValueError("the full configuration is never instantiated (5.4 B parameters)")

@@ -129,6 +129,11 @@ ma_status ma_gguf_parse(const uint8_t *buf, size_t len, const char *label, ma_gg
     if (nt > MA_GGUF_MAX_TENSORS || nkv > MA_GGUF_MAX_KV)
         return ma_fail(err, MA_ERR_FORMAT, "%s: %llu tensors / %llu keys exceed the limits", label,
                        (unsigned long long)nt, (unsigned long long)nkv);
+    /* each key needs >= 13 bytes and each tensor entry >= 32: refuse counts the file cannot hold */
+    size_t left = (size_t)(c.end - c.p);
+    if (nkv > left / 13 || nt > left / 32 || nkv * 13 + nt * 32 > left)
+        return ma_fail(err, MA_ERR_FORMAT, "%s: %llu tensors / %llu keys cannot fit in %zu bytes", label,
+                       (unsigned long long)nt, (unsigned long long)nkv, left);
     g->kv = ma_calloc(nkv ? nkv : 1, sizeof *g->kv, err, label);
     g->tensors = ma_calloc(nt ? nt : 1, sizeof *g->tensors, err, label);
     if (!g->kv || !g->tensors) return MA_ERR_NOMEM;

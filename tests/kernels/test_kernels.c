@@ -1,0 +1,198 @@
+/* Every kernel against its scalar twin, and the conversions against independent facts. */
+#include "../test_util.h"
+
+#include "core/half.h"
+#include "kernels/kernels.h"
+
+static void test_f16_bf16_conversions(void **state) {
+    (void)state;
+    /* every finite f16 survives f16 -> f32 -> f16 */
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        uint16_t x = (uint16_t)h;
+        if ((x & 0x7c00) == 0x7c00 && (x & 0x3ff)) continue; /* NaN payloads */
+        assert_int_equal(ma_f32_to_f16(ma_f16_to_f32(x)), x);
+    }
+    assert_true(ma_f16_to_f32(0x3c00) == 1.0f);
+    assert_true(ma_f16_to_f32(0xc000) == -2.0f);
+    assert_true(ma_f16_to_f32(0x0001) == 5.9604644775390625e-08f); /* smallest subnormal */
+    assert_true(ma_f16_to_f32(0x7bff) == 65504.0f);
+    assert_int_equal(ma_f32_to_f16(65520.0f), 0x7c00);              /* rounds to inf */
+    assert_int_equal(ma_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);    /* tie to even */
+    assert_int_equal(ma_f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);
+    assert_true(ma_bf16_to_f32(0x3f80) == 1.0f);
+    assert_int_equal(ma_f32_to_bf16(1.0f + 1.0f / 256), 0x3f80);    /* tie to even */
+    assert_int_equal(ma_f32_to_bf16(1.0f + 3.0f / 256), 0x3f82);
+    assert_true(isnan(ma_bf16_to_f32(ma_f32_to_bf16(NAN))));
+}
+
+/* quantise rows of w into q8_0 / q4_0 blocks (round to nearest, as ggml) */
+static void quant_q8_0(const float *w, int64_t n, uint8_t *out) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(w[b * 32 + i]));
+        float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        uint16_t dh = ma_f32_to_f16(d);
+        out[b * 34] = (uint8_t)dh;
+        out[b * 34 + 1] = (uint8_t)(dh >> 8);
+        for (int i = 0; i < 32; i++) out[b * 34 + 2 + i] = (uint8_t)(int8_t)lroundf(w[b * 32 + i] * id);
+    }
+}
+
+static void quant_q4_0(const float *w, int64_t n, uint8_t *out) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        float amax = 0, mx = 0;
+        for (int i = 0; i < 32; i++) if (fabsf(w[b * 32 + i]) > amax) { amax = fabsf(w[b * 32 + i]); mx = w[b * 32 + i]; }
+        float d = mx / -8.0f, id = d ? 1.0f / d : 0.0f;
+        uint16_t dh = ma_f32_to_f16(d);
+        out[b * 18] = (uint8_t)dh;
+        out[b * 18 + 1] = (uint8_t)(dh >> 8);
+        for (int j = 0; j < 16; j++) {
+            int lo = (int)fminf(15.0f, floorf(w[b * 32 + j] * id + 8.5f));
+            int hi = (int)fminf(15.0f, floorf(w[b * 32 + j + 16] * id + 8.5f));
+            out[b * 18 + 2 + j] = (uint8_t)(lo | (hi << 4));
+        }
+    }
+}
+
+/* y = x W^T with the weight in dtype dt: fast path vs scalar path vs a double reference on the
+ * dequantised weights */
+static void check_linear(ma_dtype dt, int64_t M, int64_t N, int64_t K, uint64_t seed) {
+    float *x = malloc(sizeof(float) * M * K), *wf = malloc(sizeof(float) * N * K), *deq = malloc(sizeof(float) * N * K);
+    float *bias = malloc(sizeof(float) * N), *y1 = malloc(sizeof(float) * M * N), *y2 = malloc(sizeof(float) * M * N);
+    tu_fill(x, M * K, seed);
+    tu_fill(wf, N * K, seed + 1);
+    tu_fill(bias, N, seed + 2);
+    size_t nb;
+    int64_t shape[2] = {N, K};
+    assert_int_equal(ma_shape_nbytes(dt, 2, shape, &nb, NULL), MA_OK);
+    uint8_t *wq = malloc(nb);
+    for (int64_t r = 0; r < N; r++) {
+        const float *row = wf + r * K;
+        if (dt == MA_DT_F32) memcpy(wq + r * K * 4, row, K * 4);
+        else if (dt == MA_DT_F16) for (int64_t k = 0; k < K; k++) ((uint16_t *)wq)[r * K + k] = ma_f32_to_f16(row[k]);
+        else if (dt == MA_DT_BF16) for (int64_t k = 0; k < K; k++) ((uint16_t *)wq)[r * K + k] = ma_f32_to_bf16(row[k]);
+        else if (dt == MA_DT_Q8_0) quant_q8_0(row, K, wq + r * (K / 32) * 34);
+        else quant_q4_0(row, K, wq + r * (K / 32) * 18);
+    }
+    ma_mat w = {dt, N, K, wq, "w"};
+    for (int64_t r = 0; r < N; r++) ma_mat_row(&w, r, deq + r * K);
+    ma_kctx fast, slow;
+    ma_kctx_init(&fast);
+    ma_kctx_init(&slow);
+    fast.scalar = 0;
+    slow.scalar = 1;
+    ma_error err = {0};
+    assert_int_equal(ma_linear(&fast, x, M, &w, bias, y1, &err), MA_OK);
+    assert_int_equal(ma_linear(&slow, x, M, &w, bias, y2, &err), MA_OK);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double ref = bias[j];
+            for (int64_t k = 0; k < K; k++) ref += (double)x[i * K + k] * deq[j * K + k];
+            double tol = 1e-5 * (double)K + 1e-5;
+            if (fabs(y1[i * N + j] - ref) > tol || fabs(y2[i * N + j] - ref) > tol)
+                fail_msg("%s M=%lld N=%lld K=%lld at (%lld,%lld): fast %g scalar %g ref %g", ma_dtype_name(dt), (long long)M,
+                         (long long)N, (long long)K, (long long)i, (long long)j, y1[i * N + j], y2[i * N + j], ref);
+        }
+    /* dequantisation error of the stored precision is bounded */
+    double err_max = 0;
+    for (int64_t i = 0; i < N * K; i++) err_max = fmax(err_max, fabs(deq[i] - wf[i]));
+    double bound = dt == MA_DT_F32 ? 0 : dt == MA_DT_F16 ? 1e-3 : dt == MA_DT_BF16 ? 8e-3 : dt == MA_DT_Q8_0 ? 1e-2 : 0.15;
+    assert_true(err_max <= bound);
+    ma_kctx_free(&fast);
+    ma_kctx_free(&slow);
+    free(x); free(wf); free(deq); free(bias); free(y1); free(y2); free(wq);
+}
+
+static void test_linear_all_types(void **state) {
+    (void)state;
+    const ma_dtype types[] = {MA_DT_F32, MA_DT_F16, MA_DT_BF16, MA_DT_Q8_0, MA_DT_Q4_0};
+    const int64_t shapes[][3] = {{1, 1, 32}, {1, 7, 64}, {10, 33, 96}, {3, 257, 32}, {17, 5, 160}, {128, 64, 64}};
+    for (size_t t = 0; t < 5; t++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            check_linear(types[t], shapes[s][0], shapes[s][1], shapes[s][2], 10 * t + s);
+    /* K not a multiple of 32 for the plain types */
+    for (size_t t = 0; t < 3; t++) check_linear(types[t], 5, 9, 37, 99 + t);
+}
+
+/* attention against a direct double-precision softmax, with every mask kind */
+static void check_attention(int64_t lq, int64_t lk, int64_t hd, const ma_attn_mask *mask, int scalar) {
+    float *q = malloc(sizeof(float) * lq * hd), *k = malloc(sizeof(float) * lk * hd), *v = malloc(sizeof(float) * lk * hd);
+    float *o = malloc(sizeof(float) * lq * hd);
+    tu_fill(q, lq * hd, 5);
+    tu_fill(k, lk * hd, 6);
+    tu_fill(v, lk * hd, 7);
+    ma_kctx kc;
+    ma_kctx_init(&kc);
+    kc.scalar = scalar;
+    ma_error err = {0};
+    assert_int_equal(ma_attention_head(&kc, q, hd, k, hd, v, hd, o, hd, lq, lk, hd, mask, &err), MA_OK);
+    double *p = malloc(sizeof(double) * lk);
+    for (int64_t i = 0; i < lq; i++) {
+        double mx = -1e300, sum = 0;
+        int any = 0;
+        for (int64_t j = 0; j < lk; j++) {
+            int ok = !mask || ((!mask->key_valid || mask->key_valid[j]) &&
+                               (!mask->causal || j <= i || (mask->bidir && mask->bidir[i] && mask->bidir[j])));
+            double sc = 0;
+            for (int64_t e = 0; e < hd; e++) sc += (double)q[i * hd + e] * k[j * hd + e];
+            p[j] = ok ? sc / sqrt((double)hd) : -INFINITY;
+            any |= ok;
+        }
+        for (int64_t j = 0; j < lk; j++) { if (!any) p[j] = 0; mx = fmax(mx, p[j]); }
+        for (int64_t j = 0; j < lk; j++) { p[j] = exp(p[j] - mx); sum += p[j]; }
+        for (int64_t e = 0; e < hd; e++) {
+            double ref = 0;
+            for (int64_t j = 0; j < lk; j++) ref += p[j] / sum * v[j * hd + e];
+            if (fabs(ref - o[i * hd + e]) > 2e-5) fail_msg("attention row %lld: %g vs %g", (long long)i, o[i * hd + e], ref);
+        }
+    }
+    ma_kctx_free(&kc);
+    free(q); free(k); free(v); free(o); free(p);
+}
+
+static void test_attention_masks(void **state) {
+    (void)state;
+    uint8_t valid[9] = {0, 1, 1, 1, 0, 1, 1, 1, 0}, img[9] = {0, 1, 1, 0, 0, 1, 1, 0, 0}, none[9] = {0};
+    ma_attn_mask keymask = {valid, 0, NULL}, causal = {NULL, 1, NULL}, llm = {NULL, 1, img}, empty = {none, 0, NULL};
+    for (int scalar = 0; scalar < 2; scalar++) {
+        check_attention(9, 9, 16, NULL, scalar);
+        check_attention(3, 9, 8, &keymask, scalar);
+        check_attention(9, 9, 8, &causal, scalar);
+        check_attention(9, 9, 8, &llm, scalar);
+        check_attention(2, 9, 8, &empty, scalar); /* no visible key: uniform, like finfo.min masks */
+    }
+}
+
+static void test_norms_and_activations(void **state) {
+    (void)state;
+    float x[8] = {1, -2, 3, -4, 5, -6, 7, -8}, w[8] = {1, 2, 1, 2, 1, 2, 1, 2}, y[8];
+    memcpy(y, x, sizeof x);
+    ma_rmsnorm(y, 1, 8, w, 1e-6f);
+    double ms = 0;
+    for (int i = 0; i < 8; i++) ms += x[i] * x[i];
+    for (int i = 0; i < 8; i++) assert_true(fabs(y[i] - w[i] * x[i] / sqrt(ms / 8 + 1e-6)) < 1e-6);
+    memcpy(y, x, sizeof x);
+    ma_layernorm(y, 2, 4, NULL, NULL, 1e-6f);
+    for (int r = 0; r < 2; r++) {
+        double m = 0, v = 0;
+        for (int i = 0; i < 4; i++) m += y[r * 4 + i];
+        for (int i = 0; i < 4; i++) v += y[r * 4 + i] * y[r * 4 + i];
+        assert_true(fabs(m) < 1e-6 && fabs(v / 4 - 1) < 1e-5);
+    }
+    float g[3] = {-1.0f, 0.0f, 2.0f};
+    ma_activate(g, 3, MA_ACT_GELU_TANH);
+    assert_true(fabs(g[0] - (-0.158808)) < 1e-5 && g[1] == 0 && fabs(g[2] - 1.954598) < 1e-5);
+    float s[2] = {-1.0f, 3.0f};
+    ma_activate(s, 2, MA_ACT_SILU);
+    assert_true(fabs(s[0] - (-0.268941)) < 1e-5 && fabs(s[1] - 2.857722) < 1e-5);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f16_bf16_conversions),
+        cmocka_unit_test(test_linear_all_types),
+        cmocka_unit_test(test_attention_masks),
+        cmocka_unit_test(test_norms_and_activations),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
