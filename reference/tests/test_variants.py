@@ -134,3 +134,34 @@ def test_committed_goldens_regenerate(tmp_path, asset):
                 close(new[k], ref[k], cos_min=0.99999999, rel=1e-5)
             else:
                 assert np.array_equal(new[k], ref[k]), (f, k)
+
+
+@pytest.mark.parametrize("variant", ["grid", "original"])
+def test_bench_end_to_end(tmp_path, variant):
+    """The bench configuration (real widths, reduced depth) runs end to end and writes a golden.
+    scripts/make_test_goldens.sh produces it for the C suite; reuse it when present."""
+    root = os.environ.get("MOLMOACT_TEST_GOLDENS")
+    base = os.path.join(root, f"bench-{variant}") if root else None
+    if base and os.path.isfile(os.path.join(base, "golden", "trace.json")):
+        model_dir, golden_dir = os.path.join(base, "model"), os.path.join(base, "golden")
+    else:
+        if os.environ.get("MOLMOACT_SKIP_BENCH"):
+            pytest.skip("MOLMOACT_SKIP_BENCH set")
+        model_dir, golden_dir = str(tmp_path / "m"), str(tmp_path / "g")
+        checkpoint.make("bench", variant, 0, model_dir, dtype="mixed")
+        golden.write(model_dir, golden_dir, seed=0)
+    trace = json.load(open(os.path.join(golden_dir, "trace.json")))
+    cfg = json.load(open(os.path.join(model_dir, "config.json")))
+    assert cfg["text_config"]["hidden_size"] == 2560 and cfg["vit_config"]["hidden_size"] == 1152
+    assert cfg["action_expert_config"]["hidden_size"] == 768 and cfg["text_config"]["num_hidden_layers"] == 4
+    assert trace["tokens_per_image"] == (16 if variant == "grid" else 196)
+    for f in SESSION_FILES:
+        assert os.path.isfile(os.path.join(golden_dir, f)), f
+    inter = npzio.load(os.path.join(golden_dir, "intermediates.npz"))
+    for name, arr in inter.items():
+        if arr.dtype.kind == "f":
+            assert np.all(np.isfinite(arr)), name
+    assert inter["actions"].shape == (10, 7)
+    for name in ("pooled", "projected", "llm_k", "velocity"):
+        rms = float(np.sqrt(np.mean(inter[name].astype(np.float64) ** 2)))
+        assert 0.1 < rms < 100, (name, rms)

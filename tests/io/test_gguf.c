@@ -82,11 +82,18 @@ static void test_round_trip(void **state) {
     }
     ma_gguf_close(&g);
 
-    /* every truncation of the file is refused */
+    /* every truncation that loses any tensor byte is refused (the trailing alignment padding
+     * after the last tensor is not needed) */
     char *buf;
-    size_t len;
+    size_t len, data_end = 0;
     assert_int_equal(ma_read_file(path, 1 << 20, &buf, &len, &err), MA_OK);
-    for (size_t cut = 0; cut < len; cut++) {
+    assert_int_equal(ma_gguf_open(&g, path, &err), MA_OK);
+    for (size_t i = 0; i < g.n_tensors; i++) {
+        size_t end = g.data_offset + (size_t)g.tensors[i].offset + g.tensors[i].nbytes;
+        if (end > data_end) data_end = end;
+    }
+    ma_gguf_close(&g);
+    for (size_t cut = 0; cut < data_end; cut++) {
         ma_gguf gg;
         memset(&gg, 0, sizeof gg);
         ma_status st = ma_gguf_parse((uint8_t *)buf, cut, "cut", &gg, &err);

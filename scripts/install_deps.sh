@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Debian 12 packages molmoact needs to build, test and run its PyTorch reference.
+set -euo pipefail
+pkgs=(build-essential cmake clang libclang-rt-14-dev pkg-config git
+      libopenblas-dev libopenblas0-pthread libcjson-dev zlib1g-dev libcmocka-dev
+      python3-torch python3-numpy python3-pytest)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -eq 0 ]; then echo "dependencies: all installed"; exit 0; fi
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo=sudo
+echo "installing: ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" > /dev/null

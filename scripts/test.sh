@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The whole test suite: the PyTorch reference (pytest), generated goldens, the C suite (ctest)
+# in a release and an ASan + UBSan build, then every fuzzer for a bounded time.
+#   scripts/test.sh [--quick]   (--quick: no bench goldens, no sanitizer build, no fuzzing)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+jobs=$(nproc)
+for cand in "${MOLMOACT_UPSTREAM_FIXTURE:-}" "$root/../shared/fixtures/upstream-tiny" /work/shared/fixtures/upstream-tiny; do
+  if [ -n "$cand" ] && [ -d "$cand/full" ]; then export MOLMOACT_UPSTREAM_FIXTURE=$(cd "$cand" && pwd); break; fi
+done
+echo "== upstream fixture: ${MOLMOACT_UPSTREAM_FIXTURE:-NOT FOUND (its tests are skipped)}"
+goldens="$root/out/goldens"
+bench_flag=""
+[ $quick = 1 ] && bench_flag="--no-bench"
+
+echo "== generated goldens (PyTorch reference; bench included unless --quick)"
+t0=$(date +%s)
+scripts/make_test_goldens.sh "$goldens" $bench_flag
+echo "   ($(( $(date +%s) - t0 )) s)"
+
+echo "== reference: pytest"
+MOLMOACT_TEST_GOLDENS="$goldens" /usr/bin/python3 -m pytest -q reference/tests
+
+echo "== C: release build + ctest"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMA_TEST_GOLDENS="$goldens" -DMA_TEST_BENCH=$([ $quick = 1 ] && echo OFF || echo ON) > /dev/null
+cmake --build build -j"$jobs" > /dev/null
+(cd build && ctest --output-on-failure)
+
+[ $quick = 1 ] && { echo "== quick run: done"; exit 0; }
+
+echo "== C: ASan + UBSan build + ctest"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMA_SANITIZE=ON -DMA_TEST_GOLDENS="$goldens" > /dev/null
+cmake --build build-asan -j"$jobs" > /dev/null
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure)
+
+echo "== fuzzers (libFuzzer + ASan + UBSan, ${MOLMOACT_FUZZ_SECONDS:-20} s each)"
+CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMA_FUZZ=ON -DMA_SANITIZE=ON -DMA_TESTS=OFF > /dev/null
+cmake --build build-fuzz -j"$jobs" --target fuzz_safetensors fuzz_npz fuzz_gguf fuzz_json > /dev/null
+for f in safetensors npz gguf json; do
+  work=$(mktemp -d)
+  ./build-fuzz/fuzz/fuzz_$f -max_total_time="${MOLMOACT_FUZZ_SECONDS:-20}" -rss_limit_mb=2048 -max_len=65536 \
+    -print_final_stats=0 "$work" fuzz/corpus/$f 2>&1 | grep -E "^Done|ERROR|SUMMARY" || true
+  # libFuzzer exits non-zero and leaves crash-* files on a finding
+  if ls crash-* leak-* timeout-* oom-* > /dev/null 2>&1; then echo "fuzz_$f found a failure"; exit 1; fi
+  rm -rf "$work"
+done
+echo "== all tests passed"

@@ -1,0 +1,86 @@
+#include "../test_util.h"
+
+#include "model/config.h"
+
+static const char *upstream_config(void) {
+    static char path[1200];
+    const char *env = getenv("MOLMOACT_UPSTREAM_FIXTURE");
+    snprintf(path, sizeof path, "%s/full/config.json", env ? env : MA_SOURCE_DIR "/../shared/fixtures/upstream-tiny");
+    return path;
+}
+
+static void test_committed_tiny_config(void **state) {
+    (void)state;
+    ma_config c;
+    ma_error err = {0};
+    assert_int_equal(ma_config_load(MA_SOURCE_DIR "/assets/tiny-grid/model/config.json", &c, &err), MA_OK);
+    assert_int_equal(c.patch_h, 27);
+    assert_int_equal(c.pooled_h, 14);
+    assert_int_equal(c.vit_built, 8);          /* taps (-3, -9) of 10 -> blocks 7 and 1 */
+    assert_int_equal(c.taps[0], 7);
+    assert_int_equal(c.taps[1], 1);
+    assert_int_equal(c.layers, 4);
+    assert_int_equal(c.e_layers, 4);
+    assert_int_equal(c.e_inner, 256);          /* round_up(int(64 * 8/3) = 170, 256) */
+    assert_int_equal(c.image_patch_id, 155650);
+    assert_int_equal(c.eos_id, 151645);
+    assert_true(c.qk_norm && c.qk_norm_qwen3 && c.pool_mask && c.action_mode_both);
+    assert_true(c.rope_theta == 5e6);
+}
+
+static void test_upstream_fixture_config(void **state) {
+    (void)state;
+    const char *p = upstream_config();
+    if (!ma_is_file(p)) skip();
+    ma_config c;
+    ma_error err = {0};
+    assert_int_equal(ma_config_load(p, &c, &err), MA_OK);
+    assert_int_equal(c.d, 96);
+    assert_int_equal(c.e_heads, 2);
+    assert_int_equal(c.e_head_dim, 32);
+    assert_int_equal(c.max_action_horizon, 10);
+}
+
+static ma_status parse(const char *json, ma_error *err) {
+    ma_config c;
+    return ma_config_parse(json, "config.json", &c, err);
+}
+
+static void test_refusals_name_the_field(void **state) {
+    (void)state;
+    ma_error err = {0};
+    const char *base = "{\"image_patch_id\": 5, \"eos_token_id\": 1, \"vit_config\": {\"image_num_pos\": 729}, "
+                       "\"text_config\": {\"hidden_size\": 3584%s}%s}";
+    char buf[512];
+    snprintf(buf, sizeof buf, base, "", "");
+    assert_int_equal(parse(buf, &err), MA_OK);   /* upstream defaults, expert = one block per LLM layer */
+    snprintf(buf, sizeof buf, base, ", \"sliding_window\": 4", "");
+    assert_fails_naming(parse(buf, &err), err, "text_config.sliding_window");
+    snprintf(buf, sizeof buf, base, ", \"rope_scaling\": {\"type\": \"yarn\"}", "");
+    assert_fails_naming(parse(buf, &err), err, "rope_scaling");
+    snprintf(buf, sizeof buf, base, "", ", \"surprise\": 1");
+    assert_fails_naming(parse(buf, &err), err, "surprise");
+    snprintf(buf, sizeof buf, base, ", \"num_hidden_layers\": 2.5", "");
+    assert_fails_naming(parse(buf, &err), err, "num_hidden_layers");
+    snprintf(buf, sizeof buf, base, "", ", \"action_mode\": \"discrete\"");
+    assert_fails_naming(parse(buf, &err), err, "action_mode");
+    snprintf(buf, sizeof buf, base, "", ", \"enable_depth_reasoning\": true");
+    assert_fails_naming(parse(buf, &err), err, "enable_depth_reasoning");
+    snprintf(buf, sizeof buf, base, "", ", \"action_expert_config\": {\"num_layers\": 3}");
+    assert_fails_naming(parse(buf, &err), err, "num_layers");
+    snprintf(buf, sizeof buf, base, "", ", \"adapter_config\": {\"vit_layers\": [-30]}");
+    assert_fails_naming(parse(buf, &err), err, "vit_layers");
+    assert_fails_naming(parse("{not json", &err), err, "JSON");
+    assert_fails_naming(parse("{\"vit_config\": 3}", &err), err, "vit_config");
+    /* upstream's default image_num_pos (577) does not fit the 27x27 patch grid */
+    assert_fails_naming(parse("{\"image_patch_id\": 5, \"eos_token_id\": 1}", &err), err, "image_num_pos");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_committed_tiny_config),
+        cmocka_unit_test(test_upstream_fixture_config),
+        cmocka_unit_test(test_refusals_name_the_field),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
