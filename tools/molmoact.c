@@ -169,7 +169,7 @@ static int cmd_run(opts *o) {
     if (!ids) { fprintf(stderr, "molmoact: inputs: array `input_ids` is missing\n"); goto out; }
     int64_t any[1] = {-1};
     if (ma_tensor_expect(ids, "inputs input_ids", MA_DT_I64, 1, any, &err)) { fail(&err); goto out; }
-    int action_dim, A, n_steps;
+    int action_dim = 0, A = 0, n_steps = 0;
     if (ma_action_plan(&m, &action_dim, &A, &n_steps, &err)) { fail(&err); goto out; }
     const ma_tensor *nz = ma_npz_get(&in, "noise");
     if (nz && !o->have_seed) {

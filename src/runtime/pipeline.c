@@ -57,7 +57,7 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     memset(&r->last, 0, sizeof r->last);
     const int64_t S = obs->seq_len, D = c->d, P = c->patch_h * c->patch_w, pp = 3 * c->patch * c->patch;
     const int L = c->layers, kvd = c->kv_heads * c->head_dim;
-    int action_dim, A, n_steps;
+    int action_dim = 0, A = 0, n_steps = 0;
     ma_status s = ma_action_plan(m, &action_dim, &A, &n_steps, err);
     if (s) return s;
     if (S < 1 || S > (1 << 20)) return ma_fail(err, MA_ERR_SHAPE, "input_ids: %lld tokens", (long long)S);
