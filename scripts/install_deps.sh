@@ -3,7 +3,10 @@
 set -euo pipefail
 pkgs=(build-essential cmake clang libclang-rt-14-dev pkg-config git
       libopenblas-dev libopenblas0-pthread libcjson-dev zlib1g-dev libcmocka-dev
+      libpng-dev libjpeg62-turbo-dev libutf8proc-dev python3-pil
       python3-torch python3-numpy python3-pytest)
+# Node.js + npm fetch the reference tokenizers for the tests; keep an existing install
+command -v npm > /dev/null 2>&1 || pkgs+=(nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -eq 0 ]; then echo "dependencies: all installed"; exit 0; fi

@@ -5,6 +5,7 @@
  *   molmoact inspect FILE|DIR
  */
 #define _POSIX_C_SOURCE 200809L
+#include <sys/types.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -15,10 +16,12 @@
 #include <unistd.h>
 
 #include "io/gguf.h"
+#include "io/jsonline.h"
 #include "io/mapfile.h"
 #include "io/npz.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
+#include "model/tokenizer.h"
 #include "runtime/parity.h"
 #include "runtime/pipeline.h"
 
@@ -33,6 +36,7 @@ static void usage(FILE *f) {
             "           (no --model: the demo model and golden in assets/tiny-grid)\n"
             "  parity   --model DIR --golden DIR [--gate G] [--json]\n"
             "  inspect  FILE.safetensors | FILE.npz | FILE.gguf | CHECKPOINT_DIR\n"
+            "  tokenize --tokenizer tokenizer.json [--decode]   (stdin: one JSON string / id array per line)\n"
             "options: --norm-tag TAG (default libero)\n");
 }
 
@@ -339,10 +343,74 @@ static int cmd_inspect(int argc, char **argv) {
     return rc;
 }
 
+/* ---------------------------------------------------------------------------------- tokenize */
+
+static int cmd_tokenize(int argc, char **argv) {
+    const char *path = NULL;
+    int decode = 0;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) path = argv[++i];
+        else if (!strcmp(argv[i], "--decode")) decode = 1;
+        else { fprintf(stderr, "molmoact: tokenize: unknown option %s\n", argv[i]); return 1; }
+    }
+    if (!path) { fprintf(stderr, "molmoact: tokenize needs --tokenizer FILE\n"); return 1; }
+    ma_error err = {0};
+    ma_tokenizer *tok;
+    if (ma_tokenizer_load(path, &tok, &err)) return fail(&err);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    int rc = 0;
+    long lineno = 0;
+    while ((got = getline(&line, &cap, stdin)) >= 0) {
+        lineno++;
+        size_t len = (size_t)got;
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
+        if (!len) continue;
+        if (!decode) {
+            char *text;
+            size_t tl;
+            int64_t *ids;
+            size_t n;
+            if (ma_json_parse_string(line, len, &text, &tl, &err) || ma_tokenizer_encode(tok, text, tl, &ids, &n, &err)) {
+                fprintf(stderr, "molmoact: tokenize: line %ld: %s\n", lineno, err.msg);
+                printf("null\n");
+                rc = 1;
+                if (err.code != MA_ERR_NOMEM) { memset(&err, 0, sizeof err); continue; }
+                break;
+            }
+            printf("[");
+            for (size_t i = 0; i < n; i++) printf(i ? ",%lld" : "%lld", (long long)ids[i]);
+            printf("]\n");
+            free(ids);
+            free(text);
+        } else {
+            int64_t *ids;
+            size_t n;
+            char *text;
+            size_t tl;
+            if (ma_json_parse_int_array(line, len, &ids, &n, &err) || ma_tokenizer_decode(tok, ids, n, &text, &tl, &err)) {
+                fprintf(stderr, "molmoact: tokenize --decode: line %ld: %s\n", lineno, err.msg);
+                printf("null\n");
+                rc = 1;
+                continue;
+            }
+            ma_json_write_string(stdout, text, tl);
+            printf("\n");
+            free(ids);
+            free(text);
+        }
+    }
+    free(line);
+    ma_tokenizer_free(tok);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) { usage(argc < 2 ? stderr : stdout); return argc < 2; }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
     opts o;
     if (parse_opts(argc, argv, 2, &o)) return 1;
     if (!strcmp(cmd, "run")) return cmd_run(&o);

@@ -1,0 +1,118 @@
+#include "io/jsonline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static size_t skip_ws(const char *s, size_t len, size_t i) {
+    while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n')) i++;
+    return i;
+}
+
+static int hex4(const char *s, size_t len, size_t i, uint32_t *v) {
+    if (i + 4 > len) return 0;
+    *v = 0;
+    for (int k = 0; k < 4; k++) {
+        char c = s[i + k];
+        int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+        if (d < 0) return 0;
+        *v = (*v << 4) | (uint32_t)d;
+    }
+    return 1;
+}
+
+ma_status ma_json_parse_string(const char *s, size_t len, char **out, size_t *out_len, ma_error *err) {
+    *out = NULL;
+    size_t i = skip_ws(s, len, 0);
+    if (i >= len || s[i] != '"') return ma_fail(err, MA_ERR_FORMAT, "expected a JSON string");
+    char *o = malloc(len * 2 + 4);
+    if (!o) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    size_t n = 0;
+    for (i++;; i++) {
+        if (i >= len) { free(o); return ma_fail(err, MA_ERR_FORMAT, "unterminated JSON string"); }
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"') break;
+        if (c < 0x20) { free(o); return ma_fail(err, MA_ERR_FORMAT, "control character in JSON string"); }
+        if (c != '\\') { o[n++] = (char)c; continue; }
+        if (++i >= len) { free(o); return ma_fail(err, MA_ERR_FORMAT, "bad escape"); }
+        switch (s[i]) {
+        case '"': o[n++] = '"'; break;
+        case '\\': o[n++] = '\\'; break;
+        case '/': o[n++] = '/'; break;
+        case 'b': o[n++] = '\b'; break;
+        case 'f': o[n++] = '\f'; break;
+        case 'n': o[n++] = '\n'; break;
+        case 'r': o[n++] = '\r'; break;
+        case 't': o[n++] = '\t'; break;
+        case 'u': {
+            uint32_t cp;
+            if (!hex4(s, len, i + 1, &cp)) { free(o); return ma_fail(err, MA_ERR_FORMAT, "bad \\u escape"); }
+            i += 4;
+            if (cp >= 0xd800 && cp <= 0xdbff) {
+                uint32_t lo;
+                if (i + 2 < len && s[i + 1] == '\\' && s[i + 2] == 'u' && hex4(s, len, i + 3, &lo) && lo >= 0xdc00 && lo <= 0xdfff) {
+                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                    i += 6;
+                } else { free(o); return ma_fail(err, MA_ERR_FORMAT, "lone surrogate in JSON string"); }
+            } else if (cp >= 0xdc00 && cp <= 0xdfff) { free(o); return ma_fail(err, MA_ERR_FORMAT, "lone surrogate in JSON string"); }
+            if (cp < 0x80) o[n++] = (char)cp;
+            else if (cp < 0x800) { o[n++] = (char)(0xc0 | (cp >> 6)); o[n++] = (char)(0x80 | (cp & 0x3f)); }
+            else if (cp < 0x10000) { o[n++] = (char)(0xe0 | (cp >> 12)); o[n++] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[n++] = (char)(0x80 | (cp & 0x3f)); }
+            else { o[n++] = (char)(0xf0 | (cp >> 18)); o[n++] = (char)(0x80 | ((cp >> 12) & 0x3f)); o[n++] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[n++] = (char)(0x80 | (cp & 0x3f)); }
+        } break;
+        default: free(o); return ma_fail(err, MA_ERR_FORMAT, "bad escape \\%c", s[i]);
+        }
+    }
+    if (skip_ws(s, len, i + 1) != len) { free(o); return ma_fail(err, MA_ERR_FORMAT, "trailing characters after the JSON string"); }
+    o[n] = '\0';
+    *out = o;
+    *out_len = n;
+    return MA_OK;
+}
+
+ma_status ma_json_parse_int_array(const char *s, size_t len, int64_t **out, size_t *n, ma_error *err) {
+    *out = NULL;
+    *n = 0;
+    size_t i = skip_ws(s, len, 0);
+    if (i >= len || s[i] != '[') return ma_fail(err, MA_ERR_FORMAT, "expected a JSON array of integers");
+    int64_t *v = malloc(sizeof *v * (len / 2 + 1));
+    if (!v) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    size_t k = 0;
+    i = skip_ws(s, len, i + 1);
+    if (i < len && s[i] == ']') { i++; goto end; }
+    for (;;) {
+        int neg = 0;
+        if (i < len && s[i] == '-') { neg = 1; i++; }
+        if (i >= len || s[i] < '0' || s[i] > '9') { free(v); return ma_fail(err, MA_ERR_FORMAT, "array entry %zu is not an integer", k); }
+        int64_t x = 0;
+        while (i < len && s[i] >= '0' && s[i] <= '9') {
+            if (x > (INT64_MAX - 9) / 10) { free(v); return ma_fail(err, MA_ERR_RANGE, "array entry %zu overflows", k); }
+            x = x * 10 + (s[i++] - '0');
+        }
+        v[k++] = neg ? -x : x;
+        i = skip_ws(s, len, i);
+        if (i < len && s[i] == ',') { i = skip_ws(s, len, i + 1); continue; }
+        if (i < len && s[i] == ']') { i++; break; }
+        free(v);
+        return ma_fail(err, MA_ERR_FORMAT, "expected , or ] after array entry %zu", k);
+    }
+end:
+    if (skip_ws(s, len, i) != len) { free(v); return ma_fail(err, MA_ERR_FORMAT, "trailing characters after the array"); }
+    *out = v;
+    *n = k;
+    return MA_OK;
+}
+
+void ma_json_write_string(FILE *f, const char *s, size_t len) {
+    fputc('"', f);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"') fputs("\\\"", f);
+        else if (c == '\\') fputs("\\\\", f);
+        else if (c == '\n') fputs("\\n", f);
+        else if (c == '\r') fputs("\\r", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
