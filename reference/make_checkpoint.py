@@ -26,13 +26,14 @@ def main():
                     help="grid variant: sample the projected (C = LLM width) or pooled (C = adapter width) grid")
     ap.add_argument("--shard-mb", type=int, default=0, help="write model-*.safetensors shards of at most MB")
     ap.add_argument("--lerobot", action="store_true", help="LeRobot key layout (extra 'model.' prefix)")
+    ap.add_argument("--tokenizer", help="ship this tokenizer.json (e.g. the derived MolmoAct2 one) instead of the byte-level stand-in")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config.json field (dotted path, JSON value), e.g. text_config.num_hidden_layers=6")
     a = ap.parse_args()
     t0 = time.time()
     try:
         checkpoint.make(a.config, a.variant, a.seed, a.out, a.dtype, a.sampler_placement, a.shard_mb, a.lerobot,
-                        overrides=a.set)
+                        overrides=a.set, tokenizer=a.tokenizer)
     except ValueError as e:
         sys.exit(f"make_checkpoint: {e}")
     print(f"wrote {a.out} ({a.config}/{a.variant}, seed {a.seed}, {a.dtype}) in {time.time() - t0:.1f} s")

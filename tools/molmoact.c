@@ -23,6 +23,7 @@
 #include "model/checkpoint.h"
 #include "model/tokenizer.h"
 #include "runtime/parity.h"
+#include "runtime/observation.h"
 #include "runtime/pipeline.h"
 
 #ifndef MA_SOURCE_DIR
@@ -32,16 +33,19 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: molmoact <command> [options]\n"
-            "  run      --model DIR --inputs IN.npz [--out OUT.npz] [--dump DIR] [--seed N] [--golden DIR] [--json]\n"
+            "  run      --model DIR (--inputs IN.npz | --image0 A.png --image1 B.png --state s0,..,s7 --task TEXT)\n"
+            "           [--out OUT.npz] [--dump DIR] [--seed N] [--golden DIR] [--json]\n"
             "           (no --model: the demo model and golden in assets/tiny-grid)\n"
             "  parity   --model DIR --golden DIR [--gate G] [--json]\n"
             "  inspect  FILE.safetensors | FILE.npz | FILE.gguf | CHECKPOINT_DIR\n"
             "  tokenize --tokenizer tokenizer.json [--decode]   (stdin: one JSON string / id array per line)\n"
+            "  prompt   --model DIR   (stdin: {\"task\": ..., \"state\": [...]} per line -> prompt ids)\n"
+            "  preprocess --model DIR --image0 FILE [-o OUT.npz]   (pixels and the resized image)\n"
             "options: --norm-tag TAG (default libero)\n");
 }
 
 typedef struct {
-    const char *model, *golden, *inputs, *out, *dump, *norm_tag;
+    const char *model, *golden, *inputs, *out, *dump, *norm_tag, *image0, *image1, *task, *state;
     uint64_t seed;
     int have_seed, json;
     double gate;
@@ -56,11 +60,16 @@ static int parse_opts(int argc, char **argv, int first, opts *o) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define TAKE(field) do { if (!v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return -1; } o->field = v; i++; } while (0)
         if (!strcmp(a, "--model")) TAKE(model);
+        else if (!strcmp(a, "-o")) TAKE(out);
         else if (!strcmp(a, "--golden")) TAKE(golden);
         else if (!strcmp(a, "--inputs")) TAKE(inputs);
         else if (!strcmp(a, "--out")) TAKE(out);
         else if (!strcmp(a, "--dump")) TAKE(dump);
         else if (!strcmp(a, "--norm-tag")) TAKE(norm_tag);
+        else if (!strcmp(a, "--image0")) TAKE(image0);
+        else if (!strcmp(a, "--image1")) TAKE(image1);
+        else if (!strcmp(a, "--task")) TAKE(task);
+        else if (!strcmp(a, "--state")) TAKE(state);
         else if (!strcmp(a, "--json")) o->json = 1;
         else if (!strcmp(a, "--seed") || !strcmp(a, "--gate")) {
             if (!v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return -1; }
@@ -131,11 +140,17 @@ static int cmd_run(opts *o) {
     ma_model m;
     if (ma_model_open(o->model, o->norm_tag, &m, &err)) return fail(&err);
     ma_npz in = {0}, vis = {0};
+    ma_prepared prep;
+    memset(&prep, 0, sizeof prep);
+    ma_image imgs[2];
+    memset(imgs, 0, sizeof imgs);
+    char *task_buf = NULL;
     int rc = 1;
     const float *pixels = NULL, *noise = NULL;
     int n_images = 0;
-    const ma_tensor *ids = NULL;
-    if (!o->inputs && demo) {
+    const int64_t *ids_data = NULL;
+    int64_t seq_len = 0;
+    if (!o->inputs && demo && !o->image0) {
         /* the demo observation: the golden's pixels, prompt and noise */
         char *vp = ma_path_join(o->golden, "vision_io.npz");
         ma_status s = ma_npz_read(demo_inputs, &in, &err);
@@ -146,33 +161,77 @@ static int cmd_run(opts *o) {
         if (!px) { fprintf(stderr, "molmoact: demo golden lacks pixels\n"); goto out; }
         pixels = px->data;
         n_images = (int)px->shape[0];
-    } else if (!o->inputs) {
-        fprintf(stderr, "molmoact: run needs --inputs IN.npz\n");
-        goto out;
-    } else if (ma_npz_read(o->inputs, &in, &err)) { fail(&err); goto out; }
+    } else if (o->inputs && ma_npz_read(o->inputs, &in, &err)) { fail(&err); goto out; }
+    /* ---- camera frames: pixels | image0 + image1 (arrays or files) */
     if (!pixels) {
         const ma_tensor *px = ma_npz_get(&in, "pixels");
-        if (!px && (ma_npz_get(&in, "image0") || ma_npz_get(&in, "image1"))) {
-            fprintf(stderr, "molmoact: %s: raw camera frames (image0/image1) need image preprocessing, which is not "
-                            "implemented yet; pass preprocessed `pixels` float32 [n, %d, %d]\n", o->inputs,
-                    m.cfg.patch_h * m.cfg.patch_w, 3 * m.cfg.patch * m.cfg.patch);
+        if (px) {
+            int64_t want[3] = {-1, m.cfg.patch_h * m.cfg.patch_w, 3 * m.cfg.patch * m.cfg.patch};
+            if (ma_tensor_expect(px, "inputs pixels", MA_DT_F32, 3, want, &err)) { fail(&err); goto out; }
+            pixels = px->data;
+            n_images = (int)px->shape[0];
+        } else {
+            const char *files[2] = {o->image0, o->image1};
+            for (int i = 0; i < 2; i++) {
+                char key[16];
+                snprintf(key, sizeof key, "image%d", i);
+                const ma_tensor *t = ma_npz_get(&in, key);
+                ma_status s;
+                if (t) s = ma_image_from_tensor(t, key, &imgs[i], &err);
+                else if (files[i]) s = ma_image_load(files[i], &imgs[i], &err);
+                else { fprintf(stderr, "molmoact: inputs need `pixels`, or both camera frames (image0 and image1)\n"); goto out; }
+                if (s) { fail(&err); goto out; }
+            }
+            n_images = 2;
+        }
+    }
+    /* ---- prompt: input_ids | task + state */
+    const ma_tensor *ids = ma_npz_get(&in, "input_ids");
+    if (ids) {
+        int64_t any[1] = {-1};
+        if (ma_tensor_expect(ids, "inputs input_ids", MA_DT_I64, 1, any, &err)) { fail(&err); goto out; }
+        ids_data = ids->data;
+        seq_len = ids->shape[0];
+    }
+    if (!pixels || !ids_data) {
+        const ma_tensor *tt = ma_npz_get(&in, "task"), *st = ma_npz_get(&in, "state");
+        const char *task = o->task;
+        size_t task_len = task ? strlen(task) : 0;
+        if (tt) {
+            if (tt->dtype != MA_DT_STR32 || ma_tensor_numel(tt) != 1) { fprintf(stderr, "molmoact: inputs task must be one string\n"); goto out; }
+            if (ma_str32_to_utf8(tt, 0, &task_buf, &err)) { fail(&err); goto out; }
+            task = task_buf;
+            task_len = strlen(task_buf);
+        }
+        float state[MA_NORM_MAX_DIM];
+        int state_dim = 0;
+        if (st) {
+            if (st->dtype != MA_DT_F32 || st->ndim != 1 || st->shape[0] < 1 || st->shape[0] > MA_NORM_MAX_DIM) {
+                fprintf(stderr, "molmoact: inputs state must be float32 [%d]\n", m.ns.has_state ? m.ns.state.dim : 8);
+                goto out;
+            }
+            state_dim = (int)st->shape[0];
+            memcpy(state, st->data, sizeof(float) * (size_t)state_dim);
+        } else if (o->state) {
+            const char *p = o->state;
+            while (*p && state_dim < MA_NORM_MAX_DIM) {
+                char *end;
+                state[state_dim++] = strtof(p, &end);
+                if (end == p || (*end && *end != ',')) { fprintf(stderr, "molmoact: --state: %s is not a comma-separated list of numbers\n", o->state); goto out; }
+                p = *end ? end + 1 : end;
+            }
+        }
+        if (!ids_data && (!task || !state_dim)) {
+            fprintf(stderr, "molmoact: inputs need `input_ids`, or `task` and `state` (--task, --state)\n");
             goto out;
         }
-        if (!px) { fprintf(stderr, "molmoact: %s: array `pixels` is missing\n", o->inputs); goto out; }
-        int64_t want[3] = {-1, m.cfg.patch_h * m.cfg.patch_w, 3 * m.cfg.patch * m.cfg.patch};
-        if (ma_tensor_expect(px, "inputs pixels", MA_DT_F32, 3, want, &err)) { fail(&err); goto out; }
-        pixels = px->data;
-        n_images = (int)px->shape[0];
+        if (!pixels || !ids_data) {
+            if (pixels) { fprintf(stderr, "molmoact: pass either pixels + input_ids or raw frames + task + state\n"); goto out; }
+            if (ma_prepare_observation(&m, imgs, n_images, task, task_len, state, state_dim, &prep, &err)) { fail(&err); goto out; }
+            pixels = prep.pixels;
+            if (!ids_data) { ids_data = prep.prompt.ids; seq_len = prep.prompt.n; }
+        }
     }
-    ids = ma_npz_get(&in, "input_ids");
-    if (!ids && (ma_npz_get(&in, "task") || ma_npz_get(&in, "state"))) {
-        fprintf(stderr, "molmoact: %s: `task` + `state` need the prompt builder and tokenizer, which are not implemented yet; "
-                        "pass `input_ids` int64 [S]\n", o->inputs);
-        goto out;
-    }
-    if (!ids) { fprintf(stderr, "molmoact: inputs: array `input_ids` is missing\n"); goto out; }
-    int64_t any[1] = {-1};
-    if (ma_tensor_expect(ids, "inputs input_ids", MA_DT_I64, 1, any, &err)) { fail(&err); goto out; }
     int action_dim = 0, A = 0, n_steps = 0;
     if (ma_action_plan(&m, &action_dim, &A, &n_steps, &err)) { fail(&err); goto out; }
     const ma_tensor *nz = ma_npz_get(&in, "noise");
@@ -183,11 +242,21 @@ static int cmd_run(opts *o) {
     }
     ma_runner r;
     if (ma_runner_open(&m, &r, &err)) { fail(&err); goto out; }
-    ma_obs obs = {pixels, n_images, ids->data, ids->shape[0], noise, o->seed};
+    ma_obs obs = {pixels, n_images, ids_data, seq_len, noise, o->seed};
     ma_result res;
     ma_trace trace;
     ma_trace_init(&trace);
     if (ma_runner_run(&r, &obs, &res, o->dump ? &trace : NULL, &err)) { fail(&err); ma_trace_free(&trace); ma_runner_close(&r); goto out; }
+    if (o->dump && prep.resized) {
+        int64_t rs[4] = {n_images, m.cfg.image_h, m.cfg.image_w, 3}, bs[1] = {prep.prompt.state_dim};
+        ma_tensor rt = ma_tensor_view(MA_DT_U8, 4, rs, prep.resized);
+        int32_t bins32[MA_NORM_MAX_DIM];
+        int64_t bins[MA_NORM_MAX_DIM];
+        for (int i = 0; i < prep.prompt.state_dim; i++) { bins32[i] = prep.prompt.state_bins[i]; bins[i] = bins32[i]; }
+        ma_tensor bt = ma_tensor_view(MA_DT_I64, 1, bs, bins);
+        if (ma_trace_add(&trace, "resized_u8", &rt, &err) || ma_trace_add(&trace, "state_bins", &bt, &err) ||
+            ma_trace_add_f32(&trace, "state_normalized", 1, bs, prep.prompt.state_norm, &err)) fail(&err);
+    }
     print_actions(&res, o->json);
     if (o->out) {
         ma_npz_writer w;
@@ -237,6 +306,10 @@ run_done:
 out:
     ma_npz_free(&in);
     ma_npz_free(&vis);
+    ma_prepared_free(&prep);
+    ma_image_free(&imgs[0]);
+    ma_image_free(&imgs[1]);
+    free(task_buf);
     ma_model_close(&m);
     return rc;
 }
@@ -343,6 +416,87 @@ static int cmd_inspect(int argc, char **argv) {
     return rc;
 }
 
+/* ---------------------------------------------------------------------------------- prompt */
+
+#include <cjson/cJSON.h>
+#include <math.h>
+
+static int cmd_prompt(opts *o) {
+    if (!o->model) { fprintf(stderr, "molmoact: prompt needs --model DIR\n"); return 1; }
+    ma_error err = {0};
+    ma_model m;
+    if (ma_model_open(o->model, o->norm_tag, &m, &err)) return fail(&err);
+    if (!m.tok) { fprintf(stderr, "molmoact: %s has no tokenizer.json\n", o->model); ma_model_close(&m); return 1; }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    int rc = 0;
+    ma_prompt_opts po = {m.tokens_per_image, 2, m.col_tokens, 1};
+    while ((got = getline(&line, &cap, stdin)) >= 0) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *task = j ? cJSON_GetObjectItemCaseSensitive(j, "task") : NULL, *state = j ? cJSON_GetObjectItemCaseSensitive(j, "state") : NULL;
+        float st[MA_NORM_MAX_DIM];
+        int n = 0, ok = cJSON_IsString(task) && cJSON_IsArray(state);
+        for (const cJSON *e = ok ? state->child : NULL; e && ok; e = e->next) {
+            if (n >= MA_NORM_MAX_DIM) ok = 0;
+            else if (cJSON_IsNumber(e)) st[n++] = (float)e->valuedouble;
+            else if (cJSON_IsString(e) && !strcmp(e->valuestring, "nan")) st[n++] = NAN;
+            else if (cJSON_IsString(e) && !strcmp(e->valuestring, "inf")) st[n++] = INFINITY;
+            else if (cJSON_IsString(e) && !strcmp(e->valuestring, "-inf")) st[n++] = -INFINITY;
+            else ok = 0;
+        }
+        ma_prompt p;
+        if (!ok) { fprintf(stderr, "molmoact: prompt: expected {\"task\": string, \"state\": [numbers]}\n"); printf("null\n"); rc = 1; }
+        else if (ma_build_prompt(&m.cfg, &m.ns, m.tok, &po, task->valuestring, strlen(task->valuestring), st, n, &p, &err)) {
+            fprintf(stderr, "molmoact: prompt: %s\n", err.msg);
+            printf("null\n");
+            rc = 1;
+        } else {
+            printf("[");
+            for (int64_t i = 0; i < p.n; i++) printf(i ? ",%lld" : "%lld", (long long)p.ids[i]);
+            printf("]\n");
+            ma_prompt_free(&p);
+        }
+        cJSON_Delete(j);
+    }
+    free(line);
+    ma_model_close(&m);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------- preprocess */
+
+static int cmd_preprocess(opts *o) {
+    if (!o->model || !o->image0) { fprintf(stderr, "molmoact: preprocess needs --model DIR and --image0 FILE\n"); return 1; }
+    ma_error err = {0};
+    ma_config cfg;
+    char *cp = ma_path_join(o->model, "config.json");
+    ma_status s = cp ? ma_config_load(cp, &cfg, &err) : MA_ERR_NOMEM;
+    free(cp);
+    if (s) return fail(&err);
+    ma_image im;
+    if (ma_image_load(o->image0, &im, &err)) return fail(&err);
+    int64_t ps[2] = {cfg.patch_h * cfg.patch_w, 3 * cfg.patch * cfg.patch}, rs[3] = {cfg.image_h, cfg.image_w, 3};
+    int64_t os[3] = {im.h, im.w, 3};
+    float *pixels = malloc(sizeof(float) * (size_t)(ps[0] * ps[1]));
+    uint8_t *resized = malloc((size_t)(rs[0] * rs[1] * 3));
+    int rc = 1;
+    if (pixels && resized && !ma_preprocess_image(&cfg, &im, pixels, resized, &err)) {
+        ma_npz_writer w;
+        ma_npz_writer_init(&w);
+        ma_tensor a = ma_tensor_view(MA_DT_U8, 3, os, im.rgb), b = ma_tensor_view(MA_DT_U8, 3, rs, resized);
+        if (!ma_npz_add(&w, "image", &a, &err) && !ma_npz_add(&w, "resized_u8", &b, &err) &&
+            !ma_npz_add_f32(&w, "pixels", 2, ps, pixels, &err) && !ma_npz_write(&w, o->out ? o->out : "preprocessed.npz", 0, &err))
+            rc = 0;
+        ma_npz_writer_free(&w);
+    }
+    if (rc) fail(&err);
+    free(pixels);
+    free(resized);
+    ma_image_free(&im);
+    return rc;
+}
+
 /* ---------------------------------------------------------------------------------- tokenize */
 
 static int cmd_tokenize(int argc, char **argv) {
@@ -415,6 +569,8 @@ int main(int argc, char **argv) {
     if (parse_opts(argc, argv, 2, &o)) return 1;
     if (!strcmp(cmd, "run")) return cmd_run(&o);
     if (!strcmp(cmd, "parity")) return cmd_parity(&o);
+    if (!strcmp(cmd, "prompt")) return cmd_prompt(&o);
+    if (!strcmp(cmd, "preprocess")) return cmd_preprocess(&o);
     fprintf(stderr, "molmoact: unknown command %s\n", cmd);
     usage(stderr);
     return 1;

@@ -57,14 +57,14 @@ def used_token_rows(cfg, ids):
 
 
 @torch.no_grad()
-def init_weights(model, cfg, ids, seed):
+def init_weights(model, cfg, ids, seed, all_rows=False):
     g = torch.Generator().manual_seed(int(seed))
     params = dict(model.named_parameters())
     for name in sorted(params):
         p = params[name]
         if name.endswith("wte.embedding"):
             p.zero_()
-            rows = torch.tensor(used_token_rows(cfg, ids))
+            rows = torch.arange(p.shape[0]) if all_rows else torch.tensor(used_token_rows(cfg, ids))
             p[rows] = torch.randn((len(rows), p.shape[1]), generator=g)
         elif name.endswith("wte.new_embedding"):
             p.copy_(torch.randn(p.shape, generator=g))
@@ -117,7 +117,7 @@ def round_to_storage(model, dtypes):
 def calibrate_attention_sink(model, cfg, model_dir, seed):
     from . import pipeline, processing
     norm = processing.NormStats.load(os.path.join(model_dir, "norm_stats.json"))
-    tok = processing.ByteTokenizer(os.path.join(model_dir, "tokenizer.json"))
+    tok = processing.load_tokenizer(os.path.join(model_dir, "tokenizer.json"))
     obs = synthetic.synthetic_observation(seed)
     pixels = np.stack([processing.preprocess_image(cfg, obs[f"image{i}"])[1] for i in range(2)])
     ids = processing.build_prompt_ids(cfg, tok, obs["task"], obs["state"], norm,
@@ -155,7 +155,9 @@ def apply_overrides(cfg, overrides):
 
 
 def make(config_name, variant, seed, out_dir, dtype="f16", placement="projector", shard_mb=0,
-         lerobot=False, with_lm_head=None, overrides=None):
+         lerobot=False, with_lm_head=None, overrides=None, tokenizer=None):
+    """tokenizer: a real tokenizer.json (e.g. the derived MolmoAct2 one) to ship instead of the
+    byte-level stand-in; every embedding row is then random (real BPE ids reach all of them)."""
     cfg = cfglib.preset(config_name, variant)
     if overrides:
         cfg = apply_overrides(cfg, overrides)
@@ -165,10 +167,14 @@ def make(config_name, variant, seed, out_dir, dtype="f16", placement="projector"
     os.makedirs(out_dir, exist_ok=True)
     cfglib.save(cfg, os.path.join(out_dir, "config.json"))
     synthetic.write_json(synthetic.libero_norm_stats(), os.path.join(out_dir, "norm_stats.json"))
-    synthetic.write_json(synthetic.tokenizer_json(cfg, ids), os.path.join(out_dir, "tokenizer.json"))
+    if tokenizer:
+        import shutil
+        shutil.copyfile(tokenizer, os.path.join(out_dir, "tokenizer.json"))
+    else:
+        synthetic.write_json(synthetic.tokenizer_json(cfg, ids), os.path.join(out_dir, "tokenizer.json"))
     synthetic.write_json(synthetic.PROCESSOR_CONFIG, os.path.join(out_dir, "processor_config.json"))
     model = MolmoAct2(cfg, sampler_spec(cfg, variant, placement)).eval()
-    init_weights(model, cfg, ids, seed)
+    init_weights(model, cfg, ids, seed, all_rows=bool(tokenizer))
     dtypes = storage_dtypes(model, dtype)
     round_to_storage(model, dtypes)
     calibrate_attention_sink(model, cfg, out_dir, seed)

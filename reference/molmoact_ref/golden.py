@@ -35,7 +35,7 @@ def resolve_inputs(cfg, model, model_dir, norm, inputs=None, seed=0):
         src["input_ids"] = "given"
     elif "task" in obs and "state" in obs:
         tok_path = os.path.join(model_dir, "tokenizer.json")
-        tok = processing.ByteTokenizer(tok_path)
+        tok = processing.load_tokenizer(tok_path)
         pc_path = os.path.join(model_dir, "processor_config.json")
         pc = json.load(open(pc_path, encoding="utf-8")) if os.path.isfile(pc_path) else None
         task = str(np.asarray(obs["task"]).item()) if not isinstance(obs["task"], str) else obs["task"]

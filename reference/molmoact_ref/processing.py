@@ -6,6 +6,7 @@ the robot prompt builder of modeling_molmoact2.py.
 
 import json
 import math
+import os
 import re
 import unicodedata
 
@@ -295,6 +296,43 @@ class ByteTokenizer:
         return self.added[token]
 
 
+class NodeTokenizer:
+    """A real (merge-carrying) tokenizer.json, tokenised by the Rust Hugging Face tokenizers
+    library through its Node binding (@anush008/tokenizers; no PyPI here). The directory holding
+    node_modules comes from MOLMOACT_NODE_MODULES."""
+
+    SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                          "tests", "tokenizer", "reference_tokenize.mjs")
+
+    def __init__(self, path):
+        self.path = os.path.abspath(path)
+        self.cwd = os.environ.get("MOLMOACT_NODE_MODULES")
+        if not self.cwd or not os.path.isdir(os.path.join(self.cwd, "node_modules", "@anush008")):
+            raise ValueError(f"{path} has BPE merges: set MOLMOACT_NODE_MODULES to a directory whose node_modules "
+                             "holds @anush008/tokenizers (tests/tokenizer/check_tokenizer.sh installs it)")
+        with open(path, "r", encoding="utf-8") as f:
+            self.added = {t["content"]: t["id"] for t in json.load(f).get("added_tokens", [])}
+
+    def encode_batch(self, texts):
+        import subprocess
+        data = "".join(json.dumps(t) + "\n" for t in texts)
+        out = subprocess.run(["node", self.SCRIPT, "rust", self.path], input=data.encode(), cwd=self.cwd,
+                             capture_output=True, check=True)
+        return [json.loads(line) for line in out.stdout.decode().splitlines()]
+
+    def encode(self, text):
+        return self.encode_batch([text])[0]
+
+    def token_id(self, token):
+        return self.added[token]
+
+
+def load_tokenizer(path):
+    with open(path, "r", encoding="utf-8") as f:
+        merges = (json.load(f).get("model") or {}).get("merges")
+    return NodeTokenizer(path) if merges else ByteTokenizer(path)
+
+
 def _bytes_to_unicode():
     """GPT-2 byte-level alphabet: printable bytes map to themselves, the rest to 256+n."""
     keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
@@ -308,9 +346,9 @@ def _bytes_to_unicode():
     return out
 
 
-def build_prompt_ids(cfg, tokenizer, task, state, norm, tokens_per_image, num_images=2,
-                     processor_cfg=None, normalize_language=True):
-    """-> dict(input_ids int64 [S], text, task_normalized, state_normalized, state_bins)"""
+def build_prompt_text(cfg, task, state, norm, tokens_per_image, num_images=2, processor_cfg=None,
+                      normalize_language=True):
+    """-> dict(full = the string to tokenise, text, task_normalized, state_normalized, state_bins)"""
     state = np.asarray(state, dtype=np.float32).reshape(-1)
     if norm.state is not None and state.shape[0] != norm.state.dim:
         raise ValueError(f"state has {state.shape[0]} values, norm_stats expects {norm.state.dim}")
@@ -320,10 +358,22 @@ def build_prompt_ids(cfg, tokenizer, task, state, norm, tokens_per_image, num_im
     text = robot_prompt(cfg, task_text, bins, norm.meta.get("setup_type", ""),
                         norm.meta.get("control_mode", ""), num_images)
     expansion = image_token_string(cfg, tokens_per_image, cfglib.pooled_grid(cfg), processor_cfg)
-    full = text.replace("<|image|>", expansion)
-    ids = tokenizer.encode(full)
+    return dict(full=text.replace("<|image|>", expansion), text=text, task_normalized=task_text,
+                state_normalized=normed, state_bins=bins)
+
+
+def insert_bos(cfg, ids):
+    """the processor prepends BOS (= eos for these tokenizers) unless the prompt starts with it"""
     bos = cfg["bos_token_id"] if cfg.get("bos_token_id") is not None else cfg["eos_token_id"]
+    ids = list(ids)
     if not ids or ids[0] != bos:
         ids = [bos] + ids
-    return dict(input_ids=np.asarray(ids, dtype=np.int64), text=text, task_normalized=task_text,
-                state_normalized=normed, state_bins=bins)
+    return np.asarray(ids, dtype=np.int64)
+
+
+def build_prompt_ids(cfg, tokenizer, task, state, norm, tokens_per_image, num_images=2,
+                     processor_cfg=None, normalize_language=True):
+    """-> dict(input_ids int64 [S], text, task_normalized, state_normalized, state_bins)"""
+    p = build_prompt_text(cfg, task, state, norm, tokens_per_image, num_images, processor_cfg, normalize_language)
+    p["input_ids"] = insert_bos(cfg, tokenizer.encode(p.pop("full")))
+    return p

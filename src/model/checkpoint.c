@@ -4,7 +4,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "io/mapfile.h"
+
+/* processor_config.json: single-crop column tokens (absent file: the released processor's
+ * setting, none) */
+static ma_status read_processor(ma_model *m, ma_error *err) {
+    char *path = ma_path_join(m->dir, "processor_config.json");
+    if (!path) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    m->col_tokens = 0;
+    if (!ma_is_file(path)) { free(path); return MA_OK; }
+    char *text;
+    ma_status s = ma_read_file(path, 1u << 20, &text, NULL, err);
+    if (s) { free(path); return s; }
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(root)) { cJSON_Delete(root); s = ma_fail(err, MA_ERR_FORMAT, "%s: not a JSON object", path); free(path); return s; }
+    const cJSON *single = cJSON_GetObjectItemCaseSensitive(root, "use_single_crop_col_tokens");
+    const cJSON *image = cJSON_GetObjectItemCaseSensitive(root, "image_use_col_tokens");
+    if (cJSON_IsBool(single)) m->col_tokens = cJSON_IsTrue(single);
+    else m->col_tokens = image ? cJSON_IsTrue(image) : 1;
+    cJSON_Delete(root);
+    free(path);
+    return MA_OK;
+}
 
 static ma_status build_weightset(ma_model *m, ma_error *err) {
     size_t n = m->st.count;
@@ -57,6 +81,12 @@ ma_status ma_model_open(const char *dir, const char *norm_tag, ma_model *m, ma_e
     ma_ws_ignore(&m->ws, "model.transformer.rotary_emb.inv_freq");
     if ((s = ma_ws_check_unused(&m->ws, err))) goto fail;
     m->tokens_per_image = ma_vision_tokens(c, &m->vision);
+    if ((s = read_processor(m, err))) goto fail;
+    char *tok_path = ma_path_join(dir, "tokenizer.json");
+    if (!tok_path) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
+    if (ma_is_file(tok_path)) s = ma_tokenizer_load(tok_path, &m->tok, err);
+    free(tok_path);
+    if (s) goto fail;
     if (m->ns.action.dim > c->max_action_dim) {
         s = ma_fail(err, MA_ERR_FORMAT, "%s: norm_stats action dim %d exceeds max_action_dim %d", dir, m->ns.action.dim, c->max_action_dim);
         goto fail;
@@ -72,6 +102,7 @@ void ma_model_close(ma_model *m) {
     ma_vision_unbind(&m->vision);
     for (int i = 0; i < MA_NUM_SPLITS; i++) ma_llm_unbind(&m->llm[i]);
     ma_expert_unbind(&m->expert);
+    ma_tokenizer_free(m->tok);
     ma_ws_free(&m->ws);
     ma_st_close(&m->st);
     free(m->dir);

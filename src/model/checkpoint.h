@@ -9,6 +9,7 @@
 #include "model/hostglue.h"
 #include "model/model.h"
 #include "model/normstats.h"
+#include "model/tokenizer.h"
 
 typedef struct ma_model {
     char *dir;
@@ -22,6 +23,8 @@ typedef struct ma_model {
     ma_llm_w llm[MA_NUM_SPLITS];
     ma_expert_w expert;
     int tokens_per_image;
+    ma_tokenizer *tok; /* tokenizer.json of the directory, NULL when absent */
+    int col_tokens;    /* processor_config.json: <im_col> after each pooled row (original variant) */
 } ma_model;
 
 /* norm_tag: the norm_stats.json tag ("libero") */

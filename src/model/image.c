@@ -97,7 +97,9 @@ static void jpg_on_error(j_common_ptr ci) {
     (*ci->err->format_message)(ci, e->msg);
     longjmp(e->jb, 1);
 }
-static void jpg_on_message(j_common_ptr ci, int level) { (void)ci; (void)level; }
+static void jpg_on_message(j_common_ptr ci, int level) {
+    if (level < 0) ci->err->num_warnings++; /* corrupt-data warnings, e.g. premature end of file */
+}
 
 static ma_status decode_jpeg(const uint8_t *buf, size_t len, const char *label, ma_image *out, ma_error *err) {
     struct jpeg_decompress_struct ci;
@@ -131,6 +133,11 @@ static ma_status decode_jpeg(const uint8_t *buf, size_t len, const char *label, 
         jpeg_read_scanlines(&ci, &row, 1);
     }
     jpeg_finish_decompress(&ci);
+    if (je.mgr.num_warnings > 0) {
+        jpeg_destroy_decompress(&ci);
+        free(rgb);
+        return ma_fail(err, MA_ERR_FORMAT, "%s: corrupt or truncated JPEG data", label);
+    }
     out->h = (int)ci.output_height;
     out->w = (int)ci.output_width;
     jpeg_destroy_decompress(&ci);
@@ -208,23 +215,27 @@ ma_status ma_image_from_tensor(const ma_tensor *t, const char *label, ma_image *
 
 /* ------------------------------------------------------------------------------ resize */
 
-/* ATen's linear index/weight computation in float: src = scale * (dst + 0.5) - 0.5 clamped at 0,
- * i0 = trunc(src), i1 = i0 + (i0 < in - 1), l = clamp(src - i0, 0, 1) */
+/* ATen's linear taps: the source coordinate scale * (dst + 0.5) - 0.5 is evaluated in double
+ * (float scale), clamped at 0 and truncated; lambda1 = (float)(src - i0), lambda0 = 1 - lambda1 in
+ * float; i1 = i0 + (i0 < in - 1) */
 static void linear_taps(int in, int out, int *i0, int *i1, float *l0, float *l1) {
     const float scale = (float)in / (float)out;
     for (int d = 0; d < out; d++) {
-        float src = scale * ((float)d + 0.5f) - 0.5f;
-        if (src < 0.0f) src = 0.0f;
+        double src = (double)scale * ((double)d + 0.5) - 0.5;
+        if (src < 0.0) src = 0.0;
         int a = (int)src;
-        float lam = src - (float)a;
-        lam = lam < 0.0f ? 0.0f : (lam > 1.0f ? 1.0f : lam);
+        double lam = src - (double)a;
+        lam = lam < 0.0 ? 0.0 : (lam > 1.0 ? 1.0 : lam);
         i0[d] = a;
         i1[d] = a + (a < in - 1 ? 1 : 0);
-        l1[d] = lam;
-        l0[d] = 1.0f - lam;
+        l1[d] = (float)lam;
+        l0[d] = 1.0f - l1[d];
     }
 }
 
+/* torch's channels-last bilinear kernel (an HWC uint8 frame permuted to CHW is channels-last):
+ * float corner weights w_ij = wy_i * wx_j, the four products summed and rounded once; then
+ * torchvision rounds half to even and casts back to uint8. Verified bit-exact against torch. */
 void ma_resize_bilinear_u8(const uint8_t *in, int h, int w, uint8_t *out, int oh, int ow) {
     int *y0 = malloc(sizeof(int) * oh), *y1 = malloc(sizeof(int) * oh), *x0 = malloc(sizeof(int) * ow), *x1 = malloc(sizeof(int) * ow);
     float *wy0 = malloc(sizeof(float) * oh), *wy1 = malloc(sizeof(float) * oh), *wx0 = malloc(sizeof(float) * ow), *wx1 = malloc(sizeof(float) * ow);
@@ -232,14 +243,16 @@ void ma_resize_bilinear_u8(const uint8_t *in, int h, int w, uint8_t *out, int oh
     linear_taps(h, oh, y0, y1, wy0, wy1);
     linear_taps(w, ow, x0, x1, wx0, wx1);
     for (int y = 0; y < oh; y++)
-        for (int x = 0; x < ow; x++)
+        for (int x = 0; x < ow; x++) {
+            const float w00 = wy0[y] * wx0[x], w01 = wy0[y] * wx1[x], w10 = wy1[y] * wx0[x], w11 = wy1[y] * wx1[x];
+            const uint8_t *p00 = in + ((size_t)y0[y] * w + x0[x]) * 3, *p01 = in + ((size_t)y0[y] * w + x1[x]) * 3;
+            const uint8_t *p10 = in + ((size_t)y1[y] * w + x0[x]) * 3, *p11 = in + ((size_t)y1[y] * w + x1[x]) * 3;
             for (int c = 0; c < 3; c++) {
-                /* (in[y0][x0] w0 + in[y0][x1] w1) wy0 + (in[y1][x0] w0 + in[y1][x1] w1) wy1 */
-                float top = (float)in[((size_t)y0[y] * w + x0[x]) * 3 + c] * wx0[x] + (float)in[((size_t)y0[y] * w + x1[x]) * 3 + c] * wx1[x];
-                float bot = (float)in[((size_t)y1[y] * w + x0[x]) * 3 + c] * wx0[x] + (float)in[((size_t)y1[y] * w + x1[x]) * 3 + c] * wx1[x];
-                float v = nearbyintf(top * wy0[y] + bot * wy1[y]);
-                out[((size_t)y * ow + x) * 3 + c] = (uint8_t)(v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v));
+                double v = (double)w00 * p00[c] + (double)w01 * p01[c] + (double)w10 * p10[c] + (double)w11 * p11[c];
+                float r = nearbyintf((float)v);
+                out[((size_t)y * ow + x) * 3 + c] = (uint8_t)(r < 0.0f ? 0.0f : (r > 255.0f ? 255.0f : r));
             }
+        }
 done:
     free(y0); free(y1); free(x0); free(x1); free(wy0); free(wy1); free(wx0); free(wx1);
 }
