@@ -36,12 +36,13 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMA_SANITIZE=ON -DMA_TEST_GOL
 cmake --build build-asan -j"$jobs" > /dev/null
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure)
 
-echo "== fuzzers (libFuzzer + ASan + UBSan, ${MOLMOACT_FUZZ_SECONDS:-20} s each)"
+echo "== fuzzers (libFuzzer + ASan + UBSan, ${MOLMOACT_FUZZ_SECONDS:-12} s each)"
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMA_FUZZ=ON -DMA_SANITIZE=ON -DMA_TESTS=OFF > /dev/null
-cmake --build build-fuzz -j"$jobs" --target fuzz_safetensors fuzz_npz fuzz_gguf fuzz_json > /dev/null
-for f in safetensors npz gguf json; do
+targets="safetensors npz gguf json tokenizer_json bpe image"
+cmake --build build-fuzz -j"$jobs" --target $(for f in $targets; do printf 'fuzz_%s ' "$f"; done) > /dev/null
+for f in $targets; do
   work=$(mktemp -d)
-  ./build-fuzz/fuzz/fuzz_$f -max_total_time="${MOLMOACT_FUZZ_SECONDS:-20}" -rss_limit_mb=2048 -max_len=65536 \
+  ./build-fuzz/fuzz/fuzz_$f -max_total_time="${MOLMOACT_FUZZ_SECONDS:-12}" -rss_limit_mb=2048 -max_len=65536 \
     -print_final_stats=0 "$work" fuzz/corpus/$f 2>&1 | grep -E "^Done|ERROR|SUMMARY" || true
   # libFuzzer exits non-zero and leaves crash-* files on a finding
   if ls crash-* leak-* timeout-* oom-* > /dev/null 2>&1; then echo "fuzz_$f found a failure"; exit 1; fi
