@@ -34,7 +34,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: molmoact <command> [options]\n"
             "  run      --model DIR (--inputs IN.npz | --image0 A.png --image1 B.png --state s0,..,s7 --task TEXT)\n"
-            "           [--out OUT.npz] [--dump DIR] [--seed N] [--golden DIR] [--json]\n"
+            "           [--out OUT.npz] [--dump DIR] [--seed N | --noise FILE] [--golden DIR] [--json]\n"
             "           (no --model: the demo model and golden in assets/tiny-grid)\n"
             "  parity   --model DIR --golden DIR [--gate G] [--json]\n"
             "  inspect  FILE.safetensors | FILE.npz | FILE.gguf | CHECKPOINT_DIR\n"
@@ -45,7 +45,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct {
-    const char *model, *golden, *inputs, *out, *dump, *norm_tag, *image0, *image1, *task, *state;
+    const char *model, *golden, *inputs, *out, *dump, *norm_tag, *image0, *image1, *task, *state, *noise;
     uint64_t seed;
     int have_seed, json;
     double gate;
@@ -70,6 +70,7 @@ static int parse_opts(int argc, char **argv, int first, opts *o) {
         else if (!strcmp(a, "--image1")) TAKE(image1);
         else if (!strcmp(a, "--task")) TAKE(task);
         else if (!strcmp(a, "--state")) TAKE(state);
+        else if (!strcmp(a, "--noise")) TAKE(noise);
         else if (!strcmp(a, "--json")) o->json = 1;
         else if (!strcmp(a, "--seed") || !strcmp(a, "--gate")) {
             if (!v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return -1; }
@@ -235,18 +236,43 @@ static int cmd_run(opts *o) {
     int action_dim = 0, A = 0, n_steps = 0;
     if (ma_action_plan(&m, &action_dim, &A, &n_steps, &err)) { fail(&err); goto out; }
     const ma_tensor *nz = ma_npz_get(&in, "noise");
-    if (nz && !o->have_seed) {
+    ma_npz noise_file = {0};
+    ma_tensor noise_npy = {0};
+    if (o->noise) {
+        /* --noise FILE: an .npy array or an .npz holding `noise` */
+        if (ma_npz_read(o->noise, &noise_file, &err) == MA_OK) nz = ma_npz_get(&noise_file, "noise");
+        else {
+            char *buf;
+            size_t len;
+            if (ma_read_file(o->noise, 64u << 20, &buf, &len, &err) || ma_npy_parse((uint8_t *)buf, len, o->noise, &noise_npy, &err)) {
+                if (buf) free(buf);
+                fail(&err);
+                goto out;
+            }
+            free(buf);
+            nz = &noise_npy;
+        }
+        if (!nz) { fprintf(stderr, "molmoact: %s holds no `noise` array\n", o->noise); ma_npz_free(&noise_file); goto out; }
+    }
+    if (nz && (!o->have_seed || o->noise)) {
         int64_t want[3] = {1, A, m.cfg.max_action_dim};
-        if (ma_tensor_expect(nz, "inputs noise", MA_DT_F32, 3, want, &err)) { fail(&err); goto out; }
+        if (ma_tensor_expect(nz, "noise", MA_DT_F32, 3, want, &err)) { fail(&err); ma_npz_free(&noise_file); ma_tensor_free(&noise_npy); goto out; }
         noise = nz->data;
     }
     ma_runner r;
-    if (ma_runner_open(&m, &r, &err)) { fail(&err); goto out; }
+    if (ma_runner_open(&m, &r, &err)) { fail(&err); ma_npz_free(&noise_file); ma_tensor_free(&noise_npy); goto out; }
     ma_obs obs = {pixels, n_images, ids_data, seq_len, noise, o->seed};
     ma_result res;
     ma_trace trace;
     ma_trace_init(&trace);
-    if (ma_runner_run(&r, &obs, &res, o->dump ? &trace : NULL, &err)) { fail(&err); ma_trace_free(&trace); ma_runner_close(&r); goto out; }
+    if (ma_runner_run(&r, &obs, &res, o->dump ? &trace : NULL, &err)) {
+        fail(&err);
+        ma_trace_free(&trace);
+        ma_runner_close(&r);
+        ma_npz_free(&noise_file);
+        ma_tensor_free(&noise_npy);
+        goto out;
+    }
     if (o->dump && prep.resized) {
         int64_t rs[4] = {n_images, m.cfg.image_h, m.cfg.image_w, 3}, bs[1] = {prep.prompt.state_dim};
         ma_tensor rt = ma_tensor_view(MA_DT_U8, 4, rs, prep.resized);
@@ -300,6 +326,8 @@ static int cmd_run(opts *o) {
     }
     if (o->json) printf("}\n");
 run_done:
+    ma_npz_free(&noise_file);
+    ma_tensor_free(&noise_npy);
     ma_result_free(&res);
     ma_trace_free(&trace);
     ma_runner_close(&r);
