@@ -23,6 +23,7 @@
 #include "model/checkpoint.h"
 #include "model/tokenizer.h"
 #include "runtime/parity.h"
+#include "runtime/compile.h"
 #include "runtime/observation.h"
 #include "runtime/pipeline.h"
 
@@ -37,6 +38,8 @@ static void usage(FILE *f) {
             "           [--out OUT.npz] [--dump DIR] [--seed N | --noise FILE] [--golden DIR] [--json]\n"
             "           (no --model: the demo model and golden in assets/tiny-grid)\n"
             "  parity   --model DIR --golden DIR [--gate G] [--json]\n"
+            "  compile  HF_DIR -o CTX_DIR [--vision P] [--llm P] [--action P] [--suffix S] [--prompt-seq N]\n"
+            "           (P: f16 (default), bf16, q8_0, q4_0)\n"
             "  inspect  FILE.safetensors | FILE.npz | FILE.gguf | CHECKPOINT_DIR\n"
             "  tokenize --tokenizer tokenizer.json [--decode]   (stdin: one JSON string / id array per line)\n"
             "  prompt   --model DIR   (stdin: {\"task\": ..., \"state\": [...]} per line -> prompt ids)\n"
@@ -53,7 +56,7 @@ typedef struct {
 
 static int parse_opts(int argc, char **argv, int first, opts *o) {
     memset(o, 0, sizeof *o);
-    o->gate = 0.9999;
+    o->gate = 0;
     o->norm_tag = "libero";
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
@@ -316,7 +319,10 @@ static int cmd_run(opts *o) {
     rc = 0;
     if (o->golden) {
         ma_parity_report rep;
-        if (ma_parity_run(&m, o->golden, o->gate, &rep, &err)) { fail(&err); rc = 1; }
+        int e2e;
+        double gate = ma_parity_default_gate(&m, &e2e);
+        if (o->gate > 0) gate = o->gate;
+        if ((e2e ? ma_parity_run_e2e : ma_parity_run)(&m, o->golden, gate, &rep, &err)) { fail(&err); rc = 1; }
         else {
             if (o->json) { printf(", \"parity\": "); ma_parity_print(&rep, stdout, 1); }
             else { printf("\nparity against %s\n", o->golden); ma_parity_print(&rep, stdout, 0); }
@@ -350,8 +356,10 @@ static int cmd_parity(opts *o) {
     ma_model m;
     if (ma_model_open(o->model, o->norm_tag, &m, &err)) return fail(&err);
     ma_parity_report rep;
-    int rc;
-    if (ma_parity_run(&m, o->golden, o->gate, &rep, &err)) rc = fail(&err);
+    int rc, e2e;
+    double gate = ma_parity_default_gate(&m, &e2e);
+    if (o->gate > 0) gate = o->gate;
+    if ((e2e ? ma_parity_run_e2e : ma_parity_run)(&m, o->golden, gate, &rep, &err)) rc = fail(&err);
     else {
         ma_parity_print(&rep, stdout, o->json);
         rc = rep.pass ? 0 : 2;
@@ -525,6 +533,35 @@ static int cmd_preprocess(opts *o) {
     return rc;
 }
 
+/* ---------------------------------------------------------------------------------- compile */
+
+static int cmd_compile(int argc, char **argv) {
+    ma_compile_opts co = {"f16", "f16", "f16", "", 128};
+    const char *src = NULL, *out = NULL;
+    const char *env = getenv("MOLMOACT2_PROMPT_SEQ");
+    if (env && *env) co.prompt_seq = atoi(env);
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if ((!strcmp(a, "-o") || !strcmp(a, "--vision") || !strcmp(a, "--llm") || !strcmp(a, "--action") ||
+             !strcmp(a, "--suffix") || !strcmp(a, "--prompt-seq")) && !v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return 1; }
+        if (!strcmp(a, "-o")) out = argv[++i];
+        else if (!strcmp(a, "--vision")) co.vision = argv[++i];
+        else if (!strcmp(a, "--llm")) co.llm = argv[++i];
+        else if (!strcmp(a, "--action")) co.action = argv[++i];
+        else if (!strcmp(a, "--suffix")) co.suffix = argv[++i];
+        else if (!strcmp(a, "--prompt-seq")) co.prompt_seq = atoi(argv[++i]);
+        else if (a[0] == '-') { fprintf(stderr, "molmoact: compile: unknown option %s\n", a); return 1; }
+        else if (!src) src = a;
+        else { fprintf(stderr, "molmoact: compile: unexpected argument %s\n", a); return 1; }
+    }
+    if (!src || !out) { fprintf(stderr, "molmoact: compile needs HF_DIR and -o CTX_DIR\n"); return 1; }
+    ma_error err = {0};
+    if (ma_compile(src, out, &co, &err)) return fail(&err);
+    printf("compiled %s -> %s (vision %s, llm %s, action %s, prompt length %d%s%s)\n", src, out, co.vision, co.llm, co.action,
+           co.prompt_seq, co.suffix[0] ? ", suffix " : "", co.suffix);
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------------- tokenize */
 
 static int cmd_tokenize(int argc, char **argv) {
@@ -593,6 +630,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
+    if (!strcmp(cmd, "compile")) return cmd_compile(argc, argv);
     opts o;
     if (parse_opts(argc, argv, 2, &o)) return 1;
     if (!strcmp(cmd, "run")) return cmd_run(&o);

@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "model/checkpoint.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,46 +54,232 @@ static ma_status build_weightset(ma_model *m, ma_error *err) {
     return s;
 }
 
+static const char *SLOT_BASE[8] = {"vision", "embed", "llm_split0", "llm_split1", "llm_split2", "llm_split3",
+                                   "action_context", "action_step"};
+static const char *SLOT_COMPONENT[8] = {"vision", "embed", "llm", "llm", "llm", "llm", "action_context", "action_step"};
+
+static const char *slot_env(int slot) {
+    if (slot == 0) return "VISION_CTX_SUFFIX";
+    if (slot >= 2 && slot <= 5) return "LLM_CTX_SUFFIX";
+    if (slot >= 6) return "ACTION_CTX_SUFFIX";
+    return NULL;
+}
+
+void ma_context_name(int slot, const char *suffix, char *out, size_t cap) {
+    const char *env = slot_env(slot);
+    const char *sfx = suffix ? suffix : (env && getenv(env) ? getenv(env) : "");
+    if (slot == 1) sfx = "";
+    snprintf(out, cap, "%s%s.gguf", SLOT_BASE[slot], sfx);
+}
+
+int ma_is_context_dir(const char *dir) {
+    char name[128];
+    ma_context_name(0, NULL, name, sizeof name);
+    char *p = ma_path_join(dir, name);
+    int ok = p && ma_is_file(p);
+    free(p);
+    if (ok) return 1;
+    p = ma_path_join(dir, "embed.gguf");
+    ok = p && ma_is_file(p);
+    free(p);
+    return ok;
+}
+
+static unsigned slot_parts(int slot) {
+    static const unsigned parts[8] = {MA_PART_VISION, MA_PART_EMBED, MA_PART_LLM(0), MA_PART_LLM(1), MA_PART_LLM(2),
+                                      MA_PART_LLM(3), MA_PART_ACTION_CONTEXT, MA_PART_ACTION_STEP};
+    return parts[slot];
+}
+
+/* the expected prompt length of the action contexts: MOLMOACT2_PROMPT_SEQ or 128 */
+static int expected_prompt_seq(void) {
+    const char *e = getenv("MOLMOACT2_PROMPT_SEQ");
+    if (!e || !*e) return 128;
+    char *end;
+    long v = strtol(e, &end, 10);
+    return (*end || v < 1 || v > 1 << 20) ? -1 : (int)v;
+}
+
+static int precision_type(const char *p, ma_dtype *dt) {
+    if (!strcmp(p, "f16")) *dt = MA_DT_F16;
+    else if (!strcmp(p, "bf16")) *dt = MA_DT_BF16;
+    else if (!strcmp(p, "q8_0")) *dt = MA_DT_Q8_0;
+    else if (!strcmp(p, "q4_0")) *dt = MA_DT_Q4_0;
+    else if (!strcmp(p, "f32")) *dt = MA_DT_F32;
+    else return 0;
+    return 1;
+}
+
+/* open and check one context file: format, component, precision tag against its tensors,
+ * layer range, prompt length, and the embedded config (equal across files) */
+static ma_status open_context(ma_model *m, int slot, char **config_json, ma_error *err) {
+    char name[160], label[64], comp[64], prec[16];
+    ma_context_name(slot, NULL, name, sizeof name);
+    char *path = ma_path_join(m->dir, name);
+    if (!path) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    ma_gguf *g = &m->ctx[slot];
+    ma_status s = ma_gguf_open(g, path, err);
+    free(path);
+    if (s) return s;
+    snprintf(label, sizeof label, "%s", name);
+    int64_t fmt;
+    if ((s = ma_gguf_get_i64(g, "molmoact.format", &fmt, err)) || (s = ma_gguf_get_str(g, "molmoact.component", comp, sizeof comp, err)))
+        return ma_error_wrap(err, s, "%s", label);
+    if (fmt != MA_CONTEXT_FORMAT) return ma_fail(err, MA_ERR_FORMAT, "%s: context format %lld (this build reads %d)", label, (long long)fmt, MA_CONTEXT_FORMAT);
+    if (strcmp(comp, SLOT_COMPONENT[slot])) return ma_fail(err, MA_ERR_FORMAT, "%s: holds component %s, expected %s", label, comp, SLOT_COMPONENT[slot]);
+    ma_dtype want;
+    if ((s = ma_gguf_get_str(g, "molmoact.precision", prec, sizeof prec, err))) return ma_error_wrap(err, s, "%s", label);
+    if (!precision_type(prec, &want)) return ma_fail(err, MA_ERR_FORMAT, "%s: unknown precision tag %s", label, prec);
+    for (size_t i = 0; i < g->n_tensors; i++) {
+        const ma_gguf_tensor *t = &g->tensors[i];
+        int vec = t->n_dims == 1 || !strncmp(t->name, "molmoact.", 9); /* vectors and f32 tables */
+        /* matrices: the tagged type, or f16 where rows do not fill quantisation blocks */
+        int ok = vec ? t->dtype == MA_DT_F32
+                     : (t->dtype == want || (t->dtype == MA_DT_F16 && (want == MA_DT_Q8_0 || want == MA_DT_Q4_0) && t->ne[0] % 32));
+        if (!ok) return ma_fail(err, MA_ERR_FORMAT, "%s: precision tag %s but tensor %s is %s", label, prec, t->name, ma_dtype_name(t->dtype));
+    }
+    int which = slot == 0 ? 0 : (slot <= 5 ? 1 : 2);
+    if (slot != 1) snprintf(m->precision[which], sizeof m->precision[which], "%s", prec);
+    const ma_gguf_kv *cj = ma_gguf_find_kv(g, "molmoact.config_json");
+    if (!cj || cj->type != MA_GGUF_STRING) return ma_fail(err, MA_ERR_FORMAT, "%s: metadata key molmoact.config_json is missing", label);
+    if (!*config_json) {
+        *config_json = malloc((size_t)cj->v.s.len + 1);
+        if (!*config_json) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+        memcpy(*config_json, cj->v.s.p, (size_t)cj->v.s.len);
+        (*config_json)[cj->v.s.len] = '\0';
+    } else if (strlen(*config_json) != cj->v.s.len || memcmp(*config_json, cj->v.s.p, (size_t)cj->v.s.len))
+        return ma_fail(err, MA_ERR_FORMAT, "%s: was compiled from a different model than the other contexts", label);
+    return MA_OK;
+}
+
+static ma_status check_context_ranges(ma_model *m, int slot, ma_error *err) {
+    char name[160];
+    ma_context_name(slot, NULL, name, sizeof name);
+    const ma_gguf *g = &m->ctx[slot];
+    ma_status s;
+    if (slot >= 2 && slot <= 5) {
+        int64_t first, last;
+        if ((s = ma_gguf_get_i64(g, "molmoact.layer_first", &first, err)) || (s = ma_gguf_get_i64(g, "molmoact.layer_last", &last, err)))
+            return ma_error_wrap(err, s, "%s", name);
+        if (first != m->split_first[slot - 2] || last != m->split_last[slot - 2])
+            return ma_fail(err, MA_ERR_FORMAT, "%s: holds layers [%lld, %lld), split %d is [%d, %d)", name, (long long)first,
+                           (long long)last, slot - 2, m->split_first[slot - 2], m->split_last[slot - 2]);
+    }
+    if (slot >= 6) {
+        int64_t seq;
+        if ((s = ma_gguf_get_i64(g, "molmoact.prompt_seq", &seq, err))) return ma_error_wrap(err, s, "%s", name);
+        int want = expected_prompt_seq();
+        if (want < 0) return ma_fail(err, MA_ERR_ARG, "MOLMOACT2_PROMPT_SEQ=%s is not a positive integer", getenv("MOLMOACT2_PROMPT_SEQ"));
+        if (seq != want)
+            return ma_fail(err, MA_ERR_FORMAT, "%s: shaped for prompt length %lld, MOLMOACT2_PROMPT_SEQ is %d", name, (long long)seq, want);
+        m->prompt_seq = (int)seq;
+    }
+    return MA_OK;
+}
+
+static ma_status weightset_from_contexts(ma_model *m, ma_error *err) {
+    size_t n = 0;
+    for (int i = 0; i < 8; i++) n += m->ctx[i].n_tensors;
+    const char **names = ma_calloc(n ? n : 1, sizeof *names, err, "names");
+    ma_dtype *dts = ma_calloc(n ? n : 1, sizeof *dts, err, "dtypes");
+    int *nds = ma_calloc(n ? n : 1, sizeof *nds, err, "ndims");
+    int64_t (*shapes)[MA_MAX_DIMS] = ma_calloc(n ? n : 1, sizeof *shapes, err, "shapes");
+    const void **datas = ma_calloc(n ? n : 1, sizeof *datas, err, "datas");
+    ma_status s = MA_ERR_NOMEM;
+    if (names && dts && nds && shapes && datas) {
+        size_t k = 0;
+        for (int i = 0; i < 8; i++)
+            for (size_t j = 0; j < m->ctx[i].n_tensors; j++, k++) {
+                const ma_gguf_tensor *t = &m->ctx[i].tensors[j];
+                names[k] = t->name;
+                dts[k] = t->dtype;
+                nds[k] = (int)t->n_dims;
+                for (uint32_t d = 0; d < t->n_dims; d++) shapes[k][d] = t->ne[t->n_dims - 1 - d];
+                datas[k] = t->data;
+            }
+        s = ma_ws_init(&m->ws, m->dir, n, names, dts, nds, (const int64_t (*)[MA_MAX_DIMS])shapes, datas, err);
+    }
+    free(names); free(dts); free(nds); free(shapes); free(datas);
+    return s;
+}
+
 ma_status ma_model_open(const char *dir, const char *norm_tag, ma_model *m, ma_error *err) {
+    return ma_model_open_parts(dir, norm_tag, MA_PART_ALL, m, err);
+}
+
+ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned parts, ma_model *m, ma_error *err) {
     memset(m, 0, sizeof *m);
     ma_status s;
+    char *config_json = NULL;
     m->dir = strdup(dir);
-    char *cfg_path = ma_path_join(dir, "config.json");
-    if (!m->dir || !cfg_path) { free(cfg_path); s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
-    s = ma_config_load(cfg_path, &m->cfg, err);
-    free(cfg_path);
-    if (s) goto fail;
-    char *ns_path = ma_path_join(dir, m->cfg.norm_stats_filename);
+    m->parts = parts;
+    if (!m->dir) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
+    m->from_contexts = ma_is_context_dir(dir);
+    if (m->from_contexts) {
+        for (int slot = 0; slot < 8; slot++)
+            if ((parts & slot_parts(slot)) && (s = open_context(m, slot, &config_json, err))) goto fail;
+        if (!config_json) { s = ma_fail(err, MA_ERR_ARG, "%s: no context requested", dir); goto fail; }
+        if ((s = ma_config_parse(config_json, dir, &m->cfg, err))) goto fail;
+    } else {
+        char *cfg_path = ma_path_join(dir, "config.json");
+        if (!cfg_path) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
+        s = ma_config_load(cfg_path, &m->cfg, err);
+        free(cfg_path);
+        if (s) goto fail;
+    }
+    const ma_config *c = &m->cfg;
+    ma_split_ranges(c->layers, m->split_first, m->split_last);
+    if (m->from_contexts)
+        for (int slot = 0; slot < 8; slot++)
+            if ((parts & slot_parts(slot)) && (s = check_context_ranges(m, slot, err))) goto fail;
+    char *ns_path = ma_path_join(dir, c->norm_stats_filename);
     if (!ns_path) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
     s = ma_normstats_load(ns_path, norm_tag ? norm_tag : "libero", &m->ns, err);
     free(ns_path);
     if (s) goto fail;
-    if ((s = ma_st_open(&m->st, dir, err)) || (s = build_weightset(m, err))) goto fail;
-    const ma_config *c = &m->cfg;
-    if ((s = ma_vision_bind(&m->ws, c, &m->vision, err))) goto fail;
-    if ((s = ma_embed_bind(&m->ws, c, &m->embed, err))) goto fail;
-    ma_split_ranges(c->layers, m->split_first, m->split_last);
+    if (m->from_contexts) s = weightset_from_contexts(m, err);
+    else if (!(s = ma_st_open(&m->st, dir, err))) s = build_weightset(m, err);
+    if (s) goto fail;
+    if ((parts & MA_PART_VISION) && (s = ma_vision_bind(&m->ws, c, &m->vision, err))) goto fail;
+    if ((parts & MA_PART_EMBED) && (s = ma_embed_bind(&m->ws, c, &m->embed, err))) goto fail;
     for (int i = 0; i < MA_NUM_SPLITS; i++)
-        if ((s = ma_llm_bind(&m->ws, c, m->split_first[i], m->split_last[i], &m->llm[i], err))) goto fail;
-    if ((s = ma_expert_bind(&m->ws, c, 1, 1, &m->expert, err))) goto fail;
+        if ((parts & MA_PART_LLM(i)) && (s = ma_llm_bind(&m->ws, c, m->split_first[i], m->split_last[i], &m->llm[i], err))) goto fail;
+    if ((parts & (MA_PART_ACTION_CONTEXT | MA_PART_ACTION_STEP)) &&
+        (s = ma_expert_bind(&m->ws, c, !!(parts & MA_PART_ACTION_CONTEXT), !!(parts & MA_PART_ACTION_STEP), &m->expert, err))) goto fail;
     /* present in released checkpoints, unused by continuous-action inference */
     ma_ws_ignore(&m->ws, "lm_head.weight");
     ma_ws_ignore(&m->ws, "model.transformer.ln_f.weight");
     ma_ws_ignore(&m->ws, "model.transformer.rotary_emb.inv_freq");
-    if ((s = ma_ws_check_unused(&m->ws, err))) goto fail;
-    m->tokens_per_image = ma_vision_tokens(c, &m->vision);
+    if ((m->from_contexts || parts == MA_PART_ALL) && (s = ma_ws_check_unused(&m->ws, err))) goto fail;
+    if (parts & MA_PART_VISION) m->tokens_per_image = ma_vision_tokens(c, &m->vision);
+    else {
+        /* the sampler's size without binding the vision weights */
+        m->tokens_per_image = c->pooled_h * c->pooled_w;
+        for (size_t i = 0; i < m->ws.count; i++) {
+            const char *nm = m->ws.refs[i].name;
+            size_t l = strlen(nm);
+            if (l >= 18 && !strcmp(nm + l - 18, "scout_mlp.2.weight") && m->ws.refs[i].ndim == 2)
+                m->tokens_per_image = (int)(m->ws.refs[i].shape[0] / 2);
+        }
+        if (m->from_contexts) {
+            int64_t k;
+            if (ma_gguf_get_i64(&m->ctx[1], "molmoact.tokens_per_image", &k, NULL) == MA_OK) m->tokens_per_image = (int)k;
+        }
+    }
     if ((s = read_processor(m, err))) goto fail;
     char *tok_path = ma_path_join(dir, "tokenizer.json");
     if (!tok_path) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
-    if (ma_is_file(tok_path)) s = ma_tokenizer_load(tok_path, &m->tok, err);
+    if ((parts & MA_PART_EMBED) && ma_is_file(tok_path)) s = ma_tokenizer_load(tok_path, &m->tok, err);
     free(tok_path);
     if (s) goto fail;
     if (m->ns.action.dim > c->max_action_dim) {
         s = ma_fail(err, MA_ERR_FORMAT, "%s: norm_stats action dim %d exceeds max_action_dim %d", dir, m->ns.action.dim, c->max_action_dim);
         goto fail;
     }
+    free(config_json);
     return MA_OK;
 fail:
+    free(config_json);
     ma_model_close(m);
     return s;
 }
@@ -105,6 +292,7 @@ void ma_model_close(ma_model *m) {
     ma_tokenizer_free(m->tok);
     ma_ws_free(&m->ws);
     ma_st_close(&m->st);
+    for (int i = 0; i < 8; i++) ma_gguf_close(&m->ctx[i]);
     free(m->dir);
     memset(m, 0, sizeof *m);
 }

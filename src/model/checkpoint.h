@@ -5,14 +5,33 @@
 #ifndef MA_CHECKPOINT_H
 #define MA_CHECKPOINT_H
 
+#include "io/gguf.h"
 #include "io/safetensors.h"
 #include "model/hostglue.h"
 #include "model/model.h"
 #include "model/normstats.h"
 #include "model/tokenizer.h"
 
+/* components a process binds (a worker opens only its own) */
+enum {
+    MA_PART_VISION = 1u << 0,
+    MA_PART_EMBED = 1u << 1,
+    MA_PART_LLM0 = 1u << 2, /* LLM1..3 follow */
+    MA_PART_ACTION_CONTEXT = 1u << 6,
+    MA_PART_ACTION_STEP = 1u << 7,
+    MA_PART_ALL = 0xffu,
+};
+#define MA_PART_LLM(i) (MA_PART_LLM0 << (i))
+
+#define MA_CONTEXT_FORMAT 1
+
 typedef struct ma_model {
     char *dir;
+    unsigned parts;
+    int from_contexts;
+    ma_gguf ctx[8];     /* vision, embed, llm_split0..3, action_context, action_step */
+    char precision[3][8]; /* vision, llm, action: as the contexts say ("" for a checkpoint) */
+    int prompt_seq;     /* contexts: the prompt length the action context is shaped for */
     ma_config cfg;
     ma_safetensors st;
     ma_weightset ws;
@@ -27,8 +46,16 @@ typedef struct ma_model {
     int col_tokens;    /* processor_config.json: <im_col> after each pooled row (original variant) */
 } ma_model;
 
-/* norm_tag: the norm_stats.json tag ("libero") */
+/* norm_tag: the norm_stats.json tag ("libero"). dir is a Hugging Face checkpoint directory or a
+ * context directory written by `molmoact compile` (VISION_CTX_SUFFIX, LLM_CTX_SUFFIX and
+ * ACTION_CTX_SUFFIX pick context variants; MOLMOACT2_PROMPT_SEQ, default 128, must match the
+ * action contexts). ma_model_open binds everything; ma_model_open_parts only the given parts. */
 ma_status ma_model_open(const char *dir, const char *norm_tag, ma_model *m, ma_error *err);
+ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned parts, ma_model *m, ma_error *err);
+/* the context file name of slot i (0 vision, 1 embed, 2..5 llm_split0..3, 6 action_context,
+ * 7 action_step) with the suffix from the environment (or `suffix` when not NULL) */
+void ma_context_name(int slot, const char *suffix, char *out, size_t cap);
+int ma_is_context_dir(const char *dir);
 void ma_model_close(ma_model *m);
 
 #endif

@@ -21,14 +21,29 @@ ma_status ma_expert_bind(ma_weightset *ws, const ma_config *cfg, int context, in
         M(ctx_v, AE "context_v_proj.weight", d, kvd);
     }
     if (!step) return MA_OK;
-    M(t1, AE "time_embed.1.weight", d, cfg->e_time_dim);
-    V(t1_b, AE "time_embed.1.bias", d);
-    M(t2, AE "time_embed.3.weight", d, d);
-    V(t2_b, AE "time_embed.3.bias", d);
+    /* contexts carry the modulations of the compiled timesteps instead of the weights making them */
+    ma_wref *mt = ma_ws_find(ws, "molmoact.step_modulations"), *ft = ma_ws_find(ws, "molmoact.final_modulations");
+    int table = mt && ft;
+    if (table) {
+        if (mt->dtype != MA_DT_F32 || ft->dtype != MA_DT_F32 || mt->ndim != 2 || ft->ndim != 2 || mt->shape[0] != cfg->flow_steps ||
+            ft->shape[0] != cfg->flow_steps || mt->shape[1] != (int64_t)cfg->e_layers * 9 * d || ft->shape[1] != 2 * d)
+            return ma_fail(err, MA_ERR_SHAPE, "%s: the modulation tables do not match %d steps x %d blocks x %d", ws->label,
+                           cfg->flow_steps, cfg->e_layers, d);
+        mt->used = ft->used = 1;
+        w->mod_table = mt->data;
+        w->final_table = ft->data;
+        w->table_steps = cfg->flow_steps;
+    }
+    if (!table || ma_ws_find(ws, AE "time_embed.1.weight")) {
+        M(t1, AE "time_embed.1.weight", d, cfg->e_time_dim);
+        V(t1_b, AE "time_embed.1.bias", d);
+        M(t2, AE "time_embed.3.weight", d, d);
+        V(t2_b, AE "time_embed.3.bias", d);
+        M(final_mod, AE "final_layer.modulation.linear.weight", 2 * d, d);
+        V(final_mod_b, AE "final_layer.modulation.linear.bias", 2 * d);
+    }
     M(action_embed, AE "action_embed.weight", d, Da);
     V(ae_b, AE "action_embed.bias", d);
-    M(final_mod, AE "final_layer.modulation.linear.weight", 2 * d, d);
-    V(final_mod_b, AE "final_layer.modulation.linear.bias", 2 * d);
     M(final_lin, AE "final_layer.linear.weight", Da, d);
     V(final_lin_b, AE "final_layer.linear.bias", Da);
 #undef M
@@ -47,7 +62,7 @@ ma_status ma_expert_bind(ma_weightset *ws, const ma_config *cfg, int context, in
         BM(gate, "mlp.gate_proj", inner, d);           BV(gate_b, "mlp.gate_proj", inner);
         BM(up, "mlp.up_proj", inner, d);               BV(up_b, "mlp.up_proj", inner);
         BM(down, "mlp.down_proj", d, inner);           BV(down_b, "mlp.down_proj", d);
-        BM(mod, "modulation.linear", 9 * d, d);        BV(mod_b, "modulation.linear", 9 * d);
+        if (!table || w->t1.data) { BM(mod, "modulation.linear", 9 * d, d); BV(mod_b, "modulation.linear", 9 * d); }
 #undef BM
 #undef BV
     }
@@ -120,14 +135,32 @@ done:
     return s;
 }
 
+ma_status ma_expert_modulations(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, float t, float *mods, float *final,
+                                ma_error *err) {
+    const int d = cfg->e_hidden;
+    float *c = ma_malloc((size_t)d, sizeof(float), err, "expert");
+    if (!c) return MA_ERR_NOMEM;
+    ma_status s = time_conditioning(cfg, w, kc, t, c, err);
+    if (!s) ma_activate(c, d, MA_ACT_SILU); /* the modulations see SiLU(c) */
+    for (int l = 0; l < w->n_blocks && !s; l++) s = ma_linear(kc, c, 1, &w->blocks[l].mod, w->blocks[l].mod_b, mods + (size_t)l * 9 * d, err);
+    if (!s) s = ma_linear(kc, c, 1, &w->final_mod, w->final_mod_b, final, err);
+    free(c);
+    return s;
+}
+
+/* the precomputed row for t when t is one of the table's timesteps, else -1 */
+static int table_row(const ma_expert_w *w, float t) {
+    for (int i = 0; i < w->table_steps; i++)
+        if ((float)((double)i / w->table_steps) == t) return i;
+    return -1;
+}
+
 ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, const float *xin, int64_t A, float t,
                          const float *ctx_k, const float *ctx_v, int64_t S, const uint8_t *cross_valid, float *velocity,
                          ma_error *err) {
     const int d = cfg->e_hidden, H = cfg->e_heads, hd = cfg->e_head_dim, inner = cfg->e_inner;
     ma_status s = MA_OK;
-    float *c = ma_malloc((size_t)d, sizeof(float), err, "expert");
-    float *sc = ma_malloc((size_t)d, sizeof(float), err, "expert");
-    float *mod = ma_malloc((size_t)(9 * d), sizeof(float), err, "expert");
+    float *mods = NULL, *fin = NULL;
     float *x = ma_malloc((size_t)(A * d), sizeof(float), err, "expert");
     float *h = ma_malloc((size_t)(A * d), sizeof(float), err, "expert");
     float *qkv = ma_malloc((size_t)(A * 3 * d), sizeof(float), err, "expert");
@@ -135,17 +168,28 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
     float *att = ma_malloc((size_t)(A * d), sizeof(float), err, "expert");
     float *g = ma_malloc((size_t)(A * inner), sizeof(float), err, "expert");
     float *u = ma_malloc((size_t)(A * inner), sizeof(float), err, "expert");
-    if (!c || !sc || !mod || !x || !h || !qkv || !q || !att || !g || !u) { s = MA_ERR_NOMEM; goto done; }
-    if ((s = time_conditioning(cfg, w, kc, t, c, err))) goto done;
-    memcpy(sc, c, sizeof(float) * (size_t)d);
-    ma_activate(sc, d, MA_ACT_SILU);   /* the modulations see SiLU(c) */
+    if (!x || !h || !qkv || !q || !att || !g || !u) { s = MA_ERR_NOMEM; goto done; }
+    const float *mod_all, *final_mod;
+    int row = table_row(w, t);
+    if (row >= 0) {
+        mod_all = w->mod_table + (size_t)row * w->n_blocks * 9 * d;
+        final_mod = w->final_table + (size_t)row * 2 * d;
+    } else {
+        if (!w->blocks || !w->blocks[0].mod.data) { s = ma_fail(err, MA_ERR_RANGE, "action_step: t = %g is not one of the compiled timesteps", t); goto done; }
+        mods = ma_malloc((size_t)w->n_blocks * 9 * d, sizeof(float), err, "expert");
+        fin = ma_malloc((size_t)2 * d, sizeof(float), err, "expert");
+        if (!mods || !fin) { s = MA_ERR_NOMEM; goto done; }
+        if ((s = ma_expert_modulations(cfg, w, kc, t, mods, fin, err))) goto done;
+        mod_all = mods;
+        final_mod = fin;
+    }
     if ((s = ma_linear(kc, xin, A, &w->action_embed, w->ae_b, x, err))) goto done;
     const int64_t ctx_layer = S * H * hd;
     ma_attn_mask self_mask = {NULL, cfg->e_causal, NULL};
     ma_attn_mask cross_mask = {cross_valid, 0, NULL};
     for (int l = 0; l < w->n_blocks; l++) {
         const ma_expert_block_w *b = &w->blocks[l];
-        if ((s = ma_linear(kc, sc, 1, &b->mod, b->mod_b, mod, err))) goto done;
+        const float *mod = mod_all + (size_t)l * 9 * d;
         const float *shift_msa = mod, *scale_msa = mod + d, *gate_msa = mod + 2 * d;
         const float *shift_mca = mod + 3 * d, *scale_mca = mod + 4 * d, *gate_mca = mod + 5 * d;
         const float *shift_mlp = mod + 6 * d, *scale_mlp = mod + 7 * d, *gate_mlp = mod + 8 * d;
@@ -191,11 +235,10 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
         if ((s = ma_linear(kc, g, A, &b->down, b->down_b, h, err))) goto done;
         gated_add(x, h, A, d, gate_mlp);
     }
-    if ((s = ma_linear(kc, sc, 1, &w->final_mod, w->final_mod_b, mod, err))) goto done;
     ma_rmsnorm(x, A, d, NULL, 1e-6f);
-    modulate(x, A, d, mod, mod + d);
+    modulate(x, A, d, final_mod, final_mod + d);
     s = ma_linear(kc, x, A, &w->final_lin, w->final_lin_b, velocity, err);
 done:
-    free(c); free(sc); free(mod); free(x); free(h); free(qkv); free(q); free(att); free(g); free(u);
+    free(mods); free(fin); free(x); free(h); free(qkv); free(q); free(att); free(g); free(u);
     return s;
 }

@@ -98,11 +98,19 @@ typedef struct ma_expert_w {
     float *t1_b, *t2_b, *ae_b, *final_mod_b, *final_lin_b;
     ma_expert_block_w *blocks;
     int n_blocks;
+    /* optional: adaLN modulations precomputed for the flow timesteps t_i = i / steps (contexts
+     * carry them; they depend only on t): [steps, L, 9*d] and [steps, 2*d] */
+    const float *mod_table, *final_table;
+    int table_steps;
 } ma_expert_w;
 
 /* bind the context projections (what action_context needs) and/or the step weights */
 ma_status ma_expert_bind(ma_weightset *ws, const ma_config *cfg, int context, int step, ma_expert_w *w, ma_error *err);
 void ma_expert_unbind(ma_expert_w *w);
+
+/* adaLN modulations for time t: mods [L, 9*d] (shift/scale/gate x msa/mca/mlp) and final [2*d] */
+ma_status ma_expert_modulations(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, float t, float *mods, float *final,
+                                ma_error *err);
 
 /* k, v [L, S, kvh*hd] -> ctx_k, ctx_v [L, S, He, hde] */
 ma_status ma_expert_context(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, const float *k, const float *v,

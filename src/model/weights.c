@@ -127,7 +127,7 @@ ma_status ma_ws_vec(ma_weightset *ws, const char *name, int64_t n, float **out, 
 void ma_ws_ignore(ma_weightset *ws, const char *name) {
     size_t len = strlen(name);
     for (size_t i = 0; i < ws->count; i++)
-        if (strncmp(ws->refs[i].name, name, len) == 0) ws->refs[i].used = 1;
+        if (strncmp(ws->refs[i].name, name, len) == 0) ws->refs[i].used = 2; /* known, not needed */
 }
 
 ma_status ma_ws_check_unused(const ma_weightset *ws, ma_error *err) {

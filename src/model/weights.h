@@ -21,7 +21,7 @@ typedef struct ma_wref {
     int ndim;
     int64_t shape[MA_MAX_DIMS];
     const void *data;
-    int used;
+    int used; /* 0 unclaimed, 1 bound, 2 known but not needed (ma_ws_ignore) */
 } ma_wref;
 
 typedef struct ma_weightset {

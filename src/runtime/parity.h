@@ -24,10 +24,17 @@ typedef struct ma_parity_report {
     ma_parity_row *rows;
     size_t n, cap;
     double gate, action_cosine;
+    int end_to_end_only; /* quantised contexts: session rows are reported, only the actions gated */
     int pass;
 } ma_parity_report;
 
+/* the documented gate for a model's precisions: 0.9999 on every row for f16/bf16/f32 weights;
+ * for quantised contexts the end-to-end actions only, 0.999 with q8_0 and 0.99 with q4_0 */
+double ma_parity_default_gate(const ma_model *m, int *end_to_end_only);
+
 ma_status ma_parity_run(const ma_model *m, const char *golden_dir, double gate, ma_parity_report *rep, ma_error *err);
+/* the same with the gate applied to the end-to-end actions only */
+ma_status ma_parity_run_e2e(const ma_model *m, const char *golden_dir, double gate, ma_parity_report *rep, ma_error *err);
 void ma_parity_print(const ma_parity_report *rep, FILE *f, int json);
 void ma_parity_free(ma_parity_report *rep);
 

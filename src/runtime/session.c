@@ -63,6 +63,12 @@ ma_status ma_session_open(const ma_model *m, const char *name, ma_session **out,
         ma_session_close(s);
         return ma_fail(err, MA_ERR_ARG, "unknown session %s (vision, llm_split0..3, action_context, action_step)", name);
     }
+    unsigned need = s->kind == MA_SESS_VISION ? MA_PART_VISION : s->kind == MA_SESS_LLM ? MA_PART_LLM(s->split)
+                    : s->kind == MA_SESS_ACTION_CONTEXT ? MA_PART_ACTION_CONTEXT : MA_PART_ACTION_STEP;
+    if (!(m->parts & need)) {
+        ma_session_close(s);
+        return ma_fail(err, MA_ERR_ARG, "session %s: its weights are not loaded in this process", name);
+    }
     *out = s;
     return MA_OK;
 }

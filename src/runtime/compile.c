@@ -1,0 +1,159 @@
+#define _POSIX_C_SOURCE 200809L
+#include "runtime/compile.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "io/gguf.h"
+#include "io/mapfile.h"
+#include "kernels/kernels.h"
+#include "kernels/quant.h"
+#include "model/checkpoint.h"
+
+static int parse_precision(const char *p, ma_dtype *dt) {
+    if (!strcmp(p, "f16")) *dt = MA_DT_F16;
+    else if (!strcmp(p, "bf16")) *dt = MA_DT_BF16;
+    else if (!strcmp(p, "q8_0")) *dt = MA_DT_Q8_0;
+    else if (!strcmp(p, "q4_0")) *dt = MA_DT_Q4_0;
+    else return 0;
+    return 1;
+}
+
+/* does checkpoint tensor `name` belong to context slot s? */
+static int in_slot(const ma_model *m, int slot, const char *name) {
+    switch (slot) {
+    case 0: return !strncmp(name, "model.vision_backbone.", 22);
+    case 1: return !strncmp(name, "model.transformer.wte.", 22);
+    case 6: return !strcmp(name, "model.action_expert.context_k_proj.weight") || !strcmp(name, "model.action_expert.context_v_proj.weight");
+    case 7: return !strncmp(name, "model.action_expert.", 20) && !in_slot(m, 6, name);
+    default: {
+        int split = slot - 2;
+        int layer;
+        if (sscanf(name, "model.transformer.blocks.%d.", &layer) != 1) return 0;
+        return layer >= m->split_first[split] && layer < m->split_last[split];
+    }
+    }
+}
+
+static ma_status copy_host_file(const char *from_dir, const char *to_dir, const char *name, int required, ma_error *err) {
+    char *src = ma_path_join(from_dir, name), *dst = ma_path_join(to_dir, name);
+    ma_status s = MA_OK;
+    if (!src || !dst) s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    else if (ma_is_file(src)) {
+        char *buf;
+        size_t len;
+        if (!(s = ma_read_file(src, 512u << 20, &buf, &len, err))) {
+            s = ma_write_file(dst, buf, len, err);
+            free(buf);
+        }
+    } else if (required) s = ma_fail(err, MA_ERR_IO, "%s: missing", src);
+    free(src);
+    free(dst);
+    return s;
+}
+
+static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, const char *config_json, const char *prec,
+                            ma_dtype mat_type, const ma_compile_opts *o, ma_error *err) {
+    static const char *COMPONENT[8] = {"vision", "embed", "llm", "llm", "llm", "llm", "action_context", "action_step"};
+    ma_gguf_writer *w = ma_gguf_writer_new();
+    if (!w) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    void **bufs = calloc(m->ws.count + 1, sizeof *bufs);
+    float *row = NULL;
+    ma_status s = bufs ? MA_OK : ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    size_t nb = 0;
+    if (!s) s = ma_gguf_set_str(w, "general.architecture", "molmoact2", err);
+    if (!s) s = ma_gguf_set_i64(w, "molmoact.format", MA_CONTEXT_FORMAT, err);
+    if (!s) s = ma_gguf_set_str(w, "molmoact.component", COMPONENT[slot], err);
+    if (!s) s = ma_gguf_set_str(w, "molmoact.precision", prec, err);
+    if (!s) s = ma_gguf_set_str(w, "molmoact.config_json", config_json, err);
+    if (!s && slot >= 2 && slot <= 5) {
+        s = ma_gguf_set_i64(w, "molmoact.layer_first", m->split_first[slot - 2], err);
+        if (!s) s = ma_gguf_set_i64(w, "molmoact.layer_last", m->split_last[slot - 2], err);
+    }
+    if (!s && slot >= 6) s = ma_gguf_set_i64(w, "molmoact.prompt_seq", o->prompt_seq, err);
+    if (!s && slot == 1) s = ma_gguf_set_i64(w, "molmoact.tokens_per_image", m->tokens_per_image, err);
+    float *mods = NULL, *fins = NULL;
+    if (!s && slot == 7) {
+        /* the modulations depend only on t: evaluate them once for the flow timesteps, in f32 from
+         * the checkpoint's weights, so the context needs neither time_embed nor modulation weights */
+        const ma_config *c = &m->cfg;
+        const int d = c->e_hidden, steps = c->flow_steps;
+        mods = ma_malloc((size_t)steps * c->e_layers * 9 * d, sizeof(float), err, "modulation table");
+        fins = ma_malloc((size_t)steps * 2 * d, sizeof(float), err, "modulation table");
+        ma_kctx kc;
+        ma_kctx_init(&kc);
+        if (!mods || !fins) s = MA_ERR_NOMEM;
+        for (int i = 0; i < steps && !s; i++)
+            s = ma_expert_modulations(c, &m->expert, &kc, (float)((double)i / steps), mods + (size_t)i * c->e_layers * 9 * d,
+                                      fins + (size_t)i * 2 * d, err);
+        ma_kctx_free(&kc);
+        int64_t ms[2] = {steps, (int64_t)c->e_layers * 9 * d}, fs[2] = {steps, 2 * d};
+        if (!s) s = ma_gguf_add_tensor(w, "molmoact.step_modulations", MA_DT_F32, 2, ms, mods, err);
+        if (!s) s = ma_gguf_add_tensor(w, "molmoact.final_modulations", MA_DT_F32, 2, fs, fins, err);
+    }
+    for (size_t i = 0; i < m->ws.count && !s; i++) {
+        const ma_wref *r = &m->ws.refs[i];
+        if (r->used != 1 || !in_slot(m, slot, r->name)) continue;
+        if (slot == 7 && (strstr(r->name, "modulation.linear") || strstr(r->name, "time_embed."))) continue;
+        ma_dtype dt = r->ndim == 1 ? MA_DT_F32 : mat_type;
+        int64_t rows = r->ndim == 1 ? 1 : r->shape[0], cols = r->ndim == 1 ? r->shape[0] : r->shape[1];
+        if ((dt == MA_DT_Q8_0 || dt == MA_DT_Q4_0) && cols % 32) dt = MA_DT_F16;
+        if (r->ndim > 2) { s = ma_fail(err, MA_ERR_UNSUPPORTED, "tensor %s has %d dims", r->name, r->ndim); break; }
+        size_t bytes;
+        if ((s = ma_shape_nbytes(dt, r->ndim, r->shape, &bytes, err))) break;
+        void *buf = malloc(bytes ? bytes : 1);
+        float *nr = realloc(row, sizeof(float) * (size_t)cols);
+        if (!buf || !nr) { free(buf); if (nr) row = nr; s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", r->name); break; }
+        row = nr;
+        bufs[nb++] = buf;
+        size_t row_bytes = bytes / (size_t)rows;
+        for (int64_t k = 0; k < rows; k++) {
+            ma_convert_to_f32(r->dtype, r->data, k * cols, cols, row);
+            ma_convert_from_f32(dt, row, cols, (uint8_t *)buf + (size_t)k * row_bytes);
+        }
+        s = ma_gguf_add_tensor(w, r->name, dt, r->ndim, r->shape, buf, err);
+    }
+    if (!s) {
+        char name[160];
+        ma_context_name(slot, o->suffix ? o->suffix : "", name, sizeof name);
+        char *path = ma_path_join(out_dir, name);
+        s = path ? ma_gguf_write(w, path, err) : ma_fail(err, MA_ERR_NOMEM, "out of memory");
+        free(path);
+    }
+    for (size_t i = 0; i < nb; i++) free(bufs[i]);
+    free(bufs);
+    free(row);
+    free(mods);
+    free(fins);
+    ma_gguf_writer_free(w);
+    return s;
+}
+
+ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_opts *o, ma_error *err) {
+    ma_dtype tv, tl, ta;
+    if (!parse_precision(o->vision, &tv)) return ma_fail(err, MA_ERR_ARG, "--vision %s: precision must be f16, bf16, q8_0 or q4_0", o->vision);
+    if (!parse_precision(o->llm, &tl)) return ma_fail(err, MA_ERR_ARG, "--llm %s: precision must be f16, bf16, q8_0 or q4_0", o->llm);
+    if (!parse_precision(o->action, &ta)) return ma_fail(err, MA_ERR_ARG, "--action %s: precision must be f16, bf16, q8_0 or q4_0", o->action);
+    if (o->prompt_seq < 1) return ma_fail(err, MA_ERR_ARG, "prompt length %d", o->prompt_seq);
+    if (ma_is_context_dir(hf_dir)) return ma_fail(err, MA_ERR_ARG, "%s is already a context directory", hf_dir);
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) return ma_fail(err, MA_ERR_IO, "%s: cannot create: %s", out_dir, strerror(errno));
+    ma_model m;
+    ma_status s = ma_model_open(hf_dir, "libero", &m, err);
+    if (s) return s;
+    char *cfg_path = ma_path_join(hf_dir, "config.json"), *config_json = NULL;
+    s = cfg_path ? ma_read_file(cfg_path, 16u << 20, &config_json, NULL, err) : MA_ERR_NOMEM;
+    free(cfg_path);
+    const char *precs[8] = {o->vision, o->llm == NULL ? "f16" : "f16", o->llm, o->llm, o->llm, o->llm, o->action, o->action};
+    /* the host embedding table stays f16 (bf16 when the LLM is bf16): a lookup reads one row */
+    ma_dtype types[8] = {tv, tl == MA_DT_BF16 ? MA_DT_BF16 : MA_DT_F16, tl, tl, tl, tl, ta, ta};
+    precs[1] = tl == MA_DT_BF16 ? "bf16" : "f16";
+    for (int slot = 0; slot < 8 && !s; slot++) s = write_slot(&m, slot, out_dir, config_json, precs[slot], types[slot], o, err);
+    const char *host[] = {m.cfg.norm_stats_filename, "tokenizer.json", "processor_config.json", "config.json"};
+    for (int i = 0; i < 4 && !s; i++) s = copy_host_file(hf_dir, out_dir, host[i], i == 0, err);
+    free(config_json);
+    ma_model_close(&m);
+    return s;
+}

@@ -1,0 +1,23 @@
+/* `molmoact compile`: a Hugging Face checkpoint directory -> one GGUF context per session
+ * (vision, llm_split0..3, action_context, action_step) plus the host files (embed.gguf with the
+ * embedding table, norm_stats.json, tokenizer.json, processor_config.json, config.json).
+ *
+ * Every context carries: molmoact.format, molmoact.component, molmoact.precision, the full
+ * config.json (molmoact.config_json), and per component the layer range (llm) or the prompt length
+ * the action context is shaped for (molmoact.prompt_seq). Tensors keep their checkpoint names;
+ * matrices are stored in the component's precision (f16, bf16, q8_0, q4_0; rows that do not fill
+ * 32-value blocks fall back to f16), vectors in f32. */
+#ifndef MA_COMPILE_H
+#define MA_COMPILE_H
+
+#include "core/error.h"
+
+typedef struct ma_compile_opts {
+    const char *vision, *llm, *action; /* precisions */
+    const char *suffix;                /* appended to the session context names */
+    int prompt_seq;
+} ma_compile_opts;
+
+ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_opts *o, ma_error *err);
+
+#endif

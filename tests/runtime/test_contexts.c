@@ -1,0 +1,206 @@
+/* GGUF contexts: compile, open (suffixes, prompt length), parity equal to the checkpoint's in
+ * f16, documented gates in q8_0 / q4_0, refusal of corrupt or mismatched contexts. */
+#define _POSIX_C_SOURCE 200809L
+#include "../test_util.h"
+
+#include "io/npz.h"
+#include "runtime/compile.h"
+#include "runtime/parity.h"
+#include "runtime/pipeline.h"
+
+#define TINY MA_SOURCE_DIR "/assets/tiny-grid/model"
+#define TINY_GOLDEN MA_SOURCE_DIR "/assets/tiny-grid/golden"
+
+static void compile(const char *src, const char *dir, const char *v, const char *l, const char *a, const char *suffix) {
+    ma_compile_opts o = {v, l, a, suffix, 128};
+    ma_error err = {0};
+    if (ma_compile(src, dir, &o, &err)) fail_msg("compile: %s", err.msg);
+}
+
+/* the demo observation's actions through a model */
+static void actions_of(const char *model_dir, float *out70) {
+    ma_model m;
+    ma_error err = {0};
+    if (ma_model_open(model_dir, "libero", &m, &err)) fail_msg("%s", err.msg);
+    ma_npz v, st;
+    assert_int_equal(ma_npz_read(TINY_GOLDEN "/vision_io.npz", &v, &err), MA_OK);
+    assert_int_equal(ma_npz_read(TINY_GOLDEN "/step0_boundary.npz", &st, &err), MA_OK);
+    const ma_tensor *px = ma_npz_get(&v, "pixels"), *ids = ma_npz_get(&st, "input_ids"), *nz = ma_npz_get(&st, "noise");
+    ma_runner r;
+    assert_int_equal(ma_runner_open(&m, &r, &err), MA_OK);
+    ma_obs obs = {px->data, 2, ids->data, ids->shape[0], nz->data, 0};
+    ma_result res;
+    if (ma_runner_run(&r, &obs, &res, NULL, &err)) fail_msg("%s", err.msg);
+    memcpy(out70, res.actions, sizeof(float) * 70);
+    ma_result_free(&res);
+    ma_runner_close(&r);
+    ma_npz_free(&v);
+    ma_npz_free(&st);
+    ma_model_close(&m);
+}
+
+static void test_f16_contexts_equal_checkpoint(void **state) {
+    (void)state;
+    char dir[1024];
+    tu_tmpdir(dir, sizeof dir, "ctx-f16");
+    compile(TINY, dir, "f16", "f16", "f16", "");
+    float a[70], b[70];
+    actions_of(TINY, a);
+    actions_of(dir, b);
+    assert_memory_equal(a, b, sizeof a); /* same stored weights: bit-identical */
+    ma_model m;
+    ma_error err = {0};
+    assert_int_equal(ma_model_open(dir, "libero", &m, &err), MA_OK);
+    assert_true(m.from_contexts);
+    assert_string_equal(m.precision[1], "f16");
+    ma_parity_report rep;
+    assert_int_equal(ma_parity_run(&m, TINY_GOLDEN, 0.9999, &rep, &err), MA_OK);
+    assert_true(rep.pass);
+    ma_parity_free(&rep);
+    ma_model_close(&m);
+    tu_rmdir(dir);
+}
+
+static void gate(const char *src, const char *golden, const char *prec, double threshold) {
+    char dir[1024];
+    tu_tmpdir(dir, sizeof dir, prec);
+    compile(src, dir, prec, prec, prec, "");
+    ma_model m;
+    ma_error err = {0};
+    assert_int_equal(ma_model_open(dir, "libero", &m, &err), MA_OK);
+    int e2e;
+    double g = ma_parity_default_gate(&m, &e2e);
+    assert_true(e2e && g == threshold);
+    ma_parity_report rep;
+    assert_int_equal(ma_parity_run_e2e(&m, golden, g, &rep, &err), MA_OK);
+    printf("  %-52s %-5s end-to-end action cosine %.6f (gate %.3g)\n", src, prec, rep.action_cosine, g);
+    if (!rep.pass) { ma_parity_print(&rep, stderr, 0); fail_msg("%s %s below its gate", src, prec); }
+    ma_parity_free(&rep);
+    ma_model_close(&m);
+    tu_rmdir(dir);
+}
+
+static void test_quantised_gates(void **state) {
+    (void)state;
+    gate(TINY, TINY_GOLDEN, "q8_0", 0.999);
+    gate(TINY, TINY_GOLDEN, "q4_0", 0.99);
+    gate(MA_SOURCE_DIR "/assets/tiny-original/model", MA_SOURCE_DIR "/assets/tiny-original/golden", "q8_0", 0.999);
+    gate(MA_SOURCE_DIR "/assets/tiny-original/model", MA_SOURCE_DIR "/assets/tiny-original/golden", "q4_0", 0.99);
+    const char *root = getenv("MOLMOACT_TEST_GOLDENS");
+    char bm[1200], bg[1200];
+    if (root && !getenv("MOLMOACT_SKIP_BENCH_CONTEXTS")) { /* the sanitizer run skips the slow bench compile */
+        snprintf(bm, sizeof bm, "%s/bench-grid/model", root);
+        snprintf(bg, sizeof bg, "%s/bench-grid/golden", root);
+        if (ma_is_dir(bm)) {
+            gate(bm, bg, "q8_0", 0.999);
+            gate(bm, bg, "q4_0", 0.99);
+        }
+    }
+}
+
+static void test_suffixes_and_prompt_length(void **state) {
+    (void)state;
+    char dir[1024];
+    tu_tmpdir(dir, sizeof dir, "ctx-sfx");
+    compile(TINY, dir, "f16", "f16", "f16", "");
+    compile(TINY, dir, "f16", "q4_0", "q8_0", "_w4a16");
+    ma_model m;
+    ma_error err = {0};
+    setenv("LLM_CTX_SUFFIX", "_w4a16", 1);
+    assert_int_equal(ma_model_open(dir, "libero", &m, &err), MA_OK);
+    assert_string_equal(m.precision[0], "f16");
+    assert_string_equal(m.precision[1], "q4_0");
+    assert_string_equal(m.precision[2], "f16");
+    ma_model_close(&m);
+    setenv("ACTION_CTX_SUFFIX", "_w4a16", 1);
+    assert_int_equal(ma_model_open(dir, "libero", &m, &err), MA_OK);
+    assert_string_equal(m.precision[2], "q8_0");
+    ma_model_close(&m);
+    unsetenv("LLM_CTX_SUFFIX");
+    unsetenv("ACTION_CTX_SUFFIX");
+    setenv("VISION_CTX_SUFFIX", "_nope", 1);
+    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "vision_nope.gguf");
+    unsetenv("VISION_CTX_SUFFIX");
+    setenv("MOLMOACT2_PROMPT_SEQ", "488", 1);
+    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "prompt length 128");
+    setenv("MOLMOACT2_PROMPT_SEQ", "abc", 1);
+    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "MOLMOACT2_PROMPT_SEQ");
+    unsetenv("MOLMOACT2_PROMPT_SEQ");
+    /* a worker opens only its part */
+    assert_int_equal(ma_model_open_parts(dir, "libero", MA_PART_LLM(2), &m, &err), MA_OK);
+    ma_session *s;
+    assert_int_equal(ma_session_open(&m, "llm_split2", &s, &err), MA_OK);
+    ma_session_close(s);
+    assert_fails_naming(ma_session_open(&m, "vision", &s, &err), err, "not loaded");
+    ma_model_close(&m);
+    tu_rmdir(dir);
+}
+
+static void patch(const char *path, const char *from, const char *to) {
+    char *buf;
+    size_t len;
+    ma_error err = {0};
+    assert_int_equal(ma_read_file(path, 64u << 20, &buf, &len, &err), MA_OK);
+    size_t fl = strlen(from);
+    for (size_t i = 0; i + fl <= len; i++)
+        if (!memcmp(buf + i, from, fl)) { memcpy(buf + i, to, fl); break; }
+    assert_int_equal(ma_write_file(path, buf, len, &err), MA_OK);
+    free(buf);
+}
+
+static void copy(const char *from, const char *to) {
+    char *buf;
+    size_t len;
+    ma_error err = {0};
+    assert_int_equal(ma_read_file(from, 64u << 20, &buf, &len, &err), MA_OK);
+    assert_int_equal(ma_write_file(to, buf, len, &err), MA_OK);
+    free(buf);
+}
+
+static void test_bad_contexts_refused(void **state) {
+    (void)state;
+    char dir[1024], p[1200], q[1200];
+    ma_model m;
+    ma_error err = {0};
+    tu_tmpdir(dir, sizeof dir, "ctx-bad");
+    compile(TINY, dir, "bf16", "bf16", "bf16", "");
+    /* wrong layer range: split 1's layers under split 0's name */
+    snprintf(p, sizeof p, "%s/llm_split0.gguf", dir);
+    snprintf(q, sizeof q, "%s/llm_split1.gguf", dir);
+    copy(q, p);
+    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "llm_split0.gguf: holds layers [1, 2)");
+    compile(TINY, dir, "bf16", "bf16", "bf16", "");
+    /* precision tag that does not match the tensors */
+    snprintf(p, sizeof p, "%s/action_step.gguf", dir);
+    patch(p, "bf16", "q8_0");
+    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "precision tag q8_0");
+    compile(TINY, dir, "bf16", "bf16", "bf16", "");
+    /* a context from another model */
+    char other[1024];
+    tu_tmpdir(other, sizeof other, "ctx-other");
+    compile(MA_SOURCE_DIR "/assets/tiny-original/model", other, "bf16", "bf16", "bf16", "");
+    snprintf(q, sizeof q, "%s/vision.gguf", other);
+    snprintf(p, sizeof p, "%s/vision.gguf", dir);
+    copy(q, p);
+    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "different model");
+    compile(TINY, dir, "bf16", "bf16", "bf16", "");
+    /* truncated, then corrupted contexts */
+    snprintf(p, sizeof p, "%s/llm_split3.gguf", dir);
+    assert_int_equal(truncate(p, 5000), 0);
+    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "llm_split3.gguf");
+    compile(TINY, dir, "bf16", "bf16", "bf16", "");
+    patch(p, "GGUF", "GGUX");
+    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "magic");
+    tu_rmdir(dir);
+    tu_rmdir(other);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f16_contexts_equal_checkpoint),
+        cmocka_unit_test(test_quantised_gates),
+        cmocka_unit_test(test_suffixes_and_prompt_length),
+        cmocka_unit_test(test_bad_contexts_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
