@@ -219,6 +219,20 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
         for (int slot = 0; slot < 8; slot++)
             if ((parts & slot_parts(slot)) && (s = open_context(m, slot, &config_json, err))) goto fail;
         if (!config_json) { s = ma_fail(err, MA_ERR_ARG, "%s: no context requested", dir); goto fail; }
+        /* the precision tags of the contexts this process does not open (for parity gates, reports) */
+        for (int slot = 0; slot < 8; slot++) {
+            int which = slot == 0 ? 0 : (slot <= 5 ? 1 : 2);
+            if (slot == 1 || (parts & slot_parts(slot)) || m->precision[which][0]) continue;
+            char name[160];
+            ma_context_name(slot, NULL, name, sizeof name);
+            char *path = ma_path_join(dir, name);
+            ma_gguf g;
+            if (path && ma_gguf_open(&g, path, NULL) == MA_OK) {
+                ma_gguf_get_str(&g, "molmoact.precision", m->precision[which], sizeof m->precision[which], NULL);
+                ma_gguf_close(&g);
+            }
+            free(path);
+        }
         if ((s = ma_config_parse(config_json, dir, &m->cfg, err))) goto fail;
     } else {
         char *cfg_path = ma_path_join(dir, "config.json");

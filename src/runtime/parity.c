@@ -96,14 +96,35 @@ ma_status ma_parity_run_e2e(const ma_model *m, const char *dir, double gate, ma_
     return parity_run(m, dir, gate, 1, rep, err);
 }
 
+/* one session call through the runner's link */
+static ma_status call(ma_runner *r, int which, const ma_tensor *in, int n_in, ma_tensor *out, ma_error *err) {
+    int n_out;
+    double c, t;
+    return r->link.run(r->link.ctx, which, 0, in, n_in, out, &n_out, &c, &t, err);
+}
+
+static ma_status parity_with(ma_runner *rp, const char *dir, double gate, int e2e_only, ma_parity_report *rep, ma_error *err);
+
 static ma_status parity_run(const ma_model *m, const char *dir, double gate, int e2e_only, ma_parity_report *rep, ma_error *err) {
+    ma_runner r;
+    ma_status s = ma_runner_open(m, &r, err);
+    if (s) { memset(rep, 0, sizeof *rep); return s; }
+    s = parity_with(&r, dir, gate, e2e_only, rep, err);
+    ma_runner_close(&r);
+    return s;
+}
+
+ma_status ma_parity_run_runner(ma_runner *r, const char *dir, double gate, int e2e_only, ma_parity_report *rep, ma_error *err) {
+    return parity_with(r, dir, gate, e2e_only, rep, err);
+}
+
+static ma_status parity_with(ma_runner *rp, const char *dir, double gate, int e2e_only, ma_parity_report *rep, ma_error *err) {
     memset(rep, 0, sizeof *rep);
     rep->gate = gate;
     rep->end_to_end_only = e2e_only;
     rep->pass = 1;
-    ma_runner r;
-    ma_status s = ma_runner_open(m, &r, err);
-    if (s) return s;
+    ma_runner r = *rp;
+    ma_status s = MA_OK;
     ma_npz z[7];
     memset(z, 0, sizeof z);
     ma_tensor out[4];
@@ -112,7 +133,7 @@ static ma_status parity_run(const ma_model *m, const char *dir, double gate, int
     /* vision */
     if ((s = load(dir, "vision_io.npz", &z[0], err)) || (s = need(&z[0], "vision_io.npz", "pixels", MA_DT_F32, &a, err)) ||
         (s = need(&z[0], "vision_io.npz", "image_features", MA_DT_F32, &b, err))) goto done;
-    if ((s = ma_session_run(r.sess[0], a, out, err)) || (s = same_shape("vision image_features", &out[0], b, err)) ||
+    if ((s = call(&r, 0, a, 1, out, err)) || (s = same_shape("vision image_features", &out[0], b, err)) ||
         (s = add_row(rep, "vision", "image_features", out[0].data, b, err))) goto done;
     ma_tensor_free(&out[0]);
     /* llm splits */
@@ -127,7 +148,7 @@ static ma_status parity_run(const ma_model *m, const char *dir, double gate, int
             (s = need(zz, file, "hidden_out", MA_DT_F32, &ho, err)) || (s = need(zz, file, "k", MA_DT_F32, &k, err)) ||
             (s = need(zz, file, "v", MA_DT_F32, &v, err))) goto done;
         ma_tensor in[3] = {*h, *im, *pos};
-        if ((s = ma_session_run(r.sess[1 + i], in, out, err))) goto done;
+        if ((s = call(&r, 1 + i, in, 3, out, err))) goto done;
         if ((s = same_shape("llm hidden_out", &out[0], ho, err)) || (s = same_shape("llm k", &out[1], k, err)) ||
             (s = same_shape("llm v", &out[2], v, err))) goto done;
         if ((s = add_row(rep, sess, "hidden_out", out[0].data, ho, err)) || (s = add_row(rep, sess, "k", out[1].data, k, err)) ||
@@ -141,7 +162,7 @@ static ma_status parity_run(const ma_model *m, const char *dir, double gate, int
         (s = need(&z[5], "action_context_io.npz", "ctx_v", MA_DT_F32, &d, err))) goto done;
     {
         ma_tensor in[2] = {*a, *b};
-        if ((s = ma_session_run(r.sess[5], in, out, err)) || (s = same_shape("ctx_k", &out[0], c, err)) ||
+        if ((s = call(&r, 5, in, 2, out, err)) || (s = same_shape("ctx_k", &out[0], c, err)) ||
             (s = add_row(rep, "action_context", "ctx_k", out[0].data, c, err)) || (s = add_row(rep, "action_context", "ctx_v", out[1].data, d, err))) goto done;
         ma_tensor_free(&out[0]);
         ma_tensor_free(&out[1]);
@@ -166,7 +187,7 @@ static ma_status parity_run(const ma_model *m, const char *dir, double gate, int
             int64_t xs[2] = {A, Da}, ts[1] = {1};
             ma_tensor in[5] = {ma_tensor_view(MA_DT_F32, 2, xs, (float *)a->data + i * A * Da),
                                ma_tensor_view(MA_DT_F32, 1, ts, (float *)b->data + i), *c, *d, *e};
-            if ((s = ma_session_run(r.sess[6], in, out, err))) break;
+            if ((s = call(&r, 6, in, 5, out, err))) break;
             memcpy(vel + i * A * Da, out[0].data, out[0].nbytes);
             ma_tensor_free(&out[0]);
         }
@@ -186,7 +207,7 @@ static ma_status parity_run(const ma_model *m, const char *dir, double gate, int
             const ma_tensor *px = ma_npz_get(&z[0], "pixels");
             ma_obs obs = {px->data, (int)px->shape[0], ids->data, ids->shape[0], noise->data, 0};
             ma_result res;
-            s = ma_runner_run(&r, &obs, &res, NULL, err);
+            s = ma_runner_run(rp, &obs, &res, NULL, err);
             if (!s && (int64_t)res.n_steps * res.action_dim != ma_tensor_numel(act))
                 s = ma_fail(err, MA_ERR_SHAPE, "end-to-end actions: %d x %d, golden has %lld values", res.n_steps, res.action_dim, (long long)ma_tensor_numel(act));
             if (!s && (int64_t)res.horizon * res.max_action_dim != ma_tensor_numel(traj))
@@ -202,7 +223,6 @@ static ma_status parity_run(const ma_model *m, const char *dir, double gate, int
 done:
     for (int o = 0; o < 4; o++) ma_tensor_free(&out[o]);
     for (int i = 0; i < 7; i++) ma_npz_free(&z[i]);
-    ma_runner_close(&r);
     if (s) rep->pass = 0;
     return s;
 }

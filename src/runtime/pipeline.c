@@ -15,6 +15,19 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+static ma_status local_run(void *ctx, int which, int debug, const ma_tensor *in, int n_in, ma_tensor *out, int *n_out,
+                           double *compute_ms, double *transfer_ms, ma_error *err) {
+    ma_runner *r = ctx;
+    ma_session *s = r->sess[which];
+    (void)n_in;
+    ma_session_set_debug(s, debug);
+    ma_status st = ma_session_run(s, in, out, err);
+    *n_out = s->n_out;
+    *compute_ms = s->last_ms;
+    *transfer_ms = 0.0;
+    return st;
+}
+
 ma_status ma_runner_open(const ma_model *m, ma_runner *r, ma_error *err) {
     memset(r, 0, sizeof *r);
     r->model = m;
@@ -22,7 +35,15 @@ ma_status ma_runner_open(const ma_model *m, ma_runner *r, ma_error *err) {
         ma_status s = ma_session_open(m, MA_SESSION_NAMES[i], &r->sess[i], err);
         if (s) { ma_runner_close(r); return s; }
     }
+    r->link.run = local_run;
+    r->link.ctx = r;
     return MA_OK;
+}
+
+void ma_runner_open_link(const ma_model *m, const ma_session_link *link, ma_runner *r) {
+    memset(r, 0, sizeof *r);
+    r->model = m;
+    r->link = *link;
 }
 
 void ma_runner_close(ma_runner *r) {
@@ -70,14 +91,16 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     /* ---- vision */
     int64_t pshape[3] = {obs->n_images, P, pp};
     ma_tensor px = ma_tensor_view(MA_DT_F32, 3, pshape, (void *)obs->pixels);
-    ma_session *vs = r->sess[0];
-    ma_session_set_debug(vs, trace != NULL);
-    if ((s = ma_session_run(vs, &px, vout, err))) goto done;
-    r->last.vision = vs->last_ms;
-    t_sessions += vs->last_ms;
+    static const char *VISION_DEBUG[4] = {"image_features", "pooled", "projected", "sample_coords"};
+    int n_vout = 0;
+    double cms = 0, tms = 0;
+    if ((s = r->link.run(r->link.ctx, 0, trace != NULL, &px, 1, vout, &n_vout, &cms, &tms, err))) goto done;
+    r->last.vision = cms;
+    r->last.transfer += tms;
+    t_sessions += cms + tms;
     TRACE("pixels", &px);
     TRACE("image_features", &vout[0]);
-    if (trace) for (int o = 1; o < vs->n_out; o++) TRACE(vs->out[o].name, &vout[o]);
+    if (trace) for (int o = 1; o < n_vout && o < 4; o++) TRACE(VISION_DEBUG[o], &vout[o]);
 
     /* ---- host: embedding, scatter, masks, positions */
     int64_t ishape[1] = {S};
@@ -100,11 +123,12 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     int64_t kvshape[4] = {L, S, c->kv_heads, c->head_dim};
     if ((s = ma_tensor_alloc(&kall, MA_DT_F32, 4, kvshape, err)) || (s = ma_tensor_alloc(&vall, MA_DT_F32, 4, kvshape, err))) goto done;
     for (int i = 0; i < MA_NUM_SPLITS; i++) {
-        ma_session *ls = r->sess[1 + i];
         ma_tensor lin[3] = {hidden, img, pos};
-        if ((s = ma_session_run(ls, lin, lout, err))) goto done;
-        r->last.llm[i] = ls->last_ms;
-        t_sessions += ls->last_ms;
+        int n_lout = 0;
+        if ((s = r->link.run(r->link.ctx, 1 + i, 0, lin, 3, lout, &n_lout, &cms, &tms, err))) goto done;
+        r->last.llm[i] = cms;
+        r->last.transfer += tms;
+        t_sessions += cms + tms;
         size_t off = (size_t)m->split_first[i] * (size_t)S * (size_t)kvd;
         memcpy((float *)kall.data + off, lout[1].data, lout[1].nbytes);
         memcpy((float *)vall.data + off, lout[2].data, lout[2].nbytes);
@@ -121,9 +145,11 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
 
     /* ---- action_context */
     ma_tensor cin[2] = {kall, vall};
-    if ((s = ma_session_run(r->sess[5], cin, cout, err))) goto done;
-    r->last.action_context = r->sess[5]->last_ms;
-    t_sessions += r->sess[5]->last_ms;
+    int n_cout = 0;
+    if ((s = r->link.run(r->link.ctx, 5, 0, cin, 2, cout, &n_cout, &cms, &tms, err))) goto done;
+    r->last.action_context = cms;
+    r->last.transfer += tms;
+    t_sessions += cms + tms;
     TRACE("ctx_k", &cout[0]);
     TRACE("ctx_v", &cout[1]);
 
@@ -148,9 +174,11 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
         ((float *)tt.data)[0] = (float)((double)i / steps);
         if (vel) memcpy(vel + (size_t)(steps + i) * A * Da, xv, x.nbytes);
         ma_tensor sin_[5] = {x, tt, cout[0], cout[1], enc};
-        if ((s = ma_session_run(r->sess[6], sin_, sout, err))) goto done;
-        r->last.action_step += r->sess[6]->last_ms;
-        t_sessions += r->sess[6]->last_ms;
+        int n_sout = 0;
+        if ((s = r->link.run(r->link.ctx, 6, 0, sin_, 5, sout, &n_sout, &cms, &tms, err))) goto done;
+        r->last.action_step += cms;
+        r->last.transfer += tms;
+        t_sessions += cms + tms;
         float *v = sout[0].data;
         if (vel) memcpy(vel + (size_t)i * A * Da, v, sout[0].nbytes);
         for (int a = 0; a < A; a++)
@@ -192,6 +220,7 @@ done:
     free(vel);
     r->last.total = now_ms() - t_start;
     r->last.host = r->last.total - t_sessions;
+    if (r->last.host < 0) r->last.host = 0;
     if (s) ma_result_free(res);
     return s;
 }

@@ -24,18 +24,33 @@ typedef struct ma_result {
     int horizon, max_action_dim;
 } ma_result;
 
-/* latency of one request, milliseconds */
+/* latency of one request, milliseconds: pure inference per component (summed over the 10
+ * action steps), transfer (moving tensors to and from the sessions beyond their compute), host
+ * glue (everything else) and total */
 typedef struct ma_timing {
-    double vision, llm[4], action_context, action_step, host, total;
+    double vision, llm[4], action_context, action_step, transfer, host, total;
 } ma_timing;
+
+/* How the pipeline reaches its sessions: in this process (ma_session) or in resident worker
+ * processes (runtime/resident.h). run() executes session `which` (index into MA_SESSION_NAMES)
+ * and fills owned output tensors; debug asks vision for its debugging outputs. */
+typedef struct ma_session_link {
+    ma_status (*run)(void *ctx, int which, int debug, const ma_tensor *in, int n_in, ma_tensor *out, int *n_out,
+                     double *compute_ms, double *transfer_ms, ma_error *err);
+    void *ctx;
+} ma_session_link;
 
 typedef struct ma_runner {
     const ma_model *model;
-    ma_session *sess[7]; /* vision, llm_split0..3, action_context, action_step */
+    ma_session *sess[7]; /* vision, llm_split0..3, action_context, action_step (local link) */
+    ma_session_link link;
     ma_timing last;
 } ma_runner;
 
+/* sessions opened in this process */
 ma_status ma_runner_open(const ma_model *m, ma_runner *r, ma_error *err);
+/* sessions reached through a link (the model supplies the host part: config, embedding, stats) */
+void ma_runner_open_link(const ma_model *m, const ma_session_link *link, ma_runner *r);
 void ma_runner_close(ma_runner *r);
 /* trace (optional) receives every intermediate under the golden's names */
 ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err);

@@ -1,0 +1,477 @@
+#define _GNU_SOURCE /* memfd_create */
+#include "runtime/resident.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------------ wire format */
+
+#define WIRE_MAGIC 0x4d414354u
+enum { OP_READY = 1, OP_RUN, OP_REPLY, OP_NEED, OP_ERROR, OP_QUIT, OP_SHM };
+
+typedef struct {
+    uint32_t dtype, ndim;
+    int64_t shape[MA_MAX_DIMS];
+    uint64_t off, nbytes;
+} wire_tensor;
+
+typedef struct {
+    uint32_t magic, op;
+    int32_t which, debug, n, status;
+    uint64_t need, shm_size;
+    double compute_ms;
+    wire_tensor t[MA_SESSION_MAX_IO];
+    char msg[1024];
+} wire_msg;
+
+static const char *WORKER_NAMES[MA_NUM_WORKERS] = {"vision", "llm_split0", "llm_split1", "llm_split2", "llm_split3", "action"};
+
+static int worker_of(int which) { return which == 0 ? 0 : which <= 4 ? which : 5; }
+
+static unsigned worker_parts(int wi) {
+    if (wi == 0) return MA_PART_VISION;
+    if (wi <= 4) return MA_PART_LLM(wi - 1);
+    return MA_PART_ACTION_CONTEXT | MA_PART_ACTION_STEP;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static int send_msg(int fd, const wire_msg *m, int pass_fd) {
+    struct iovec iov = {(void *)m, sizeof *m};
+    struct msghdr h;
+    memset(&h, 0, sizeof h);
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    char ctl[CMSG_SPACE(sizeof(int))];
+    if (pass_fd >= 0) {
+        memset(ctl, 0, sizeof ctl);
+        h.msg_control = ctl;
+        h.msg_controllen = sizeof ctl;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&h);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    }
+    ssize_t n;
+    do n = sendmsg(fd, &h, MSG_NOSIGNAL); while (n < 0 && errno == EINTR);
+    return n == (ssize_t)sizeof *m ? 0 : -1;
+}
+
+/* 1 message, 0 peer closed, -1 error; *got_fd receives a passed descriptor (or -1) */
+static int recv_msg(int fd, wire_msg *m, int *got_fd) {
+    struct iovec iov = {m, sizeof *m};
+    struct msghdr h;
+    memset(&h, 0, sizeof h);
+    char ctl[CMSG_SPACE(sizeof(int))];
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    h.msg_control = ctl;
+    h.msg_controllen = sizeof ctl;
+    if (got_fd) *got_fd = -1;
+    ssize_t n;
+    do n = recvmsg(fd, &h, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
+    if (n == 0) return 0;
+    if (n < 0) return errno == ECONNRESET ? 0 : -1;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            int f;
+            memcpy(&f, CMSG_DATA(c), sizeof f);
+            if (got_fd && *got_fd < 0) *got_fd = f;
+            else close(f);
+        }
+    if (n != (ssize_t)sizeof *m || m->magic != WIRE_MAGIC) return -1;
+    m->msg[sizeof m->msg - 1] = '\0';
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------ orchestrator */
+
+static void shm_release(ma_worker *w) {
+    if (w->shm) munmap(w->shm, w->shm_size);
+    if (w->shm_fd >= 0) close(w->shm_fd);
+    w->shm = NULL;
+    w->shm_fd = -1;
+    w->shm_size = 0;
+}
+
+/* reap a worker (already dead or killed); describe how it ended */
+static void reap(ma_worker *w, char *how, size_t cap) {
+    if (w->pid <= 0) { snprintf(how, cap, "not running"); return; }
+    int st = 0;
+    pid_t p;
+    do p = waitpid(w->pid, &st, 0); while (p < 0 && errno == EINTR);
+    if (p == w->pid && WIFSIGNALED(st)) snprintf(how, cap, "killed by signal %d", WTERMSIG(st));
+    else if (p == w->pid && WIFEXITED(st)) snprintf(how, cap, "exited with status %d", WEXITSTATUS(st));
+    else snprintf(how, cap, "ended");
+    w->pid = 0;
+}
+
+static void drop_worker(ma_worker *w, char *how, size_t cap) {
+    if (w->pid > 0) kill(w->pid, SIGKILL);
+    reap(w, how, cap);
+    if (w->sock >= 0) close(w->sock);
+    w->sock = -1;
+    shm_release(w);
+}
+
+static int wait_readable(int fd, int timeout_ms) {
+    struct pollfd p = {fd, POLLIN, 0};
+    int n;
+    do n = poll(&p, 1, timeout_ms); while (n < 0 && errno == EINTR);
+    return n;
+}
+
+static ma_status spawn(ma_resident *r, int wi, ma_error *err) {
+    ma_worker *w = &r->w[wi];
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+        return ma_fail(err, MA_ERR_IO, "worker %s: socketpair: %s", w->name, strerror(errno));
+    char fdarg[16], parts[16], delay[16];
+    snprintf(fdarg, sizeof fdarg, "%d", sv[1]);
+    snprintf(parts, sizeof parts, "%u", w->parts);
+    snprintf(delay, sizeof delay, "%d", r->opts.worker_delay_ms);
+    char *argv[] = {"molmoact", "__worker", fdarg, r->dir, r->tag, parts, delay, NULL};
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(sv[0]);
+        close(sv[1]);
+        return ma_fail(err, MA_ERR_IO, "worker %s: fork: %s", w->name, strerror(errno));
+    }
+    if (pid == 0) { /* only async-signal-safe calls until exec */
+        fcntl(sv[1], F_SETFD, 0);
+        execv(r->exe, argv);
+        _exit(127);
+    }
+    close(sv[1]);
+    w->pid = pid;
+    w->sock = sv[0];
+    w->shm_fd = -1;
+    wire_msg m;
+    char how[64];
+    int ready = wait_readable(w->sock, r->opts.startup_ms);
+    int got = ready > 0 ? recv_msg(w->sock, &m, NULL) : -1;
+    if (got == 1 && m.op == OP_READY) return MA_OK;
+    ma_status s;
+    if (got == 1 && m.op == OP_ERROR) s = ma_fail(err, (ma_status)m.status, "worker %s: %s", w->name, m.msg);
+    else if (ready == 0) s = ma_fail(err, MA_ERR_IO, "worker %s did not start within %d ms", w->name, r->opts.startup_ms);
+    else s = MA_ERR_IO;
+    drop_worker(w, how, sizeof how);
+    if (s == MA_ERR_IO && ready != 0) ma_fail(err, MA_ERR_IO, "worker %s failed to start (%s)", w->name, how);
+    return s;
+}
+
+/* a fault during a request: the worker is dropped and started again; the request fails */
+static ma_status fault(ma_resident *r, int wi, const char *what, ma_error *err) {
+    ma_worker *w = &r->w[wi];
+    pid_t pid = w->pid;
+    char how[64];
+    drop_worker(w, how, sizeof how);
+    r->faults++;
+    w->restarts++;
+    ma_error e2 = {0};
+    ma_status sp = spawn(r, wi, &e2);
+    return ma_fail(err, MA_ERR_IO, "worker %s (pid %d) %s (%s); %s", w->name, (int)pid, what, how,
+                   sp ? e2.msg : "it was restarted");
+}
+
+static ma_status grow(ma_resident *r, int wi, size_t need, ma_error *err) {
+    ma_worker *w = &r->w[wi];
+    size_t size = align64(need) + (1u << 20);
+    char name[64];
+    snprintf(name, sizeof name, "molmoact-%s", w->name);
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0) return ma_fail(err, MA_ERR_IO, "worker %s: memfd_create: %s", w->name, strerror(errno));
+    if (ftruncate(fd, (off_t)size) != 0) { close(fd); return ma_fail(err, MA_ERR_NOMEM, "worker %s: %zu bytes of shared memory: %s", w->name, size, strerror(errno)); }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) { close(fd); return ma_fail(err, MA_ERR_NOMEM, "worker %s: mmap: %s", w->name, strerror(errno)); }
+    wire_msg m;
+    memset(&m, 0, sizeof m);
+    m.magic = WIRE_MAGIC;
+    m.op = OP_SHM;
+    m.shm_size = size;
+    int ok = send_msg(w->sock, &m, fd) == 0;
+    int rd = ok ? wait_readable(w->sock, r->opts.deadline_ms) : -1;
+    ok = ok && rd > 0 && recv_msg(w->sock, &m, NULL) == 1 && m.op == OP_REPLY;
+    if (!ok) {
+        munmap(p, size);
+        close(fd);
+        return fault(r, wi, rd == 0 ? "did not answer within the deadline" : "died", err);
+    }
+    shm_release(w);
+    w->shm = p;
+    w->shm_fd = fd;
+    w->shm_size = size;
+    return MA_OK;
+}
+
+static ma_status remote_run(void *ctx, int which, int debug, const ma_tensor *in, int n_in, ma_tensor *out, int *n_out,
+                            double *compute_ms, double *transfer_ms, ma_error *err) {
+    ma_resident *r = ctx;
+    const int wi = worker_of(which);
+    ma_worker *w = &r->w[wi];
+    const double t0 = now_ms();
+    *n_out = 0;
+    for (int i = 0; i < MA_SESSION_MAX_IO; i++) memset(&out[i], 0, sizeof out[i]);
+    if (w->pid <= 0) {
+        ma_status s = spawn(r, wi, err);
+        if (s) return s;
+    }
+    size_t in_bytes = 0;
+    for (int i = 0; i < n_in; i++) in_bytes += align64(in[i].nbytes);
+    if (w->shm_size < in_bytes + 4096) {
+        ma_status s = grow(r, wi, 2 * in_bytes + 4096, err);
+        if (s) return s;
+    }
+    for (int attempt = 0; attempt < 3; attempt++) {
+        wire_msg m;
+        memset(&m, 0, sizeof m);
+        m.magic = WIRE_MAGIC;
+        m.op = OP_RUN;
+        m.which = which;
+        m.debug = debug;
+        m.n = n_in;
+        size_t off = 0;
+        for (int i = 0; i < n_in; i++) {
+            m.t[i].dtype = (uint32_t)in[i].dtype;
+            m.t[i].ndim = (uint32_t)in[i].ndim;
+            memcpy(m.t[i].shape, in[i].shape, sizeof m.t[i].shape);
+            m.t[i].off = off;
+            m.t[i].nbytes = in[i].nbytes;
+            memcpy((uint8_t *)w->shm + off, in[i].data, in[i].nbytes);
+            off += align64(in[i].nbytes);
+        }
+        if (send_msg(w->sock, &m, -1) != 0) return fault(r, wi, "died before the request", err);
+        int rd = wait_readable(w->sock, r->opts.deadline_ms);
+        if (rd == 0) {
+            char what[96];
+            snprintf(what, sizeof what, "did not answer within %d ms and was killed", r->opts.deadline_ms);
+            return fault(r, wi, what, err);
+        }
+        int got = rd > 0 ? recv_msg(w->sock, &m, NULL) : -1;
+        if (got != 1) return fault(r, wi, "died during the request", err);
+        if (m.op == OP_ERROR) return ma_fail(err, (ma_status)m.status, "worker %s: %s", w->name, m.msg);
+        if (m.op == OP_NEED) {
+            ma_status s = grow(r, wi, (size_t)m.need, err);
+            if (s) return s;
+            continue;
+        }
+        if (m.op != OP_REPLY || m.n < 0 || m.n > MA_SESSION_MAX_IO) return fault(r, wi, "sent a malformed reply", err);
+        for (int i = 0; i < m.n; i++) {
+            const wire_tensor *t = &m.t[i];
+            ma_status s;
+            if (t->ndim > MA_MAX_DIMS || t->off > w->shm_size || t->nbytes > w->shm_size - t->off)
+                s = ma_fail(err, MA_ERR_FORMAT, "worker %s: output %d outside shared memory", w->name, i);
+            else s = ma_tensor_alloc(&out[i], (ma_dtype)t->dtype, (int)t->ndim, t->shape, err);
+            if (!s && out[i].nbytes != t->nbytes) s = ma_fail(err, MA_ERR_FORMAT, "worker %s: output %d size mismatch", w->name, i);
+            if (s) {
+                for (int k = 0; k <= i; k++) ma_tensor_free(&out[k]);
+                return s;
+            }
+            memcpy(out[i].data, (uint8_t *)w->shm + t->off, t->nbytes);
+        }
+        *n_out = m.n;
+        *compute_ms = m.compute_ms;
+        *transfer_ms = now_ms() - t0 - m.compute_ms;
+        if (*transfer_ms < 0) *transfer_ms = 0;
+        return MA_OK;
+    }
+    return ma_fail(err, MA_ERR_NOMEM, "worker %s: shared memory kept growing", w->name);
+}
+
+ma_status ma_resident_open(const ma_model *host, const char *dir, const char *tag, const ma_resident_opts *opts,
+                           ma_resident **out, ma_error *err) {
+    *out = NULL;
+    signal(SIGPIPE, SIG_IGN);
+    ma_resident *r = calloc(1, sizeof *r);
+    if (!r) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    if (opts) r->opts = *opts;
+    if (r->opts.deadline_ms <= 0) {
+        const char *e = getenv("MOLMOACT_WORKER_DEADLINE_MS");
+        r->opts.deadline_ms = e && atoi(e) > 0 ? atoi(e) : 60000;
+    }
+    if (r->opts.startup_ms <= 0) r->opts.startup_ms = 300000;
+    r->model = host;
+    r->dir = strdup(dir);
+    r->tag = strdup(tag ? tag : "libero");
+    r->exe = strdup(r->opts.exe ? r->opts.exe : "/proc/self/exe");
+    if (!r->dir || !r->tag || !r->exe) { ma_resident_close(r); return ma_fail(err, MA_ERR_NOMEM, "out of memory"); }
+    for (int i = 0; i < MA_NUM_WORKERS; i++) {
+        r->w[i].name = WORKER_NAMES[i];
+        r->w[i].parts = worker_parts(i);
+        r->w[i].sock = -1;
+        r->w[i].shm_fd = -1;
+    }
+    for (int i = 0; i < MA_NUM_WORKERS; i++) {
+        ma_status s = spawn(r, i, err);
+        if (s) { ma_resident_close(r); return s; }
+    }
+    ma_session_link link = {remote_run, r};
+    ma_runner_open_link(host, &link, &r->runner);
+    *out = r;
+    return MA_OK;
+}
+
+ma_status ma_resident_run(ma_resident *r, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err) {
+    return ma_runner_run(&r->runner, obs, res, trace, err);
+}
+
+void ma_resident_close(ma_resident *r) {
+    if (!r) return;
+    for (int i = 0; i < MA_NUM_WORKERS; i++) {
+        ma_worker *w = &r->w[i];
+        if (w->pid > 0 && w->sock >= 0) {
+            wire_msg m;
+            memset(&m, 0, sizeof m);
+            m.magic = WIRE_MAGIC;
+            m.op = OP_QUIT;
+            if (send_msg(w->sock, &m, -1) == 0) {
+                /* a clean worker closes its end; then it is reaped without a signal */
+                for (int k = 0; k < 50 && wait_readable(w->sock, 100) > 0; k++)
+                    if (recv_msg(w->sock, &m, NULL) != 1) break;
+                for (int k = 0; k < 50; k++) {
+                    int st;
+                    pid_t p = waitpid(w->pid, &st, WNOHANG);
+                    if (p == w->pid) { w->pid = 0; break; }
+                    struct timespec ts = {0, 20 * 1000 * 1000};
+                    nanosleep(&ts, NULL);
+                }
+            }
+        }
+        char how[64];
+        drop_worker(w, how, sizeof how); /* kills and reaps whatever did not quit */
+    }
+    free(r->dir);
+    free(r->tag);
+    free(r->exe);
+    free(r);
+}
+
+/* ------------------------------------------------------------------------------ worker */
+
+int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int delay_ms) {
+    signal(SIGPIPE, SIG_IGN);
+    wire_msg m;
+    memset(&m, 0, sizeof m);
+    m.magic = WIRE_MAGIC;
+    ma_error err = {0};
+    ma_model model;
+    ma_session *sess[7] = {0};
+    ma_status s = ma_model_open_parts(dir, tag, parts, &model, &err);
+    for (int i = 0; i < 7 && !s; i++) {
+        int wi = worker_of(i);
+        if (worker_parts(wi) == parts) s = ma_session_open(&model, MA_SESSION_NAMES[i], &sess[i], &err);
+    }
+    if (s) {
+        m.op = OP_ERROR;
+        m.status = (int32_t)s;
+        snprintf(m.msg, sizeof m.msg, "%s", err.msg);
+        send_msg(fd, &m, -1);
+        if (model.dir) ma_model_close(&model);
+        return 1;
+    }
+    m.op = OP_READY;
+    if (send_msg(fd, &m, -1) != 0) { ma_model_close(&model); return 1; }
+    void *shm = NULL;
+    size_t shm_size = 0;
+    int shm_fd = -1;
+    for (;;) {
+        int passed;
+        int got = recv_msg(fd, &m, &passed);
+        if (got != 1) break;
+        if (m.op == OP_QUIT) break;
+        if (m.op == OP_SHM) {
+            void *p = passed >= 0 ? mmap(NULL, (size_t)m.shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, passed, 0) : MAP_FAILED;
+            if (p == MAP_FAILED) { if (passed >= 0) close(passed); break; }
+            if (shm) munmap(shm, shm_size);
+            if (shm_fd >= 0) close(shm_fd);
+            shm = p;
+            shm_size = (size_t)m.shm_size;
+            shm_fd = passed;
+            memset(&m, 0, sizeof m);
+            m.magic = WIRE_MAGIC;
+            m.op = OP_REPLY;
+            if (send_msg(fd, &m, -1) != 0) break;
+            continue;
+        }
+        if (passed >= 0) close(passed);
+        wire_msg rep;
+        memset(&rep, 0, sizeof rep);
+        rep.magic = WIRE_MAGIC;
+        ma_session *se = m.op == OP_RUN && m.which >= 0 && m.which < 7 ? sess[m.which] : NULL;
+        ma_tensor in[MA_SESSION_MAX_IO], out[MA_SESSION_MAX_IO];
+        memset(out, 0, sizeof out);
+        s = MA_OK;
+        if (!se) s = ma_fail(&err, MA_ERR_ARG, "request for a session this worker does not hold");
+        else if (!shm || m.n != se->n_in) s = ma_fail(&err, MA_ERR_ARG, "malformed request");
+        size_t end = 0;
+        for (int i = 0; i < m.n && !s; i++) {
+            const wire_tensor *t = &m.t[i];
+            if (t->ndim > MA_MAX_DIMS || t->dtype >= MA_DT_COUNT || t->off > shm_size || t->nbytes > shm_size - t->off) {
+                s = ma_fail(&err, MA_ERR_ARG, "input %d outside shared memory", i);
+                break;
+            }
+            in[i] = ma_tensor_view((ma_dtype)t->dtype, (int)t->ndim, t->shape, (uint8_t *)shm + t->off);
+            if (in[i].nbytes != t->nbytes) s = ma_fail(&err, MA_ERR_ARG, "input %d size does not match its shape", i);
+            if (t->off + align64(t->nbytes) > end) end = (size_t)(t->off + align64(t->nbytes));
+        }
+        if (!s && delay_ms > 0) {
+            struct timespec ts = {delay_ms / 1000, (long)(delay_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        if (!s) {
+            ma_session_set_debug(se, m.debug);
+            s = ma_session_run(se, in, out, &err);
+        }
+        if (s) {
+            rep.op = OP_ERROR;
+            rep.status = (int32_t)s;
+            snprintf(rep.msg, sizeof rep.msg, "%s", err.msg);
+        } else {
+            size_t need = end;
+            for (int i = 0; i < se->n_out; i++) need += align64(out[i].nbytes);
+            if (need > shm_size) {
+                rep.op = OP_NEED;
+                rep.need = need;
+            } else {
+                rep.op = OP_REPLY;
+                rep.n = se->n_out;
+                rep.compute_ms = se->last_ms;
+                size_t off = end;
+                for (int i = 0; i < se->n_out; i++) {
+                    rep.t[i].dtype = (uint32_t)out[i].dtype;
+                    rep.t[i].ndim = (uint32_t)out[i].ndim;
+                    memcpy(rep.t[i].shape, out[i].shape, sizeof rep.t[i].shape);
+                    rep.t[i].off = off;
+                    rep.t[i].nbytes = out[i].nbytes;
+                    memcpy((uint8_t *)shm + off, out[i].data, out[i].nbytes);
+                    off += align64(out[i].nbytes);
+                }
+            }
+        }
+        for (int i = 0; i < MA_SESSION_MAX_IO; i++) ma_tensor_free(&out[i]);
+        if (send_msg(fd, &rep, -1) != 0) break;
+    }
+    if (shm) munmap(shm, shm_size);
+    if (shm_fd >= 0) close(shm_fd);
+    for (int i = 0; i < 7; i++) ma_session_close(sess[i]);
+    ma_model_close(&model);
+    close(fd);
+    return 0;
+}

@@ -1,0 +1,61 @@
+/* The resident runtime (DESIGN.md section 5): six worker processes (vision, llm_split0..3, and
+ * action holding action_context + action_step), each opening only its own sessions once; the
+ * orchestrator does the host glue and passes tensors through shared memory.
+ *
+ * Transport: one AF_UNIX SOCK_SEQPACKET socket pair per worker for small messages, and one memfd
+ * per worker for tensors (inputs at the start, outputs after them; the orchestrator grows it and
+ * hands the new descriptor over with SCM_RIGHTS when a reply says it is too small). memfds leave
+ * nothing in /dev/shm and vanish with the last descriptor.
+ *
+ * Supervision: every request has a deadline. A worker that dies (EOF on its socket) or does not
+ * answer in time (it is then killed) fails the current request with an error naming it, is reaped
+ * and started again. Shutdown asks each worker to quit, waits for it, and closes every descriptor.
+ *
+ * Workers are this program re-executed (`molmoact __worker ...`, opts.exe, default
+ * /proc/self/exe), so they start from a clean process image. */
+#ifndef MA_RESIDENT_H
+#define MA_RESIDENT_H
+
+#include <sys/types.h>
+
+#include "runtime/pipeline.h"
+
+#define MA_NUM_WORKERS 6
+
+typedef struct ma_resident_opts {
+    const char *exe;       /* the molmoact binary for workers; NULL = /proc/self/exe */
+    int deadline_ms;       /* per request and worker; 0 = MOLMOACT_WORKER_DEADLINE_MS or 60000 */
+    int startup_ms;        /* a worker's time to open its contexts; 0 = 300000 */
+    int worker_delay_ms;   /* tests: workers sleep this long before answering */
+} ma_resident_opts;
+
+typedef struct ma_worker {
+    const char *name;
+    unsigned parts;
+    pid_t pid;
+    int sock;
+    int shm_fd;
+    void *shm;
+    size_t shm_size;
+    int restarts;
+} ma_worker;
+
+typedef struct ma_resident {
+    const ma_model *model; /* the host part (borrowed) */
+    char *dir, *tag, *exe;
+    ma_resident_opts opts;
+    ma_worker w[MA_NUM_WORKERS];
+    ma_runner runner;
+    int faults; /* requests failed by a worker fault */
+} ma_resident;
+
+/* start the workers for the model in dir (host = the orchestrator's own ma_model of that dir) */
+ma_status ma_resident_open(const ma_model *host, const char *dir, const char *tag, const ma_resident_opts *opts,
+                           ma_resident **out, ma_error *err);
+ma_status ma_resident_run(ma_resident *r, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err);
+void ma_resident_close(ma_resident *r);
+
+/* the worker side: serve requests on fd until told to quit (returns the exit status) */
+int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int delay_ms);
+
+#endif
