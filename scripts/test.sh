@@ -34,7 +34,7 @@ cmake --build build -j"$jobs" > /dev/null
 echo "== C: ASan + UBSan build + ctest"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMA_SANITIZE=ON -DMA_TEST_GOLDENS="$goldens" > /dev/null
 cmake --build build-asan -j"$jobs" > /dev/null
-(cd build-asan && MOLMOACT_SKIP_BENCH_CONTEXTS=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+(cd build-asan && MOLMOACT_SKIP_BENCH_CONTEXTS=1 MOLMOACT_RESIDENT_REQUESTS=40 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure)
 
 echo "== fuzzers (libFuzzer + ASan + UBSan, ${MOLMOACT_FUZZ_SECONDS:-12} s each)"

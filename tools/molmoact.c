@@ -1,8 +1,7 @@
 /* molmoact: MolmoAct2-LIBERO inference from the command line.
  *
- *   molmoact run     [--model DIR] [--inputs IN.npz] [--out OUT.npz] [--dump DIR] [--seed N] [--json] [--golden DIR]
- *   molmoact parity  --model DIR --golden DIR [--gate 0.9999] [--json]
- *   molmoact inspect FILE|DIR
+ * Commands: run (resident sessions, or --inproc), bench, parity, compile, inspect, tokenize,
+ * prompt, preprocess; `usage()` lists their options. `__worker` is the resident worker process.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <sys/types.h>
@@ -26,6 +25,10 @@
 #include "runtime/compile.h"
 #include "runtime/observation.h"
 #include "runtime/pipeline.h"
+#include "runtime/engine.h"
+#include "runtime/latency.h"
+#include "runtime/request.h"
+#include "kernels/kernels.h"
 
 #ifndef MA_SOURCE_DIR
 #define MA_SOURCE_DIR "."
@@ -35,8 +38,10 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: molmoact <command> [options]\n"
             "  run      --model DIR (--inputs IN.npz | --image0 A.png --image1 B.png --state s0,..,s7 --task TEXT)\n"
-            "           [--out OUT.npz] [--dump DIR] [--seed N | --noise FILE] [--golden DIR] [--json]\n"
+            "           [--out OUT.npz] [--dump DIR] [--seed N | --noise FILE] [--golden DIR] [--runs N] [--json]\n"
+            "           [--inproc] [--stream]   (--stream: IN.npz paths on stdin, one JSON result per line)\n"
             "           (no --model: the demo model and golden in assets/tiny-grid)\n"
+            "  bench    [--model DIR] [--runs N] [--inputs IN.npz] [--inproc] [--json]\n"
             "  parity   --model DIR --golden DIR [--gate G] [--json]\n"
             "  compile  HF_DIR -o CTX_DIR [--vision P] [--llm P] [--action P] [--suffix S] [--prompt-seq N]\n"
             "           (P: f16 (default), bf16, q8_0, q4_0)\n"
@@ -44,13 +49,14 @@ static void usage(FILE *f) {
             "  tokenize --tokenizer tokenizer.json [--decode]   (stdin: one JSON string / id array per line)\n"
             "  prompt   --model DIR   (stdin: {\"task\": ..., \"state\": [...]} per line -> prompt ids)\n"
             "  preprocess --model DIR --image0 FILE [-o OUT.npz]   (pixels and the resized image)\n"
-            "options: --norm-tag TAG (default libero)\n");
+            "options: --norm-tag TAG (default libero), --threads N (GEMM threads per process)\n"
+            "DIR: a Hugging Face checkpoint directory or a context directory from `molmoact compile`\n");
 }
 
 typedef struct {
     const char *model, *golden, *inputs, *out, *dump, *norm_tag, *image0, *image1, *task, *state, *noise;
     uint64_t seed;
-    int have_seed, json;
+    int have_seed, json, runs, stream, inproc, threads;
     double gate;
 } opts;
 
@@ -75,6 +81,16 @@ static int parse_opts(int argc, char **argv, int first, opts *o) {
         else if (!strcmp(a, "--state")) TAKE(state);
         else if (!strcmp(a, "--noise")) TAKE(noise);
         else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--stream")) o->stream = 1;
+        else if (!strcmp(a, "--inproc")) o->inproc = 1;
+        else if (!strcmp(a, "--runs") || !strcmp(a, "--threads")) {
+            char *end;
+            long n = v ? strtol(v, &end, 10) : 0;
+            if (!v || *end || n < 1 || n > 1000000) { fprintf(stderr, "molmoact: %s needs a positive integer\n", a); return -1; }
+            if (!strcmp(a, "--runs")) o->runs = (int)n;
+            else o->threads = (int)n;
+            i++;
+        }
         else if (!strcmp(a, "--seed") || !strcmp(a, "--gate")) {
             if (!v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return -1; }
             char *end;
@@ -100,25 +116,20 @@ static int fail(const ma_error *e) {
     return 1;
 }
 
-static long peak_rss_kb(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_maxrss;
-}
 
 /* ---------------------------------------------------------------------------------- run */
 
-static void print_actions(const ma_result *r, int json) {
-    if (json) {
-        printf("{\"actions\": [");
-        for (int k = 0; k < r->n_steps; k++) {
-            printf("%s[", k ? ", " : "");
-            for (int j = 0; j < r->action_dim; j++) printf("%s%.7g", j ? ", " : "", r->actions[k * r->action_dim + j]);
-            printf("]");
-        }
+static void print_actions_json(const ma_result *r) {
+    printf("\"actions\": [");
+    for (int k = 0; k < r->n_steps; k++) {
+        printf("%s[", k ? ", " : "");
+        for (int j = 0; j < r->action_dim; j++) printf("%s%.7g", j ? ", " : "", r->actions[k * r->action_dim + j]);
         printf("]");
-        return;
     }
+    printf("]");
+}
+
+static void print_actions(const ma_result *r) {
     printf("action chunk [%d, %d]\n step", r->n_steps, r->action_dim);
     for (int j = 0; j < r->action_dim; j++) printf("  %9s%d", "a", j);
     printf("\n");
@@ -129,222 +140,239 @@ static void print_actions(const ma_result *r, int json) {
     }
 }
 
+static void use_demo(opts *o, ma_request_src *src, char *model, char *golden, char *inputs, char *pixels) {
+    snprintf(model, PATH_MAX, "%s/assets/tiny-grid/model", MA_SOURCE_DIR);
+    snprintf(golden, PATH_MAX, "%s/assets/tiny-grid/golden", MA_SOURCE_DIR);
+    snprintf(inputs, PATH_MAX, "%s/step0_boundary.npz", golden);
+    snprintf(pixels, PATH_MAX, "%s/vision_io.npz", golden);
+    o->model = model;
+    if (!o->golden) o->golden = golden;
+    if (!o->inputs && !o->image0 && !o->stream) {
+        src->inputs = inputs;
+        src->pixels_npz = pixels;
+    }
+}
+
+static void request_src_of(const opts *o, ma_request_src *src) {
+    src->inputs = o->inputs;
+    src->image0 = o->image0;
+    src->image1 = o->image1;
+    src->task = o->task;
+    src->state_csv = o->state;
+    src->noise_path = o->noise;
+    src->have_seed = o->have_seed;
+    src->seed = o->seed;
+}
+
+static ma_status write_result(const char *path, const ma_result *res, ma_error *err) {
+    ma_npz_writer w;
+    ma_npz_writer_init(&w);
+    int64_t as[2] = {res->n_steps, res->action_dim}, ts[2] = {res->horizon, res->max_action_dim};
+    ma_status s = ma_npz_add_f32(&w, "actions", 2, as, res->actions, err);
+    if (!s) s = ma_npz_add_f32(&w, "trajectory", 2, ts, res->trajectory, err);
+    if (!s) s = ma_npz_write(&w, path, 0, err);
+    ma_npz_writer_free(&w);
+    return s;
+}
+
+static const char *mode_name(const ma_engine *e) { return e->inproc ? "inproc" : "resident, 6 worker processes"; }
+
+static void print_memory(const ma_engine *e, int json) {
+    long self_kb, workers_kb;
+    ma_engine_peak_rss(e, &self_kb, &workers_kb);
+    if (json) printf(", \"peak_rss_kb\": {\"orchestrator\": %ld, \"workers\": %ld}", self_kb, workers_kb);
+    else if (e->inproc) printf("peak RSS %.1f MiB\n", self_kb / 1024.0);
+    else printf("peak RSS %.1f MiB orchestrator + %.1f MiB workers\n", self_kb / 1024.0, workers_kb / 1024.0);
+}
+
+/* the parity table through the engine's sessions; returns 0 pass, 2 fail, 1 error */
+static int run_parity(ma_engine *e, const opts *o) {
+    ma_error err = {0};
+    ma_parity_report rep;
+    int e2e, rc;
+    double gate = ma_parity_default_gate(&e->host, &e2e);
+    if (o->gate > 0) gate = o->gate;
+    if (ma_parity_run_runner(e->runner, o->golden, gate, e2e, &rep, &err)) return fail(&err);
+    if (o->json) { printf(", \"parity\": "); ma_parity_print(&rep, stdout, 1); }
+    else { printf("\nparity against %s\n", o->golden); ma_parity_print(&rep, stdout, 0); }
+    rc = rep.pass ? 0 : 2;
+    ma_parity_free(&rep);
+    return rc;
+}
+
+/* --stream: one IN.npz path per line on stdin (optionally a tab and an OUT.npz path); one JSON
+ * line per observation on stdout. A bad observation gets an error line; the stream goes on. */
+static int run_stream(ma_engine *e, const opts *o) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int failures = 0;
+    long index = 0;
+    while ((n = getline(&line, &cap, stdin)) >= 0) {
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+        if (n == 0) continue;
+        char *out_path = strchr(line, '\t');
+        if (out_path) *out_path++ = '\0';
+        ma_request_src src;
+        memset(&src, 0, sizeof src);
+        request_src_of(o, &src);
+        src.inputs = line;
+        src.image0 = src.image1 = NULL;
+        ma_error err = {0};
+        ma_request q;
+        ma_result res;
+        memset(&res, 0, sizeof res);
+        ma_status s = ma_request_load(&e->host, &src, &q, &err);
+        if (!s) {
+            s = ma_engine_run(e, &q.obs, &res, NULL, &err);
+            ma_request_free(&q);
+        }
+        if (!s && out_path) s = write_result(out_path, &res, &err);
+        printf("{\"index\": %ld, \"input\": ", index++);
+        ma_json_write_string(stdout, line, strlen(line));
+        if (s) {
+            printf(", \"error\": ");
+            ma_json_write_string(stdout, err.msg, strlen(err.msg));
+            failures++;
+        } else {
+            const ma_timing *t = &e->runner->last;
+            printf(", ");
+            print_actions_json(&res);
+            printf(", \"latency_ms\": {\"inference\": %.4f, \"transfer\": %.4f, \"host\": %.4f, \"total\": %.4f}",
+                   t->vision + t->llm[0] + t->llm[1] + t->llm[2] + t->llm[3] + t->action_context + t->action_step,
+                   t->transfer, t->host, t->total);
+        }
+        printf("}\n");
+        fflush(stdout);
+        ma_result_free(&res);
+    }
+    free(line);
+    return failures ? 3 : 0;
+}
+
 static int cmd_run(opts *o) {
     ma_error err = {0};
-    char demo_model[PATH_MAX], demo_golden[PATH_MAX], demo_inputs[PATH_MAX];
-    int demo = !o->model;
-    if (demo) {
-        snprintf(demo_model, sizeof demo_model, "%s/assets/tiny-grid/model", MA_SOURCE_DIR);
-        snprintf(demo_golden, sizeof demo_golden, "%s/assets/tiny-grid/golden", MA_SOURCE_DIR);
-        snprintf(demo_inputs, sizeof demo_inputs, "%s/assets/tiny-grid/golden/step0_boundary.npz", MA_SOURCE_DIR);
-        o->model = demo_model;
-        if (!o->golden) o->golden = demo_golden;
-        if (!o->json) printf("demo: model %s\n", demo_model);
+    char demo_model[PATH_MAX], demo_golden[PATH_MAX], demo_inputs[PATH_MAX], demo_pixels[PATH_MAX];
+    ma_request_src src;
+    memset(&src, 0, sizeof src);
+    request_src_of(o, &src);
+    if (!o->model) {
+        use_demo(o, &src, demo_model, demo_golden, demo_inputs, demo_pixels);
+        if (!o->json && !o->stream) printf("demo: model %s\n", demo_model);
     }
-    ma_model m;
-    if (ma_model_open(o->model, o->norm_tag, &m, &err)) return fail(&err);
-    ma_npz in = {0}, vis = {0};
-    ma_prepared prep;
-    memset(&prep, 0, sizeof prep);
-    ma_image imgs[2];
-    memset(imgs, 0, sizeof imgs);
-    char *task_buf = NULL;
+    if (o->runs < 1) o->runs = 5;
+    ma_engine e;
+    ma_resident_opts ro;
+    memset(&ro, 0, sizeof ro);
+    if (ma_engine_open(o->model, o->norm_tag, o->inproc, &ro, &e, &err)) return fail(&err);
+    if (o->stream) {
+        int rc = run_stream(&e, o);
+        if (ma_engine_close(&e) && !rc) rc = 1;
+        return rc;
+    }
     int rc = 1;
-    const float *pixels = NULL, *noise = NULL;
-    int n_images = 0;
-    const int64_t *ids_data = NULL;
-    int64_t seq_len = 0;
-    if (!o->inputs && demo && !o->image0) {
-        /* the demo observation: the golden's pixels, prompt and noise */
-        char *vp = ma_path_join(o->golden, "vision_io.npz");
-        ma_status s = ma_npz_read(demo_inputs, &in, &err);
-        if (!s) s = ma_npz_read(vp, &vis, &err);
-        free(vp);
-        if (s) { fail(&err); goto out; }
-        const ma_tensor *px = ma_npz_get(&vis, "pixels");
-        if (!px) { fprintf(stderr, "molmoact: demo golden lacks pixels\n"); goto out; }
-        pixels = px->data;
-        n_images = (int)px->shape[0];
-    } else if (o->inputs && ma_npz_read(o->inputs, &in, &err)) { fail(&err); goto out; }
-    /* ---- camera frames: pixels | image0 + image1 (arrays or files) */
-    if (!pixels) {
-        const ma_tensor *px = ma_npz_get(&in, "pixels");
-        if (px) {
-            int64_t want[3] = {-1, m.cfg.patch_h * m.cfg.patch_w, 3 * m.cfg.patch * m.cfg.patch};
-            if (ma_tensor_expect(px, "inputs pixels", MA_DT_F32, 3, want, &err)) { fail(&err); goto out; }
-            pixels = px->data;
-            n_images = (int)px->shape[0];
-        } else {
-            const char *files[2] = {o->image0, o->image1};
-            for (int i = 0; i < 2; i++) {
-                char key[16];
-                snprintf(key, sizeof key, "image%d", i);
-                const ma_tensor *t = ma_npz_get(&in, key);
-                ma_status s;
-                if (t) s = ma_image_from_tensor(t, key, &imgs[i], &err);
-                else if (files[i]) s = ma_image_load(files[i], &imgs[i], &err);
-                else { fprintf(stderr, "molmoact: inputs need `pixels`, or both camera frames (image0 and image1)\n"); goto out; }
-                if (s) { fail(&err); goto out; }
-            }
-            n_images = 2;
-        }
-    }
-    /* ---- prompt: input_ids | task + state */
-    const ma_tensor *ids = ma_npz_get(&in, "input_ids");
-    if (ids) {
-        int64_t any[1] = {-1};
-        if (ma_tensor_expect(ids, "inputs input_ids", MA_DT_I64, 1, any, &err)) { fail(&err); goto out; }
-        ids_data = ids->data;
-        seq_len = ids->shape[0];
-    }
-    if (!pixels || !ids_data) {
-        const ma_tensor *tt = ma_npz_get(&in, "task"), *st = ma_npz_get(&in, "state");
-        const char *task = o->task;
-        size_t task_len = task ? strlen(task) : 0;
-        if (tt) {
-            if (tt->dtype != MA_DT_STR32 || ma_tensor_numel(tt) != 1) { fprintf(stderr, "molmoact: inputs task must be one string\n"); goto out; }
-            if (ma_str32_to_utf8(tt, 0, &task_buf, &err)) { fail(&err); goto out; }
-            task = task_buf;
-            task_len = strlen(task_buf);
-        }
-        float state[MA_NORM_MAX_DIM];
-        int state_dim = 0;
-        if (st) {
-            if (st->dtype != MA_DT_F32 || st->ndim != 1 || st->shape[0] < 1 || st->shape[0] > MA_NORM_MAX_DIM) {
-                fprintf(stderr, "molmoact: inputs state must be float32 [%d]\n", m.ns.has_state ? m.ns.state.dim : 8);
-                goto out;
-            }
-            state_dim = (int)st->shape[0];
-            memcpy(state, st->data, sizeof(float) * (size_t)state_dim);
-        } else if (o->state) {
-            const char *p = o->state;
-            while (*p && state_dim < MA_NORM_MAX_DIM) {
-                char *end;
-                state[state_dim++] = strtof(p, &end);
-                if (end == p || (*end && *end != ',')) { fprintf(stderr, "molmoact: --state: %s is not a comma-separated list of numbers\n", o->state); goto out; }
-                p = *end ? end + 1 : end;
-            }
-        }
-        if (!ids_data && (!task || !state_dim)) {
-            fprintf(stderr, "molmoact: inputs need `input_ids`, or `task` and `state` (--task, --state)\n");
-            goto out;
-        }
-        if (!pixels || !ids_data) {
-            if (pixels) { fprintf(stderr, "molmoact: pass either pixels + input_ids or raw frames + task + state\n"); goto out; }
-            if (ma_prepare_observation(&m, imgs, n_images, task, task_len, state, state_dim, &prep, &err)) { fail(&err); goto out; }
-            pixels = prep.pixels;
-            if (!ids_data) { ids_data = prep.prompt.ids; seq_len = prep.prompt.n; }
-        }
-    }
-    int action_dim = 0, A = 0, n_steps = 0;
-    if (ma_action_plan(&m, &action_dim, &A, &n_steps, &err)) { fail(&err); goto out; }
-    const ma_tensor *nz = ma_npz_get(&in, "noise");
-    ma_npz noise_file = {0};
-    ma_tensor noise_npy = {0};
-    if (o->noise) {
-        /* --noise FILE: an .npy array or an .npz holding `noise` */
-        if (ma_npz_read(o->noise, &noise_file, &err) == MA_OK) nz = ma_npz_get(&noise_file, "noise");
-        else {
-            char *buf;
-            size_t len;
-            if (ma_read_file(o->noise, 64u << 20, &buf, &len, &err) || ma_npy_parse((uint8_t *)buf, len, o->noise, &noise_npy, &err)) {
-                if (buf) free(buf);
-                fail(&err);
-                goto out;
-            }
-            free(buf);
-            nz = &noise_npy;
-        }
-        if (!nz) { fprintf(stderr, "molmoact: %s holds no `noise` array\n", o->noise); ma_npz_free(&noise_file); goto out; }
-    }
-    if (nz && (!o->have_seed || o->noise)) {
-        int64_t want[3] = {1, A, m.cfg.max_action_dim};
-        if (ma_tensor_expect(nz, "noise", MA_DT_F32, 3, want, &err)) { fail(&err); ma_npz_free(&noise_file); ma_tensor_free(&noise_npy); goto out; }
-        noise = nz->data;
-    }
-    ma_runner r;
-    if (ma_runner_open(&m, &r, &err)) { fail(&err); ma_npz_free(&noise_file); ma_tensor_free(&noise_npy); goto out; }
-    ma_obs obs = {pixels, n_images, ids_data, seq_len, noise, o->seed};
-    ma_result res;
+    ma_request q;
+    ma_result res, first;
+    memset(&res, 0, sizeof res);
+    memset(&first, 0, sizeof first);
     ma_trace trace;
     ma_trace_init(&trace);
-    if (ma_runner_run(&r, &obs, &res, o->dump ? &trace : NULL, &err)) {
-        fail(&err);
-        ma_trace_free(&trace);
-        ma_runner_close(&r);
-        ma_npz_free(&noise_file);
-        ma_tensor_free(&noise_npy);
-        goto out;
+    ma_latency lat;
+    ma_latency_init(&lat);
+    if (ma_request_load(&e.host, &src, &q, &err)) { fail(&err); goto out; }
+    /* N runs of the same observation on the resident sessions; all must give the same chunk */
+    for (int i = 0; i < o->runs; i++) {
+        ma_result_free(&res);
+        if (ma_engine_run(&e, &q.obs, &res, o->dump && i == 0 ? &trace : NULL, &err)) { fail(&err); goto out; }
+        ma_latency_add(&lat, &e.runner->last);
+        if (i == 0) { first = res; memset(&res, 0, sizeof res); continue; }
+        if (memcmp(first.actions, res.actions, sizeof(float) * (size_t)res.n_steps * res.action_dim) != 0) {
+            fprintf(stderr, "molmoact: run %d gave a different action chunk than run 1 (the pipeline is not deterministic)\n", i + 1);
+            goto out;
+        }
     }
-    if (o->dump && prep.resized) {
-        int64_t rs[4] = {n_images, m.cfg.image_h, m.cfg.image_w, 3}, bs[1] = {prep.prompt.state_dim};
-        ma_tensor rt = ma_tensor_view(MA_DT_U8, 4, rs, prep.resized);
-        int32_t bins32[MA_NORM_MAX_DIM];
+    if (o->dump && q.prep.resized) {
+        int64_t rs[4] = {q.obs.n_images, e.host.cfg.image_h, e.host.cfg.image_w, 3}, bs[1] = {q.prep.prompt.state_dim};
+        ma_tensor rt = ma_tensor_view(MA_DT_U8, 4, rs, q.prep.resized);
         int64_t bins[MA_NORM_MAX_DIM];
-        for (int i = 0; i < prep.prompt.state_dim; i++) { bins32[i] = prep.prompt.state_bins[i]; bins[i] = bins32[i]; }
+        for (int i = 0; i < q.prep.prompt.state_dim; i++) bins[i] = q.prep.prompt.state_bins[i];
         ma_tensor bt = ma_tensor_view(MA_DT_I64, 1, bs, bins);
         if (ma_trace_add(&trace, "resized_u8", &rt, &err) || ma_trace_add(&trace, "state_bins", &bt, &err) ||
-            ma_trace_add_f32(&trace, "state_normalized", 1, bs, prep.prompt.state_norm, &err)) fail(&err);
+            ma_trace_add_f32(&trace, "state_normalized", 1, bs, q.prep.prompt.state_norm, &err)) { fail(&err); goto out; }
     }
-    print_actions(&res, o->json);
-    if (o->out) {
-        ma_npz_writer w;
-        ma_npz_writer_init(&w);
-        int64_t as[2] = {res.n_steps, res.action_dim}, ts[2] = {res.horizon, res.max_action_dim};
-        ma_status s = ma_npz_add_f32(&w, "actions", 2, as, res.actions, &err);
-        if (!s) s = ma_npz_add_f32(&w, "trajectory", 2, ts, res.trajectory, &err);
-        if (!s) s = ma_npz_write(&w, o->out, 0, &err);
-        ma_npz_writer_free(&w);
-        if (s) { fail(&err); goto run_done; }
-    }
+    if (o->json) { printf("{"); print_actions_json(&first); }
+    else print_actions(&first);
+    if (o->out && write_result(o->out, &first, &err)) { fail(&err); goto out; }
     if (o->dump) {
         mkdir(o->dump, 0755);
         char *p = ma_path_join(o->dump, "intermediates.npz");
         ma_status s = p ? ma_trace_write_npz(&trace, p, &err) : MA_ERR_NOMEM;
         free(p);
-        if (s) { fail(&err); goto run_done; }
+        if (s) { fail(&err); goto out; }
     }
-    const ma_timing *t = &r.last;
-    if (o->json) {
-        printf(", \"latency_ms\": {\"vision\": %.3f, \"llm_split0\": %.3f, \"llm_split1\": %.3f, \"llm_split2\": %.3f, "
-               "\"llm_split3\": %.3f, \"action_context\": %.3f, \"action_step_x%d\": %.3f, \"host\": %.3f, \"total\": %.3f}, "
-               "\"peak_rss_kb\": %ld", t->vision, t->llm[0], t->llm[1], t->llm[2], t->llm[3], t->action_context,
-               m.cfg.flow_steps, t->action_step, t->host, t->total, peak_rss_kb());
-    } else {
-        printf("latency (ms): vision %.2f | llm %.2f %.2f %.2f %.2f | action_context %.2f | action_step x%d %.2f | host %.2f | total %.2f\n",
-               t->vision, t->llm[0], t->llm[1], t->llm[2], t->llm[3], t->action_context, m.cfg.flow_steps, t->action_step,
-               t->host, t->total);
-        printf("peak RSS %.1f MiB\n", peak_rss_kb() / 1024.0);
-    }
-    rc = 0;
-    if (o->golden) {
-        ma_parity_report rep;
-        int e2e;
-        double gate = ma_parity_default_gate(&m, &e2e);
-        if (o->gate > 0) gate = o->gate;
-        if ((e2e ? ma_parity_run_e2e : ma_parity_run)(&m, o->golden, gate, &rep, &err)) { fail(&err); rc = 1; }
-        else {
-            if (o->json) { printf(", \"parity\": "); ma_parity_print(&rep, stdout, 1); }
-            else { printf("\nparity against %s\n", o->golden); ma_parity_print(&rep, stdout, 0); }
-            rc = rep.pass ? 0 : 2;
-        }
-        ma_parity_free(&rep);
-    }
+    if (o->json) { printf(", \"latency\": "); ma_latency_print_json(&lat, e.inproc ? "inproc" : "resident", e.host.cfg.flow_steps, stdout); }
+    else { printf("\n"); ma_latency_print(&lat, mode_name(&e), e.host.cfg.flow_steps, stdout); }
+    print_memory(&e, o->json);
+    rc = o->golden ? run_parity(&e, o) : 0;
     if (o->json) printf("}\n");
-run_done:
-    ma_npz_free(&noise_file);
-    ma_tensor_free(&noise_npy);
-    ma_result_free(&res);
-    ma_trace_free(&trace);
-    ma_runner_close(&r);
 out:
-    ma_npz_free(&in);
-    ma_npz_free(&vis);
-    ma_prepared_free(&prep);
-    ma_image_free(&imgs[0]);
-    ma_image_free(&imgs[1]);
-    free(task_buf);
-    ma_model_close(&m);
+    ma_request_free(&q);
+    ma_result_free(&res);
+    ma_result_free(&first);
+    ma_trace_free(&trace);
+    if (ma_engine_close(&e) && !rc) rc = 1; /* a worker that did not shut down cleanly fails the run */
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------- bench */
+
+/* the latency table on a synthetic LIBERO-like observation (or --inputs), after one warm-up */
+static int cmd_bench(opts *o) {
+    ma_error err = {0};
+    char demo_model[PATH_MAX], demo_golden[PATH_MAX], demo_inputs[PATH_MAX], demo_pixels[PATH_MAX];
+    ma_request_src src;
+    memset(&src, 0, sizeof src);
+    request_src_of(o, &src);
+    if (!o->model) {
+        o->stream = 1; /* the demo model, but not the golden's observation */
+        use_demo(o, &src, demo_model, demo_golden, demo_inputs, demo_pixels);
+    }
+    if (o->runs < 1) o->runs = 5;
+    ma_engine e;
+    if (ma_engine_open(o->model, o->norm_tag, o->inproc, NULL, &e, &err)) return fail(&err);
+    ma_request q;
+    ma_status s = src.inputs || src.image0 ? ma_request_load(&e.host, &src, &q, &err) : ma_request_synthetic(&e.host, o->seed, &q, &err);
+    if (s) { ma_engine_close(&e); return fail(&err); }
+    ma_latency lat;
+    ma_latency_init(&lat);
+    int rc = 0;
+    for (int i = 0; i <= o->runs && !rc; i++) {
+        ma_result res;
+        if (ma_engine_run(&e, &q.obs, &res, NULL, &err)) { rc = fail(&err); break; }
+        if (i > 0) ma_latency_add(&lat, &e.runner->last); /* run 0 warms caches and page mappings */
+        ma_result_free(&res);
+    }
+    if (!rc) {
+        const char *prec[3] = {e.host.precision[0][0] ? e.host.precision[0] : "checkpoint",
+                               e.host.precision[1][0] ? e.host.precision[1] : "checkpoint",
+                               e.host.precision[2][0] ? e.host.precision[2] : "checkpoint"};
+        if (o->json) {
+            printf("{\"model\": ");
+            ma_json_write_string(stdout, o->model, strlen(o->model));
+            printf(", \"precision\": {\"vision\": \"%s\", \"llm\": \"%s\", \"action\": \"%s\"}, \"prompt_tokens\": %lld, \"latency\": ",
+                   prec[0], prec[1], prec[2], (long long)q.obs.seq_len);
+            ma_latency_print_json(&lat, e.inproc ? "inproc" : "resident", e.host.cfg.flow_steps, stdout);
+            print_memory(&e, 1);
+            printf("}\n");
+        } else {
+            printf("bench: %s (vision %s, llm %s, action %s), prompt %lld tokens, %d threads\n", o->model, prec[0], prec[1],
+                   prec[2], (long long)q.obs.seq_len, ma_kernel_threads());
+            ma_latency_print(&lat, mode_name(&e), e.host.cfg.flow_steps, stdout);
+            print_memory(&e, 0);
+        }
+    }
+    ma_request_free(&q);
+    if (ma_engine_close(&e) && !rc) rc = 1;
     return rc;
 }
 
@@ -628,12 +656,23 @@ static int cmd_tokenize(int argc, char **argv) {
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) { usage(argc < 2 ? stderr : stdout); return argc < 2; }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "__worker")) { /* a resident worker process, started by the orchestrator */
+        if (argc != 7) { fprintf(stderr, "molmoact: __worker is started by molmoact run, not by hand\n"); return 2; }
+        return ma_worker_main(atoi(argv[2]), argv[3], argv[4], (unsigned)strtoul(argv[5], NULL, 10), atoi(argv[6]));
+    }
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
     if (!strcmp(cmd, "compile")) return cmd_compile(argc, argv);
     opts o;
     if (parse_opts(argc, argv, 2, &o)) return 1;
+    if (o.threads > 0) {
+        char n[16];
+        snprintf(n, sizeof n, "%d", o.threads);
+        setenv("OPENBLAS_NUM_THREADS", n, 1); /* for the workers */
+        ma_kernel_set_threads(o.threads);
+    }
     if (!strcmp(cmd, "run")) return cmd_run(&o);
+    if (!strcmp(cmd, "bench")) return cmd_bench(&o);
     if (!strcmp(cmd, "parity")) return cmd_parity(&o);
     if (!strcmp(cmd, "prompt")) return cmd_prompt(&o);
     if (!strcmp(cmd, "preprocess")) return cmd_preprocess(&o);

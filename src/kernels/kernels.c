@@ -7,6 +7,9 @@
 
 #include "core/half.h"
 
+void ma_kernel_set_threads(int n) { openblas_set_num_threads(n); }
+int ma_kernel_threads(void) { return openblas_get_num_threads(); }
+
 #define PANEL_FLOATS (1u << 20) /* 4 MiB of converted weights per sgemm call */
 
 void ma_kctx_init(ma_kctx *c) {

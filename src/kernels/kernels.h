@@ -30,6 +30,11 @@ typedef struct ma_kctx {
     int scalar;     /* 1: plain C loops everywhere */
 } ma_kctx;
 
+/* threads of the GEMM backend (OpenBLAS): set for this process; workers inherit
+ * OPENBLAS_NUM_THREADS */
+void ma_kernel_set_threads(int n);
+int ma_kernel_threads(void);
+
 void ma_kctx_init(ma_kctx *c);
 void ma_kctx_free(ma_kctx *c);
 /* ensure n floats of scratch; returns NULL (and sets err) on failure */

@@ -127,7 +127,7 @@ static ma_status parity_with(ma_runner *rp, const char *dir, double gate, int e2
     ma_status s = MA_OK;
     ma_npz z[7];
     memset(z, 0, sizeof z);
-    ma_tensor out[4];
+    ma_tensor out[MA_SESSION_MAX_IO];
     memset(out, 0, sizeof out);
     const ma_tensor *a, *b, *c, *d, *e;
     /* vision */

@@ -84,7 +84,8 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     if (S < 1 || S > (1 << 20)) return ma_fail(err, MA_ERR_SHAPE, "input_ids: %lld tokens", (long long)S);
     if (obs->n_images < 1 || obs->n_images > 64) return ma_fail(err, MA_ERR_SHAPE, "pixels: %d images", obs->n_images);
     double t_start = now_ms(), t_sessions = 0.0;
-    ma_tensor vout[4] = {0}, lout[3] = {0}, cout[2] = {0}, sout[1] = {0};
+    ma_tensor vout[MA_SESSION_MAX_IO] = {0}, lout[MA_SESSION_MAX_IO] = {0}, cout[MA_SESSION_MAX_IO] = {0},
+              sout[MA_SESSION_MAX_IO] = {0};
     ma_tensor hidden = {0}, kall = {0}, vall = {0}, enc = {0}, img = {0}, pos = {0}, x = {0}, tt = {0};
     float *vel = NULL;
 
@@ -138,7 +139,7 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
             snprintf(nm, sizeof nm, "hidden_split%d", i);
             TRACE(nm, &lout[0]);
         }
-        for (int o = 0; o < 3; o++) ma_tensor_free(&lout[o]);
+        for (int o = 0; o < MA_SESSION_MAX_IO; o++) ma_tensor_free(&lout[o]);
     }
     TRACE("llm_k", &kall);
     TRACE("llm_v", &vall);
@@ -187,7 +188,7 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
                 float nx = xv[a * Da + j] + dt * vj;
                 xv[a * Da + j] = (masking && j >= action_dim) ? 0.0f : nx;
             }
-        ma_tensor_free(&sout[0]);
+        for (int o = 0; o < MA_SESSION_MAX_IO; o++) ma_tensor_free(&sout[o]);
     }
     if (vel) {
         if (!s) s = ma_trace_add_f32(trace, "velocity", 3, vshape, vel, err);
@@ -211,10 +212,10 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
         s = ma_trace_add_f32(trace, "actions", 2, ashape, res->actions, err);
     }
 done:
-    for (int o = 0; o < 4; o++) ma_tensor_free(&vout[o]);
-    for (int o = 0; o < 3; o++) ma_tensor_free(&lout[o]);
-    for (int o = 0; o < 2; o++) ma_tensor_free(&cout[o]);
-    ma_tensor_free(&sout[0]);
+    for (int o = 0; o < MA_SESSION_MAX_IO; o++) ma_tensor_free(&vout[o]);
+    for (int o = 0; o < MA_SESSION_MAX_IO; o++) ma_tensor_free(&lout[o]);
+    for (int o = 0; o < MA_SESSION_MAX_IO; o++) ma_tensor_free(&cout[o]);
+    for (int o = 0; o < MA_SESSION_MAX_IO; o++) ma_tensor_free(&sout[o]);
     ma_tensor_free(&hidden); ma_tensor_free(&kall); ma_tensor_free(&vall); ma_tensor_free(&enc);
     ma_tensor_free(&img); ma_tensor_free(&pos); ma_tensor_free(&x); ma_tensor_free(&tt);
     free(vel);

@@ -33,7 +33,8 @@ typedef struct ma_timing {
 
 /* How the pipeline reaches its sessions: in this process (ma_session) or in resident worker
  * processes (runtime/resident.h). run() executes session `which` (index into MA_SESSION_NAMES)
- * and fills owned output tensors; debug asks vision for its debugging outputs. */
+ * and fills owned output tensors (out has room for MA_SESSION_MAX_IO); debug asks vision for its
+ * debugging outputs. */
 typedef struct ma_session_link {
     ma_status (*run)(void *ctx, int which, int debug, const ma_tensor *in, int n_in, ma_tensor *out, int *n_out,
                      double *compute_ms, double *transfer_ms, ma_error *err);

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -156,6 +159,9 @@ static ma_status spawn(ma_resident *r, int wi, ma_error *err) {
     }
     if (pid == 0) { /* only async-signal-safe calls until exec */
         fcntl(sv[1], F_SETFD, 0);
+#ifdef __linux__
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a worker never outlives its orchestrator */
+#endif
         execv(r->exe, argv);
         _exit(127);
     }
@@ -191,7 +197,9 @@ static ma_status fault(ma_resident *r, int wi, const char *what, ma_error *err) 
                    sp ? e2.msg : "it was restarted");
 }
 
-static ma_status grow(ma_resident *r, int wi, size_t need, ma_error *err) {
+/* give the worker a larger memfd; *ans is its answer: an empty acknowledgement, or the reply to a
+ * request whose outputs did not fit (the worker keeps them until the new memory arrives) */
+static ma_status grow(ma_resident *r, int wi, size_t need, wire_msg *ans, ma_error *err) {
     ma_worker *w = &r->w[wi];
     size_t size = align64(need) + (1u << 20);
     char name[64];
@@ -208,7 +216,7 @@ static ma_status grow(ma_resident *r, int wi, size_t need, ma_error *err) {
     m.shm_size = size;
     int ok = send_msg(w->sock, &m, fd) == 0;
     int rd = ok ? wait_readable(w->sock, r->opts.deadline_ms) : -1;
-    ok = ok && rd > 0 && recv_msg(w->sock, &m, NULL) == 1 && m.op == OP_REPLY;
+    ok = ok && rd > 0 && recv_msg(w->sock, ans, NULL) == 1 && (ans->op == OP_REPLY || ans->op == OP_ERROR);
     if (!ok) {
         munmap(p, size);
         close(fd);
@@ -235,12 +243,12 @@ static ma_status remote_run(void *ctx, int which, int debug, const ma_tensor *in
     }
     size_t in_bytes = 0;
     for (int i = 0; i < n_in; i++) in_bytes += align64(in[i].nbytes);
+    wire_msg m;
     if (w->shm_size < in_bytes + 4096) {
-        ma_status s = grow(r, wi, 2 * in_bytes + 4096, err);
+        ma_status s = grow(r, wi, 2 * in_bytes + 4096, &m, err);
         if (s) return s;
     }
-    for (int attempt = 0; attempt < 3; attempt++) {
-        wire_msg m;
+    {
         memset(&m, 0, sizeof m);
         m.magic = WIRE_MAGIC;
         m.op = OP_RUN;
@@ -258,6 +266,7 @@ static ma_status remote_run(void *ctx, int which, int debug, const ma_tensor *in
             off += align64(in[i].nbytes);
         }
         if (send_msg(w->sock, &m, -1) != 0) return fault(r, wi, "died before the request", err);
+        if (r->opts.on_sent) r->opts.on_sent(r->opts.hook_ctx, wi, w->pid);
         int rd = wait_readable(w->sock, r->opts.deadline_ms);
         if (rd == 0) {
             char what[96];
@@ -266,12 +275,11 @@ static ma_status remote_run(void *ctx, int which, int debug, const ma_tensor *in
         }
         int got = rd > 0 ? recv_msg(w->sock, &m, NULL) : -1;
         if (got != 1) return fault(r, wi, "died during the request", err);
-        if (m.op == OP_ERROR) return ma_fail(err, (ma_status)m.status, "worker %s: %s", w->name, m.msg);
         if (m.op == OP_NEED) {
-            ma_status s = grow(r, wi, (size_t)m.need, err);
+            ma_status s = grow(r, wi, (size_t)m.need, &m, err);
             if (s) return s;
-            continue;
         }
+        if (m.op == OP_ERROR) return ma_fail(err, (ma_status)m.status, "worker %s: %s", w->name, m.msg);
         if (m.op != OP_REPLY || m.n < 0 || m.n > MA_SESSION_MAX_IO) return fault(r, wi, "sent a malformed reply", err);
         for (int i = 0; i < m.n; i++) {
             const wire_tensor *t = &m.t[i];
@@ -292,7 +300,6 @@ static ma_status remote_run(void *ctx, int which, int debug, const ma_tensor *in
         if (*transfer_ms < 0) *transfer_ms = 0;
         return MA_OK;
     }
-    return ma_fail(err, MA_ERR_NOMEM, "worker %s: shared memory kept growing", w->name);
 }
 
 ma_status ma_resident_open(const ma_model *host, const char *dir, const char *tag, const ma_resident_opts *opts,
@@ -332,28 +339,37 @@ ma_status ma_resident_run(ma_resident *r, const ma_obs *obs, ma_result *res, ma_
     return ma_runner_run(&r->runner, obs, res, trace, err);
 }
 
-void ma_resident_close(ma_resident *r) {
-    if (!r) return;
+int ma_resident_close(ma_resident *r) {
+    if (!r) return 0;
+    int unclean = 0;
     for (int i = 0; i < MA_NUM_WORKERS; i++) {
         ma_worker *w = &r->w[i];
-        if (w->pid > 0 && w->sock >= 0) {
-            wire_msg m;
-            memset(&m, 0, sizeof m);
-            m.magic = WIRE_MAGIC;
-            m.op = OP_QUIT;
-            if (send_msg(w->sock, &m, -1) == 0) {
-                /* a clean worker closes its end; then it is reaped without a signal */
-                for (int k = 0; k < 50 && wait_readable(w->sock, 100) > 0; k++)
-                    if (recv_msg(w->sock, &m, NULL) != 1) break;
-                for (int k = 0; k < 50; k++) {
-                    int st;
-                    pid_t p = waitpid(w->pid, &st, WNOHANG);
-                    if (p == w->pid) { w->pid = 0; break; }
-                    struct timespec ts = {0, 20 * 1000 * 1000};
-                    nanosleep(&ts, NULL);
+        if (w->pid <= 0) continue;
+        int clean = 0;
+        wire_msg m;
+        memset(&m, 0, sizeof m);
+        m.magic = WIRE_MAGIC;
+        m.op = OP_QUIT;
+        if (w->sock >= 0 && send_msg(w->sock, &m, -1) == 0) {
+            /* a worker that quits closes its end of the socket; then it is reaped, up to 5 s */
+            for (int k = 0; k < 50 && wait_readable(w->sock, 100) > 0; k++)
+                if (recv_msg(w->sock, &m, NULL) != 1) break;
+            for (int k = 0; k < 250; k++) {
+                int st;
+                pid_t p = waitpid(w->pid, &st, WNOHANG);
+                if (p == w->pid) {
+                    clean = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+                    if (!clean) fprintf(stderr, "molmoact: worker %s (pid %d) %s at shutdown\n", w->name, (int)w->pid,
+                                        WIFEXITED(st) ? "exited with an error" : "was killed by a signal");
+                    w->pid = 0;
+                    break;
                 }
+                struct timespec ts = {0, 20 * 1000 * 1000};
+                nanosleep(&ts, NULL);
             }
         }
+        if (w->pid > 0) fprintf(stderr, "molmoact: worker %s (pid %d) did not quit; killing it\n", w->name, (int)w->pid);
+        unclean += !clean;
         char how[64];
         drop_worker(w, how, sizeof how); /* kills and reaps whatever did not quit */
     }
@@ -361,9 +377,39 @@ void ma_resident_close(ma_resident *r) {
     free(r->tag);
     free(r->exe);
     free(r);
+    return unclean;
 }
 
 /* ------------------------------------------------------------------------------ worker */
+
+/* put a session's outputs into shared memory from offset off; 0 when they do not fit */
+static int place_outputs(wire_msg *rep, const ma_session *se, const ma_tensor *out, void *shm, size_t shm_size, size_t off) {
+    size_t need = off;
+    for (int i = 0; i < se->n_out; i++) need += align64(out[i].nbytes);
+    if (need > shm_size) {
+        rep->op = OP_NEED;
+        rep->need = need;
+        return 0;
+    }
+    rep->op = OP_REPLY;
+    rep->n = se->n_out;
+    rep->compute_ms = se->last_ms;
+    for (int i = 0; i < se->n_out; i++) {
+        rep->t[i].dtype = (uint32_t)out[i].dtype;
+        rep->t[i].ndim = (uint32_t)out[i].ndim;
+        memcpy(rep->t[i].shape, out[i].shape, sizeof rep->t[i].shape);
+        rep->t[i].off = off;
+        rep->t[i].nbytes = out[i].nbytes;
+        memcpy((uint8_t *)shm + off, out[i].data, out[i].nbytes);
+        off += align64(out[i].nbytes);
+    }
+    return 1;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
 
 int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int delay_ms) {
     signal(SIGPIPE, SIG_IGN);
@@ -372,18 +418,19 @@ int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int
     m.magic = WIRE_MAGIC;
     ma_error err = {0};
     ma_model model;
+    memset(&model, 0, sizeof model);
     ma_session *sess[7] = {0};
     ma_status s = ma_model_open_parts(dir, tag, parts, &model, &err);
-    for (int i = 0; i < 7 && !s; i++) {
-        int wi = worker_of(i);
-        if (worker_parts(wi) == parts) s = ma_session_open(&model, MA_SESSION_NAMES[i], &sess[i], &err);
-    }
+    for (int i = 0; i < 7 && !s; i++)
+        if (worker_parts(worker_of(i)) == parts) s = ma_session_open(&model, MA_SESSION_NAMES[i], &sess[i], &err);
     if (s) {
         m.op = OP_ERROR;
         m.status = (int32_t)s;
         snprintf(m.msg, sizeof m.msg, "%s", err.msg);
         send_msg(fd, &m, -1);
+        for (int i = 0; i < 7; i++) ma_session_close(sess[i]);
         if (model.dir) ma_model_close(&model);
+        close(fd);
         return 1;
     }
     m.op = OP_READY;
@@ -391,11 +438,16 @@ int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int
     void *shm = NULL;
     size_t shm_size = 0;
     int shm_fd = -1;
+    ma_tensor out[MA_SESSION_MAX_IO];
+    memset(out, 0, sizeof out);
+    ma_session *pending = NULL; /* a finished request whose outputs wait for more shared memory */
     for (;;) {
         int passed;
         int got = recv_msg(fd, &m, &passed);
-        if (got != 1) break;
-        if (m.op == OP_QUIT) break;
+        if (got != 1 || m.op == OP_QUIT) { if (got == 1 && passed >= 0) close(passed); break; }
+        wire_msg rep;
+        memset(&rep, 0, sizeof rep);
+        rep.magic = WIRE_MAGIC;
         if (m.op == OP_SHM) {
             void *p = passed >= 0 ? mmap(NULL, (size_t)m.shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, passed, 0) : MAP_FAILED;
             if (p == MAP_FAILED) { if (passed >= 0) close(passed); break; }
@@ -404,19 +456,24 @@ int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int
             shm = p;
             shm_size = (size_t)m.shm_size;
             shm_fd = passed;
-            memset(&m, 0, sizeof m);
-            m.magic = WIRE_MAGIC;
-            m.op = OP_REPLY;
-            if (send_msg(fd, &m, -1) != 0) break;
+            rep.op = OP_REPLY;
+            if (pending && !place_outputs(&rep, pending, out, shm, shm_size, 0)) {
+                rep.op = OP_ERROR;
+                rep.status = MA_ERR_NOMEM;
+                snprintf(rep.msg, sizeof rep.msg, "outputs do not fit the %zu bytes of shared memory given", shm_size);
+            }
+            if (pending) {
+                for (int i = 0; i < MA_SESSION_MAX_IO; i++) ma_tensor_free(&out[i]);
+                pending = NULL;
+            }
+            if (send_msg(fd, &rep, -1) != 0) break;
             continue;
         }
         if (passed >= 0) close(passed);
-        wire_msg rep;
-        memset(&rep, 0, sizeof rep);
-        rep.magic = WIRE_MAGIC;
+        for (int i = 0; i < MA_SESSION_MAX_IO; i++) ma_tensor_free(&out[i]);
+        pending = NULL;
         ma_session *se = m.op == OP_RUN && m.which >= 0 && m.which < 7 ? sess[m.which] : NULL;
-        ma_tensor in[MA_SESSION_MAX_IO], out[MA_SESSION_MAX_IO];
-        memset(out, 0, sizeof out);
+        ma_tensor in[MA_SESSION_MAX_IO];
         s = MA_OK;
         if (!se) s = ma_fail(&err, MA_ERR_ARG, "request for a session this worker does not hold");
         else if (!shm || m.n != se->n_in) s = ma_fail(&err, MA_ERR_ARG, "malformed request");
@@ -428,13 +485,10 @@ int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int
                 break;
             }
             in[i] = ma_tensor_view((ma_dtype)t->dtype, (int)t->ndim, t->shape, (uint8_t *)shm + t->off);
-            if (in[i].nbytes != t->nbytes) s = ma_fail(&err, MA_ERR_ARG, "input %d size does not match its shape", i);
+            if (in[i].nbytes != t->nbytes) s = ma_fail(&err, MA_ERR_ARG, "input %d (%s) holds %llu bytes, its shape needs %zu", i, ma_dtype_name(in[i].dtype), (unsigned long long)t->nbytes, in[i].nbytes);
             if (t->off + align64(t->nbytes) > end) end = (size_t)(t->off + align64(t->nbytes));
         }
-        if (!s && delay_ms > 0) {
-            struct timespec ts = {delay_ms / 1000, (long)(delay_ms % 1000) * 1000000L};
-            nanosleep(&ts, NULL);
-        }
+        if (!s && delay_ms > 0) sleep_ms(delay_ms);
         if (!s) {
             ma_session_set_debug(se, m.debug);
             s = ma_session_run(se, in, out, &err);
@@ -443,31 +497,14 @@ int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int
             rep.op = OP_ERROR;
             rep.status = (int32_t)s;
             snprintf(rep.msg, sizeof rep.msg, "%s", err.msg);
+        } else if (!place_outputs(&rep, se, out, shm, shm_size, end)) {
+            pending = se; /* keep the outputs; the orchestrator sends a larger memfd next */
         } else {
-            size_t need = end;
-            for (int i = 0; i < se->n_out; i++) need += align64(out[i].nbytes);
-            if (need > shm_size) {
-                rep.op = OP_NEED;
-                rep.need = need;
-            } else {
-                rep.op = OP_REPLY;
-                rep.n = se->n_out;
-                rep.compute_ms = se->last_ms;
-                size_t off = end;
-                for (int i = 0; i < se->n_out; i++) {
-                    rep.t[i].dtype = (uint32_t)out[i].dtype;
-                    rep.t[i].ndim = (uint32_t)out[i].ndim;
-                    memcpy(rep.t[i].shape, out[i].shape, sizeof rep.t[i].shape);
-                    rep.t[i].off = off;
-                    rep.t[i].nbytes = out[i].nbytes;
-                    memcpy((uint8_t *)shm + off, out[i].data, out[i].nbytes);
-                    off += align64(out[i].nbytes);
-                }
-            }
+            for (int i = 0; i < MA_SESSION_MAX_IO; i++) ma_tensor_free(&out[i]);
         }
-        for (int i = 0; i < MA_SESSION_MAX_IO; i++) ma_tensor_free(&out[i]);
         if (send_msg(fd, &rep, -1) != 0) break;
     }
+    for (int i = 0; i < MA_SESSION_MAX_IO; i++) ma_tensor_free(&out[i]);
     if (shm) munmap(shm, shm_size);
     if (shm_fd >= 0) close(shm_fd);
     for (int i = 0; i < 7; i++) ma_session_close(sess[i]);

@@ -27,6 +27,10 @@ typedef struct ma_resident_opts {
     int deadline_ms;       /* per request and worker; 0 = MOLMOACT_WORKER_DEADLINE_MS or 60000 */
     int startup_ms;        /* a worker's time to open its contexts; 0 = 300000 */
     int worker_delay_ms;   /* tests: workers sleep this long before answering */
+    /* tests: called when a request has been sent to worker wi (pid) and before its answer is
+     * awaited, i.e. while the request is in flight */
+    void (*on_sent)(void *ctx, int wi, pid_t pid);
+    void *hook_ctx;
 } ma_resident_opts;
 
 typedef struct ma_worker {
@@ -53,7 +57,9 @@ typedef struct ma_resident {
 ma_status ma_resident_open(const ma_model *host, const char *dir, const char *tag, const ma_resident_opts *opts,
                            ma_resident **out, ma_error *err);
 ma_status ma_resident_run(ma_resident *r, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err);
-void ma_resident_close(ma_resident *r);
+/* ask every worker to quit, reap them, close every descriptor; returns how many workers did not
+ * exit cleanly (status 0) and had to be killed or reported an error (e.g. a sanitizer finding) */
+int ma_resident_close(ma_resident *r);
 
 /* the worker side: serve requests on fd until told to quit (returns the exit status) */
 int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int delay_ms);

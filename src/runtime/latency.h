@@ -1,0 +1,22 @@
+/* The latency table: per-component means (and minima) over N requests, pure inference apart from
+ * host glue and transfer, as text or JSON. */
+#ifndef MA_LATENCY_H
+#define MA_LATENCY_H
+
+#include <stdio.h>
+
+#include "runtime/pipeline.h"
+
+typedef struct ma_latency {
+    ma_timing sum, min, max;
+    int n;
+} ma_latency;
+
+void ma_latency_init(ma_latency *l);
+void ma_latency_add(ma_latency *l, const ma_timing *t);
+ma_timing ma_latency_mean(const ma_latency *l);
+/* mode: "resident" or "inproc"; flow_steps: action_step calls per request */
+void ma_latency_print(const ma_latency *l, const char *mode, int flow_steps, FILE *f);
+void ma_latency_print_json(const ma_latency *l, const char *mode, int flow_steps, FILE *f);
+
+#endif
