@@ -123,7 +123,7 @@ static void print_actions_json(const ma_result *r) {
     printf("\"actions\": [");
     for (int k = 0; k < r->n_steps; k++) {
         printf("%s[", k ? ", " : "");
-        for (int j = 0; j < r->action_dim; j++) printf("%s%.7g", j ? ", " : "", r->actions[k * r->action_dim + j]);
+        for (int j = 0; j < r->action_dim; j++) printf("%s%.9g", j ? ", " : "", r->actions[k * r->action_dim + j]); /* round-trips a float */
         printf("]");
     }
     printf("]");

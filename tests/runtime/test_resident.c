@@ -18,6 +18,17 @@
 #include "runtime/parity.h"
 #include "runtime/request.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define RUNNING_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RUNNING_UNDER_ASAN 1
+#endif
+#endif
+#ifndef RUNNING_UNDER_ASAN
+#define RUNNING_UNDER_ASAN 0
+#endif
+
 #define TINY MA_SOURCE_DIR "/assets/tiny-grid/model"
 #define TINY_GOLDEN MA_SOURCE_DIR "/assets/tiny-grid/golden"
 #define ORIG MA_SOURCE_DIR "/assets/tiny-original/model"
@@ -346,8 +357,13 @@ static void test_no_rss_growth(void **state) {
     const long rss_end = total_rss(&e);
     printf("  %d requests: RSS of orchestrator + workers %ld KiB after %d, %ld KiB after %d, %ld KiB at the end\n",
            requests, rss_warm, warm, rss_mid, requests / 2, rss_end);
+#if RUNNING_UNDER_ASAN
+    /* ASan's quarantine holds freed memory back, so RSS grows by design; LeakSanitizer checks instead */
+    (void)rss_warm;
+#else
     /* the allocator may settle by a few pages; a leak of even 1 KiB per request would show */
     assert_true(rss_end - rss_warm <= 512);
+#endif
     assert_int_equal(e.resident->faults, 0);
     ma_request_free(&q);
     assert_int_equal(ma_engine_close(&e), 0); /* every worker, restarted ones too, exits cleanly */

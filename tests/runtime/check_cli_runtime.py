@@ -1,0 +1,74 @@
+#!/usr/bin/python3
+"""The resident runtime from the command line: `run --stream` (one JSON line per observation, bad
+ones reported without stopping the stream), `run --json --runs N` and `bench --json`.
+
+usage: check_cli_runtime.py MOLMOACT_BINARY SOURCE_DIR WORK_DIR"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+
+def cosine(a, b):
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / np.sqrt((a @ a) * (b @ b)))
+
+
+def main():
+    binary, src, work = sys.argv[1:4]
+    os.makedirs(work, exist_ok=True)
+    golden = os.path.join(src, "assets/tiny-grid/golden")
+    model = os.path.join(src, "assets/tiny-grid/model")
+    vis, step0 = np.load(golden + "/vision_io.npz"), np.load(golden + "/step0_boundary.npz")
+    want = np.load(golden + "/intermediates.npz")["actions"]
+    ok_in, raw_in, bad_in = (os.path.join(work, n) for n in ("ok.npz", "raw.npz", "bad.npz"))
+    np.savez(ok_in, pixels=vis["pixels"], input_ids=step0["input_ids"], noise=step0["noise"])
+    rng = np.random.default_rng(3)
+    np.savez(raw_in, image0=rng.integers(0, 256, (256, 256, 3), dtype=np.uint8),
+             image1=rng.integers(0, 256, (480, 640, 3), dtype=np.uint8),
+             task=np.array("open the top drawer of the cabinet"), state=np.linspace(-1, 1, 8).astype(np.float32))
+    np.savez(bad_in, image0=np.zeros((8, 8, 3), np.uint8), task=np.array("x"), state=np.zeros(8, np.float32))
+    raw_out = os.path.join(work, "raw_out.npz")
+    lines = f"{ok_in}\n{work}/missing.npz\n\n{raw_in}\t{raw_out}\n{bad_in}\n{ok_in}\n"
+    p = subprocess.run([binary, "run", "--model", model, "--stream"], input=lines.encode(), capture_output=True, timeout=600)
+    out = [json.loads(l) for l in p.stdout.decode().splitlines()]
+    assert p.returncode == 3, (p.returncode, p.stderr)  # 3: some observations failed, the stream went on
+    assert [o["index"] for o in out] == [0, 1, 2, 3, 4], out
+    assert "error" in out[1] and "missing.npz" in out[1]["error"], out[1]
+    assert "error" in out[3] and "image1" in out[3]["error"], out[3]
+    for o in (out[0], out[4]):
+        assert cosine(o["actions"], want) >= 0.9999, o
+    assert out[0]["actions"] == out[4]["actions"]
+    assert np.array_equal(np.load(raw_out)["actions"], np.asarray(out[2]["actions"], np.float32))
+    assert np.isfinite(np.asarray(out[2]["actions"])).all()
+
+    # run --json --runs 3 with the golden: actions, latency table, parity, memory
+    p = subprocess.run([binary, "run", "--model", model, "--inputs", ok_in, "--golden", golden, "--runs", "3", "--json"],
+                       capture_output=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert cosine(r["actions"], want) >= 0.9999
+    assert r["latency"]["runs"] == 3 and r["latency"]["mode"] == "resident"
+    assert r["parity"]["pass"] and r["peak_rss_kb"]["workers"] > 0
+
+    # the same with --inproc gives the same actions, bit for bit
+    p = subprocess.run([binary, "run", "--model", model, "--inputs", ok_in, "--runs", "1", "--inproc", "--json"],
+                       capture_output=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["actions"] == r["actions"]
+
+    p = subprocess.run([binary, "bench", "--runs", "2", "--json"], capture_output=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    b = json.loads(p.stdout)
+    m = b["latency"]["mean_ms"]
+    parts = ["vision", "llm_split0", "llm_split1", "llm_split2", "llm_split3", "action_context", "action_step"]
+    assert b["latency"]["runs"] == 2 and all(m[k] > 0 for k in parts)
+    assert abs(sum(m[k] for k in parts) - m["inference"]) < 1e-2 * m["inference"]
+    assert m["total"] >= m["inference"]
+    print("stream, run --json, --inproc and bench --json: ok")
+
+
+if __name__ == "__main__":
+    main()
