@@ -140,20 +140,8 @@ static void print_actions(const ma_result *r) {
     }
 }
 
-static void use_demo(opts *o, ma_request_src *src, char *model, char *golden, char *inputs, char *pixels) {
-    snprintf(model, PATH_MAX, "%s/assets/tiny-grid/model", MA_SOURCE_DIR);
-    snprintf(golden, PATH_MAX, "%s/assets/tiny-grid/golden", MA_SOURCE_DIR);
-    snprintf(inputs, PATH_MAX, "%s/step0_boundary.npz", golden);
-    snprintf(pixels, PATH_MAX, "%s/vision_io.npz", golden);
-    o->model = model;
-    if (!o->golden) o->golden = golden;
-    if (!o->inputs && !o->image0 && !o->stream) {
-        src->inputs = inputs;
-        src->pixels_npz = pixels;
-    }
-}
-
 static void request_src_of(const opts *o, ma_request_src *src) {
+    memset(src, 0, sizeof *src);
     src->inputs = o->inputs;
     src->image0 = o->image0;
     src->image1 = o->image1;
@@ -162,6 +150,26 @@ static void request_src_of(const opts *o, ma_request_src *src) {
     src->noise_path = o->noise;
     src->have_seed = o->have_seed;
     src->seed = o->seed;
+}
+
+/* the request source of the command line; without --model, the demo: the shipped tiny model,
+ * its golden and (with golden_observation, when no observation is given) the golden's inputs.
+ * Returns 1 when the demo is used. */
+static int request_setup(opts *o, ma_request_src *src, int golden_observation) {
+    static char model[PATH_MAX], golden[PATH_MAX], inputs[PATH_MAX], pixels[PATH_MAX];
+    request_src_of(o, src);
+    if (o->model) return 0;
+    snprintf(model, sizeof model, "%s/assets/tiny-grid/model", MA_SOURCE_DIR);
+    snprintf(golden, sizeof golden, "%s/assets/tiny-grid/golden", MA_SOURCE_DIR);
+    snprintf(inputs, sizeof inputs, "%s/step0_boundary.npz", golden);
+    snprintf(pixels, sizeof pixels, "%s/vision_io.npz", golden);
+    o->model = model;
+    if (golden_observation && !o->golden) o->golden = golden;
+    if (golden_observation && !o->inputs && !o->image0 && !o->stream) {
+        src->inputs = inputs;
+        src->pixels_npz = pixels;
+    }
+    return 1;
 }
 
 static ma_status write_result(const char *path, const ma_result *res, ma_error *err) {
@@ -214,7 +222,6 @@ static int run_stream(ma_engine *e, const opts *o) {
         char *out_path = strchr(line, '\t');
         if (out_path) *out_path++ = '\0';
         ma_request_src src;
-        memset(&src, 0, sizeof src);
         request_src_of(o, &src);
         src.inputs = line;
         src.image0 = src.image1 = NULL;
@@ -252,14 +259,8 @@ static int run_stream(ma_engine *e, const opts *o) {
 
 static int cmd_run(opts *o) {
     ma_error err = {0};
-    char demo_model[PATH_MAX], demo_golden[PATH_MAX], demo_inputs[PATH_MAX], demo_pixels[PATH_MAX];
     ma_request_src src;
-    memset(&src, 0, sizeof src);
-    request_src_of(o, &src);
-    if (!o->model) {
-        use_demo(o, &src, demo_model, demo_golden, demo_inputs, demo_pixels);
-        if (!o->json && !o->stream) printf("demo: model %s\n", demo_model);
-    }
+    if (request_setup(o, &src, 1) && !o->json && !o->stream) printf("demo: model %s\n", o->model);
     if (o->runs < 1) o->runs = 5;
     ma_engine e;
     ma_resident_opts ro;
@@ -329,14 +330,8 @@ out:
 /* the latency table on a synthetic LIBERO-like observation (or --inputs), after one warm-up */
 static int cmd_bench(opts *o) {
     ma_error err = {0};
-    char demo_model[PATH_MAX], demo_golden[PATH_MAX], demo_inputs[PATH_MAX], demo_pixels[PATH_MAX];
     ma_request_src src;
-    memset(&src, 0, sizeof src);
-    request_src_of(o, &src);
-    if (!o->model) {
-        o->stream = 1; /* the demo model, but not the golden's observation */
-        use_demo(o, &src, demo_model, demo_golden, demo_inputs, demo_pixels);
-    }
+    request_setup(o, &src, 0); /* the demo model, but a synthetic observation */
     if (o->runs < 1) o->runs = 5;
     ma_engine e;
     if (ma_engine_open(o->model, o->norm_tag, o->inproc, NULL, &e, &err)) return fail(&err);

@@ -158,6 +158,16 @@ static void inject(void *ctx, int wi, pid_t pid) {
     kill(pid, in->sig);
 }
 
+/* a resident engine on the tiny model whose requests can be hit by inj */
+static void open_faulty(ma_engine *e, injector *inj, int delay_ms) {
+    ma_resident_opts ro;
+    memset(&ro, 0, sizeof ro);
+    ro.worker_delay_ms = delay_ms;
+    ro.on_sent = inject;
+    ro.hook_ctx = inj;
+    open_engine(TINY, 0, &ro, e);
+}
+
 static void arm(injector *in, int target, int sig) {
     in->target = target;
     in->sig = sig;
@@ -207,13 +217,8 @@ static void test_resident_equals_inproc(void **state) {
 static void test_kill_each_worker(void **state) {
     (void)state;
     injector inj = {-1, 0, 0, 0};
-    ma_resident_opts ro;
-    memset(&ro, 0, sizeof ro);
-    ro.worker_delay_ms = 20; /* the request is surely inside the worker when the signal lands */
-    ro.on_sent = inject;
-    ro.hook_ctx = &inj;
     ma_engine e;
-    open_engine(TINY, 0, &ro, &e);
+    open_faulty(&e, &inj, 20); /* the request is surely inside the worker when the signal lands */
     ma_request q;
     golden_request(&e, TINY_GOLDEN, &q);
     float base[70], got[70];
@@ -250,12 +255,8 @@ static double now_ms(void) {
 static void test_stopped_worker_hits_deadline(void **state) {
     (void)state;
     injector inj = {-1, 0, 0, 0};
-    ma_resident_opts ro;
-    memset(&ro, 0, sizeof ro);
-    ro.on_sent = inject;
-    ro.hook_ctx = &inj;
     ma_engine e;
-    open_engine(TINY, 0, &ro, &e);
+    open_faulty(&e, &inj, 0);
     ma_request q;
     golden_request(&e, TINY_GOLDEN, &q);
     float base[70], got[70];
@@ -292,13 +293,8 @@ static void test_faults_leak_nothing(void **state) {
     const int fds0 = count_fds(&memfds0), shm0 = count_dir("/dev/shm");
     assert_int_equal(count_children(), 0);
     injector inj = {-1, 0, 0, 0};
-    ma_resident_opts ro;
-    memset(&ro, 0, sizeof ro);
-    ro.worker_delay_ms = 5;
-    ro.on_sent = inject;
-    ro.hook_ctx = &inj;
     ma_engine e;
-    open_engine(TINY, 0, &ro, &e);
+    open_faulty(&e, &inj, 5);
     ma_request q;
     golden_request(&e, TINY_GOLDEN, &q);
     float base[70], got[70];
