@@ -229,6 +229,14 @@ static ma_status grow(ma_resident *r, int wi, size_t need, wire_msg *ans, ma_err
     return MA_OK;
 }
 
+/* an idle worker has nothing to say: a hang-up or any pending message means it is gone or broken */
+static int idle_dead(const ma_worker *w) {
+    struct pollfd p = {w->sock, POLLIN, 0};
+    int n;
+    do n = poll(&p, 1, 0); while (n < 0 && errno == EINTR);
+    return n != 0;
+}
+
 static ma_status remote_run(void *ctx, int which, int debug, const ma_tensor *in, int n_in, ma_tensor *out, int *n_out,
                             double *compute_ms, double *transfer_ms, ma_error *err) {
     ma_resident *r = ctx;
@@ -237,6 +245,15 @@ static ma_status remote_run(void *ctx, int which, int debug, const ma_tensor *in
     const double t0 = now_ms();
     *n_out = 0;
     for (int i = 0; i < MA_SESSION_MAX_IO; i++) memset(&out[i], 0, sizeof out[i]);
+    if (w->pid > 0 && idle_dead(w)) {
+        /* it died between requests: no request was in it, so start it again and go on */
+        char how[64];
+        pid_t pid = w->pid;
+        drop_worker(w, how, sizeof how);
+        w->restarts++;
+        r->idle_restarts++;
+        fprintf(stderr, "molmoact: worker %s (pid %d) ended while idle (%s); restarting it\n", w->name, (int)pid, how);
+    }
     if (w->pid <= 0) {
         ma_status s = spawn(r, wi, err);
         if (s) return s;

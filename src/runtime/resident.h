@@ -50,7 +50,8 @@ typedef struct ma_resident {
     ma_resident_opts opts;
     ma_worker w[MA_NUM_WORKERS];
     ma_runner runner;
-    int faults; /* requests failed by a worker fault */
+    int faults;        /* requests failed by a worker fault */
+    int idle_restarts; /* workers found dead between requests and restarted before the next */
 } ma_resident;
 
 /* start the workers for the model in dir (host = the orchestrator's own ma_model of that dir) */

@@ -1,5 +1,6 @@
 /* The resident runtime: six worker processes give the same bits as --inproc; a worker killed or
- * stopped mid-request fails that request with an error naming it and comes back; 100 requests
+ * stopped mid-request fails that request with an error naming it and comes back (one that dies
+ * between requests is replaced before the next, which succeeds); 100 requests
  * with 10 faults leak no descriptor, memfd or child; 1000 requests do not grow RSS; a bad
  * context stops the start with an error naming the worker.
  *
@@ -241,6 +242,16 @@ static void test_kill_each_worker(void **state) {
         assert_memory_equal(base, got, sizeof base);
     }
     assert_int_equal(e.resident->faults, MA_NUM_WORKERS);
+    /* a worker killed between requests is replaced before the next one, which then succeeds */
+    const pid_t idle = e.resident->w[3].pid;
+    kill(idle, SIGKILL);
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    if (run_once(&e, &q, got, NULL, &err)) fail_msg("after an idle worker died: %s", err.msg);
+    assert_memory_equal(base, got, sizeof base);
+    assert_int_equal(e.resident->idle_restarts, 1);
+    assert_int_equal(e.resident->faults, MA_NUM_WORKERS);
+    assert_true(e.resident->w[3].pid != idle && alive(e.resident->w[3].pid));
     ma_request_free(&q);
     assert_int_equal(ma_engine_close(&e), 0); /* every worker, restarted ones too, exits cleanly */
     assert_int_equal(count_children(), 0);
