@@ -6,9 +6,15 @@
 #include <string.h>
 
 #include "core/half.h"
+#include "kernels/gemm.h"
+#include "kernels/threads.h"
+#include "kernels/vecmath.h"
 
-void ma_kernel_set_threads(int n) { openblas_set_num_threads(n); }
-int ma_kernel_threads(void) { return openblas_get_num_threads(); }
+void ma_kernel_set_threads(int n) {
+    ma_threads_set(n);
+    openblas_set_num_threads(n);
+}
+int ma_kernel_threads(void) { return ma_threads(); }
 
 #define PANEL_FLOATS (1u << 20) /* 4 MiB of converted weights per sgemm call */
 
@@ -82,6 +88,11 @@ void ma_mat_row(const ma_mat *w, int64_t row, float *dst) {
 void ma_gemm_nt(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                 int64_t ldb, float beta, float *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return;
+    if (!c->scalar && (beta == 0.0f || beta == 1.0f)) {
+        ma_bmat b = {MA_B_ROWS, MA_DT_F32, B, ldb};
+        ma_gemm(M, N, K, A, lda, &b, NULL, beta == 1.0f, C, ldc);
+        return;
+    }
     if (!c->scalar) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb,
                     beta, C, (int)ldc);
@@ -100,8 +111,8 @@ void ma_gemm_nn(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int
                 int64_t ldb, float *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return;
     if (!c->scalar) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb,
-                    0.0f, C, (int)ldc);
+        ma_bmat b = {MA_B_COLS, MA_DT_F32, B, ldb};
+        ma_gemm(M, N, K, A, lda, &b, NULL, 0, C, ldc);
         return;
     }
     for (int64_t i = 0; i < M; i++) {
@@ -118,6 +129,11 @@ void ma_gemm_nn(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int
 ma_status ma_linear(ma_kctx *c, const float *x, int64_t M, const ma_mat *w, const float *bias, float *y,
                     ma_error *err) {
     const int64_t N = w->rows, K = w->cols;
+    if (!c->scalar) {
+        ma_bmat b = {w->panels ? MA_B_PANELS : MA_B_ROWS, w->dtype, w->data, K};
+        ma_gemm(M, N, K, x, K, &b, bias, 0, y, N);
+        return MA_OK;
+    }
     if (M > 0 && N > 0) {
         if (w->dtype == MA_DT_F32) {
             ma_gemm_nt(c, M, N, K, x, K, (const float *)w->data, K, 0.0f, y, N);
@@ -172,7 +188,34 @@ void ma_rmsnorm(float *x, int64_t rows, int64_t dim, const float *w, float eps) 
     }
 }
 
+typedef struct { float *x; int64_t n; void (*fn)(float *, int64_t); } act_job;
+
+static void act_task(void *ctx, int t, int T) {
+    act_job *j = ctx;
+    long lo, hi;
+    ma_split_range((long)((j->n + 63) / 64), t, T, &lo, &hi); /* whole cache lines per thread */
+    int64_t a = lo * 64, b = hi * 64 < j->n ? hi * 64 : j->n;
+    if (a < b) j->fn(j->x + a, b - a);
+}
+
+static void activate_scalar(float *x, int64_t n, ma_act act);
+
+void ma_activate_ctx(const ma_kctx *c, float *x, int64_t n, ma_act act) {
+    const ma_vecmath *v = ma_vecmath_get();
+    void (*fn)(float *, int64_t) = act == MA_ACT_SILU ? v->silu : act == MA_ACT_GELU_TANH ? v->gelu_tanh
+                                 : act == MA_ACT_QUICK_GELU ? v->quick_gelu : NULL;
+    if (c->scalar || !fn) { activate_scalar(x, n, act); return; }
+    act_job j = {x, n, fn};
+    ma_parallel_n(act_task, &j, n < 32768 ? 1 : 64);
+}
+
 void ma_activate(float *x, int64_t n, ma_act act) {
+    ma_kctx c;
+    memset(&c, 0, sizeof c);
+    ma_activate_ctx(&c, x, n, act);
+}
+
+static void activate_scalar(float *x, int64_t n, ma_act act) {
     switch (act) {
     case MA_ACT_SILU:
         for (int64_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i]));
@@ -230,5 +273,81 @@ ma_status ma_attention_head(ma_kctx *c, const float *q, int64_t q_stride, const 
         ma_softmax_row(row, lk);
     }
     ma_gemm_nn(c, lq, hd, lk, s, lk, v, v_stride, out, out_stride);
+    return MA_OK;
+}
+
+/* ------------------------------------------------------------------------------ batched attention */
+
+#define ATT_QB 64
+
+typedef struct att_job {
+    const ma_attn_args *a;
+    int64_t q_blocks, units;
+    int failed;
+} att_job;
+
+/* mask and softmax of one score row (query qi), scale applied first */
+static void softmax_masked(const ma_vecmath *vm, float *row, int64_t lk, int64_t qi, float scale, const ma_attn_mask *mask) {
+    vm->scale(row, lk, scale);
+    if (mask && (mask->key_valid || mask->causal)) {
+        int any = 0;
+        for (int64_t j = 0; j < lk; j++) {
+            int ok = !(mask->key_valid && !mask->key_valid[j]) &&
+                     !(mask->causal && j > qi && !(mask->bidir && mask->bidir[qi] && mask->bidir[j]));
+            if (!ok) row[j] = -INFINITY;
+            any |= ok;
+        }
+        if (!any)
+            for (int64_t j = 0; j < lk; j++) row[j] = 0.0f;
+    }
+    const float mx = vm->max(row, lk);
+    const float sum = vm->exp_shift_sum(row, lk, mx);
+    vm->scale(row, lk, 1.0f / sum);
+}
+
+static void att_task(void *ctx, int t, int T) {
+    att_job *j = ctx;
+    const ma_attn_args *a = j->a;
+    const ma_vecmath *vm = ma_vecmath_get();
+    const int64_t qb_max = a->lq < ATT_QB ? a->lq : ATT_QB;
+    float *S = malloc(sizeof(float) * (size_t)(qb_max * a->lk));
+    if (!S) { j->failed = 1; return; }
+    const int grp = a->heads / a->kv_heads;
+    const float scale = 1.0f / sqrtf((float)a->hd);
+    for (int64_t u = t; u < j->units; u += T) {
+        const int64_t blk = u % j->q_blocks, sh = u / j->q_blocks;
+        const int h = (int)(sh % a->heads), seq = (int)(sh / a->heads);
+        const int64_t q0 = blk * ATT_QB, qb = a->lq - q0 < ATT_QB ? a->lq - q0 : ATT_QB;
+        const float *q = a->q + seq * a->q_seq + h * a->hd + q0 * a->q_row;
+        const float *k = a->k + seq * a->k_seq + (h / grp) * a->hd;
+        const float *v = a->v + seq * a->v_seq + (h / grp) * a->hd;
+        float *o = a->out + seq * a->out_seq + h * a->hd + q0 * a->out_row;
+        ma_bmat kb = {MA_B_ROWS, MA_DT_F32, k, a->k_row}, vb = {MA_B_COLS, MA_DT_F32, v, a->v_row};
+        ma_gemm_serial(qb, a->lk, a->hd, q, a->q_row, &kb, NULL, 0, S, a->lk);
+        for (int64_t i = 0; i < qb; i++) softmax_masked(vm, S + i * a->lk, a->lk, q0 + i, scale, a->mask);
+        ma_gemm_serial(qb, a->hd, a->lk, S, a->lk, &vb, NULL, 0, o, a->out_row);
+    }
+    free(S);
+}
+
+ma_status ma_attention(ma_kctx *c, const ma_attn_args *a, ma_error *err) {
+    if (a->lq <= 0 || a->lk <= 0 || a->n_seq <= 0) return MA_OK;
+    if (a->kv_heads <= 0 || a->heads % a->kv_heads) return ma_fail(err, MA_ERR_ARG, "attention: %d heads over %d kv heads", a->heads, a->kv_heads);
+    if (c->scalar) {
+        const int grp = a->heads / a->kv_heads;
+        for (int s = 0; s < a->n_seq; s++)
+            for (int h = 0; h < a->heads; h++) {
+                ma_status st = ma_attention_head(c, a->q + s * a->q_seq + h * a->hd, a->q_row,
+                                                 a->k + s * a->k_seq + (h / grp) * a->hd, a->k_row,
+                                                 a->v + s * a->v_seq + (h / grp) * a->hd, a->v_row,
+                                                 a->out + s * a->out_seq + h * a->hd, a->out_row, a->lq, a->lk, a->hd, a->mask, err);
+                if (st) return st;
+            }
+        return MA_OK;
+    }
+    att_job j = {a, (a->lq + ATT_QB - 1) / ATT_QB, 0, 0};
+    j.units = (int64_t)a->n_seq * a->heads * j.q_blocks;
+    ma_parallel_n(att_task, &j, (int)(j.units < 64 ? j.units : 64));
+    if (j.failed) return ma_fail(err, MA_ERR_NOMEM, "attention: out of memory for %lld x %lld scores", (long long)ATT_QB, (long long)a->lk);
     return MA_OK;
 }

@@ -22,6 +22,7 @@ typedef struct ma_mat {
     int64_t rows, cols;
     const void *data;
     const char *name;
+    int panels; /* stored in the panel layout of kernels/gemm.h (contexts), else row-major */
 } ma_mat;
 
 typedef struct ma_kctx {
@@ -62,6 +63,8 @@ void ma_layernorm(float *x, int64_t rows, int64_t dim, const float *w, const flo
 void ma_rmsnorm(float *x, int64_t rows, int64_t dim, const float *w, float eps);
 typedef enum { MA_ACT_SILU, MA_ACT_GELU, MA_ACT_GELU_TANH, MA_ACT_RELU, MA_ACT_QUICK_GELU } ma_act;
 void ma_activate(float *x, int64_t n, ma_act act);
+/* the same, honouring c->scalar, on the thread pool for large n */
+void ma_activate_ctx(const ma_kctx *c, float *x, int64_t n, ma_act act);
 void ma_add(float *y, const float *x, int64_t n);
 void ma_softmax_row(float *x, int64_t n);
 
@@ -78,5 +81,21 @@ typedef struct ma_attn_mask {
 ma_status ma_attention_head(ma_kctx *c, const float *q, int64_t q_stride, const float *k, int64_t k_stride,
                             const float *v, int64_t v_stride, float *out, int64_t out_stride, int64_t lq,
                             int64_t lk, int64_t hd, const ma_attn_mask *mask, ma_error *err);
+
+/* Many heads (and sequences) at once: head h of sequence s reads q + s*q_seq + h*hd (rows
+ * q_row apart), k and v at s*k_seq + (h / (heads / kv_heads))*hd, writes out likewise. The work
+ * is split over the thread pool by (sequence, head, block of 64 queries); a block's scores
+ * (64 x lk) are the only ones held at a time. ctx->scalar runs ma_attention_head instead. */
+typedef struct ma_attn_args {
+    int n_seq, heads, kv_heads;
+    int64_t lq, lk, hd;
+    const float *q, *k, *v;
+    float *out;
+    int64_t q_row, k_row, v_row, out_row; /* elements between rows */
+    int64_t q_seq, k_seq, v_seq, out_seq; /* elements between sequences */
+    const ma_attn_mask *mask;
+} ma_attn_args;
+
+ma_status ma_attention(ma_kctx *c, const ma_attn_args *a, ma_error *err);
 
 #endif

@@ -128,7 +128,7 @@ static ma_status time_conditioning(const ma_config *cfg, const ma_expert_w *w, m
         emb[half + j] = cosf(a);
     }
     if ((s = ma_linear(kc, emb, 1, &w->t1, w->t1_b, h, err))) goto done;
-    ma_activate(h, d, MA_ACT_SILU);
+    ma_activate_ctx(kc, h, d, MA_ACT_SILU);
     s = ma_linear(kc, h, 1, &w->t2, w->t2_b, c, err);
 done:
     free(emb); free(h);
@@ -141,7 +141,7 @@ ma_status ma_expert_modulations(const ma_config *cfg, const ma_expert_w *w, ma_k
     float *c = ma_malloc((size_t)d, sizeof(float), err, "expert");
     if (!c) return MA_ERR_NOMEM;
     ma_status s = time_conditioning(cfg, w, kc, t, c, err);
-    if (!s) ma_activate(c, d, MA_ACT_SILU); /* the modulations see SiLU(c) */
+    if (!s) ma_activate_ctx(kc, c, d, MA_ACT_SILU); /* the modulations see SiLU(c) */
     for (int l = 0; l < w->n_blocks && !s; l++) s = ma_linear(kc, c, 1, &w->blocks[l].mod, w->blocks[l].mod_b, mods + (size_t)l * 9 * d, err);
     if (!s) s = ma_linear(kc, c, 1, &w->final_mod, w->final_mod_b, final, err);
     free(c);
@@ -206,9 +206,8 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
                 if (cfg->e_rope) { expert_rope(qh, hd, (int)i); expert_rope(kh, hd, (int)i); }
             }
         }
-        for (int hh = 0; hh < H && !s; hh++)
-            s = ma_attention_head(kc, qkv + hh * hd, 3 * d, qkv + d + hh * hd, 3 * d, qkv + 2 * d + hh * hd, 3 * d,
-                                  att + hh * hd, d, A, A, hd, &self_mask, err);
+        ma_attn_args sa = {1, H, H, A, A, hd, qkv, qkv + d, qkv + 2 * d, att, 3 * d, 3 * d, 3 * d, d, 0, 0, 0, 0, &self_mask};
+        s = ma_attention(kc, &sa, err);
         if (s) goto done;
         if ((s = ma_linear(kc, att, A, &b->out, b->out_b, h, err))) goto done;
         gated_add(x, h, A, d, gate_msa);
@@ -219,9 +218,8 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
         if ((s = ma_linear(kc, h, A, &b->q, b->q_b, q, err))) goto done;
         if (cfg->e_qk_norm) ma_rmsnorm(q, A * H, hd, NULL, cfg->e_qk_eps);
         const float *Kc = ctx_k + (int64_t)l * ctx_layer, *Vc = ctx_v + (int64_t)l * ctx_layer;
-        for (int hh = 0; hh < H && !s; hh++)
-            s = ma_attention_head(kc, q + hh * hd, d, Kc + hh * hd, (int64_t)H * hd, Vc + hh * hd, (int64_t)H * hd,
-                                  att + hh * hd, d, A, S, hd, &cross_mask, err);
+        ma_attn_args ca = {1, H, H, A, S, hd, q, Kc, Vc, att, d, (int64_t)H * hd, (int64_t)H * hd, d, 0, 0, 0, 0, &cross_mask};
+        s = ma_attention(kc, &ca, err);
         if (s) goto done;
         if ((s = ma_linear(kc, att, A, &b->cout, b->cout_b, h, err))) goto done;
         gated_add(x, h, A, d, gate_mca);
@@ -230,7 +228,7 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
         ma_rmsnorm(h, A, d, NULL, 1e-6f);
         modulate(h, A, d, shift_mlp, scale_mlp);
         if ((s = ma_linear(kc, h, A, &b->gate, b->gate_b, g, err)) || (s = ma_linear(kc, h, A, &b->up, b->up_b, u, err))) goto done;
-        ma_activate(g, A * inner, MA_ACT_SILU);
+        ma_activate_ctx(kc, g, A * inner, MA_ACT_SILU);
         for (int64_t i = 0; i < A * inner; i++) g[i] *= u[i];
         if ((s = ma_linear(kc, g, A, &b->down, b->down_b, h, err))) goto done;
         gated_add(x, h, A, d, gate_mlp);

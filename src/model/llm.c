@@ -121,9 +121,8 @@ ma_status ma_llm_forward(const ma_config *cfg, const ma_llm_w *w, ma_kctx *kc, f
             for (int hh = 0; hh < H; hh++) rope_apply(q + i * qd + hh * hd, hd, cs + i * (hd / 2), sn + i * (hd / 2));
             for (int hh = 0; hh < KV; hh++) rope_apply(K + i * kvd + hh * hd, hd, cs + i * (hd / 2), sn + i * (hd / 2));
         }
-        for (int hh = 0; hh < H && !s; hh++)
-            s = ma_attention_head(kc, q + hh * hd, qd, K + (hh / grp) * hd, kvd, V + (hh / grp) * hd, kvd,
-                                  att + hh * hd, qd, S, S, hd, &mask, err);
+        ma_attn_args aa = {1, H, H / grp, S, S, hd, q, K, V, att, qd, kvd, kvd, qd, 0, 0, 0, 0, &mask};
+        s = ma_attention(kc, &aa, err);
         if (s) goto done;
         if ((s = ma_linear(kc, att, S, &lw->attn_out, NULL, h, err))) goto done;
         if (cfg->norm_after) ma_rmsnorm(h, S, D, lw->attn_norm, cfg->eps);
@@ -135,7 +134,7 @@ ma_status ma_llm_forward(const ma_config *cfg, const ma_llm_w *w, ma_kctx *kc, f
         for (int64_t i = 0; i < S; i++) {
             float *g = act + i * F;
             memcpy(g, ff + i * 2 * F + F, sizeof(float) * (size_t)F);
-            ma_activate(g, F, cfg->act);
+            ma_activate_ctx(kc, g, F, cfg->act);
             const float *up = ff + i * 2 * F;
             for (int64_t j = 0; j < F; j++) g[j] *= up[j];
         }

@@ -157,12 +157,9 @@ static ma_status vit_self_attention(const ma_config *cfg, const ma_vit_attn_w *a
     if ((s = ma_linear(kc, x, rows, &a->wq, a->bq, q, err)) || (s = ma_linear(kc, x, rows, &a->wk, a->bk, k, err)) ||
         (s = ma_linear(kc, x, rows, &a->wv, a->bv, v, err)))
         goto done;
-    for (int img = 0; img < n && !s; img++)
-        for (int h = 0; h < H && !s; h++) {
-            const int64_t base = (int64_t)img * L;
-            s = ma_attention_head(kc, q + base * qd + h * hd, qd, k + base * kd + (h / grp) * hd, kd,
-                                  v + base * kd + (h / grp) * hd, kd, o + base * qd + h * hd, qd, L, L, hd, NULL, err);
-        }
+    ma_attn_args att = {n, H, H / grp, L, L, hd, q, k, v, o, qd, kd, kd, qd,
+                        (int64_t)L * qd, (int64_t)L * kd, (int64_t)L * kd, (int64_t)L * qd, NULL};
+    s = ma_attention(kc, &att, err);
     if (!s) s = ma_linear(kc, o, rows, &a->wo, a->bo, out, err);
 done:
     free(q); free(k); free(v); free(o);
@@ -207,7 +204,7 @@ ma_status ma_sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float *to
     }
     /* scout MLP: Linear -> ReLU -> Linear -> Sigmoid; output 2k is x (width), 2k+1 is y */
     if ((s = ma_linear(kc, glob, 1, &w->scout0, w->scout0_b, hid, err))) goto done;
-    ma_activate(hid, w->scout_hidden, MA_ACT_RELU);
+    ma_activate_ctx(kc, hid, w->scout_hidden, MA_ACT_RELU);
     if ((s = ma_linear(kc, hid, 1, &w->scout2, w->scout2_b, coords, err))) goto done;
     for (int i = 0; i < 2 * K; i++) coords[i] = 1.0f / (1.0f + expf(-coords[i]));
     for (int k = 0; k < K; k++) {
@@ -228,7 +225,7 @@ ma_status ma_sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float *to
         }
         /* coordinate embedding of the (x, y) point in [0, 1] */
         if ((s = ma_linear(kc, coords + 2 * k, 1, &w->coord0, w->coord0_b, hid, err))) goto done;
-        ma_activate(hid, w->coord_hidden, MA_ACT_RELU);
+        ma_activate_ctx(kc, hid, w->coord_hidden, MA_ACT_RELU);
         if ((s = ma_linear(kc, hid, 1, &w->coord2, w->coord2_b, cemb, err))) goto done;
         ma_add(dst, cemb, C);
     }
@@ -257,7 +254,7 @@ static ma_status projector(const ma_config *cfg, const ma_vision_w *w, ma_kctx *
     float *u = ma_malloc((size_t)(rows * cfg->proj_inter), sizeof(float), err, "projector");
     if (!g || !u) { s = MA_ERR_NOMEM; goto done; }
     if ((s = ma_linear(kc, x, rows, &w->proj_w1, NULL, g, err)) || (s = ma_linear(kc, x, rows, &w->proj_w3, NULL, u, err))) goto done;
-    ma_activate(g, rows * cfg->proj_inter, cfg->proj_act);
+    ma_activate_ctx(kc, g, rows * cfg->proj_inter, cfg->proj_act);
     for (int64_t i = 0; i < rows * cfg->proj_inter; i++) g[i] *= u[i];
     s = ma_linear(kc, g, rows, &w->proj_w2, NULL, out, err);
 done:
@@ -300,7 +297,7 @@ ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx 
         memcpy(h, x, sizeof(float) * (size_t)(rows * dv));
         ma_layernorm(h, rows, dv, bw->ln2_w, bw->ln2_b, cfg->vit_eps);
         if ((s = ma_linear(kc, h, rows, &bw->w1, bw->b1, mlp, err))) goto done;
-        ma_activate(mlp, rows * cfg->vit_inter, cfg->vit_act);
+        ma_activate_ctx(kc, mlp, rows * cfg->vit_inter, cfg->vit_act);
         if ((s = ma_linear(kc, mlp, rows, &bw->w2, bw->b2, h, err))) goto done;
         ma_add(x, h, rows * dv);
         for (int t = 0; t < cfg->n_taps; t++)

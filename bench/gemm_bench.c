@@ -1,0 +1,191 @@
+/* GEMM micro-benchmark: molmoact's kernels with f32 / f16 / bf16 / q8_0 / q4_0 weights in the
+ * context (panel) layout against OpenBLAS sgemm on f32 weights and the measured FMA peak, for
+ * M = 10 (action expert), 128 (LLM prompt), 729 (one camera's ViT tokens) and the K x N of each
+ * real layer. Measurements only; nothing here is a test.
+ *
+ *   gemm_bench [--quick] [--json]      threads: MOLMOACT_THREADS (default: all CPUs) */
+#define _POSIX_C_SOURCE 200809L
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/gemm.h"
+#include "kernels/quant.h"
+#include "kernels/threads.h"
+#if defined(__x86_64__) && defined(MA_HAVE_AVX2)
+#include <immintrin.h>
+#endif
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* ---- FMA peak: independent FMA chains on every thread */
+#if defined(__x86_64__) && defined(MA_HAVE_AVX2)
+__attribute__((target("avx2,fma"))) static double fma_chains(long iters) {
+    __m256 a[12];
+    for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps(0.001f * (float)i);
+    const __m256 b = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-4f);
+    for (long it = 0; it < iters; it++) {
+        a[0] = _mm256_fmadd_ps(a[0], b, c); a[1] = _mm256_fmadd_ps(a[1], b, c); a[2] = _mm256_fmadd_ps(a[2], b, c);
+        a[3] = _mm256_fmadd_ps(a[3], b, c); a[4] = _mm256_fmadd_ps(a[4], b, c); a[5] = _mm256_fmadd_ps(a[5], b, c);
+        a[6] = _mm256_fmadd_ps(a[6], b, c); a[7] = _mm256_fmadd_ps(a[7], b, c); a[8] = _mm256_fmadd_ps(a[8], b, c);
+        a[9] = _mm256_fmadd_ps(a[9], b, c); a[10] = _mm256_fmadd_ps(a[10], b, c); a[11] = _mm256_fmadd_ps(a[11], b, c);
+    }
+    float s[8], acc = 0;
+    for (int i = 0; i < 12; i++) { _mm256_storeu_ps(s, a[i]); acc += s[0]; }
+    return acc;
+}
+#endif
+
+typedef struct { long iters; double sink; } peak_job;
+static void peak_task(void *ctx, int t, int T) {
+    (void)t; (void)T;
+    peak_job *j = ctx;
+#if defined(__x86_64__) && defined(MA_HAVE_AVX2)
+    j->sink += fma_chains(j->iters);
+#else
+    (void)j;
+#endif
+}
+
+static double fma_peak_gflops(void) {
+#if defined(__x86_64__) && defined(MA_HAVE_AVX2)
+    peak_job j = {50000000, 0};
+    ma_parallel(peak_task, &j); /* warm */
+    double t0 = now_s();
+    ma_parallel(peak_task, &j);
+    double dt = now_s() - t0;
+    return (double)ma_threads() * j.iters * 12 * 16 / dt / 1e9;
+#else
+    return 0;
+#endif
+}
+
+/* ---- memory read bandwidth: sum a buffer far larger than the caches */
+typedef struct { const float *buf; size_t n; double sums[64]; } bw_job;
+static void bw_task(void *ctx, int t, int T) {
+    bw_job *j = ctx;
+    long lo, hi;
+    ma_split_range((long)j->n, t, T, &lo, &hi);
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (long i = lo; i + 4 <= hi; i += 4) { s0 += j->buf[i]; s1 += j->buf[i + 1]; s2 += j->buf[i + 2]; s3 += j->buf[i + 3]; }
+    j->sums[t] = s0 + s1 + s2 + s3;
+}
+
+static double read_bandwidth_gbs(void) {
+    const size_t n = (size_t)256 << 20 >> 2; /* 256 MiB */
+    float *buf = malloc(n * sizeof(float));
+    if (!buf) return 0;
+    for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7);
+    bw_job j = {buf, n, {0}};
+    ma_parallel(bw_task, &j);
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        double t0 = now_s();
+        ma_parallel(bw_task, &j);
+        double g = n * sizeof(float) / (now_s() - t0) / 1e9;
+        if (g > best) best = g;
+    }
+    free(buf);
+    return best;
+}
+
+typedef struct { const char *layer; int K, N; } shape;
+
+static double time_it(void (*fn)(void *), void *ctx, double min_s) {
+    fn(ctx); /* warm */
+    int reps = 0;
+    double t0 = now_s(), dt;
+    do { fn(ctx); reps++; dt = now_s() - t0; } while (dt < min_s);
+    return dt / reps;
+}
+
+typedef struct { int M, N, K; const float *A; ma_bmat B; float *C; const float *W32; } call;
+static void run_ours(void *p) { call *c = p; ma_gemm(c->M, c->N, c->K, c->A, c->K, &c->B, NULL, 0, c->C, c->N); }
+static void run_blas(void *p) {
+    call *c = p;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c->M, c->N, c->K, 1.0f, c->A, c->K, c->W32, c->K, 0.0f, c->C, c->N);
+}
+
+int main(int argc, char **argv) {
+    int quick = 0, json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--json")) json = 1;
+        else { fprintf(stderr, "usage: gemm_bench [--quick] [--json]\n"); return 2; }
+    }
+    openblas_set_num_threads(ma_threads());
+    const double peak = fma_peak_gflops(), bw = read_bandwidth_gbs();
+    static const shape shapes[] = {
+        {"vit qkv (fused)", 1152, 3456}, {"vit out", 1152, 1152}, {"vit fc1", 1152, 4304}, {"vit fc2", 4304, 1152},
+        {"llm q", 2560, 4096}, {"llm kv (fused)", 2560, 2048}, {"llm o", 4096, 2560}, {"llm gate+up (fused)", 2560, 19456},
+        {"llm down", 9728, 2560}, {"expert qkv (fused)", 768, 2304}, {"expert o", 768, 768}, {"expert gate+up", 768, 4096},
+        {"expert down", 2048, 768},
+    };
+    static const int Ms[] = {10, 128, 729};
+    static const ma_dtype types[] = {MA_DT_F32, MA_DT_F16, MA_DT_BF16, MA_DT_Q8_0, MA_DT_Q4_0};
+    const double min_s = quick ? 0.05 : 0.3;
+    if (json) printf("{\"kernels\": \"%s\", \"threads\": %d, \"fma_peak_gflops\": %.1f, \"read_bandwidth_gbs\": %.2f, \"rows\": [",
+                     ma_gemm_kernels(), ma_threads(), peak, bw);
+    else {
+        printf("kernels %s, %d threads; FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s\n", ma_gemm_kernels(), ma_threads(), peak, bw);
+        printf("%-20s %5s %5s %5s | %9s | %9s %9s %9s %9s %9s | %6s %6s\n", "layer", "M", "K", "N", "openblas", "f32", "f16",
+               "bf16", "q8_0", "q4_0", "f16/pk", "f16/bl");
+    }
+    int first = 1;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int K = shapes[s].K, N = shapes[s].N;
+        float *W = malloc(sizeof(float) * (size_t)N * K);
+        uint64_t st = 12345 + s;
+        for (size_t i = 0; i < (size_t)N * K; i++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            W[i] = ((float)(st >> 40) / 16777216.0f - 0.5f) * 0.05f;
+        }
+        void *packed[5], *rows = malloc((size_t)N * K * 4);
+        for (int t = 0; t < 5; t++) {
+            ma_convert_from_f32(types[t], W, (int64_t)N * K, rows);
+            packed[t] = malloc(ma_panels_size(types[t], N, K));
+            ma_pack_panels(types[t], rows, N, K, packed[t]);
+        }
+        for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++) {
+            const int M = Ms[mi];
+            if (quick && M == 729 && N > 5000) continue;
+            float *A = malloc(sizeof(float) * (size_t)M * K), *C = malloc(sizeof(float) * (size_t)M * N);
+            for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+            const double flop = 2.0 * M * N * K;
+            call c = {M, N, K, A, {MA_B_PANELS, MA_DT_F32, NULL, 0}, C, W};
+            const double g_blas = flop / time_it(run_blas, &c, min_s) / 1e9;
+            double g[5];
+            for (int t = 0; t < 5; t++) {
+                c.B.dtype = types[t];
+                c.B.data = packed[t];
+                g[t] = flop / time_it(run_ours, &c, min_s) / 1e9;
+            }
+            if (json) {
+                printf("%s{\"layer\": \"%s\", \"M\": %d, \"K\": %d, \"N\": %d, \"openblas_f32\": %.2f, \"f32\": %.2f, \"f16\": %.2f, "
+                       "\"bf16\": %.2f, \"q8_0\": %.2f, \"q4_0\": %.2f}", first ? "" : ", ", shapes[s].layer, M, K, N, g_blas,
+                       g[0], g[1], g[2], g[3], g[4]);
+                first = 0;
+            } else {
+                printf("%-20s %5d %5d %5d | %9.1f | %9.1f %9.1f %9.1f %9.1f %9.1f | %5.0f%% %5.2fx\n", shapes[s].layer, M, K, N,
+                       g_blas, g[0], g[1], g[2], g[3], g[4], peak > 0 ? 100 * g[1] / peak : 0, g[1] / g_blas);
+            }
+            fflush(stdout);
+            free(A);
+            free(C);
+        }
+        for (int t = 0; t < 5; t++) free(packed[t]);
+        free(rows);
+        free(W);
+    }
+    if (json) printf("]}\n");
+    else printf("GFLOP/s; f16/pk = f16 against the FMA peak, f16/bl = f16 against OpenBLAS on f32 weights\n");
+    return 0;
+}

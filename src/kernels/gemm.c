@@ -1,0 +1,269 @@
+#include "kernels/gemm.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/half.h"
+#include "kernels/gemm_impl.h"
+#include "kernels/threads.h"
+
+#define NR MA_GEMM_NR
+#define MR MA_GEMM_MR
+#define KC MA_GEMM_KC
+#define MC MA_GEMM_MC
+
+/* ------------------------------------------------------------------ portable micro-kernel */
+
+static void ukernel_portable(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr,
+                             int accumulate) {
+    float t[MR][NR];
+    memset(t, 0, sizeof t);
+    for (int64_t k = 0; k < kc; k++) {
+        const float *p = P + k * NR;
+        for (int r = 0; r < mr; r++) {
+            const float a = A[k * MR + r];
+            for (int j = 0; j < NR; j++) t[r][j] += a * p[j];
+        }
+    }
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < nr; j++) C[r * ldc + j] = accumulate ? C[r * ldc + j] + t[r][j] : t[r][j];
+}
+
+/* ------------------------------------------------------------------ portable panel loaders */
+
+static float elem_to_f32(ma_dtype dt, const void *base, int64_t i) {
+    switch (dt) {
+    case MA_DT_F16: return ma_f16_to_f32(((const uint16_t *)base)[i]);
+    case MA_DT_BF16: return ma_bf16_to_f32(((const uint16_t *)base)[i]);
+    default: return ((const float *)base)[i];
+    }
+}
+
+static void load_rows_float(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P) {
+    (void)K;
+    for (int k = 0; k < kc; k++)
+        for (int r = 0; r < NR; r++)
+            P[k * NR + r] = r < nr ? elem_to_f32(B->dtype, B->data, (n0 + r) * B->ld + k0 + k) : 0.0f;
+}
+
+static float block_scale(const uint8_t *p) { return ma_f16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }
+
+static void load_rows_quant(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P) {
+    (void)K;
+    const int q8 = B->dtype == MA_DT_Q8_0;
+    const size_t bs = q8 ? 34 : 18;
+    memset(P, 0, sizeof(float) * (size_t)kc * NR);
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *row = (const uint8_t *)B->data + (size_t)(n0 + r) * (size_t)(B->ld / 32) * bs;
+        for (int k = 0; k < kc; k += 32) {
+            const uint8_t *blk = row + (size_t)((k0 + k) / 32) * bs;
+            const float d = block_scale(blk);
+            for (int i = 0; i < 32; i++) {
+                int v = q8 ? (int8_t)blk[2 + i] : (i < 16 ? (blk[2 + i] & 0x0f) : (blk[2 + i - 16] >> 4)) - 8;
+                P[(k + i) * NR + r] = d * (float)v;
+            }
+        }
+    }
+}
+
+static void load_cols_f32(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P) {
+    (void)K;
+    const float *b = B->data;
+    for (int k = 0; k < kc; k++)
+        for (int j = 0; j < NR; j++) P[k * NR + j] = j < nr ? b[(k0 + k) * B->ld + n0 + j] : 0.0f;
+}
+
+static void load_panels_float(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P) {
+    (void)nr;
+    const int64_t base = (n0 / NR) * K * NR + k0 * NR;
+    for (int64_t i = 0; i < (int64_t)kc * NR; i++) P[i] = elem_to_f32(B->dtype, B->data, base + i);
+}
+
+static void load_panels_quant(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P) {
+    (void)nr;
+    const int q8 = B->dtype == MA_DT_Q8_0;
+    const size_t pb = q8 ? 544 : 288; /* bytes of one 32 x 16 block */
+    const uint8_t *panel = (const uint8_t *)B->data + (size_t)(n0 / NR) * (size_t)(K / 32) * pb;
+    for (int k = 0; k < kc; k += 32) {
+        const uint8_t *blk = panel + (size_t)((k0 + k) / 32) * pb;
+        float d[NR];
+        for (int r = 0; r < NR; r++) d[r] = block_scale(blk + 2 * r);
+        const uint8_t *q = blk + 32;
+        for (int i = 0; i < 32; i++)
+            for (int r = 0; r < NR; r++) {
+                int v = q8 ? (int8_t)q[i * NR + r] : (i < 16 ? (q[i * NR + r] & 0x0f) : (q[(i - 16) * NR + r] >> 4)) - 8;
+                P[(k + i) * NR + r] = d[r] * (float)v;
+            }
+    }
+}
+
+/* ------------------------------------------------------------------ dispatch */
+
+static ma_gemm_kernels_t portable_k, best_k, active;
+static pthread_once_t active_once = PTHREAD_ONCE_INIT;
+
+static void choose_kernels(void) {
+    portable_k.name = "portable";
+    portable_k.ukernel = ukernel_portable;
+    ma_dtype floats[3] = {MA_DT_F32, MA_DT_F16, MA_DT_BF16};
+    for (int i = 0; i < 3; i++) {
+        portable_k.load[MA_B_ROWS][floats[i]] = load_rows_float;
+        portable_k.load[MA_B_PANELS][floats[i]] = load_panels_float;
+    }
+    portable_k.load[MA_B_ROWS][MA_DT_Q8_0] = portable_k.load[MA_B_ROWS][MA_DT_Q4_0] = load_rows_quant;
+    portable_k.load[MA_B_PANELS][MA_DT_Q8_0] = portable_k.load[MA_B_PANELS][MA_DT_Q4_0] = load_panels_quant;
+    portable_k.load[MA_B_COLS][MA_DT_F32] = load_cols_f32;
+    best_k = portable_k;
+#if defined(__x86_64__) && defined(MA_HAVE_AVX2)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        ma_gemm_install_avx2(&best_k);
+#endif
+    const char *e = getenv("MOLMOACT_KERNELS");
+    active = e && !strcmp(e, "portable") ? portable_k : best_k;
+}
+
+const char *ma_gemm_kernels(void) {
+    pthread_once(&active_once, choose_kernels);
+    return active.name;
+}
+
+void ma_gemm_select_portable(int portable) {
+    pthread_once(&active_once, choose_kernels);
+    active = portable ? portable_k : best_k;
+}
+
+/* ------------------------------------------------------------------ driver */
+
+typedef struct gemm_job {
+    int64_t M, N, K, lda, ldc;
+    const float *A, *bias;
+    const ma_bmat *B;
+    int accumulate;
+    float *C;
+    ma_panel_fn load;
+} gemm_job;
+
+/* A[m0..m1) x [k0, k0 + kc) -> tiles of MR rows, each [k][MR] (rows past m1 zero), so the
+ * micro-kernel reads one sequential stream of A */
+static void pack_a(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, float *out) {
+    for (int64_t m = m0; m < m1; m += MR) {
+        const int mr = (int)(m1 - m < MR ? m1 - m : MR);
+        float *t = out + (m - m0) * kc;
+        for (int r = 0; r < mr; r++) {
+            const float *a = A + (m + r) * lda + k0;
+            for (int k = 0; k < kc; k++) t[k * MR + r] = a[k];
+        }
+        for (int r = mr; r < MR; r++)
+            for (int k = 0; k < kc; k++) t[k * MR + r] = 0.0f;
+    }
+}
+
+static void gemm_panels(const gemm_job *j, int64_t p_lo, int64_t p_hi) {
+    if (p_lo >= p_hi) return;
+    _Alignas(64) float P[KC * NR];
+    _Alignas(64) static _Thread_local float Apack[MC * KC];
+    const ma_ukernel_fn uk = active.ukernel;
+    for (int64_t k0 = 0; k0 < j->K; k0 += KC) {
+        const int kc = (int)(j->K - k0 < KC ? j->K - k0 : KC);
+        const int acc = j->accumulate || k0 > 0;
+        for (int64_t m0 = 0; m0 < j->M; m0 += MC) {
+            const int64_t m1 = j->M - m0 < MC ? j->M : m0 + MC;
+            pack_a(j->A, j->lda, m0, m1, k0, kc, Apack);
+            for (int64_t p = p_lo; p < p_hi; p++) {
+                const int64_t n0 = p * NR;
+                const int nr = (int)(j->N - n0 < NR ? j->N - n0 : NR);
+                j->load(j->B, j->K, n0, nr, k0, kc, P);
+                for (int64_t m = m0; m < m1; m += MR) {
+                    const int mr = (int)(m1 - m < MR ? m1 - m : MR);
+                    uk(kc, Apack + (m - m0) * kc, P, j->C + m * j->ldc + n0, j->ldc, mr, nr, acc);
+                }
+            }
+        }
+    }
+    if (j->K == 0 && !j->accumulate)
+        for (int64_t m = 0; m < j->M; m++)
+            memset(j->C + m * j->ldc + p_lo * NR, 0, sizeof(float) * (size_t)((p_hi * NR < j->N ? p_hi * NR : j->N) - p_lo * NR));
+    if (j->bias) {
+        const int64_t c0 = p_lo * NR, c1 = p_hi * NR < j->N ? p_hi * NR : j->N;
+        for (int64_t m = 0; m < j->M; m++) {
+            float *c = j->C + m * j->ldc;
+            for (int64_t n = c0; n < c1; n++) c[n] += j->bias[n];
+        }
+    }
+}
+
+static void gemm_task(void *ctx, int t, int T) {
+    const gemm_job *j = ctx;
+    long lo, hi;
+    ma_split_range((long)((j->N + NR - 1) / NR), t, T, &lo, &hi);
+    gemm_panels(j, lo, hi);
+}
+
+static int prepare(gemm_job *j, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B,
+                   const float *bias, int accumulate, float *C, int64_t ldc) {
+    pthread_once(&active_once, choose_kernels);
+    if (M <= 0 || N <= 0) return 0;
+    *j = (gemm_job){M, N, K, lda, ldc, A, bias, B, accumulate, C, NULL};
+    if ((unsigned)B->layout > MA_B_PANELS || (unsigned)B->dtype >= MA_DT_COUNT) abort(); /* a programming error */
+    j->load = active.load[B->layout][B->dtype];
+    if (!j->load) abort();
+    return 1;
+}
+
+void ma_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias,
+             int accumulate, float *C, int64_t ldc) {
+    gemm_job j;
+    if (!prepare(&j, M, N, K, A, lda, B, bias, accumulate, C, ldc)) return;
+    const int64_t panels = (N + NR - 1) / NR;
+    /* below ~64 kFLOP per thread the hand-off costs more than it saves */
+    const int64_t work = M * N * (K ? K : 1);
+    int max_t = work < (1 << 17) ? 1 : (int)(panels < 64 ? panels : 64);
+    ma_parallel_n(gemm_task, &j, max_t);
+}
+
+void ma_gemm_serial(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias,
+                    int accumulate, float *C, int64_t ldc) {
+    gemm_job j;
+    if (!prepare(&j, M, N, K, A, lda, B, bias, accumulate, C, ldc)) return;
+    gemm_panels(&j, 0, (N + NR - 1) / NR);
+}
+
+/* ------------------------------------------------------------------ packing */
+
+size_t ma_panels_size(ma_dtype dt, int64_t N, int64_t K) {
+    const size_t rows = (size_t)((N + NR - 1) / NR) * NR;
+    switch (dt) {
+    case MA_DT_Q8_0: return rows * (size_t)(K / 32) * 34;
+    case MA_DT_Q4_0: return rows * (size_t)(K / 32) * 18;
+    case MA_DT_F32: return rows * (size_t)K * 4;
+    default: return rows * (size_t)K * 2;
+    }
+}
+
+void ma_pack_panels(ma_dtype dt, const void *rows, int64_t N, int64_t K, void *out) {
+    const int64_t panels = (N + NR - 1) / NR;
+    memset(out, 0, ma_panels_size(dt, N, K));
+    if (dt == MA_DT_Q8_0 || dt == MA_DT_Q4_0) {
+        const int q8 = dt == MA_DT_Q8_0;
+        const size_t bs = q8 ? 34 : 18, pb = 16 * bs, nb = (size_t)(K / 32);
+        for (int64_t p = 0; p < panels; p++)
+            for (size_t b = 0; b < nb; b++) {
+                uint8_t *dst = (uint8_t *)out + ((size_t)p * nb + b) * pb;
+                for (int r = 0; r < NR && p * NR + r < N; r++) {
+                    const uint8_t *src = (const uint8_t *)rows + ((size_t)(p * NR + r) * nb + b) * bs;
+                    dst[2 * r] = src[0];
+                    dst[2 * r + 1] = src[1];
+                    const int vals = q8 ? 32 : 16;
+                    for (int i = 0; i < vals; i++) dst[32 + i * NR + r] = src[2 + i];
+                }
+            }
+        return;
+    }
+    const size_t es = dt == MA_DT_F32 ? 4 : 2;
+    for (int64_t p = 0; p < panels; p++)
+        for (int r = 0; r < NR && p * NR + r < N; r++)
+            for (int64_t k = 0; k < K; k++)
+                memcpy((uint8_t *)out + ((size_t)(p * K + k) * NR + r) * es,
+                       (const uint8_t *)rows + ((size_t)(p * NR + r) * K + k) * es, es);
+}

@@ -1,0 +1,61 @@
+/* GEMM with fp32 activations and weights in their stored precision:
+ *     C[M, N] (+)= A[M, K] B^T (+ bias),  B given as N x K.
+ *
+ * The driver follows GotoBLAS's blocking: K in chunks of MA_GEMM_KC, M in blocks of
+ * MA_GEMM_MC (the A block stays in L2), N in panels of 16 columns (NR) that are converted to
+ * fp32 once per (K chunk, M block) into an L1-sized buffer laid out [k][16], then a register-
+ * blocked micro-kernel computes 6 x 16 tiles. Panels are shared among the pool's threads.
+ *
+ * B layouts:
+ *   MA_B_ROWS    row-major [N][ld] of F32 / F16 / BF16 / Q8_0 / Q4_0 (checkpoint tensors, K/V)
+ *   MA_B_COLS    row-major [K][ld] F32, i.e. C = A B (attention's P V)
+ *   MA_B_PANELS  the context layout written by `molmoact compile` (ma_pack_panels): per panel
+ *                of 16 rows, K-major, so converting a panel is one sequential read
+ *
+ * The micro-kernel and panel loaders have a portable C version and, on x86-64 CPUs with
+ * AVX2 + FMA + F16C, a SIMD one (chosen at run time; MOLMOACT_KERNELS=portable forces the
+ * former). Both give the same blocking, so they differ only by FMA rounding. */
+#ifndef MA_GEMM_H
+#define MA_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/tensor.h"
+
+#define MA_GEMM_NR 16
+#define MA_GEMM_MR 6
+#define MA_GEMM_KC 256
+#define MA_GEMM_MC 144
+
+typedef enum { MA_B_ROWS, MA_B_COLS, MA_B_PANELS } ma_blayout;
+
+typedef struct ma_bmat {
+    ma_blayout layout;
+    ma_dtype dtype; /* MA_B_COLS: F32 only */
+    const void *data;
+    int64_t ld;     /* elements between rows (ROWS: >= K; COLS: >= N); unused for PANELS */
+} ma_bmat;
+
+/* C = A B^T (+ C when accumulate) (+ bias[N] when bias); runs on the thread pool unless called
+ * from inside a pool job. Quantised B needs K % 32 == 0 (and ld % 32 == 0). */
+void ma_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias,
+             int accumulate, float *C, int64_t ldc);
+/* the same on the calling thread only */
+void ma_gemm_serial(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias,
+                    int accumulate, float *C, int64_t ldc);
+
+/* bytes of an N x K matrix of dtype dt in the panel layout (N rounded up to 16 rows) */
+size_t ma_panels_size(ma_dtype dt, int64_t N, int64_t K);
+/* row-major [N][K] of dtype dt (F32/F16/BF16/Q8_0/Q4_0, the last two in ggml blocks) -> the
+ * panel layout. Q8_0 panel block (per 32 k, 16 rows): 16 f16 scales, then 32 x 16 int8 (k-major);
+ * Q4_0: 16 f16 scales, then 16 x 16 bytes, byte [j][r] = row r's values k = j (low nibble) and
+ * k = j + 16 (high nibble), as in a ggml block. Same values and scales, permuted. */
+void ma_pack_panels(ma_dtype dt, const void *rows, int64_t N, int64_t K, void *out);
+
+/* the name of the kernels in use: "avx2" or "portable" */
+const char *ma_gemm_kernels(void);
+/* tests: switch between the portable and the best kernels (not while a GEMM runs) */
+void ma_gemm_select_portable(int portable);
+
+#endif

@@ -1,0 +1,26 @@
+/* Internal to the GEMM module: the micro-kernel and panel-loader signatures that the portable
+ * and SIMD implementations provide. */
+#ifndef MA_GEMM_IMPL_H
+#define MA_GEMM_IMPL_H
+
+#include "kernels/gemm.h"
+
+/* C[mr, nr] (+)= A x P for a packed A tile [kc][MR] and a panel P[kc][16]; accumulate: add to C
+ * instead of storing */
+typedef void (*ma_ukernel_fn)(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr,
+                              int accumulate);
+/* P[kc][16] = columns n0..n0+nr-1 of B for k = k0..k0+kc-1, fp32; columns >= nr are zero */
+typedef void (*ma_panel_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P);
+
+typedef struct ma_gemm_kernels_t {
+    const char *name;
+    ma_ukernel_fn ukernel;
+    ma_panel_fn load[3][MA_DT_COUNT]; /* [layout][dtype]; NULL = not supported */
+} ma_gemm_kernels_t;
+
+#if defined(__x86_64__) && defined(MA_HAVE_AVX2)
+/* replaces the entries the AVX2 + FMA + F16C code provides */
+void ma_gemm_install_avx2(ma_gemm_kernels_t *k);
+#endif
+
+#endif

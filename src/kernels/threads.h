@@ -1,0 +1,28 @@
+/* A persistent pool of compute threads (created once, never per call).
+ *
+ * ma_parallel(fn, ctx) runs fn(ctx, t, T) for t = 0..T-1, the calling thread taking t = 0, and
+ * returns when all have finished. Helpers spin briefly for the next job, then sleep, so an idle
+ * process (a resident worker between requests) costs no CPU. Calls from inside a job, or while
+ * another thread holds the pool, run serially on the caller (T = 1).
+ *
+ * Threads: MOLMOACT_THREADS, else the CPUs this process may use; ma_threads_set() changes it
+ * before first use. */
+#ifndef MA_THREADS_H
+#define MA_THREADS_H
+
+typedef void (*ma_task_fn)(void *ctx, int t, int T);
+
+void ma_parallel(ma_task_fn fn, void *ctx);
+/* run with at most max_threads (e.g. the number of independent pieces of work) */
+void ma_parallel_n(ma_task_fn fn, void *ctx, int max_threads);
+int ma_threads(void);
+void ma_threads_set(int n);
+
+/* split [0, n) into T near-equal ranges; range t is [*lo, *hi) */
+static inline void ma_split_range(long n, int t, int T, long *lo, long *hi) {
+    long q = n / T, r = n % T;
+    *lo = t * q + (t < r ? t : r);
+    *hi = *lo + q + (t < r ? 1 : 0);
+}
+
+#endif

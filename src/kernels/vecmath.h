@@ -1,0 +1,29 @@
+/* Elementwise math over float arrays: exp, the activations and the softmax, with a portable
+ * version and an AVX2 + FMA one (chosen with the GEMM kernels). The SIMD exp is a degree-6
+ * polynomial after range reduction (relative error about 2e-7); arguments below -87 give 0. */
+#ifndef MA_VECMATH_H
+#define MA_VECMATH_H
+
+#include <stdint.h>
+
+typedef struct ma_vecmath {
+    void (*silu)(float *x, int64_t n);
+    void (*gelu_tanh)(float *x, int64_t n);
+    void (*quick_gelu)(float *x, int64_t n);
+    /* x <- exp(x - shift); returns the sum of the results */
+    float (*exp_shift_sum)(float *x, int64_t n, float shift);
+    float (*max)(const float *x, int64_t n);
+    void (*scale)(float *x, int64_t n, float s);
+    /* y[i] *= x[i] */
+    void (*mul)(float *y, const float *x, int64_t n);
+} ma_vecmath;
+
+const ma_vecmath *ma_vecmath_get(void);
+/* tests: switch between the portable and the best versions */
+void ma_vecmath_select_portable(int portable);
+
+#if defined(__x86_64__) && defined(MA_HAVE_AVX2)
+void ma_vecmath_install_avx2(ma_vecmath *v);
+#endif
+
+#endif

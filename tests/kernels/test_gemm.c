@@ -1,0 +1,299 @@
+/* The blocked GEMM (portable and SIMD micro-kernels, every B layout and weight type, the panel
+ * packing), the batched attention, the vector math and the thread pool, each against a plain
+ * reference: a double-precision triple loop on the dequantised weights, ma_attention_head on
+ * the scalar path, libm. Shapes include the edges: M = 1, M past a block, N odd, K past a chunk
+ * and not a multiple of 8. */
+#include "../test_util.h"
+
+#include <stdatomic.h>
+
+#include "kernels/gemm.h"
+#include "kernels/kernels.h"
+#include "kernels/quant.h"
+#include "kernels/threads.h"
+#include "kernels/vecmath.h"
+
+/* reference C = A W^T (+ C0) (+ bias) in double on the f32 values W holds after conversion */
+static void reference(int64_t M, int64_t N, int64_t K, const float *A, const float *W, const float *bias, const float *C0,
+                      double *ref, double *mag) {
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double s = C0 ? C0[m * N + n] : 0.0, a = C0 ? fabs(C0[m * N + n]) : 0.0;
+            for (int64_t k = 0; k < K; k++) {
+                s += (double)A[m * K + k] * W[n * K + k];
+                a += fabs((double)A[m * K + k] * W[n * K + k]);
+            }
+            if (bias) { s += bias[n]; a += fabs(bias[n]); }
+            ref[m * N + n] = s;
+            mag[m * N + n] = a;
+        }
+}
+
+static void expect_close(const float *got, const double *ref, const double *mag, int64_t n, const char *what) {
+    for (int64_t i = 0; i < n; i++) {
+        const double tol = 2e-6 * mag[i] + 1e-6;
+        if (!(fabs(got[i] - ref[i]) <= tol)) fail_msg("%s: element %lld is %.9g, expected %.9g (tol %.3g)", what, (long long)i, got[i], ref[i], tol);
+    }
+}
+
+/* one GEMM shape for one weight type, in both kernels and both layouts */
+static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_bias, int accumulate, uint64_t seed) {
+    float *A = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * N * K), *Wq = malloc(sizeof(float) * N * K);
+    float *bias = malloc(sizeof(float) * N), *C0 = malloc(sizeof(float) * M * N), *C = malloc(sizeof(float) * M * N);
+    float *C2 = malloc(sizeof(float) * M * N);
+    double *ref = malloc(sizeof(double) * M * N), *mag = malloc(sizeof(double) * M * N);
+    tu_fill(A, M * K, seed);
+    tu_fill(W, N * K, seed + 1);
+    tu_fill(bias, N, seed + 2);
+    tu_fill(C0, M * N, seed + 3);
+    /* the stored weights and the f32 values they stand for */
+    uint8_t *rows = malloc(ma_panels_size(dt, N, K) + 64), *panels = malloc(ma_panels_size(dt, N, K));
+    ma_convert_from_f32(dt, W, N * K, rows);
+    for (int64_t n = 0; n < N; n++) {
+        ma_mat wm = {dt, N, K, rows, "w", 0};
+        ma_mat_row(&wm, n, Wq + n * K);
+    }
+    ma_pack_panels(dt, rows, N, K, panels);
+    reference(M, N, K, A, Wq, with_bias ? bias : NULL, accumulate ? C0 : NULL, ref, mag);
+    char what[128];
+    for (int portable = 0; portable < 2; portable++) {
+        ma_gemm_select_portable(portable);
+        float *first = NULL;
+        for (int layout = 0; layout < 2; layout++) {
+            ma_bmat b = {layout ? MA_B_PANELS : MA_B_ROWS, dt, layout ? (const void *)panels : (const void *)rows, K};
+            float *out = layout ? C2 : C;
+            memcpy(out, C0, sizeof(float) * M * N);
+            ma_gemm(M, N, K, A, K, &b, with_bias ? bias : NULL, accumulate, out, N);
+            snprintf(what, sizeof what, "%s %s %s M=%lld N=%lld K=%lld", ma_dtype_name(dt), portable ? "portable" : ma_gemm_kernels(),
+                     layout ? "panels" : "rows", (long long)M, (long long)N, (long long)K);
+            expect_close(out, ref, mag, M * N, what);
+            if (!first) first = out;
+        }
+        /* the two layouts feed the same values to the same micro-kernel: identical bits */
+        assert_memory_equal(C, C2, sizeof(float) * M * N);
+    }
+    ma_gemm_select_portable(0);
+    free(A); free(W); free(Wq); free(bias); free(C0); free(C); free(C2); free(ref); free(mag); free(rows); free(panels);
+}
+
+static void test_gemm_every_type_and_edge(void **state) {
+    (void)state;
+    static const int64_t Ms[] = {1, 5, 6, 13, 150};
+    static const int64_t Ns[] = {1, 16, 17, 50};
+    static const int64_t Kf[] = {1, 7, 64, 300};   /* float types: any K, past one 256 chunk */
+    static const int64_t Kq[] = {32, 96, 288};     /* quantised: multiples of 32 */
+    static const ma_dtype types[] = {MA_DT_F32, MA_DT_F16, MA_DT_BF16, MA_DT_Q8_0, MA_DT_Q4_0};
+    uint64_t seed = 1;
+    for (size_t t = 0; t < 5; t++) {
+        const int quant = types[t] == MA_DT_Q8_0 || types[t] == MA_DT_Q4_0;
+        const int64_t *Ks = quant ? Kq : Kf;
+        const size_t nk = quant ? 3 : 4;
+        for (size_t mi = 0; mi < 5; mi++)
+            for (size_t ni = 0; ni < 4; ni++)
+                for (size_t ki = 0; ki < nk; ki++, seed++)
+                    check_shape(types[t], Ms[mi], Ns[ni], Ks[ki], (int)(seed % 2), (int)(seed % 3 == 0), seed);
+    }
+}
+
+static void test_gemm_cols_layout(void **state) {
+    (void)state;
+    /* C = A B with B [K][N] row-major (attention's P V), against the NT form on B^T */
+    const int64_t M = 70, N = 37, K = 300;
+    float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N), *Bt = malloc(sizeof(float) * N * K);
+    float *C = malloc(sizeof(float) * M * N);
+    double *ref = malloc(sizeof(double) * M * N), *mag = malloc(sizeof(double) * M * N);
+    tu_fill(A, M * K, 9);
+    tu_fill(B, K * N, 10);
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t n = 0; n < N; n++) Bt[n * K + k] = B[k * N + n];
+    reference(M, N, K, A, Bt, NULL, NULL, ref, mag);
+    for (int portable = 0; portable < 2; portable++) {
+        ma_gemm_select_portable(portable);
+        ma_bmat b = {MA_B_COLS, MA_DT_F32, B, N};
+        ma_gemm(M, N, K, A, K, &b, NULL, 0, C, N);
+        expect_close(C, ref, mag, M * N, "cols layout");
+    }
+    ma_gemm_select_portable(0);
+    free(A); free(B); free(Bt); free(C); free(ref); free(mag);
+}
+
+static void test_gemm_strides_and_empty(void **state) {
+    (void)state;
+    /* lda, ld and ldc wider than the matrices; K = 0 gives zeros (or the bias) */
+    const int64_t M = 9, N = 20, K = 40, lda = 50, ld = 45, ldc = 33;
+    float *A = calloc(M * lda, sizeof(float)), *W = calloc(N * ld, sizeof(float)), *C = calloc(M * ldc, sizeof(float));
+    tu_fill(A, M * lda, 3);
+    tu_fill(W, N * ld, 4);
+    for (int64_t i = 0; i < M * ldc; i++) C[i] = 77.0f;
+    ma_bmat b = {MA_B_ROWS, MA_DT_F32, W, ld};
+    ma_gemm(M, N, K, A, lda, &b, NULL, 0, C, ldc);
+    for (int64_t m = 0; m < M; m++) {
+        for (int64_t n = 0; n < N; n++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++) s += (double)A[m * lda + k] * W[n * ld + k];
+            assert_true(fabs(C[m * ldc + n] - s) < 1e-4);
+        }
+        for (int64_t n = N; n < ldc; n++) assert_true(C[m * ldc + n] == 77.0f); /* untouched */
+    }
+    float bias[20];
+    for (int i = 0; i < 20; i++) bias[i] = (float)i;
+    ma_gemm(M, N, 0, A, lda, &b, bias, 0, C, ldc);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) assert_true(C[m * ldc + n] == (float)n);
+    free(A); free(W); free(C);
+}
+
+static void test_panel_packing_layout(void **state) {
+    (void)state;
+    /* documented byte layout: f16 panel element (k, r) at (p*K + k)*16 + r; Q8_0 block scales first */
+    const int64_t N = 20, K = 64;
+    uint16_t *rows = malloc(2 * N * K), *pk = malloc(ma_panels_size(MA_DT_F16, N, K));
+    for (int64_t i = 0; i < N * K; i++) rows[i] = (uint16_t)i;
+    ma_pack_panels(MA_DT_F16, rows, N, K, pk);
+    assert_int_equal(ma_panels_size(MA_DT_F16, N, K), 32 * K * 2);
+    for (int64_t n = 0; n < 32; n++)
+        for (int64_t k = 0; k < K; k++)
+            assert_int_equal(pk[((n / 16) * K + k) * 16 + n % 16], n < N ? (uint16_t)(n * K + k) : 0);
+    float w[32 * 64];
+    tu_fill(w, 32 * 64, 5);
+    uint8_t q[32 * 2 * 34], qp[32 * 2 * 34];
+    ma_quantize_q8_0(w, 32 * 64, q);
+    ma_pack_panels(MA_DT_Q8_0, q, 32, 64, qp);
+    /* panel 1, k-block 1, row 3: scale at 2*3, value k=5 at 32 + 5*16 + 3 */
+    const uint8_t *blk = qp + (1 * 2 + 1) * 544, *src = q + ((16 + 3) * 2 + 1) * 34;
+    assert_memory_equal(blk + 6, src, 2);
+    assert_int_equal(blk[32 + 5 * 16 + 3], src[2 + 5]);
+    free(rows); free(pk);
+}
+
+/* ---- attention: fast batched path vs the scalar per-head path */
+static void check_attention(int n_seq, int heads, int kv, int64_t lq, int64_t lk, int64_t hd, const ma_attn_mask *mask,
+                            uint64_t seed) {
+    const int64_t qd = heads * hd, kd = kv * hd;
+    float *q = malloc(sizeof(float) * n_seq * lq * qd), *k = malloc(sizeof(float) * n_seq * lk * kd);
+    float *v = malloc(sizeof(float) * n_seq * lk * kd), *o1 = malloc(sizeof(float) * n_seq * lq * qd);
+    float *o2 = malloc(sizeof(float) * n_seq * lq * qd);
+    tu_fill(q, n_seq * lq * qd, seed);
+    tu_fill(k, n_seq * lk * kd, seed + 1);
+    tu_fill(v, n_seq * lk * kd, seed + 2);
+    for (int64_t i = 0; i < n_seq * lq * qd; i++) q[i] *= 3.0f; /* peaky softmax */
+    ma_attn_args a = {n_seq, heads, kv, lq, lk, hd, q, k, v, o1, qd, kd, kd, qd, lq * qd, lk * kd, lk * kd, lq * qd, mask};
+    ma_kctx fast, slow;
+    ma_kctx_init(&fast);
+    ma_kctx_init(&slow);
+    fast.scalar = 0;
+    slow.scalar = 1;
+    ma_error err = {0};
+    assert_int_equal(ma_attention(&fast, &a, &err), MA_OK);
+    a.out = o2;
+    assert_int_equal(ma_attention(&slow, &a, &err), MA_OK);
+    for (int64_t i = 0; i < n_seq * lq * qd; i++)
+        if (fabsf(o1[i] - o2[i]) > 2e-5f) fail_msg("attention %lld x %lld: element %lld %.7g vs %.7g", (long long)lq, (long long)lk, (long long)i, o1[i], o2[i]);
+    ma_kctx_free(&fast);
+    ma_kctx_free(&slow);
+    free(q); free(k); free(v); free(o1); free(o2);
+}
+
+static void test_attention_batched(void **state) {
+    (void)state;
+    check_attention(2, 4, 2, 150, 150, 24, NULL, 1);             /* 2 images, GQA, 3 query blocks */
+    check_attention(1, 3, 3, 10, 77, 16, NULL, 2);               /* expert cross attention */
+    uint8_t valid[77], bidir[130];
+    for (int i = 0; i < 77; i++) valid[i] = i % 5 != 0;
+    ma_attn_mask km = {valid, 0, NULL};
+    check_attention(1, 3, 1, 10, 77, 16, &km, 3);
+    for (int i = 0; i < 130; i++) bidir[i] = i >= 20 && i < 60;
+    ma_attn_mask causal = {NULL, 1, bidir};
+    check_attention(1, 8, 2, 130, 130, 32, &causal, 4);          /* LLM prefill with image block */
+    uint8_t none[12] = {0};
+    ma_attn_mask all_masked = {none, 0, NULL};                   /* uniform rows, as PyTorch */
+    check_attention(1, 2, 2, 5, 12, 8, &all_masked, 5);
+}
+
+/* ---- vector math against libm */
+static void test_vecmath(void **state) {
+    (void)state;
+    enum { N = 4099 };
+    float x[N], y[N], z[N];
+    for (int portable = 0; portable < 2; portable++) {
+        ma_vecmath_select_portable(portable);
+        const ma_vecmath *vm = ma_vecmath_get();
+        for (int i = 0; i < N; i++) x[i] = -100.0f + 200.0f * (float)i / (N - 1);
+        memcpy(y, x, sizeof y);
+        float sum = vm->exp_shift_sum(y, N, 1.5f);
+        double ref_sum = 0;
+        for (int i = 0; i < N; i++) {
+            double e = exp((double)(x[i] - 1.5f)); /* the float argument the kernels see */
+            if (e > 3.4028234e38) { assert_true(y[i] >= 3.4e38f); continue; } /* overflow: huge (SIMD) or inf (libm) */
+            ref_sum += e;
+            if (!(fabs(y[i] - e) <= 4e-7 * e + 2e-38)) fail_msg("exp(%.7g) = %.9g, expected %.9g", x[i] - 1.5, y[i], e);
+        }
+        if (!isinf(sum)) assert_true(fabs(sum - ref_sum) <= 1e-6 * ref_sum);
+        memcpy(y, x, sizeof y);
+        sum = vm->exp_shift_sum(y, N / 2, 1.5f); /* no overflow in the first half */
+        ref_sum = 0;
+        for (int i = 0; i < N / 2; i++) ref_sum += exp((double)(x[i] - 1.5f));
+        assert_true(fabs(sum - ref_sum) <= 1e-6 * ref_sum);
+        for (int i = 0; i < N; i++) x[i] = -12.0f + 24.0f * (float)i / (N - 1);
+        memcpy(y, x, sizeof y);
+        vm->silu(y, N);
+        memcpy(z, x, sizeof z);
+        vm->gelu_tanh(z, N);
+        for (int i = 0; i < N; i++) {
+            double s = x[i] / (1.0 + exp(-(double)x[i]));
+            double g = 0.5 * x[i] * (1.0 + tanh(0.79788456080286536 * (x[i] + 0.044715 * pow(x[i], 3))));
+            assert_true(fabs(y[i] - s) <= 1e-6 * fabs(s) + 1e-7);
+            assert_true(fabs(z[i] - g) <= 1e-6 * fabs(g) + 1e-7);
+        }
+        assert_true(vm->max(x, N) == x[N - 1]);
+    }
+    ma_vecmath_select_portable(0);
+}
+
+/* ---- the pool: every part runs once per call; nested calls run serially */
+typedef struct { atomic_int hits[64]; atomic_int nested; int T; } pool_probe;
+
+static void inner_task(void *ctx, int t, int T) {
+    pool_probe *p = ctx;
+    (void)t;
+    if (T == 1) atomic_fetch_add(&p->nested, 1);
+}
+
+static void outer_task(void *ctx, int t, int T) {
+    pool_probe *p = ctx;
+    p->T = T;
+    atomic_fetch_add(&p->hits[t], 1);
+    ma_parallel(inner_task, p);
+}
+
+static void test_thread_pool(void **state) {
+    (void)state;
+    for (int round = 0; round < 2000; round++) {
+        pool_probe p;
+        memset(&p, 0, sizeof p);
+        ma_parallel(outer_task, &p);
+        assert_true(p.T >= 1 && p.T <= ma_threads());
+        for (int t = 0; t < p.T; t++) assert_int_equal(atomic_load(&p.hits[t]), 1);
+        assert_int_equal(atomic_load(&p.nested), p.T);
+    }
+    long lo, hi, total = 0;
+    for (int t = 0; t < 7; t++) {
+        ma_split_range(100, t, 7, &lo, &hi);
+        total += hi - lo;
+        assert_true(hi - lo == 14 || hi - lo == 15);
+    }
+    assert_int_equal(total, 100);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_every_type_and_edge),
+        cmocka_unit_test(test_gemm_cols_layout),
+        cmocka_unit_test(test_gemm_strides_and_empty),
+        cmocka_unit_test(test_panel_packing_layout),
+        cmocka_unit_test(test_attention_batched),
+        cmocka_unit_test(test_vecmath),
+        cmocka_unit_test(test_thread_pool),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
