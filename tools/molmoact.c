@@ -28,6 +28,7 @@
 #include "runtime/engine.h"
 #include "runtime/latency.h"
 #include "runtime/request.h"
+#include "kernels/gemm.h"
 #include "kernels/kernels.h"
 
 #ifndef MA_SOURCE_DIR
@@ -42,6 +43,7 @@ static void usage(FILE *f) {
             "           [--inproc] [--stream]   (--stream: IN.npz paths on stdin, one JSON result per line)\n"
             "           (no --model: the demo model and golden in assets/tiny-grid)\n"
             "  bench    [--model DIR] [--runs N] [--inputs IN.npz] [--inproc] [--json]\n"
+            "  bench    --model DIR --session NAME --inputs IO.npz [--runs N] [--json]   (one session, in process)\n"
             "  parity   --model DIR --golden DIR [--gate G] [--json]\n"
             "  compile  HF_DIR -o CTX_DIR [--vision P] [--llm P] [--action P] [--suffix S] [--prompt-seq N]\n"
             "           (P: f16 (default), bf16, q8_0, q4_0)\n"
@@ -54,7 +56,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct {
-    const char *model, *golden, *inputs, *out, *dump, *norm_tag, *image0, *image1, *task, *state, *noise;
+    const char *model, *golden, *inputs, *out, *dump, *norm_tag, *image0, *image1, *task, *state, *noise, *session;
     uint64_t seed;
     int have_seed, json, runs, stream, inproc, threads;
     double gate;
@@ -80,6 +82,7 @@ static int parse_opts(int argc, char **argv, int first, opts *o) {
         else if (!strcmp(a, "--task")) TAKE(task);
         else if (!strcmp(a, "--state")) TAKE(state);
         else if (!strcmp(a, "--noise")) TAKE(noise);
+        else if (!strcmp(a, "--session")) TAKE(session);
         else if (!strcmp(a, "--json")) o->json = 1;
         else if (!strcmp(a, "--stream")) o->stream = 1;
         else if (!strcmp(a, "--inproc")) o->inproc = 1;
@@ -327,8 +330,65 @@ out:
 
 /* ---------------------------------------------------------------------------------- bench */
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* one session on the arrays of IO.npz named as its inputs (a golden's <session>_io.npz, or the
+ * inputs bench/compare.sh writes): one warm-up, then --runs timed calls; median, min, mean */
+static int cmd_bench_session(opts *o) {
+    ma_error err = {0};
+    if (!o->model || !o->inputs) { fprintf(stderr, "molmoact: bench --session needs --model DIR and --inputs IO.npz\n"); return 2; }
+    int which = -1;
+    for (int i = 0; i < 7; i++)
+        if (!strcmp(o->session, MA_SESSION_NAMES[i])) which = i;
+    if (which < 0) { fprintf(stderr, "molmoact: unknown session %s (vision, llm_split0..3, action_context, action_step)\n", o->session); return 2; }
+    if (o->runs < 1) o->runs = 5;
+    ma_npz z = {0};
+    if (ma_npz_read(o->inputs, &z, &err)) return fail(&err);
+    ma_engine e;
+    if (ma_engine_open(o->model, o->norm_tag, 1, NULL, &e, &err)) { ma_npz_free(&z); return fail(&err); }
+    const ma_session *sess = e.runner->sess[which];
+    ma_tensor in[MA_SESSION_MAX_IO], out[MA_SESSION_MAX_IO];
+    int rc = 0;
+    for (int i = 0; i < sess->n_in && !rc; i++) {
+        const ma_tensor *t = ma_npz_get(&z, sess->in[i].name);
+        if (!t) { fprintf(stderr, "molmoact: %s: no array %s (input of %s)\n", o->inputs, sess->in[i].name, o->session); rc = 2; }
+        else in[i] = *t;
+    }
+    double *ms = calloc((size_t)o->runs, sizeof *ms);
+    if (!ms) rc = 1;
+    for (int i = 0; i <= o->runs && !rc; i++) {
+        int n_out;
+        double compute, transfer;
+        if (e.runner->link.run(e.runner->link.ctx, which, 0, in, sess->n_in, out, &n_out, &compute, &transfer, &err)) { rc = fail(&err); break; }
+        for (int k = 0; k < n_out; k++) ma_tensor_free(&out[k]);
+        if (i > 0) ms[i - 1] = compute;
+    }
+    if (!rc) {
+        double mean = 0;
+        for (int i = 0; i < o->runs; i++) mean += ms[i] / o->runs;
+        qsort(ms, (size_t)o->runs, sizeof *ms, cmp_double);
+        double median = o->runs % 2 ? ms[o->runs / 2] : 0.5 * (ms[o->runs / 2 - 1] + ms[o->runs / 2]);
+        long self_kb, workers_kb;
+        ma_engine_peak_rss(&e, &self_kb, &workers_kb);
+        if (o->json)
+            printf("{\"session\": \"%s\", \"runs\": %d, \"threads\": %d, \"median_ms\": %.4f, \"min_ms\": %.4f, \"mean_ms\": %.4f, "
+                   "\"peak_rss_kib\": %ld}\n", o->session, o->runs, ma_kernel_threads(), median, ms[0], mean, self_kb);
+        else
+            printf("%s: median %.3f ms, min %.3f ms, mean %.3f ms over %d runs (%d threads, %s kernels), peak RSS %.1f MiB\n",
+                   o->session, median, ms[0], mean, o->runs, ma_kernel_threads(), ma_gemm_kernels(), self_kb / 1024.0);
+    }
+    free(ms);
+    ma_npz_free(&z);
+    ma_engine_close(&e);
+    return rc;
+}
+
 /* the latency table on a synthetic LIBERO-like observation (or --inputs), after one warm-up */
 static int cmd_bench(opts *o) {
+    if (o->session) return cmd_bench_session(o);
     ma_error err = {0};
     ma_request_src src;
     request_setup(o, &src, 0); /* the demo model, but a synthetic observation */

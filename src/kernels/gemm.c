@@ -135,13 +135,20 @@ void ma_gemm_select_portable(int portable) {
 
 /* ------------------------------------------------------------------ driver */
 
-typedef struct gemm_job {
-    int64_t M, N, K, lda, ldc;
-    const float *A, *bias;
+/* one output matrix of a job; a fused job's panels run over its parts end to end */
+typedef struct gemm_seg {
     const ma_bmat *B;
-    int accumulate;
+    int64_t N, ldc, p0; /* p0: the job's index of this part's first panel */
+    const float *bias;
     float *C;
     ma_panel_fn load;
+} gemm_seg;
+
+typedef struct gemm_job {
+    int64_t M, K, lda, panels;
+    const float *A;
+    int accumulate, n_seg;
+    gemm_seg seg[MA_GEMM_MAX_PARTS];
 } gemm_job;
 
 /* A[m0..m1) x [k0, k0 + kc) -> tiles of MR rows, each [k][MR] (rows past m1 zero), so the
@@ -159,6 +166,8 @@ static void pack_a(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t 
     }
 }
 
+/* the job's panels [p_lo, p_hi): every K chunk and M block; the A block is packed once and
+ * used for all the panels of every part */
 static void gemm_panels(const gemm_job *j, int64_t p_lo, int64_t p_hi) {
     if (p_lo >= p_hi) return;
     _Alignas(64) float P[KC * NR];
@@ -170,25 +179,31 @@ static void gemm_panels(const gemm_job *j, int64_t p_lo, int64_t p_hi) {
         for (int64_t m0 = 0; m0 < j->M; m0 += MC) {
             const int64_t m1 = j->M - m0 < MC ? j->M : m0 + MC;
             pack_a(j->A, j->lda, m0, m1, k0, kc, Apack);
+            int s = 0;
             for (int64_t p = p_lo; p < p_hi; p++) {
-                const int64_t n0 = p * NR;
-                const int nr = (int)(j->N - n0 < NR ? j->N - n0 : NR);
-                j->load(j->B, j->K, n0, nr, k0, kc, P);
+                while (s + 1 < j->n_seg && p >= j->seg[s + 1].p0) s++;
+                const gemm_seg *g = &j->seg[s];
+                const int64_t n0 = (p - g->p0) * NR;
+                const int nr = (int)(g->N - n0 < NR ? g->N - n0 : NR);
+                g->load(g->B, j->K, n0, nr, k0, kc, P);
                 for (int64_t m = m0; m < m1; m += MR) {
                     const int mr = (int)(m1 - m < MR ? m1 - m : MR);
-                    uk(kc, Apack + (m - m0) * kc, P, j->C + m * j->ldc + n0, j->ldc, mr, nr, acc);
+                    uk(kc, Apack + (m - m0) * kc, P, g->C + m * g->ldc + n0, g->ldc, mr, nr, acc);
                 }
             }
         }
     }
-    if (j->K == 0 && !j->accumulate)
-        for (int64_t m = 0; m < j->M; m++)
-            memset(j->C + m * j->ldc + p_lo * NR, 0, sizeof(float) * (size_t)((p_hi * NR < j->N ? p_hi * NR : j->N) - p_lo * NR));
-    if (j->bias) {
-        const int64_t c0 = p_lo * NR, c1 = p_hi * NR < j->N ? p_hi * NR : j->N;
+    for (int s = 0; s < j->n_seg; s++) {
+        const gemm_seg *g = &j->seg[s];
+        const int64_t g_panels = (g->N + NR - 1) / NR;
+        const int64_t lo = p_lo > g->p0 ? p_lo - g->p0 : 0, hi = p_hi - g->p0 < g_panels ? p_hi - g->p0 : g_panels;
+        if (lo >= hi) continue;
+        const int64_t c0 = lo * NR, c1 = hi * NR < g->N ? hi * NR : g->N;
         for (int64_t m = 0; m < j->M; m++) {
-            float *c = j->C + m * j->ldc;
-            for (int64_t n = c0; n < c1; n++) c[n] += j->bias[n];
+            float *c = g->C + m * g->ldc;
+            if (j->K == 0 && !j->accumulate) memset(c + c0, 0, sizeof(float) * (size_t)(c1 - c0));
+            if (g->bias)
+                for (int64_t n = c0; n < c1; n++) c[n] += g->bias[n];
         }
     }
 }
@@ -196,37 +211,54 @@ static void gemm_panels(const gemm_job *j, int64_t p_lo, int64_t p_hi) {
 static void gemm_task(void *ctx, int t, int T) {
     const gemm_job *j = ctx;
     long lo, hi;
-    ma_split_range((long)((j->N + NR - 1) / NR), t, T, &lo, &hi);
+    ma_split_range((long)j->panels, t, T, &lo, &hi);
     gemm_panels(j, lo, hi);
 }
 
-static int prepare(gemm_job *j, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B,
-                   const float *bias, int accumulate, float *C, int64_t ldc) {
+static int prepare(gemm_job *j, int64_t M, int64_t K, const float *A, int64_t lda, const ma_gemm_part *parts, int n,
+                   int accumulate) {
     pthread_once(&active_once, choose_kernels);
-    if (M <= 0 || N <= 0) return 0;
-    *j = (gemm_job){M, N, K, lda, ldc, A, bias, B, accumulate, C, NULL};
-    if ((unsigned)B->layout > MA_B_PANELS || (unsigned)B->dtype >= MA_DT_COUNT) abort(); /* a programming error */
-    j->load = active.load[B->layout][B->dtype];
-    if (!j->load) abort();
-    return 1;
+    if (n < 1 || n > MA_GEMM_MAX_PARTS) abort(); /* a programming error */
+    memset(j, 0, sizeof *j);
+    *j = (gemm_job){.M = M, .K = K, .lda = lda, .A = A, .accumulate = accumulate};
+    for (int i = 0; i < n; i++) {
+        const ma_bmat *B = parts[i].B;
+        if (parts[i].N <= 0) continue;
+        if ((unsigned)B->layout > MA_B_PANELS || (unsigned)B->dtype >= MA_DT_COUNT) abort();
+        gemm_seg *g = &j->seg[j->n_seg++];
+        *g = (gemm_seg){B, parts[i].N, parts[i].ldc, j->panels, parts[i].bias, parts[i].C, active.load[B->layout][B->dtype]};
+        if (!g->load) abort();
+        j->panels += (parts[i].N + NR - 1) / NR;
+    }
+    return M > 0 && j->n_seg > 0;
+}
+
+static void run_job(gemm_job *j) {
+    int64_t n_total = 0;
+    for (int s = 0; s < j->n_seg; s++) n_total += j->seg[s].N;
+    /* below ~64 kFLOP per thread the hand-off costs more than it saves */
+    const int64_t work = j->M * n_total * (j->K ? j->K : 1);
+    int max_t = work < (1 << 17) ? 1 : (int)(j->panels < 64 ? j->panels : 64);
+    ma_parallel_n(gemm_task, j, max_t);
 }
 
 void ma_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias,
              int accumulate, float *C, int64_t ldc) {
     gemm_job j;
-    if (!prepare(&j, M, N, K, A, lda, B, bias, accumulate, C, ldc)) return;
-    const int64_t panels = (N + NR - 1) / NR;
-    /* below ~64 kFLOP per thread the hand-off costs more than it saves */
-    const int64_t work = M * N * (K ? K : 1);
-    int max_t = work < (1 << 17) ? 1 : (int)(panels < 64 ? panels : 64);
-    ma_parallel_n(gemm_task, &j, max_t);
+    const ma_gemm_part part = {B, N, bias, C, ldc};
+    if (prepare(&j, M, K, A, lda, &part, 1, accumulate)) run_job(&j);
+}
+
+void ma_gemm_fused(int64_t M, int64_t K, const float *A, int64_t lda, const ma_gemm_part *parts, int n_parts) {
+    gemm_job j;
+    if (prepare(&j, M, K, A, lda, parts, n_parts, 0)) run_job(&j);
 }
 
 void ma_gemm_serial(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias,
                     int accumulate, float *C, int64_t ldc) {
     gemm_job j;
-    if (!prepare(&j, M, N, K, A, lda, B, bias, accumulate, C, ldc)) return;
-    gemm_panels(&j, 0, (N + NR - 1) / NR);
+    const ma_gemm_part part = {B, N, bias, C, ldc};
+    if (prepare(&j, M, K, A, lda, &part, 1, accumulate)) gemm_panels(&j, 0, j.panels);
 }
 
 /* ------------------------------------------------------------------ packing */
@@ -239,6 +271,25 @@ size_t ma_panels_size(ma_dtype dt, int64_t N, int64_t K) {
     case MA_DT_F32: return rows * (size_t)K * 4;
     default: return rows * (size_t)K * 2;
     }
+}
+
+void ma_panels_row(ma_dtype dt, const void *panels, int64_t K, int64_t row, float *dst) {
+    const int64_t p = row / NR;
+    const int r = (int)(row % NR);
+    if (dt == MA_DT_Q8_0 || dt == MA_DT_Q4_0) {
+        const int q8 = dt == MA_DT_Q8_0;
+        const size_t pb = q8 ? 544 : 288, nb = (size_t)(K / 32);
+        for (size_t b = 0; b < nb; b++) {
+            const uint8_t *blk = (const uint8_t *)panels + ((size_t)p * nb + b) * pb, *q = blk + 32;
+            const float d = block_scale(blk + 2 * r);
+            for (int i = 0; i < 32; i++) {
+                int v = q8 ? (int8_t)q[i * NR + r] : (i < 16 ? (q[i * NR + r] & 0x0f) : (q[(i - 16) * NR + r] >> 4)) - 8;
+                dst[b * 32 + (size_t)i] = d * (float)v;
+            }
+        }
+        return;
+    }
+    for (int64_t k = 0; k < K; k++) dst[k] = elem_to_f32(dt, panels, (p * K + k) * NR + r);
 }
 
 void ma_pack_panels(ma_dtype dt, const void *rows, int64_t N, int64_t K, void *out) {

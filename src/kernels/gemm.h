@@ -41,6 +41,18 @@ typedef struct ma_bmat {
  * from inside a pool job. Quantised B needs K % 32 == 0 (and ld % 32 == 0). */
 void ma_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias,
              int accumulate, float *C, int64_t ldc);
+/* several products of the same A (q/k/v, gate/up): one job whose panels run over the parts in
+ * turn, so A is packed once per block and the threads share all the parts' panels. The math
+ * of each part is that of ma_gemm. */
+#define MA_GEMM_MAX_PARTS 4
+typedef struct ma_gemm_part {
+    const ma_bmat *B;
+    int64_t N;
+    const float *bias; /* or NULL */
+    float *C;
+    int64_t ldc;
+} ma_gemm_part;
+void ma_gemm_fused(int64_t M, int64_t K, const float *A, int64_t lda, const ma_gemm_part *parts, int n_parts);
 /* the same on the calling thread only */
 void ma_gemm_serial(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias,
                     int accumulate, float *C, int64_t ldc);
@@ -52,6 +64,9 @@ size_t ma_panels_size(ma_dtype dt, int64_t N, int64_t K);
  * Q4_0: 16 f16 scales, then 16 x 16 bytes, byte [j][r] = row r's values k = j (low nibble) and
  * k = j + 16 (high nibble), as in a ggml block. Same values and scales, permuted. */
 void ma_pack_panels(ma_dtype dt, const void *rows, int64_t N, int64_t K, void *out);
+
+/* row `row` of an N x K panel-layout matrix as fp32 (embedding lookups, the scalar path) */
+void ma_panels_row(ma_dtype dt, const void *panels, int64_t K, int64_t row, float *dst);
 
 /* the name of the kernels in use: "avx2" or "portable" */
 const char *ma_gemm_kernels(void);

@@ -80,7 +80,8 @@ void ma_convert_to_f32(ma_dtype dt, const void *src, int64_t first, int64_t n, f
 }
 
 void ma_mat_row(const ma_mat *w, int64_t row, float *dst) {
-    ma_convert_to_f32(w->dtype, w->data, row * w->cols, w->cols, dst);
+    if (w->panels) ma_panels_row(w->dtype, w->data, w->cols, row, dst);
+    else ma_convert_to_f32(w->dtype, w->data, row * w->cols, w->cols, dst);
 }
 
 /* ------------------------------------------------------------------------------ gemm */
@@ -135,7 +136,7 @@ ma_status ma_linear(ma_kctx *c, const float *x, int64_t M, const ma_mat *w, cons
         return MA_OK;
     }
     if (M > 0 && N > 0) {
-        if (w->dtype == MA_DT_F32) {
+        if (w->dtype == MA_DT_F32 && !w->panels) {
             ma_gemm_nt(c, M, N, K, x, K, (const float *)w->data, K, 0.0f, y, N);
         } else {
             int64_t panel = (int64_t)(PANEL_FLOATS / (size_t)(K > 0 ? K : 1));
@@ -145,13 +146,37 @@ ma_status ma_linear(ma_kctx *c, const float *x, int64_t M, const ma_mat *w, cons
             if (!buf) return MA_ERR_NOMEM;
             for (int64_t n0 = 0; n0 < N; n0 += panel) {
                 int64_t nr = N - n0 < panel ? N - n0 : panel;
-                ma_convert_to_f32(w->dtype, w->data, n0 * K, nr * K, buf);
+                if (w->panels)
+                    for (int64_t r = 0; r < nr; r++) ma_panels_row(w->dtype, w->data, K, n0 + r, buf + r * K);
+                else ma_convert_to_f32(w->dtype, w->data, n0 * K, nr * K, buf);
                 ma_gemm_nt(c, M, nr, K, x, K, buf, K, 0.0f, y + n0, N);
             }
         }
     }
     if (bias)
         for (int64_t i = 0; i < M; i++) ma_add(y + i * N, bias, N);
+    return MA_OK;
+}
+
+ma_status ma_linear_fused(ma_kctx *c, const float *x, int64_t M, int n, const ma_mat *const *w, const float *const *bias,
+                          float *const *y, ma_error *err) {
+    if (n < 1 || n > MA_GEMM_MAX_PARTS) return ma_fail(err, MA_ERR_ARG, "ma_linear_fused: %d matrices (1..%d)", n, MA_GEMM_MAX_PARTS);
+    for (int i = 1; i < n; i++)
+        if (w[i]->cols != w[0]->cols)
+            return ma_fail(err, MA_ERR_SHAPE, "fused linear: %s has %lld inputs, %s %lld", w[i]->name ? w[i]->name : "?",
+                           (long long)w[i]->cols, w[0]->name ? w[0]->name : "?", (long long)w[0]->cols);
+    if (c->scalar) {
+        ma_status s = MA_OK;
+        for (int i = 0; i < n && !s; i++) s = ma_linear(c, x, M, w[i], bias[i], y[i], err);
+        return s;
+    }
+    ma_bmat b[MA_GEMM_MAX_PARTS];
+    ma_gemm_part parts[MA_GEMM_MAX_PARTS];
+    for (int i = 0; i < n; i++) {
+        b[i] = (ma_bmat){w[i]->panels ? MA_B_PANELS : MA_B_ROWS, w[i]->dtype, w[i]->data, w[i]->cols};
+        parts[i] = (ma_gemm_part){&b[i], w[i]->rows, bias[i], y[i], w[i]->rows};
+    }
+    ma_gemm_fused(M, w[0]->cols, x, w[0]->cols, parts, n);
     return MA_OK;
 }
 

@@ -50,6 +50,11 @@ void ma_mat_row(const ma_mat *w, int64_t row, float *dst);
 ma_status ma_linear(ma_kctx *c, const float *x, int64_t M, const ma_mat *w, const float *bias, float *y,
                     ma_error *err);
 
+/* y_i = x W_i^T + b_i for n (<= 4) matrices sharing x (q/k/v, gate/up): one fused GEMM job;
+ * each y_i is [M, rows_i]. The same numbers as n ma_linear calls. */
+ma_status ma_linear_fused(ma_kctx *c, const float *x, int64_t M, int n, const ma_mat *const *w, const float *const *bias,
+                          float *const *y, ma_error *err);
+
 /* C[M, N] = A[M, K] B[N, K]^T  (+ beta * C) */
 void ma_gemm_nt(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                 int64_t ldb, float beta, float *C, int64_t ldc);

@@ -198,6 +198,7 @@ static ma_status weightset_from_contexts(ma_model *m, ma_error *err) {
                 datas[k] = t->data;
             }
         s = ma_ws_init(&m->ws, m->dir, n, names, dts, nds, (const int64_t (*)[MA_MAX_DIMS])shapes, datas, err);
+        if (!s) m->ws.panel_layout = 1; /* contexts store matrices as GEMM panels */
     }
     free(names); free(dts); free(nds); free(shapes); free(datas);
     return s;

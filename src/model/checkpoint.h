@@ -23,7 +23,8 @@ enum {
 };
 #define MA_PART_LLM(i) (MA_PART_LLM0 << (i))
 
-#define MA_CONTEXT_FORMAT 1
+/* 2: matrices with a multiple of 16 rows are stored in the GEMM panel layout (kernels/gemm.h) */
+#define MA_CONTEXT_FORMAT 2
 
 typedef struct ma_model {
     char *dir;

@@ -227,7 +227,8 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
         memcpy(h, x, sizeof(float) * (size_t)(A * d));
         ma_rmsnorm(h, A, d, NULL, 1e-6f);
         modulate(h, A, d, shift_mlp, scale_mlp);
-        if ((s = ma_linear(kc, h, A, &b->gate, b->gate_b, g, err)) || (s = ma_linear(kc, h, A, &b->up, b->up_b, u, err))) goto done;
+        if ((s = ma_linear_fused(kc, h, A, 2, (const ma_mat *[2]){&b->gate, &b->up}, (const float *[2]){b->gate_b, b->up_b},
+                                 (float *[2]){g, u}, err))) goto done;
         ma_activate_ctx(kc, g, A * inner, MA_ACT_SILU);
         for (int64_t i = 0; i < A * inner; i++) g[i] *= u[i];
         if ((s = ma_linear(kc, g, A, &b->down, b->down_b, h, err))) goto done;

@@ -154,9 +154,12 @@ static ma_status vit_self_attention(const ma_config *cfg, const ma_vit_attn_w *a
     float *v = ma_malloc((size_t)(rows * kd), sizeof(float), err, "vit v");
     float *o = ma_malloc((size_t)(rows * qd), sizeof(float), err, "vit attn");
     if (!q || !k || !v || !o) { s = MA_ERR_NOMEM; goto done; }
-    if ((s = ma_linear(kc, x, rows, &a->wq, a->bq, q, err)) || (s = ma_linear(kc, x, rows, &a->wk, a->bk, k, err)) ||
-        (s = ma_linear(kc, x, rows, &a->wv, a->bv, v, err)))
-        goto done;
+    {
+        const ma_mat *ws[3] = {&a->wq, &a->wk, &a->wv};
+        const float *bs[3] = {a->bq, a->bk, a->bv};
+        float *ys[3] = {q, k, v};
+        if ((s = ma_linear_fused(kc, x, rows, 3, ws, bs, ys, err))) goto done;
+    }
     ma_attn_args att = {n, H, H / grp, L, L, hd, q, k, v, o, qd, kd, kd, qd,
                         (int64_t)L * qd, (int64_t)L * kd, (int64_t)L * kd, (int64_t)L * qd, NULL};
     s = ma_attention(kc, &att, err);
@@ -253,7 +256,12 @@ static ma_status projector(const ma_config *cfg, const ma_vision_w *w, ma_kctx *
     float *g = ma_malloc((size_t)(rows * cfg->proj_inter), sizeof(float), err, "projector");
     float *u = ma_malloc((size_t)(rows * cfg->proj_inter), sizeof(float), err, "projector");
     if (!g || !u) { s = MA_ERR_NOMEM; goto done; }
-    if ((s = ma_linear(kc, x, rows, &w->proj_w1, NULL, g, err)) || (s = ma_linear(kc, x, rows, &w->proj_w3, NULL, u, err))) goto done;
+    {
+        const ma_mat *ws[2] = {&w->proj_w1, &w->proj_w3};
+        const float *bs[2] = {NULL, NULL};
+        float *ys[2] = {g, u};
+        if ((s = ma_linear_fused(kc, x, rows, 2, ws, bs, ys, err))) goto done;
+    }
     ma_activate_ctx(kc, g, rows * cfg->proj_inter, cfg->proj_act);
     for (int64_t i = 0; i < rows * cfg->proj_inter; i++) g[i] *= u[i];
     s = ma_linear(kc, g, rows, &w->proj_w2, NULL, out, err);
@@ -339,8 +347,8 @@ ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx 
                 for (int c = 0; c < c2; c++) qrow[c] /= denom;
             }
     if ((s = ma_linear(kc, query, nt, &w->pool.wq, w->pool.bq, pq, err)) ||
-        (s = ma_linear(kc, pool_in, nt * 4, &w->pool.wk, w->pool.bk, pk, err)) ||
-        (s = ma_linear(kc, pool_in, nt * 4, &w->pool.wv, w->pool.bv, pv, err))) { free(valid); goto done; }
+        (s = ma_linear_fused(kc, pool_in, nt * 4, 2, (const ma_mat *[2]){&w->pool.wk, &w->pool.wv},
+                             (const float *[2]){w->pool.bk, w->pool.bv}, (float *[2]){pk, pv}, err))) { free(valid); goto done; }
     const float scale = 1.0f / sqrtf((float)hdp);
     for (int64_t tok = 0; tok < nt; tok++)
         for (int hh = 0; hh < Hp; hh++) {

@@ -76,6 +76,10 @@ static ma_status shape_err(const ma_weightset *ws, const ma_wref *r, const char 
                    ma_shape_str(&t, have, sizeof have), want);
 }
 
+int ma_ws_packed(const ma_weightset *ws, const ma_wref *r) {
+    return ws->panel_layout && r->ndim == 2 && r->shape[0] % 16 == 0 && strncmp(r->name, "molmoact.", 9) != 0;
+}
+
 ma_status ma_ws_mat(ma_weightset *ws, const char *name, int64_t rows, int64_t cols, ma_mat *out, ma_error *err) {
     ma_wref *r = ma_ws_find(ws, name);
     if (!r) return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s is missing", ws->label, name);
@@ -89,6 +93,7 @@ ma_status ma_ws_mat(ma_weightset *ws, const char *name, int64_t rows, int64_t co
     out->cols = cols;
     out->data = r->data;
     out->name = r->name;
+    out->panels = ma_ws_packed(ws, r);
     return MA_OK;
 }
 

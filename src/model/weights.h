@@ -25,6 +25,7 @@ typedef struct ma_wref {
 } ma_wref;
 
 typedef struct ma_weightset {
+    int panel_layout; /* contexts: matrices with a multiple of 16 rows are in the GEMM panel layout */
     ma_wref *refs; /* sorted by name */
     size_t count;
     char **names;  /* owned normalised names */
@@ -40,6 +41,8 @@ ma_status ma_ws_init(ma_weightset *ws, const char *label, size_t n, const char *
 void ma_ws_free(ma_weightset *ws);
 ma_wref *ma_ws_find(const ma_weightset *ws, const char *name);
 /* a [rows, cols] matrix view */
+/* is r stored in the panel layout? (the one rule compile and load share) */
+int ma_ws_packed(const ma_weightset *ws, const ma_wref *r);
 ma_status ma_ws_mat(ma_weightset *ws, const char *name, int64_t rows, int64_t cols, ma_mat *out, ma_error *err);
 /* a [n] vector converted to fp32 */
 ma_status ma_ws_vec(ma_weightset *ws, const char *name, int64_t n, float **out, ma_error *err);

@@ -9,6 +9,7 @@
 
 #include "io/gguf.h"
 #include "io/mapfile.h"
+#include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 #include "model/checkpoint.h"
@@ -113,6 +114,17 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
         for (int64_t k = 0; k < rows; k++) {
             ma_convert_to_f32(r->dtype, r->data, k * cols, cols, row);
             ma_convert_from_f32(dt, row, cols, (uint8_t *)buf + (size_t)k * row_bytes);
+        }
+        /* matrices go in the GEMM's panel layout, so a K chunk of 16 rows is one sequential read */
+        const ma_weightset packed = {.panel_layout = 1};
+        ma_wref out_ref = *r;
+        out_ref.dtype = dt;
+        if (ma_ws_packed(&packed, &out_ref)) {
+            void *pk = malloc(bytes ? bytes : 1);
+            if (!pk || ma_panels_size(dt, rows, cols) != bytes) { free(pk); s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", r->name); break; }
+            ma_pack_panels(dt, buf, rows, cols, pk);
+            free(buf);
+            bufs[nb - 1] = buf = pk;
         }
         s = ma_gguf_add_tensor(w, r->name, dt, r->ndim, r->shape, buf, err);
     }

@@ -54,6 +54,14 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
         ma_mat_row(&wm, n, Wq + n * K);
     }
     ma_pack_panels(dt, rows, N, K, panels);
+    /* a row read back from the panel layout holds the same values */
+    float *back = malloc(sizeof(float) * K);
+    for (int64_t n = 0; n < N; n++) {
+        ma_mat pm = {dt, N, K, panels, "w", 1};
+        ma_mat_row(&pm, n, back);
+        assert_memory_equal(back, Wq + n * K, sizeof(float) * K);
+    }
+    free(back);
     reference(M, N, K, A, Wq, with_bias ? bias : NULL, accumulate ? C0 : NULL, ref, mag);
     char what[128];
     for (int portable = 0; portable < 2; portable++) {
@@ -93,6 +101,60 @@ static void test_gemm_every_type_and_edge(void **state) {
                 for (size_t ki = 0; ki < nk; ki++, seed++)
                     check_shape(types[t], Ms[mi], Ns[ni], Ks[ki], (int)(seed % 2), (int)(seed % 3 == 0), seed);
     }
+}
+
+/* one fused job over parts of several types and widths = separate GEMMs, bit for bit; the scalar
+ * ma_linear on panels = on rows */
+static void test_gemm_fused_parts(void **state) {
+    (void)state;
+    const int64_t M = 23, K = 96;
+    const int64_t Ns[3] = {17, 48, 5};
+    const ma_dtype dts[3] = {MA_DT_F16, MA_DT_Q4_0, MA_DT_Q8_0};
+    float *A = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * 48 * K), bias[48];
+    tu_fill(A, M * K, 21);
+    tu_fill(bias, 48, 22);
+    uint8_t *st[3];
+    ma_bmat b[3];
+    ma_gemm_part parts[3];
+    float *fused[3], *single[3];
+    for (int i = 0; i < 3; i++) {
+        tu_fill(W, Ns[i] * K, 30 + i);
+        uint8_t *rows = malloc(ma_panels_size(dts[i], Ns[i], K));
+        st[i] = malloc(ma_panels_size(dts[i], Ns[i], K));
+        ma_convert_from_f32(dts[i], W, Ns[i] * K, rows);
+        ma_pack_panels(dts[i], rows, Ns[i], K, st[i]);
+        free(rows);
+        b[i] = (ma_bmat){MA_B_PANELS, dts[i], st[i], K};
+        fused[i] = malloc(sizeof(float) * M * Ns[i]);
+        single[i] = malloc(sizeof(float) * M * Ns[i]);
+        parts[i] = (ma_gemm_part){&b[i], Ns[i], i == 1 ? NULL : bias, fused[i], Ns[i]};
+    }
+    for (int portable = 0; portable < 2; portable++) {
+        ma_gemm_select_portable(portable);
+        ma_gemm_fused(M, K, A, K, parts, 3);
+        for (int i = 0; i < 3; i++) {
+            ma_gemm(M, Ns[i], K, A, K, &b[i], i == 1 ? NULL : bias, 0, single[i], Ns[i]);
+            assert_memory_equal(fused[i], single[i], sizeof(float) * M * Ns[i]);
+        }
+    }
+    ma_gemm_select_portable(0);
+    /* ma_linear_fused and the scalar path on panel-layout weights */
+    ma_kctx kc;
+    ma_kctx_init(&kc);
+    ma_error err = {0};
+    ma_mat wp = {MA_DT_Q4_0, 48, K, st[1], "w1", 1};
+    float *y1 = malloc(sizeof(float) * M * 48), *y2 = malloc(sizeof(float) * M * 48);
+    assert_int_equal(ma_linear_fused(&kc, A, M, 1, (const ma_mat *[1]){&wp}, (const float *[1]){bias}, (float *[1]){y1}, &err), MA_OK);
+    kc.scalar = 1;
+    assert_int_equal(ma_linear(&kc, A, M, &wp, bias, y2, &err), MA_OK);
+    for (int64_t i = 0; i < M * 48; i++) assert_true(fabsf(y1[i] - y2[i]) <= 1e-4f * (1.0f + fabsf(y2[i])));
+    ma_mat other = {MA_DT_F16, 17, K + 1, st[0], "w2", 1};
+    assert_int_equal(ma_linear_fused(&kc, A, M, 2, (const ma_mat *[2]){&wp, &other}, (const float *[2]){NULL, NULL},
+                                     (float *[2]){y1, y2}, &err), MA_ERR_SHAPE);
+    assert_non_null(strstr(err.msg, "w2"));
+    ma_kctx_free(&kc);
+    for (int i = 0; i < 3; i++) { free(st[i]); free(fused[i]); free(single[i]); }
+    free(A); free(W); free(y1); free(y2);
 }
 
 static void test_gemm_cols_layout(void **state) {
@@ -288,6 +350,7 @@ static void test_thread_pool(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_every_type_and_edge),
+        cmocka_unit_test(test_gemm_fused_parts),
         cmocka_unit_test(test_gemm_cols_layout),
         cmocka_unit_test(test_gemm_strides_and_empty),
         cmocka_unit_test(test_panel_packing_layout),

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# molmoact against PyTorch (fp32) and ONNX Runtime (fp32; 4-bit MatMulNBits for action_step) on the
+# bench configuration, in one run, same machine, same inputs; then the GEMM micro-benchmark.
+#   bench/compare.sh [--runs N] [--threads T] [--seq S] [--model HF_DIR] [--quick]
+# Without --model it builds the bench checkpoint (real widths, reduced depth) with the reference.
+# Needs: build/molmoact (scripts/setup.sh), python3-onnx (installed here when missing) and the npm
+# package onnxruntime-node (installed into bench/.ort with --ignore-scripts: its install script
+# would download GPU binaries). Writes out/compare/; prints a table of medians and ratios.
+# A measurement, not a test: nothing asserts a time.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+runs=5 threads=2 seq=128 model="" quick=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) runs=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --seq) seq=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
+    *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+py=/usr/bin/python3
+work=$root/out/compare
+mkdir -p "$work"
+[ -x build/molmoact ] || { echo "compare.sh: build/molmoact missing: run scripts/setup.sh first" >&2; exit 1; }
+
+# ---- peers
+if ! $py -c "import onnx" 2> /dev/null; then
+  sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo
+  echo "== installing python3-onnx (Debian) to export the components"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-onnx > /dev/null
+fi
+if [ ! -d bench/.ort/node_modules/onnxruntime-node ]; then
+  echo "== installing onnxruntime-node (npm, --ignore-scripts) into bench/.ort"
+  mkdir -p bench/.ort
+  (cd bench/.ort && { [ -f package.json ] || npm init -y > /dev/null; } && npm install --ignore-scripts --no-audit --no-fund onnxruntime-node > /dev/null)
+fi
+ort_version=$(node -p "require('$root/bench/.ort/node_modules/onnxruntime-node/package.json').version")
+
+# ---- model: the bench checkpoint and its f16 / q4_0 contexts
+if [ -z "$model" ]; then
+  model=$work/bench-model
+  [ -f "$model/config.json" ] || $py reference/make_checkpoint.py --config bench --variant grid --seed 0 --dtype mixed -o "$model" > /dev/null
+fi
+for p in f16 q4_0; do
+  ctx=$work/ctx-$p
+  if [ ! -f "$ctx/.done" ] || [ "$ctx/.done" -ot "$model/config.json" ]; then
+    echo "== compiling $p context"
+    build/molmoact compile "$model" -o "$ctx" --vision $p --llm $p --action $p > /dev/null
+    touch "$ctx/.done"
+  fi
+done
+echo "== exporting the components (torch.onnx.export, opset 17) and writing the inputs (prompt $seq tokens)"
+$py bench/compare.py prepare --model "$model" --work "$work" --seq "$seq" 2> "$work/prepare.log" > /dev/null ||
+  { cat "$work/prepare.log" >&2; exit 1; }
+
+results=$work/results.jsonl
+: > "$results"
+sessions="vision llm_split0 action_context action_step"
+echo "== PyTorch $($py -c 'import torch; print(torch.__version__)') fp32, $threads threads"
+$py bench/compare.py torch --model "$model" --work "$work" --runs "$runs" --threads "$threads" | tee -a "$results"
+echo "== ONNX Runtime $ort_version (CPU EP, $threads intra-op threads)"
+for s in $sessions; do
+  NODE_PATH=bench/.ort/node_modules node bench/ort_bench.js "$work/onnx/$s.onnx" "$work/inputs/$s" "$runs" "$threads" ort "$s" | tee -a "$results"
+done
+NODE_PATH=bench/.ort/node_modules node bench/ort_bench.js "$work/onnx/action_step_q4.onnx" "$work/inputs/action_step" "$runs" "$threads" ort_q4 action_step | tee -a "$results"
+echo "== molmoact ($threads threads)"
+for p in f16 q4_0; do
+  for s in $sessions; do
+    [ $p = q4_0 ] && [ $s != action_step ] && [ $quick = 1 ] && continue
+    build/molmoact bench --model "$work/ctx-$p" --session $s --inputs "$work/inputs/$s.npz" --runs "$runs" --threads "$threads" --json |
+      $py -c "import json,sys; d=json.loads(sys.stdin.read()); d.update(engine='molmoact_$p'); print(json.dumps(d))" | tee -a "$results"
+  done
+done
+
+$py - "$results" "$seq" "$runs" "$threads" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+seq, runs, threads = sys.argv[2:5]
+t = {(r["engine"], r["session"]): r["median_ms"] for r in rows}
+engines = ["pytorch", "ort", "ort_q4", "molmoact_f16", "molmoact_q4_0"]
+names = {"vision": "vision (2 images)", "llm_split0": f"llm_split ({seq} tokens)",
+         "action_context": "action_context", "action_step": "action_step (1 step)"}
+steps = 10
+print(f"\nmedian ms over {runs} runs, {threads} threads; ratios = peer time / molmoact time (> 1: molmoact faster)")
+print(f"{'component':24} {'PyTorch':>9} {'ORT':>9} {'ORT q4':>9} {'mm f16':>9} {'mm q4_0':>9}   {'PT/f16':>7} {'ORT/f16':>7} {'ORTq4/q4':>8}")
+def cell(e, s):
+    v = t.get((e, s))
+    return f"{v:9.2f}" if v is not None else f"{'-':>9}"
+def ratio(a, b):
+    return f"{a / b:7.2f}" if a and b else f"{'-':>7}"
+for s in ["vision", "llm_split0", "action_context", "action_step"]:
+    print(f"{names[s]:24} " + " ".join(cell(e, s) for e in engines) + "   " +
+          ratio(t.get(("pytorch", s)), t.get(("molmoact_f16", s))) + " " +
+          ratio(t.get(("ort", s)), t.get(("molmoact_f16", s))) + " " +
+          f"{ratio(t.get(('ort_q4', s)), t.get(('molmoact_q4_0', s))):>8}")
+# end to end from the components: vision + 4 splits + context + 10 steps (host glue is < 1%)
+def e2e(e, step_e=None):
+    step_e = step_e or e
+    parts = [t.get((e, "vision")), t.get((e, "llm_split0")), t.get((e, "action_context")), t.get((step_e, "action_step"))]
+    if any(p is None for p in parts):
+        return None
+    return parts[0] + 4 * parts[1] + parts[2] + steps * parts[3]
+tot = {e: e2e(e) for e in engines}
+tot["ort_q4"] = None
+print(f"{'end to end (sum)':24} " + " ".join(f"{tot[e]:9.1f}" if tot[e] else f"{'-':>9}" for e in engines) + "   " +
+      ratio(tot["pytorch"], tot["molmoact_f16"]) + " " + ratio(tot["ort"], tot["molmoact_f16"]))
+EOF
+if [ $quick = 0 ]; then
+  echo
+  echo "== GEMM micro-benchmark (GFLOP/s against the measured FMA peak and OpenBLAS sgemm)"
+  MOLMOACT_THREADS=$threads build/gemm_bench
+fi
