@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
 from molmoact_ref import loader, npzio  # noqa: E402
-from molmoact_ref.model import expert_rope, llm_attention_bias, llm_rope  # noqa: E402
+from molmoact_ref.model import attention, expert_rope, llm_attention_bias, llm_rope, rotate_half  # noqa: E402
 
 SESSIONS = ["vision", "llm_split0", "action_context", "action_step"]
 
@@ -81,6 +81,53 @@ class LlmSplit(torch.nn.Module):
         return hidden, torch.stack(ks), torch.stack(vs)
 
 
+def repeat_heads(x, group):
+    """[kvh, S, hd] -> [kvh * group, S, hd], each head repeated in place (= repeat_interleave on
+    dim 0, which torch 1.13 exports to ONNX as a broken Expand chain)"""
+    kvh, s, hd = x.shape
+    return x[:, None].expand(kvh, group, s, hd).reshape(kvh * group, s, hd)
+
+
+def llm_block_for_export(block, x, cos, sin, bias):
+    """LlmBlock.forward with the GQA head repeat written for the ONNX exporter; same math"""
+    a = block.self_attn
+
+    def attn(h):
+        n = h.shape[0]
+        q_dim, kv_dim = a.heads * a.head_dim, a.kv_heads * a.head_dim
+        q, k, v = a.att_proj(h).split([q_dim, kv_dim, kv_dim], dim=-1)
+        if a.qk_norm_type == "olmo":
+            q, k = a.q_norm(q), a.k_norm(k)
+        q, k, v = q.view(n, a.heads, a.head_dim), k.view(n, a.kv_heads, a.head_dim), v.view(n, a.kv_heads, a.head_dim)
+        if a.qk_norm_type == "qwen3":
+            q, k = a.q_norm(q), a.k_norm(k)
+        q = q * cos[:, None] + rotate_half(q) * sin[:, None]
+        k = k * cos[:, None] + rotate_half(k) * sin[:, None]
+        g = a.heads // a.kv_heads
+        out = attention(q.transpose(0, 1), repeat_heads(k.transpose(0, 1), g), repeat_heads(v.transpose(0, 1), g), bias[None])
+        return a.attn_out(out.transpose(0, 1).reshape(n, q_dim)), k, v
+
+    if block.norm_after:
+        h, k, v = attn(x)
+        x = x + block.attn_norm(h)
+        return x + block.ff_norm(block.mlp(x)), k, v
+    h, k, v = attn(block.attn_norm(x))
+    x = x + h
+    return x + block.mlp(block.ff_norm(x)), k, v
+
+
+class LlmSplitForExport(LlmSplit):
+    def forward(self, hidden, image_token_mask, position_ids):
+        cos, sin = llm_rope(position_ids, self.t["head_dim"], self.t["rope_theta"])
+        bias, _ = llm_attention_bias(image_token_mask)
+        ks, vs = [], []
+        for block in self.m.model.transformer.blocks[self.first:self.last]:
+            hidden, k, v = llm_block_for_export(block, hidden, cos, sin, bias)
+            ks.append(k)
+            vs.append(v)
+        return hidden, torch.stack(ks), torch.stack(vs)
+
+
 class ActionContext(torch.nn.Module):
     def __init__(self, m):
         super().__init__()
@@ -112,6 +159,15 @@ class ActionStep(torch.nn.Module):
         for i, block in enumerate(self.e.blocks):
             h = block(h, self.block_mods[i], ctx_k[i][None], ctx_v[i][None], bias, rope)
         return self.e.final_layer(h, self.final_mod)[0]
+
+
+class StepWithoutT(torch.nn.Module):
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def forward(self, x, ctx_k, ctx_v, cross_mask):
+        return self.step(x, None, ctx_k, ctx_v, cross_mask)
 
 
 STEP_T = 0.3
@@ -204,9 +260,18 @@ def cmd_prepare(a):
         npzio.save(os.path.join(a.work, "inputs", name + ".npz"), ins[name])
         write_raw(ins[name], os.path.join(a.work, "inputs", name))
         path = os.path.join(a.work, "onnx", name + ".onnx")
+        mod, arrays = mods[name], dict(ins[name])
+        if name == "action_step":   # t is folded into the modulations: the graph has no t input
+            mod, _ = StepWithoutT(mod), arrays.pop("t")
+        if name == "llm_split0":
+            ref = mod
+            mod = LlmSplitForExport(ref.m, cfg, ref.first, ref.last)
+            with torch.no_grad():   # the export form computes what the reference computes
+                for want, got in zip(ref(*to_torch(arrays)), mod(*to_torch(arrays))):
+                    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
         with torch.no_grad():
-            torch.onnx.export(mods[name], tuple(to_torch(ins[name])), path, opset_version=17,
-                              input_names=list(ins[name]), do_constant_folding=True)
+            torch.onnx.export(mod, tuple(to_torch(arrays)), path, opset_version=17,
+                              input_names=list(arrays), do_constant_folding=True)
         print(f"exported {path}", file=sys.stderr)
     n = to_matmul_nbits(os.path.join(a.work, "onnx", "action_step.onnx"),
                         os.path.join(a.work, "onnx", "action_step_q4.onnx"))
@@ -217,9 +282,10 @@ def cmd_torch(a):
     torch.set_num_threads(a.threads)
     cfg, model = loader.load(a.model)
     mods = modules(model, cfg)
+    order = session_inputs(cfg, 1, 1)
     for name in SESSIONS:
         z = np.load(os.path.join(a.work, "inputs", name + ".npz"))
-        args = to_torch({k: z[k] for k in z.files})
+        args = to_torch({k: z[k] for k in order[name]})   # the forward's argument order
         times = []
         with torch.no_grad():
             for i in range(a.runs + 1):

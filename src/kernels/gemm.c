@@ -100,27 +100,42 @@ static void load_panels_quant(const ma_bmat *B, int64_t K, int64_t n0, int nr, i
 
 /* ------------------------------------------------------------------ dispatch */
 
-static ma_gemm_kernels_t portable_k, best_k, active;
+static ma_gemm_kernels_t sets[3], active; /* portable, then what the CPU has, best last */
+static int n_sets, best_set;
 static pthread_once_t active_once = PTHREAD_ONCE_INIT;
 
 static void choose_kernels(void) {
-    portable_k.name = "portable";
-    portable_k.ukernel = ukernel_portable;
+    ma_gemm_kernels_t *p = &sets[0];
+    p->name = "portable";
+    p->mr = MR;
+    p->ukernel = ukernel_portable;
     ma_dtype floats[3] = {MA_DT_F32, MA_DT_F16, MA_DT_BF16};
     for (int i = 0; i < 3; i++) {
-        portable_k.load[MA_B_ROWS][floats[i]] = load_rows_float;
-        portable_k.load[MA_B_PANELS][floats[i]] = load_panels_float;
+        p->load[MA_B_ROWS][floats[i]] = load_rows_float;
+        p->load[MA_B_PANELS][floats[i]] = load_panels_float;
     }
-    portable_k.load[MA_B_ROWS][MA_DT_Q8_0] = portable_k.load[MA_B_ROWS][MA_DT_Q4_0] = load_rows_quant;
-    portable_k.load[MA_B_PANELS][MA_DT_Q8_0] = portable_k.load[MA_B_PANELS][MA_DT_Q4_0] = load_panels_quant;
-    portable_k.load[MA_B_COLS][MA_DT_F32] = load_cols_f32;
-    best_k = portable_k;
+    p->load[MA_B_ROWS][MA_DT_Q8_0] = p->load[MA_B_ROWS][MA_DT_Q4_0] = load_rows_quant;
+    p->load[MA_B_PANELS][MA_DT_Q8_0] = p->load[MA_B_PANELS][MA_DT_Q4_0] = load_panels_quant;
+    p->load[MA_B_COLS][MA_DT_F32] = load_cols_f32;
+    n_sets = 1;
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        ma_gemm_install_avx2(&best_k);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        sets[n_sets] = sets[0];
+        ma_gemm_install_avx2(&sets[n_sets++]);
+#if defined(MA_HAVE_AVX512)
+        if (__builtin_cpu_supports("avx512f")) {
+            sets[n_sets] = sets[n_sets - 1];
+            ma_gemm_install_avx512(&sets[n_sets++]);
+        }
 #endif
+    }
+#endif
+    best_set = n_sets - 1;
     const char *e = getenv("MOLMOACT_KERNELS");
-    active = e && !strcmp(e, "portable") ? portable_k : best_k;
+    int pick = best_set;
+    for (int i = 0; e && i < n_sets; i++)
+        if (!strcmp(e, sets[i].name)) pick = i;
+    active = sets[pick];
 }
 
 const char *ma_gemm_kernels(void) {
@@ -128,9 +143,26 @@ const char *ma_gemm_kernels(void) {
     return active.name;
 }
 
+int ma_gemm_kernel_count(void) {
+    pthread_once(&active_once, choose_kernels);
+    return n_sets;
+}
+
+const char *ma_gemm_kernel_name(int i) {
+    pthread_once(&active_once, choose_kernels);
+    return i >= 0 && i < n_sets ? sets[i].name : NULL;
+}
+
+int ma_gemm_select(int i) {
+    pthread_once(&active_once, choose_kernels);
+    if (i < 0 || i >= n_sets) return 0;
+    active = sets[i];
+    return 1;
+}
+
 void ma_gemm_select_portable(int portable) {
     pthread_once(&active_once, choose_kernels);
-    active = portable ? portable_k : best_k;
+    active = sets[portable ? 0 : best_set];
 }
 
 /* ------------------------------------------------------------------ driver */
@@ -147,38 +179,56 @@ typedef struct gemm_seg {
 typedef struct gemm_job {
     int64_t M, K, lda, panels;
     const float *A;
-    int accumulate, n_seg;
+    int accumulate, n_seg, split_m, small;
     gemm_seg seg[MA_GEMM_MAX_PARTS];
 } gemm_job;
 
-/* A[m0..m1) x [k0, k0 + kc) -> tiles of MR rows, each [k][MR] (rows past m1 zero), so the
- * micro-kernel reads one sequential stream of A */
-static void pack_a(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, float *out) {
-    for (int64_t m = m0; m < m1; m += MR) {
-        const int mr = (int)(m1 - m < MR ? m1 - m : MR);
+/* A[m0..m1) x [k0, k0 + kc) -> tiles of TR (the kernel's mr) rows, each [k][TR] (rows past m1
+ * zero), so the micro-kernel reads one sequential stream of A */
+static void pack_a(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, int TR, float *out) {
+    for (int64_t m = m0; m < m1; m += TR) {
+        const int mr = (int)(m1 - m < TR ? m1 - m : TR);
         float *t = out + (m - m0) * kc;
         for (int r = 0; r < mr; r++) {
             const float *a = A + (m + r) * lda + k0;
-            for (int k = 0; k < kc; k++) t[k * MR + r] = a[k];
+            for (int k = 0; k < kc; k++) t[k * TR + r] = a[k];
         }
-        for (int r = mr; r < MR; r++)
-            for (int k = 0; k < kc; k++) t[k * MR + r] = 0.0f;
+        for (int r = mr; r < TR; r++)
+            for (int k = 0; k < kc; k++) t[k * TR + r] = 0.0f;
     }
 }
 
-/* the job's panels [p_lo, p_hi): every K chunk and M block; the A block is packed once and
- * used for all the panels of every part */
-static void gemm_panels(const gemm_job *j, int64_t p_lo, int64_t p_hi) {
-    if (p_lo >= p_hi) return;
+/* rows [m_lo, m_hi) x the job's panels [p_lo, p_hi): every K chunk and M block; the A block is
+ * packed once and used for all the panels of every part */
+static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_lo, int64_t p_hi) {
+    if (p_lo >= p_hi || m_lo >= m_hi) return;
     _Alignas(64) float P[KC * NR];
-    _Alignas(64) static _Thread_local float Apack[MC * KC];
+    _Alignas(64) static _Thread_local float Apack[(MC + MA_GEMM_MR_MAX) * KC];
     const ma_ukernel_fn uk = active.ukernel;
+    const int TR = active.mr;
+    if (j->small) { /* one A tile, weights straight from the panels; K in chunks that fill Apack */
+        const int64_t ks = (int64_t)(sizeof Apack / sizeof(float) / (size_t)TR) / 32 * 32;
+        const int mr = (int)(m_hi - m_lo);
+        for (int64_t k0 = 0; k0 < j->K; k0 += ks) {
+            const int kc = (int)(j->K - k0 < ks ? j->K - k0 : ks);
+            pack_a(j->A, j->lda, m_lo, m_hi, k0, kc, TR, Apack);
+            int s = 0;
+            for (int64_t p = p_lo; p < p_hi; p++) {
+                while (s + 1 < j->n_seg && p >= j->seg[s + 1].p0) s++;
+                const gemm_seg *g = &j->seg[s];
+                const int64_t n0 = (p - g->p0) * NR;
+                const int nr = (int)(g->N - n0 < NR ? g->N - n0 : NR);
+                active.small_panels(g->B, j->K, n0, nr, k0, kc, Apack, mr, g->C + m_lo * g->ldc + n0, g->ldc,
+                                    j->accumulate || k0 > 0);
+            }
+        }
+    } else
     for (int64_t k0 = 0; k0 < j->K; k0 += KC) {
         const int kc = (int)(j->K - k0 < KC ? j->K - k0 : KC);
         const int acc = j->accumulate || k0 > 0;
-        for (int64_t m0 = 0; m0 < j->M; m0 += MC) {
-            const int64_t m1 = j->M - m0 < MC ? j->M : m0 + MC;
-            pack_a(j->A, j->lda, m0, m1, k0, kc, Apack);
+        for (int64_t m0 = m_lo; m0 < m_hi; m0 += MC) {
+            const int64_t m1 = m_hi - m0 < MC ? m_hi : m0 + MC;
+            pack_a(j->A, j->lda, m0, m1, k0, kc, TR, Apack);
             int s = 0;
             for (int64_t p = p_lo; p < p_hi; p++) {
                 while (s + 1 < j->n_seg && p >= j->seg[s + 1].p0) s++;
@@ -186,8 +236,8 @@ static void gemm_panels(const gemm_job *j, int64_t p_lo, int64_t p_hi) {
                 const int64_t n0 = (p - g->p0) * NR;
                 const int nr = (int)(g->N - n0 < NR ? g->N - n0 : NR);
                 g->load(g->B, j->K, n0, nr, k0, kc, P);
-                for (int64_t m = m0; m < m1; m += MR) {
-                    const int mr = (int)(m1 - m < MR ? m1 - m : MR);
+                for (int64_t m = m0; m < m1; m += TR) {
+                    const int mr = (int)(m1 - m < TR ? m1 - m : TR);
                     uk(kc, Apack + (m - m0) * kc, P, g->C + m * g->ldc + n0, g->ldc, mr, nr, acc);
                 }
             }
@@ -199,7 +249,7 @@ static void gemm_panels(const gemm_job *j, int64_t p_lo, int64_t p_hi) {
         const int64_t lo = p_lo > g->p0 ? p_lo - g->p0 : 0, hi = p_hi - g->p0 < g_panels ? p_hi - g->p0 : g_panels;
         if (lo >= hi) continue;
         const int64_t c0 = lo * NR, c1 = hi * NR < g->N ? hi * NR : g->N;
-        for (int64_t m = 0; m < j->M; m++) {
+        for (int64_t m = m_lo; m < m_hi; m++) {
             float *c = g->C + m * g->ldc;
             if (j->K == 0 && !j->accumulate) memset(c + c0, 0, sizeof(float) * (size_t)(c1 - c0));
             if (g->bias)
@@ -208,11 +258,19 @@ static void gemm_panels(const gemm_job *j, int64_t p_lo, int64_t p_hi) {
     }
 }
 
+/* Threads share the panels, except for tall A (the ViT's 1458 rows), where they take row
+ * ranges instead, so none packs A rows that another one also packs. */
 static void gemm_task(void *ctx, int t, int T) {
     const gemm_job *j = ctx;
     long lo, hi;
+    if (j->split_m) {
+        const int TR = active.mr;
+        ma_split_range((long)((j->M + TR - 1) / TR), t, T, &lo, &hi);
+        gemm_block(j, lo * TR, hi * TR < j->M ? hi * TR : j->M, 0, j->panels);
+        return;
+    }
     ma_split_range((long)j->panels, t, T, &lo, &hi);
-    gemm_panels(j, lo, hi);
+    gemm_block(j, 0, j->M, lo, hi);
 }
 
 static int prepare(gemm_job *j, int64_t M, int64_t K, const float *A, int64_t lda, const ma_gemm_part *parts, int n,
@@ -230,6 +288,10 @@ static int prepare(gemm_job *j, int64_t M, int64_t K, const float *A, int64_t ld
         if (!g->load) abort();
         j->panels += (parts[i].N + NR - 1) / NR;
     }
+    /* the small-M kernels when every part is in the panel layout */
+    j->small = active.small_panels && M <= active.mr && j->n_seg > 0;
+    for (int s = 0; s < j->n_seg; s++)
+        if (j->seg[s].B->layout != MA_B_PANELS) j->small = 0;
     return M > 0 && j->n_seg > 0;
 }
 
@@ -239,6 +301,7 @@ static void run_job(gemm_job *j) {
     /* below ~64 kFLOP per thread the hand-off costs more than it saves */
     const int64_t work = j->M * n_total * (j->K ? j->K : 1);
     int max_t = work < (1 << 17) ? 1 : (int)(j->panels < 64 ? j->panels : 64);
+    j->split_m = j->M >= 2 * MC * ma_threads();
     ma_parallel_n(gemm_task, j, max_t);
 }
 
@@ -258,7 +321,7 @@ void ma_gemm_serial(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda
                     int accumulate, float *C, int64_t ldc) {
     gemm_job j;
     const ma_gemm_part part = {B, N, bias, C, ldc};
-    if (prepare(&j, M, K, A, lda, &part, 1, accumulate)) gemm_panels(&j, 0, j.panels);
+    if (prepare(&j, M, K, A, lda, &part, 1, accumulate)) gemm_block(&j, 0, M, 0, j.panels);
 }
 
 /* ------------------------------------------------------------------ packing */

@@ -13,8 +13,9 @@
  *                of 16 rows, K-major, so converting a panel is one sequential read
  *
  * The micro-kernel and panel loaders have a portable C version and, on x86-64 CPUs with
- * AVX2 + FMA + F16C, a SIMD one (chosen at run time; MOLMOACT_KERNELS=portable forces the
- * former). Both give the same blocking, so they differ only by FMA rounding. */
+ * AVX2 + FMA + F16C, SIMD ones (AVX2 6 x 16 tiles; AVX-512F 12 x 16 tiles where the CPU has
+ * it), chosen at run time; MOLMOACT_KERNELS=portable|avx2|avx512 picks one. All use the same
+ * K blocking, so they differ only by FMA rounding. */
 #ifndef MA_GEMM_H
 #define MA_GEMM_H
 
@@ -24,8 +25,9 @@
 #include "core/tensor.h"
 
 #define MA_GEMM_NR 16
-#define MA_GEMM_MR 6
-#define MA_GEMM_KC 256
+#define MA_GEMM_MR 6      /* rows of the portable and AVX2 tiles */
+#define MA_GEMM_MR_MAX 12 /* the AVX-512 tile */
+#define MA_GEMM_KC 384
 #define MA_GEMM_MC 144
 
 typedef enum { MA_B_ROWS, MA_B_COLS, MA_B_PANELS } ma_blayout;
@@ -68,9 +70,14 @@ void ma_pack_panels(ma_dtype dt, const void *rows, int64_t N, int64_t K, void *o
 /* row `row` of an N x K panel-layout matrix as fp32 (embedding lookups, the scalar path) */
 void ma_panels_row(ma_dtype dt, const void *panels, int64_t K, int64_t row, float *dst);
 
-/* the name of the kernels in use: "avx2" or "portable" */
+/* the name of the kernels in use: "avx512", "avx2" or "portable" */
 const char *ma_gemm_kernels(void);
-/* tests: switch between the portable and the best kernels (not while a GEMM runs) */
+/* the kernel sets this CPU can run, best last: "portable" first, then "avx2", "avx512" */
+int ma_gemm_kernel_count(void);
+const char *ma_gemm_kernel_name(int i);
+/* use kernel set i (tests, benchmarks; not while a GEMM runs); returns 0 if there is none */
+int ma_gemm_select(int i);
+/* tests: switch between the portable and the best kernels */
 void ma_gemm_select_portable(int portable);
 
 #endif

@@ -5,22 +5,33 @@
 
 #include "kernels/gemm.h"
 
-/* C[mr, nr] (+)= A x P for a packed A tile [kc][MR] and a panel P[kc][16]; accumulate: add to C
- * instead of storing */
+/* C[mr, nr] (+)= A x P for a packed A tile [kc][kernel mr] and a panel P[kc][16]; accumulate:
+ * add to C instead of storing */
 typedef void (*ma_ukernel_fn)(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr,
                               int accumulate);
 /* P[kc][16] = columns n0..n0+nr-1 of B for k = k0..k0+kc-1, fp32; columns >= nr are zero */
 typedef void (*ma_panel_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P);
 
+/* C[mr, nr] (+)= A x B for mr <= the kernel's mr, A packed as for the micro-kernel, straight
+ * from B in the panel layout (any weight type); kc a multiple of 32 for quantised B */
+typedef void (*ma_small_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const float *A, int mr,
+                            float *C, int64_t ldc, int accumulate);
+
 typedef struct ma_gemm_kernels_t {
     const char *name;
+    int mr; /* rows of the micro-kernel's tile (the A packing follows it); <= MA_GEMM_MR_MAX */
     ma_ukernel_fn ukernel;
     ma_panel_fn load[3][MA_DT_COUNT]; /* [layout][dtype]; NULL = not supported */
+    ma_small_fn small_panels;         /* optional: M <= mr on panel-layout B */
 } ma_gemm_kernels_t;
 
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
 /* replaces the entries the AVX2 + FMA + F16C code provides */
 void ma_gemm_install_avx2(ma_gemm_kernels_t *k);
+#endif
+#if defined(__x86_64__) && defined(MA_HAVE_AVX512)
+/* the AVX-512F micro-kernel on top of the AVX2 loaders */
+void ma_gemm_install_avx512(ma_gemm_kernels_t *k);
 #endif
 
 #endif

@@ -64,21 +64,23 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
     free(back);
     reference(M, N, K, A, Wq, with_bias ? bias : NULL, accumulate ? C0 : NULL, ref, mag);
     char what[128];
-    for (int portable = 0; portable < 2; portable++) {
-        ma_gemm_select_portable(portable);
+    for (int ks = 0; ks < ma_gemm_kernel_count(); ks++) {
+        ma_gemm_select(ks);
+        const char *kname = ma_gemm_kernel_name(ks);
         float *first = NULL;
         for (int layout = 0; layout < 2; layout++) {
             ma_bmat b = {layout ? MA_B_PANELS : MA_B_ROWS, dt, layout ? (const void *)panels : (const void *)rows, K};
             float *out = layout ? C2 : C;
             memcpy(out, C0, sizeof(float) * M * N);
             ma_gemm(M, N, K, A, K, &b, with_bias ? bias : NULL, accumulate, out, N);
-            snprintf(what, sizeof what, "%s %s %s M=%lld N=%lld K=%lld", ma_dtype_name(dt), portable ? "portable" : ma_gemm_kernels(),
+            snprintf(what, sizeof what, "%s %s %s M=%lld N=%lld K=%lld", ma_dtype_name(dt), kname,
                      layout ? "panels" : "rows", (long long)M, (long long)N, (long long)K);
             expect_close(out, ref, mag, M * N, what);
             if (!first) first = out;
         }
-        /* the two layouts feed the same values to the same micro-kernel: identical bits */
-        assert_memory_equal(C, C2, sizeof(float) * M * N);
+        /* the two layouts feed the same values to the same micro-kernel: identical bits (except
+         * where the AVX-512 small-M kernel reads the panels directly: another summation order) */
+        if (!(M <= MA_GEMM_MR_MAX && !strcmp(kname, "avx512"))) assert_memory_equal(C, C2, sizeof(float) * M * N);
     }
     ma_gemm_select_portable(0);
     free(A); free(W); free(Wq); free(bias); free(C0); free(C); free(C2); free(ref); free(mag); free(rows); free(panels);
@@ -86,10 +88,10 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
 
 static void test_gemm_every_type_and_edge(void **state) {
     (void)state;
-    static const int64_t Ms[] = {1, 5, 6, 13, 150};
+    static const int64_t Ms[] = {1, 5, 12, 13, 150};   /* the 6- and 12-row tiles, past a 144-row block */
     static const int64_t Ns[] = {1, 16, 17, 50};
-    static const int64_t Kf[] = {1, 7, 64, 300};   /* float types: any K, past one 256 chunk */
-    static const int64_t Kq[] = {32, 96, 288};     /* quantised: multiples of 32 */
+    static const int64_t Kf[] = {1, 7, 64, 400};   /* float types: any K, past one 384 chunk */
+    static const int64_t Kq[] = {32, 96, 416};     /* quantised: multiples of 32 */
     static const ma_dtype types[] = {MA_DT_F32, MA_DT_F16, MA_DT_BF16, MA_DT_Q8_0, MA_DT_Q4_0};
     uint64_t seed = 1;
     for (size_t t = 0; t < 5; t++) {
@@ -105,9 +107,8 @@ static void test_gemm_every_type_and_edge(void **state) {
 
 /* one fused job over parts of several types and widths = separate GEMMs, bit for bit; the scalar
  * ma_linear on panels = on rows */
-static void test_gemm_fused_parts(void **state) {
-    (void)state;
-    const int64_t M = 23, K = 96;
+static void check_fused(int64_t M) {
+    const int64_t K = 96;
     const int64_t Ns[3] = {17, 48, 5};
     const ma_dtype dts[3] = {MA_DT_F16, MA_DT_Q4_0, MA_DT_Q8_0};
     float *A = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * 48 * K), bias[48];
@@ -129,8 +130,8 @@ static void test_gemm_fused_parts(void **state) {
         single[i] = malloc(sizeof(float) * M * Ns[i]);
         parts[i] = (ma_gemm_part){&b[i], Ns[i], i == 1 ? NULL : bias, fused[i], Ns[i]};
     }
-    for (int portable = 0; portable < 2; portable++) {
-        ma_gemm_select_portable(portable);
+    for (int ks = 0; ks < ma_gemm_kernel_count(); ks++) {
+        ma_gemm_select(ks);
         ma_gemm_fused(M, K, A, K, parts, 3);
         for (int i = 0; i < 3; i++) {
             ma_gemm(M, Ns[i], K, A, K, &b[i], i == 1 ? NULL : bias, 0, single[i], Ns[i]);
@@ -157,6 +158,12 @@ static void test_gemm_fused_parts(void **state) {
     free(A); free(W); free(y1); free(y2);
 }
 
+static void test_gemm_fused_parts(void **state) {
+    (void)state;
+    check_fused(23); /* the blocked path */
+    check_fused(7);  /* the small-M path where the CPU has one */
+}
+
 static void test_gemm_cols_layout(void **state) {
     (void)state;
     /* C = A B with B [K][N] row-major (attention's P V), against the NT form on B^T */
@@ -169,8 +176,8 @@ static void test_gemm_cols_layout(void **state) {
     for (int64_t k = 0; k < K; k++)
         for (int64_t n = 0; n < N; n++) Bt[n * K + k] = B[k * N + n];
     reference(M, N, K, A, Bt, NULL, NULL, ref, mag);
-    for (int portable = 0; portable < 2; portable++) {
-        ma_gemm_select_portable(portable);
+    for (int ks = 0; ks < ma_gemm_kernel_count(); ks++) {
+        ma_gemm_select(ks);
         ma_bmat b = {MA_B_COLS, MA_DT_F32, B, N};
         ma_gemm(M, N, K, A, K, &b, NULL, 0, C, N);
         expect_close(C, ref, mag, M * N, "cols layout");

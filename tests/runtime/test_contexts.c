@@ -3,6 +3,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "../test_util.h"
 
+#include "kernels/gemm.h"
+
 #include "io/npz.h"
 #include "runtime/compile.h"
 #include "runtime/parity.h"
@@ -45,9 +47,17 @@ static void test_f16_contexts_equal_checkpoint(void **state) {
     tu_tmpdir(dir, sizeof dir, "ctx-f16");
     compile(TINY, dir, "f16", "f16", "f16", "");
     float a[70], b[70];
+    /* same stored weights: with kernels that treat both layouts alike, bit-identical */
+    assert_true(ma_gemm_select(ma_gemm_kernel_count() > 1 ? 1 : 0)); /* avx2 (or portable) */
     actions_of(TINY, a);
     actions_of(dir, b);
-    assert_memory_equal(a, b, sizeof a); /* same stored weights: bit-identical */
+    assert_memory_equal(a, b, sizeof a);
+    /* the best kernels read panel-layout weights of the 10-token expert directly (another
+     * summation order): equal to rounding */
+    ma_gemm_select_portable(0);
+    actions_of(TINY, a);
+    actions_of(dir, b);
+    for (int i = 0; i < 70; i++) assert_true(fabsf(a[i] - b[i]) <= 1e-5f * (1.0f + fabsf(a[i])));
     ma_model m;
     ma_error err = {0};
     assert_int_equal(ma_model_open(dir, "libero", &m, &err), MA_OK);

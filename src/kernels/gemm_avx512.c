@@ -1,0 +1,182 @@
+/* AVX-512F micro-kernel (compiled with -mavx512f -mfma -mf16c; used only when the CPU has it):
+ * 12 x 16 tiles, one zmm accumulator per row, so twelve independent FMA chains hide the FMA
+ * latency on both ports. The panel loaders are the AVX2 ones: converting a panel is a few
+ * percent of the work it feeds. */
+#include <immintrin.h>
+
+#include "kernels/gemm_impl.h"
+
+#define NR MA_GEMM_NR
+#define MR 12
+
+static inline __attribute__((always_inline)) void store_row(float *cr, __m512 c, __mmask16 m, int accumulate) {
+    if (accumulate) c = _mm512_add_ps(c, _mm512_maskz_loadu_ps(m, cr));
+    _mm512_mask_storeu_ps(cr, m, c);
+}
+
+static inline __attribute__((always_inline)) void tile(int mr, int64_t kc, const float *A, const float *P, float *C,
+                                                        int64_t ldc, int nr, int accumulate) {
+    /* the C rows are read back at the end (K chunks after the first): fetch them meanwhile */
+    if (accumulate)
+        for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(C + r * ldc), _MM_HINT_T0);
+    __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
+    __m512 c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+    for (int64_t k = 0; k < kc; k++) {
+        const float *ak = A + k * MR;
+        const __m512 b = _mm512_load_ps(P + k * NR);
+#define ROW(r) if (mr > r) c##r = _mm512_fmadd_ps(_mm512_set1_ps(ak[r]), b, c##r);
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7) ROW(8) ROW(9) ROW(10) ROW(11)
+#undef ROW
+    }
+    const __mmask16 m = (__mmask16)((1u << nr) - 1u);
+    __m512 rows[MR] = {c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11};
+    for (int r = 0; r < mr; r++) store_row(C + r * ldc, rows[r], m, accumulate);
+}
+
+static void ukernel_avx512(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr,
+                           int accumulate) {
+    switch (mr) {
+    case 12: tile(12, kc, A, P, C, ldc, nr, accumulate); break;
+    case 11: tile(11, kc, A, P, C, ldc, nr, accumulate); break;
+    case 10: tile(10, kc, A, P, C, ldc, nr, accumulate); break;
+    case 9: tile(9, kc, A, P, C, ldc, nr, accumulate); break;
+    case 8: tile(8, kc, A, P, C, ldc, nr, accumulate); break;
+    case 7: tile(7, kc, A, P, C, ldc, nr, accumulate); break;
+    case 6: tile(6, kc, A, P, C, ldc, nr, accumulate); break;
+    case 5: tile(5, kc, A, P, C, ldc, nr, accumulate); break;
+    case 4: tile(4, kc, A, P, C, ldc, nr, accumulate); break;
+    case 3: tile(3, kc, A, P, C, ldc, nr, accumulate); break;
+    case 2: tile(2, kc, A, P, C, ldc, nr, accumulate); break;
+    default: tile(1, kc, A, P, C, ldc, nr, accumulate); break;
+    }
+}
+
+/* ---------------------------------------------------------------- small M: straight from panels
+ * For at most 12 rows of A (the action expert's 10 tokens) every weight is used only M times,
+ * so converting it into a panel buffer first costs as much as the FMAs. These kernels convert
+ * the 16 values of each k in registers and feed them to the FMAs at once; the weights stream
+ * sequentially through the panel layout. */
+
+#define SMALL_ACC()                                                                      \
+    __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;        \
+    __m512 c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0
+#define SMALL_FMA(ak, b)                                                                 \
+    do {                                                                                 \
+        const __m512 b_ = (b);                                                           \
+        const float *ak_ = (ak);                                                         \
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7) ROW(8) ROW(9) ROW(10) ROW(11) \
+    } while (0)
+#define ROW(r) if (mr > r) c##r = _mm512_fmadd_ps(_mm512_set1_ps(ak_[r]), b_, c##r);
+#define SMALL_STORE()                                                                    \
+    do {                                                                                 \
+        const __mmask16 m_ = (__mmask16)((1u << nr) - 1u);                               \
+        __m512 rows_[MR] = {c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11};            \
+        for (int r = 0; r < mr; r++) store_row(C + r * ldc, rows_[r], m_, accumulate);   \
+    } while (0)
+
+static inline __attribute__((always_inline)) void small_f16(int mr, const uint16_t *w, int kc, const float *A, float *C,
+                                                             int64_t ldc, int nr, int accumulate) {
+    SMALL_ACC();
+    for (int k = 0; k < kc; k++) SMALL_FMA(A + k * MR, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + k * NR))));
+    SMALL_STORE();
+}
+
+static inline __attribute__((always_inline)) void small_bf16(int mr, const uint16_t *w, int kc, const float *A, float *C,
+                                                              int64_t ldc, int nr, int accumulate) {
+    SMALL_ACC();
+    for (int k = 0; k < kc; k++) {
+        const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + k * NR)));
+        SMALL_FMA(A + k * MR, _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
+    }
+    SMALL_STORE();
+}
+
+static inline __attribute__((always_inline)) void small_f32(int mr, const float *w, int kc, const float *A, float *C,
+                                                             int64_t ldc, int nr, int accumulate) {
+    SMALL_ACC();
+    for (int k = 0; k < kc; k++) SMALL_FMA(A + k * MR, _mm512_loadu_ps(w + k * NR));
+    SMALL_STORE();
+}
+
+/* blk: panel blocks of 32 k (16 f16 scales, then the values); kc a multiple of 32 */
+static inline __attribute__((always_inline)) void small_q8(int mr, const uint8_t *blk, int kc, const float *A, float *C,
+                                                            int64_t ldc, int nr, int accumulate) {
+    SMALL_ACC();
+    for (int k = 0; k < kc; k += 32, blk += 544) {
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        for (int i = 0; i < 32; i++) {
+            const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 32 + i * NR)));
+            SMALL_FMA(A + (k + i) * MR, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
+        }
+    }
+    SMALL_STORE();
+}
+
+static inline __attribute__((always_inline)) void small_q4(int mr, const uint8_t *blk, int kc, const float *A, float *C,
+                                                            int64_t ldc, int nr, int accumulate) {
+    SMALL_ACC();
+    const __m128i low = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+    for (int k = 0; k < kc; k += 32, blk += 288) {
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        for (int j = 0; j < 16; j++) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)(blk + 32 + j * NR));
+            const __m128i lo = _mm_sub_epi8(_mm_and_si128(v, low), eight);
+            const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), low), eight);
+            SMALL_FMA(A + (k + j) * MR, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)), d));
+            SMALL_FMA(A + (k + j + 16) * MR, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)), d));
+        }
+    }
+    SMALL_STORE();
+}
+#undef ROW
+
+/* one instantiation per row count keeps the accumulators in registers */
+#define SMALL_DISPATCH(fn, ...)                          \
+    switch (mr) {                                        \
+    case 12: fn(12, __VA_ARGS__); break;                 \
+    case 11: fn(11, __VA_ARGS__); break;                 \
+    case 10: fn(10, __VA_ARGS__); break;                 \
+    case 9: fn(9, __VA_ARGS__); break;                   \
+    case 8: fn(8, __VA_ARGS__); break;                   \
+    case 7: fn(7, __VA_ARGS__); break;                   \
+    case 6: fn(6, __VA_ARGS__); break;                   \
+    case 5: fn(5, __VA_ARGS__); break;                   \
+    case 4: fn(4, __VA_ARGS__); break;                   \
+    case 3: fn(3, __VA_ARGS__); break;                   \
+    case 2: fn(2, __VA_ARGS__); break;                   \
+    default: fn(1, __VA_ARGS__); break;                  \
+    }
+
+static void small_panels(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const float *A, int mr,
+                         float *C, int64_t ldc, int accumulate) {
+    const int64_t p = n0 / NR;
+    switch (B->dtype) {
+    case MA_DT_F16: {
+        const uint16_t *w = (const uint16_t *)B->data + (p * K + k0) * NR;
+        SMALL_DISPATCH(small_f16, w, kc, A, C, ldc, nr, accumulate)
+    } break;
+    case MA_DT_BF16: {
+        const uint16_t *w = (const uint16_t *)B->data + (p * K + k0) * NR;
+        SMALL_DISPATCH(small_bf16, w, kc, A, C, ldc, nr, accumulate)
+    } break;
+    case MA_DT_F32: {
+        const float *w = (const float *)B->data + (p * K + k0) * NR;
+        SMALL_DISPATCH(small_f32, w, kc, A, C, ldc, nr, accumulate)
+    } break;
+    case MA_DT_Q8_0: {
+        const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 544;
+        SMALL_DISPATCH(small_q8, blk, kc, A, C, ldc, nr, accumulate)
+    } break;
+    default: {
+        const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 288;
+        SMALL_DISPATCH(small_q4, blk, kc, A, C, ldc, nr, accumulate)
+    } break;
+    }
+}
+
+void ma_gemm_install_avx512(ma_gemm_kernels_t *k) {
+    k->name = "avx512";
+    k->ukernel = ukernel_avx512;
+    k->mr = MR;
+    k->small_panels = small_panels;
+}
