@@ -44,10 +44,31 @@ __attribute__((target("avx2,fma"))) static double fma_chains(long iters) {
 }
 #endif
 
-typedef struct { long iters; double sink; } peak_job;
+#if defined(__x86_64__) && defined(MA_HAVE_AVX512)
+/* the same with 16-wide FMAs: the peak the AVX-512 kernels are held to */
+__attribute__((target("avx512f"))) static double fma_chains512(long iters) {
+    __m512 a[12];
+    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_ps(0.001f * (float)i);
+    const __m512 b = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-4f);
+    for (long it = 0; it < iters; it++) {
+        a[0] = _mm512_fmadd_ps(a[0], b, c); a[1] = _mm512_fmadd_ps(a[1], b, c); a[2] = _mm512_fmadd_ps(a[2], b, c);
+        a[3] = _mm512_fmadd_ps(a[3], b, c); a[4] = _mm512_fmadd_ps(a[4], b, c); a[5] = _mm512_fmadd_ps(a[5], b, c);
+        a[6] = _mm512_fmadd_ps(a[6], b, c); a[7] = _mm512_fmadd_ps(a[7], b, c); a[8] = _mm512_fmadd_ps(a[8], b, c);
+        a[9] = _mm512_fmadd_ps(a[9], b, c); a[10] = _mm512_fmadd_ps(a[10], b, c); a[11] = _mm512_fmadd_ps(a[11], b, c);
+    }
+    float acc = 0;
+    for (int i = 0; i < 12; i++) acc += _mm512_reduce_add_ps(a[i]);
+    return acc;
+}
+#endif
+
+typedef struct { long iters; int wide; double sink; } peak_job;
 static void peak_task(void *ctx, int t, int T) {
     (void)t; (void)T;
     peak_job *j = ctx;
+#if defined(__x86_64__) && defined(MA_HAVE_AVX512)
+    if (j->wide) { j->sink += fma_chains512(j->iters); return; }
+#endif
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
     j->sink += fma_chains(j->iters);
 #else
@@ -55,14 +76,16 @@ static void peak_task(void *ctx, int t, int T) {
 #endif
 }
 
+/* FMA peak of the vector width the active kernels use (8 floats for avx2, 16 for avx512) */
 static double fma_peak_gflops(void) {
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
-    peak_job j = {50000000, 0};
+    const int wide = !strcmp(ma_gemm_kernels(), "avx512");
+    peak_job j = {50000000, wide, 0};
     ma_parallel(peak_task, &j); /* warm */
     double t0 = now_s();
     ma_parallel(peak_task, &j);
     double dt = now_s() - t0;
-    return (double)ma_threads() * j.iters * 12 * 16 / dt / 1e9;
+    return (double)ma_threads() * j.iters * 12 * (wide ? 32 : 16) / dt / 1e9;
 #else
     return 0;
 #endif
