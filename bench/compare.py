@@ -5,8 +5,8 @@
         writes DIR/inputs/<session>.npz (the arrays `molmoact bench --session` reads),
         DIR/onnx/<session>.onnx (+ action_step_q4.onnx) and DIR/inputs/<session>/ raw tensors
         for the Node.js runner
-    compare.py torch --model HF_DIR --work DIR [--runs N] [--threads T]
-        times every session in PyTorch; prints one JSON line per session
+    compare.py torch --model HF_DIR --work DIR [--runs N] [--threads T] [--session NAME]
+        times every session (or one) in PyTorch; prints one JSON line per session
 
 Weights are the checkpoint's, upcast to fp32 (the reference's loader); inputs are seeded random
 values of the real shapes. Nothing here asserts a time: it is a measurement.
@@ -283,7 +283,7 @@ def cmd_torch(a):
     cfg, model = loader.load(a.model)
     mods = modules(model, cfg)
     order = session_inputs(cfg, 1, 1)
-    for name in SESSIONS:
+    for name in ([a.session] if a.session else SESSIONS):
         z = np.load(os.path.join(a.work, "inputs", name + ".npz"))
         args = to_torch({k: z[k] for k in order[name]})   # the forward's argument order
         times = []
@@ -310,6 +310,7 @@ def main():
     t.add_argument("--work", required=True)
     t.add_argument("--runs", type=int, default=5)
     t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--session", choices=SESSIONS, help="only this one (default: all)")
     a = ap.parse_args()
     {"prepare": cmd_prepare, "torch": cmd_torch}[a.cmd](a)
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # molmoact against PyTorch (fp32) and ONNX Runtime (fp32; 4-bit MatMulNBits for action_step) on the
-# bench configuration, in one run, same machine, same inputs; then the GEMM micro-benchmark.
+# bench configuration, in one run, same machine, same inputs (the engines take turns component by
+# component; medians and minima are printed); then the GEMM micro-benchmark.
 #   bench/compare.sh [--runs N] [--threads T] [--seq S] [--model HF_DIR] [--quick]
 # Without --model it builds the bench checkpoint (real widths, reduced depth) with the reference.
 # Needs: build/molmoact (scripts/setup.sh), python3-onnx (installed here when missing) and the npm
@@ -58,19 +59,18 @@ $py bench/compare.py prepare --model "$model" --work "$work" --seq "$seq" 2> "$w
 
 results=$work/results.jsonl
 : > "$results"
-sessions="vision llm_split0 action_context action_step"
-echo "== PyTorch $($py -c 'import torch; print(torch.__version__)') fp32, $threads threads"
-$py bench/compare.py torch --model "$model" --work "$work" --runs "$runs" --threads "$threads" | tee -a "$results"
-echo "== ONNX Runtime $ort_version (CPU EP, $threads intra-op threads)"
-for s in $sessions; do
-  NODE_PATH=bench/.ort/node_modules node bench/ort_bench.js "$work/onnx/$s.onnx" "$work/inputs/$s" "$runs" "$threads" ort "$s" | tee -a "$results"
-done
-NODE_PATH=bench/.ort/node_modules node bench/ort_bench.js "$work/onnx/action_step_q4.onnx" "$work/inputs/action_step" "$runs" "$threads" ort_q4 action_step | tee -a "$results"
-echo "== molmoact ($threads threads)"
-for p in f16 q4_0; do
-  for s in $sessions; do
+echo "== PyTorch $($py -c 'import torch; print(torch.__version__)') fp32, ONNX Runtime $ort_version (CPU EP), molmoact; $threads threads"
+# engines take turns per component, so a drift of the machine's speed hits them alike
+for s in vision llm_split0 action_context action_step; do
+  n=$runs
+  [ $s = action_step ] || [ $s = action_context ] && n=$((runs * 4))
+  $py bench/compare.py torch --model "$model" --work "$work" --runs "$n" --threads "$threads" --session $s | tee -a "$results"
+  NODE_PATH=bench/.ort/node_modules node bench/ort_bench.js "$work/onnx/$s.onnx" "$work/inputs/$s" "$n" "$threads" ort "$s" | tee -a "$results"
+  [ $s = action_step ] &&
+    NODE_PATH=bench/.ort/node_modules node bench/ort_bench.js "$work/onnx/action_step_q4.onnx" "$work/inputs/action_step" "$n" "$threads" ort_q4 action_step | tee -a "$results"
+  for p in f16 q4_0; do
     [ $p = q4_0 ] && [ $s != action_step ] && [ $quick = 1 ] && continue
-    build/molmoact bench --model "$work/ctx-$p" --session $s --inputs "$work/inputs/$s.npz" --runs "$runs" --threads "$threads" --json |
+    build/molmoact bench --model "$work/ctx-$p" --session $s --inputs "$work/inputs/$s.npz" --runs "$n" --threads "$threads" --json |
       $py -c "import json,sys; d=json.loads(sys.stdin.read()); d.update(engine='molmoact_$p'); print(json.dumps(d))" | tee -a "$results"
   done
 done
@@ -80,6 +80,7 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 seq, runs, threads = sys.argv[2:5]
 t = {(r["engine"], r["session"]): r["median_ms"] for r in rows}
+tmin = {(r["engine"], r["session"]): r["min_ms"] for r in rows}
 engines = ["pytorch", "ort", "ort_q4", "molmoact_f16", "molmoact_q4_0"]
 names = {"vision": "vision (2 images)", "llm_split0": f"llm_split ({seq} tokens)",
          "action_context": "action_context", "action_step": "action_step (1 step)"}
@@ -107,6 +108,12 @@ tot = {e: e2e(e) for e in engines}
 tot["ort_q4"] = None
 print(f"{'end to end (sum)':24} " + " ".join(f"{tot[e]:9.1f}" if tot[e] else f"{'-':>9}" for e in engines) + "   " +
       ratio(tot["pytorch"], tot["molmoact_f16"]) + " " + ratio(tot["ort"], tot["molmoact_f16"]))
+print("\nthe same with the fastest run of each (less sensitive to the machine's drift)")
+for s in ["vision", "llm_split0", "action_context", "action_step"]:
+    v = {e: tmin.get((e, s)) for e in engines}
+    print(f"{names[s]:24} " + " ".join(f"{v[e]:9.2f}" if v[e] is not None else f"{'-':>9}" for e in engines) + "   " +
+          ratio(v["pytorch"], v["molmoact_f16"]) + " " + ratio(v["ort"], v["molmoact_f16"]) + " " +
+          f"{ratio(v['ort_q4'], v['molmoact_q4_0']):>8}")
 EOF
 if [ $quick = 0 ]; then
   echo

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/half.h"
+#include "kernels/cpu.h"
 #include "kernels/gemm_impl.h"
 #include "kernels/threads.h"
 
@@ -98,6 +99,21 @@ static void load_panels_quant(const ma_bmat *B, int64_t K, int64_t n0, int nr, i
     }
 }
 
+/* A[m0..m1) x [k0, k0 + kc) -> tiles of TR (the kernel's mr) rows, each [k][TR] (rows past m1
+ * zero), so the micro-kernel reads one sequential stream of A */
+static void pack_a_portable(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, int TR, float *out) {
+    for (int64_t m = m0; m < m1; m += TR) {
+        const int mr = (int)(m1 - m < TR ? m1 - m : TR);
+        float *t = out + (m - m0) * kc;
+        for (int r = 0; r < mr; r++) {
+            const float *a = A + (m + r) * lda + k0;
+            for (int k = 0; k < kc; k++) t[k * TR + r] = a[k];
+        }
+        for (int r = mr; r < TR; r++)
+            for (int k = 0; k < kc; k++) t[k * TR + r] = 0.0f;
+    }
+}
+
 /* ------------------------------------------------------------------ dispatch */
 
 static ma_gemm_kernels_t sets[3], active; /* portable, then what the CPU has, best last */
@@ -109,6 +125,7 @@ static void choose_kernels(void) {
     p->name = "portable";
     p->mr = MR;
     p->ukernel = ukernel_portable;
+    p->pack_a = pack_a_portable;
     ma_dtype floats[3] = {MA_DT_F32, MA_DT_F16, MA_DT_BF16};
     for (int i = 0; i < 3; i++) {
         p->load[MA_B_ROWS][floats[i]] = load_rows_float;
@@ -119,11 +136,11 @@ static void choose_kernels(void) {
     p->load[MA_B_COLS][MA_DT_F32] = load_cols_f32;
     n_sets = 1;
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    if (ma_cpu_avx2_fma_f16c()) {
         sets[n_sets] = sets[0];
         ma_gemm_install_avx2(&sets[n_sets++]);
 #if defined(MA_HAVE_AVX512)
-        if (__builtin_cpu_supports("avx512f")) {
+        if (ma_cpu_avx512f()) {
             sets[n_sets] = sets[n_sets - 1];
             ma_gemm_install_avx512(&sets[n_sets++]);
         }
@@ -183,20 +200,6 @@ typedef struct gemm_job {
     gemm_seg seg[MA_GEMM_MAX_PARTS];
 } gemm_job;
 
-/* A[m0..m1) x [k0, k0 + kc) -> tiles of TR (the kernel's mr) rows, each [k][TR] (rows past m1
- * zero), so the micro-kernel reads one sequential stream of A */
-static void pack_a(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, int TR, float *out) {
-    for (int64_t m = m0; m < m1; m += TR) {
-        const int mr = (int)(m1 - m < TR ? m1 - m : TR);
-        float *t = out + (m - m0) * kc;
-        for (int r = 0; r < mr; r++) {
-            const float *a = A + (m + r) * lda + k0;
-            for (int k = 0; k < kc; k++) t[k * TR + r] = a[k];
-        }
-        for (int r = mr; r < TR; r++)
-            for (int k = 0; k < kc; k++) t[k * TR + r] = 0.0f;
-    }
-}
 
 /* rows [m_lo, m_hi) x the job's panels [p_lo, p_hi): every K chunk and M block; the A block is
  * packed once and used for all the panels of every part */
@@ -211,7 +214,7 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
         const int mr = (int)(m_hi - m_lo);
         for (int64_t k0 = 0; k0 < j->K; k0 += ks) {
             const int kc = (int)(j->K - k0 < ks ? j->K - k0 : ks);
-            pack_a(j->A, j->lda, m_lo, m_hi, k0, kc, TR, Apack);
+            active.pack_a(j->A, j->lda, m_lo, m_hi, k0, kc, TR, Apack);
             int s = 0;
             for (int64_t p = p_lo; p < p_hi; p++) {
                 while (s + 1 < j->n_seg && p >= j->seg[s + 1].p0) s++;
@@ -228,7 +231,7 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
         const int acc = j->accumulate || k0 > 0;
         for (int64_t m0 = m_lo; m0 < m_hi; m0 += MC) {
             const int64_t m1 = m_hi - m0 < MC ? m_hi : m0 + MC;
-            pack_a(j->A, j->lda, m0, m1, k0, kc, TR, Apack);
+            active.pack_a(j->A, j->lda, m0, m1, k0, kc, TR, Apack);
             int s = 0;
             for (int64_t p = p_lo; p < p_hi; p++) {
                 while (s + 1 < j->n_seg && p >= j->seg[s + 1].p0) s++;

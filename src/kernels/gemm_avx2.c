@@ -216,8 +216,42 @@ static void load_cols_f32(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64
         for (int j = 0; j < NR; j++) P[k * NR + j] = j < nr ? b[k * B->ld + j] : 0.0f;
 }
 
+/* A packing with 4 x 4 transposes: four rows' k..k+3 become four [k][r0..r0+3] stores */
+static void pack_a_sse(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, int TR, float *out) {
+    for (int64_t m = m0; m < m1; m += TR) {
+        const int mr = (int)(m1 - m < TR ? m1 - m : TR);
+        float *t = out + (m - m0) * kc;
+        int r = 0;
+        for (; r + 4 <= mr; r += 4) {
+            const float *a0 = A + (m + r) * lda + k0, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
+            int k = 0;
+            for (; k + 4 <= kc; k += 4) {
+                __m128 x0 = _mm_loadu_ps(a0 + k), x1 = _mm_loadu_ps(a1 + k), x2 = _mm_loadu_ps(a2 + k), x3 = _mm_loadu_ps(a3 + k);
+                _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+                _mm_storeu_ps(t + (k + 0) * TR + r, x0);
+                _mm_storeu_ps(t + (k + 1) * TR + r, x1);
+                _mm_storeu_ps(t + (k + 2) * TR + r, x2);
+                _mm_storeu_ps(t + (k + 3) * TR + r, x3);
+            }
+            for (; k < kc; k++) {
+                t[k * TR + r] = a0[k];
+                t[k * TR + r + 1] = a1[k];
+                t[k * TR + r + 2] = a2[k];
+                t[k * TR + r + 3] = a3[k];
+            }
+        }
+        for (; r < mr; r++) {
+            const float *a = A + (m + r) * lda + k0;
+            for (int k = 0; k < kc; k++) t[k * TR + r] = a[k];
+        }
+        for (; r < TR; r++)
+            for (int k = 0; k < kc; k++) t[k * TR + r] = 0.0f;
+    }
+}
+
 void ma_gemm_install_avx2(ma_gemm_kernels_t *k) {
     k->name = "avx2";
+    k->pack_a = pack_a_sse;
     k->ukernel = ukernel_avx2;
     k->load[MA_B_PANELS][MA_DT_F16] = load_panels_f16;
     k->load[MA_B_PANELS][MA_DT_BF16] = load_panels_bf16;

@@ -57,6 +57,10 @@ static void ukernel_avx512(int64_t kc, const float *A, const float *P, float *C,
  * the 16 values of each k in registers and feed them to the FMAs at once; the weights stream
  * sequentially through the panel layout. */
 
+/* bytes ahead of the weight stream to prefetch: a few lines past what the hardware prefetcher
+ * has in flight at the start of each panel */
+#define PREFETCH_AHEAD 1024
+
 #define SMALL_ACC()                                                                      \
     __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;        \
     __m512 c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0
@@ -77,7 +81,10 @@ static void ukernel_avx512(int64_t kc, const float *A, const float *P, float *C,
 static inline __attribute__((always_inline)) void small_f16(int mr, const uint16_t *w, int kc, const float *A, float *C,
                                                              int64_t ldc, int nr, int accumulate) {
     SMALL_ACC();
-    for (int k = 0; k < kc; k++) SMALL_FMA(A + k * MR, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + k * NR))));
+    for (int k = 0; k < kc; k++) {
+        _mm_prefetch((const char *)(w + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
+        SMALL_FMA(A + k * MR, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + k * NR))));
+    }
     SMALL_STORE();
 }
 
@@ -85,6 +92,7 @@ static inline __attribute__((always_inline)) void small_bf16(int mr, const uint1
                                                               int64_t ldc, int nr, int accumulate) {
     SMALL_ACC();
     for (int k = 0; k < kc; k++) {
+        _mm_prefetch((const char *)(w + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
         const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + k * NR)));
         SMALL_FMA(A + k * MR, _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
     }
@@ -105,6 +113,7 @@ static inline __attribute__((always_inline)) void small_q8(int mr, const uint8_t
     for (int k = 0; k < kc; k += 32, blk += 544) {
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
         for (int i = 0; i < 32; i++) {
+            if (!(i & 3)) _mm_prefetch((const char *)(blk + 32 + i * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
             const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 32 + i * NR)));
             SMALL_FMA(A + (k + i) * MR, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
         }
@@ -119,6 +128,7 @@ static inline __attribute__((always_inline)) void small_q4(int mr, const uint8_t
     for (int k = 0; k < kc; k += 32, blk += 288) {
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
         for (int j = 0; j < 16; j++) {
+            if (!(j & 3)) _mm_prefetch((const char *)(blk + 32 + j * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
             const __m128i v = _mm_loadu_si128((const __m128i *)(blk + 32 + j * NR));
             const __m128i lo = _mm_sub_epi8(_mm_and_si128(v, low), eight);
             const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), low), eight);

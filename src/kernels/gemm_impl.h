@@ -17,12 +17,16 @@ typedef void (*ma_panel_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int
 typedef void (*ma_small_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const float *A, int mr,
                             float *C, int64_t ldc, int accumulate);
 
+/* A[m0..m1) x [k0, k0 + kc) -> tiles of TR rows, each [kc][TR], rows past m1 zero */
+typedef void (*ma_pack_fn)(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, int TR, float *out);
+
 typedef struct ma_gemm_kernels_t {
     const char *name;
     int mr; /* rows of the micro-kernel's tile (the A packing follows it); <= MA_GEMM_MR_MAX */
     ma_ukernel_fn ukernel;
     ma_panel_fn load[3][MA_DT_COUNT]; /* [layout][dtype]; NULL = not supported */
     ma_small_fn small_panels;         /* optional: M <= mr on panel-layout B */
+    ma_pack_fn pack_a;
 } ma_gemm_kernels_t;
 
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)

@@ -1,5 +1,7 @@
 #include "kernels/vecmath.h"
 
+#include "kernels/cpu.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -48,7 +50,7 @@ static void choose(void) {
                               scale_portable, mul_portable};
     best_t = portable_t;
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ma_vecmath_install_avx2(&best_t);
+    if (ma_cpu_avx2_fma_f16c()) ma_vecmath_install_avx2(&best_t);
 #endif
     const char *e = getenv("MOLMOACT_KERNELS");
     table = e && !strcmp(e, "portable") ? portable_t : best_t;

@@ -101,14 +101,25 @@ static void gated_add(float *y, const float *x, int64_t rows, int d, const float
 }
 
 /* half-split RoPE for the expert: inv_freq_j = base^(-j/half) */
-static void expert_rope(float *x, int hd, int pos) {
+/* cos and sin of pos / 10000^(j / half) for pos < A, j < half: [A][half] each */
+static void expert_rope_table(int64_t A, int hd, float *cs, float *sn) {
+    const int half = hd / 2;
+    for (int64_t pos = 0; pos < A; pos++)
+        for (int j = 0; j < half; j++) {
+            float inv = 1.0f / powf(10000.0f, (float)j / (float)half);
+            float f = (float)pos * inv;
+            cs[pos * half + j] = cosf(f);
+            sn[pos * half + j] = sinf(f);
+        }
+}
+
+/* rotate the two halves of one head by its position's row of the table */
+static void expert_rope(float *x, int hd, const float *cs, const float *sn) {
     const int half = hd / 2;
     for (int j = 0; j < half; j++) {
-        float inv = 1.0f / powf(10000.0f, (float)j / (float)half);
-        float f = (float)pos * inv, c = cosf(f), sn = sinf(f);
         float a = x[j], b = x[j + half];
-        x[j] = a * c - b * sn;
-        x[j + half] = a * sn + b * c;
+        x[j] = a * cs[j] - b * sn[j];
+        x[j + half] = a * sn[j] + b * cs[j];
     }
 }
 
@@ -168,7 +179,10 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
     float *att = ma_malloc((size_t)(A * d), sizeof(float), err, "expert");
     float *g = ma_malloc((size_t)(A * inner), sizeof(float), err, "expert");
     float *u = ma_malloc((size_t)(A * inner), sizeof(float), err, "expert");
-    if (!x || !h || !qkv || !q || !att || !g || !u) { s = MA_ERR_NOMEM; goto done; }
+    float *rope = ma_malloc((size_t)(A * hd), sizeof(float), err, "expert rope");
+    if (!x || !h || !qkv || !q || !att || !g || !u || !rope) { s = MA_ERR_NOMEM; goto done; }
+    const int64_t half = hd / 2;
+    if (cfg->e_rope) expert_rope_table(A, hd, rope, rope + A * half); /* once per step, not per head */
     const float *mod_all, *final_mod;
     int row = table_row(w, t);
     if (row >= 0) {
@@ -203,7 +217,11 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
             for (int hh = 0; hh < H; hh++) {
                 float *qh = row + hh * hd, *kh = row + d + hh * hd;
                 if (cfg->e_qk_norm) { ma_rmsnorm(qh, 1, hd, NULL, cfg->e_qk_eps); ma_rmsnorm(kh, 1, hd, NULL, cfg->e_qk_eps); }
-                if (cfg->e_rope) { expert_rope(qh, hd, (int)i); expert_rope(kh, hd, (int)i); }
+                if (cfg->e_rope) {
+                    const float *cs = rope + i * half, *sn = rope + A * half + i * half;
+                    expert_rope(qh, hd, cs, sn);
+                    expert_rope(kh, hd, cs, sn);
+                }
             }
         }
         ma_attn_args sa = {1, H, H, A, A, hd, qkv, qkv + d, qkv + 2 * d, att, 3 * d, 3 * d, 3 * d, d, 0, 0, 0, 0, &self_mask};
@@ -238,6 +256,6 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
     modulate(x, A, d, final_mod, final_mod + d);
     s = ma_linear(kc, x, A, &w->final_lin, w->final_lin_b, velocity, err);
 done:
-    free(mods); free(fin); free(x); free(h); free(qkv); free(q); free(att); free(g); free(u);
+    free(mods); free(fin); free(x); free(h); free(qkv); free(q); free(att); free(g); free(u); free(rope);
     return s;
 }

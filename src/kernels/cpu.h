@@ -1,0 +1,9 @@
+/* CPU features the SIMD kernels need, read once with CPUID (x86-64; elsewhere all false).
+ * A feature counts only when the OS saves its registers too (XGETBV). */
+#ifndef MA_CPU_H
+#define MA_CPU_H
+
+int ma_cpu_avx2_fma_f16c(void); /* AVX2 + FMA + F16C */
+int ma_cpu_avx512f(void);
+
+#endif
