@@ -201,6 +201,25 @@ typedef struct gemm_job {
 } gemm_job;
 
 
+/* ask for panel n0's K chunk [k0, k0 + kc) of a panel-layout B to be on its way to L2 while the
+ * micro-kernels work on the previous panel (the hardware prefetcher stops at page ends) */
+static void prefetch_panel(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, int kc) {
+    if (B->layout != MA_B_PANELS) return;
+    const uint8_t *p;
+    size_t bytes;
+    const int64_t panel = n0 / NR;
+    if (B->dtype == MA_DT_Q8_0 || B->dtype == MA_DT_Q4_0) {
+        const size_t pb = B->dtype == MA_DT_Q8_0 ? 544 : 288;
+        p = (const uint8_t *)B->data + ((size_t)panel * (size_t)(K / 32) + (size_t)(k0 / 32)) * pb;
+        bytes = (size_t)(kc / 32) * pb;
+    } else {
+        const size_t es = B->dtype == MA_DT_F32 ? 4 : 2;
+        p = (const uint8_t *)B->data + ((size_t)panel * (size_t)K + (size_t)k0) * NR * es;
+        bytes = (size_t)kc * NR * es;
+    }
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
+}
+
 /* rows [m_lo, m_hi) x the job's panels [p_lo, p_hi): every K chunk and M block; the A block is
  * packed once and used for all the panels of every part */
 static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_lo, int64_t p_hi) {
@@ -238,6 +257,7 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
                 const gemm_seg *g = &j->seg[s];
                 const int64_t n0 = (p - g->p0) * NR;
                 const int nr = (int)(g->N - n0 < NR ? g->N - n0 : NR);
+                if (n0 + NR < g->N) prefetch_panel(g->B, j->K, n0 + NR, k0, kc);
                 g->load(g->B, j->K, n0, nr, k0, kc, P);
                 for (int64_t m = m0; m < m1; m += TR) {
                     const int mr = (int)(m1 - m < TR ? m1 - m : TR);
