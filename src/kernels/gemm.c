@@ -13,6 +13,7 @@
 #define MR MA_GEMM_MR
 #define KC MA_GEMM_KC
 #define MC MA_GEMM_MC
+#define GROUP 32 /* panels converted per K chunk on the grouped path: 32 x 384 x 16 floats = 768 KiB (L2) */
 
 /* ------------------------------------------------------------------ portable micro-kernel */
 
@@ -242,6 +243,50 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
                 const int nr = (int)(g->N - n0 < NR ? g->N - n0 : NR);
                 active.small_panels(g->B, j->K, n0, nr, k0, kc, Apack, mr, g->C + m_lo * g->ldc + n0, g->ldc,
                                     j->accumulate || k0 > 0);
+            }
+        }
+    } else if (active.ukernel2) {
+        /* per K chunk, a group of panels is converted once into Bc (L2) and shared by every A
+         * tile of every M block; two panels per micro-kernel call */
+        _Alignas(64) static _Thread_local float Bc[GROUP * KC * NR];
+        const ma_ukernel2_fn uk2 = active.ukernel2;
+        for (int64_t k0 = 0; k0 < j->K; k0 += KC) {
+            const int kc = (int)(j->K - k0 < KC ? j->K - k0 : KC);
+            const int acc = j->accumulate || k0 > 0;
+            for (int64_t q0 = p_lo; q0 < p_hi; q0 += GROUP) {
+                const int64_t q1 = p_hi - q0 < GROUP ? p_hi : q0 + GROUP;
+                const gemm_seg *gs[GROUP];
+                int nrs[GROUP];
+                int64_t n0s[GROUP];
+                int s = 0;
+                for (int64_t p = q0; p < q1; p++) {
+                    while (s + 1 < j->n_seg && p >= j->seg[s + 1].p0) s++;
+                    const gemm_seg *g = gs[p - q0] = &j->seg[s];
+                    const int64_t n0 = n0s[p - q0] = (p - g->p0) * NR;
+                    nrs[p - q0] = (int)(g->N - n0 < NR ? g->N - n0 : NR);
+                    if (n0 + NR < g->N) prefetch_panel(g->B, j->K, n0 + NR, k0, kc);
+                    g->load(g->B, j->K, n0, nrs[p - q0], k0, kc, Bc + (p - q0) * kc * NR);
+                }
+                for (int64_t m0 = m_lo; m0 < m_hi; m0 += MC) {
+                    const int64_t m1 = m_hi - m0 < MC ? m_hi : m0 + MC;
+                    active.pack_a(j->A, j->lda, m0, m1, k0, kc, TR, Apack);
+                    for (int64_t m = m0; m < m1; m += TR) {
+                        const int mr = (int)(m1 - m < TR ? m1 - m : TR);
+                        const float *at = Apack + (m - m0) * kc;
+                        for (int64_t i = 0; i < q1 - q0;) {
+                            const gemm_seg *g = gs[i];
+                            float *c = g->C + m * g->ldc + n0s[i];
+                            /* a pair: the next panel continues the same output */
+                            if (i + 1 < q1 - q0 && gs[i + 1] == g && nrs[i] == NR) {
+                                uk2(kc, at, Bc + i * kc * NR, c, g->ldc, mr, nrs[i + 1], acc);
+                                i += 2;
+                            } else {
+                                uk(kc, at, Bc + i * kc * NR, c, g->ldc, mr, nrs[i], acc);
+                                i += 1;
+                            }
+                        }
+                    }
+                }
             }
         }
     } else

@@ -33,6 +33,54 @@ static inline __attribute__((always_inline)) void tile(int mr, int64_t kc, const
     for (int r = 0; r < mr; r++) store_row(C + r * ldc, rows[r], m, accumulate);
 }
 
+/* 12 x 32 over two converted panels: 24 accumulators, per k two panel loads and twelve
+ * broadcasts for 24 FMAs (half the loads per FMA of the 12 x 16 tile) */
+static inline __attribute__((always_inline)) void tile2(int mr, int64_t kc, const float *A, const float *P, float *C,
+                                                         int64_t ldc, int nr1, int accumulate) {
+    const float *P1 = P + kc * NR;
+    if (accumulate)
+        for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(C + r * ldc), _MM_HINT_T0), _mm_prefetch((const char *)(C + r * ldc + 16), _MM_HINT_T0);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+    __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0, b4 = a0, b5 = a0, b6 = a0, b7 = a0, b8 = a0, b9 = a0, b10 = a0, b11 = a0;
+    for (int64_t k = 0; k < kc; k++) {
+        const float *ak = A + k * MR;
+        const __m512 p0 = _mm512_load_ps(P + k * NR), p1 = _mm512_load_ps(P1 + k * NR);
+#define ROW(r)                                            \
+        if (mr > r) {                                     \
+            const __m512 x = _mm512_set1_ps(ak[r]);       \
+            a##r = _mm512_fmadd_ps(x, p0, a##r);          \
+            b##r = _mm512_fmadd_ps(x, p1, b##r);          \
+        }
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7) ROW(8) ROW(9) ROW(10) ROW(11)
+#undef ROW
+    }
+    const __mmask16 m1 = (__mmask16)((1u << nr1) - 1u);
+    __m512 ra[MR] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11};
+    __m512 rb[MR] = {b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11};
+    for (int r = 0; r < mr; r++) {
+        store_row(C + r * ldc, ra[r], (__mmask16)0xffff, accumulate);
+        store_row(C + r * ldc + 16, rb[r], m1, accumulate);
+    }
+}
+
+static void ukernel2_avx512(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr1,
+                            int accumulate) {
+    switch (mr) {
+    case 12: tile2(12, kc, A, P, C, ldc, nr1, accumulate); break;
+    case 11: tile2(11, kc, A, P, C, ldc, nr1, accumulate); break;
+    case 10: tile2(10, kc, A, P, C, ldc, nr1, accumulate); break;
+    case 9: tile2(9, kc, A, P, C, ldc, nr1, accumulate); break;
+    case 8: tile2(8, kc, A, P, C, ldc, nr1, accumulate); break;
+    case 7: tile2(7, kc, A, P, C, ldc, nr1, accumulate); break;
+    case 6: tile2(6, kc, A, P, C, ldc, nr1, accumulate); break;
+    case 5: tile2(5, kc, A, P, C, ldc, nr1, accumulate); break;
+    case 4: tile2(4, kc, A, P, C, ldc, nr1, accumulate); break;
+    case 3: tile2(3, kc, A, P, C, ldc, nr1, accumulate); break;
+    case 2: tile2(2, kc, A, P, C, ldc, nr1, accumulate); break;
+    default: tile2(1, kc, A, P, C, ldc, nr1, accumulate); break;
+    }
+}
+
 static void ukernel_avx512(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr,
                            int accumulate) {
     switch (mr) {
@@ -189,4 +237,5 @@ void ma_gemm_install_avx512(ma_gemm_kernels_t *k) {
     k->ukernel = ukernel_avx512;
     k->mr = MR;
     k->small_panels = small_panels;
+    k->ukernel2 = ukernel2_avx512;
 }

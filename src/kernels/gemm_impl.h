@@ -17,6 +17,10 @@ typedef void (*ma_panel_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int
 typedef void (*ma_small_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const float *A, int mr,
                             float *C, int64_t ldc, int accumulate);
 
+/* two adjacent panels at once: C[mr, 16 + nr1] (+)= A x [P | P + kc*16] (the first panel full) */
+typedef void (*ma_ukernel2_fn)(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr1,
+                               int accumulate);
+
 /* A[m0..m1) x [k0, k0 + kc) -> tiles of TR rows, each [kc][TR], rows past m1 zero */
 typedef void (*ma_pack_fn)(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, int TR, float *out);
 
@@ -27,6 +31,7 @@ typedef struct ma_gemm_kernels_t {
     ma_panel_fn load[3][MA_DT_COUNT]; /* [layout][dtype]; NULL = not supported */
     ma_small_fn small_panels;         /* optional: M <= mr on panel-layout B */
     ma_pack_fn pack_a;
+    ma_ukernel2_fn ukernel2;          /* optional: then B is converted a group of panels at a time */
 } ma_gemm_kernels_t;
 
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
