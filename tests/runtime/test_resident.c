@@ -267,7 +267,7 @@ static void test_stopped_worker_hits_deadline(void **state) {
     (void)state;
     injector inj = {-1, 0, 0, 0};
     ma_engine e;
-    open_faulty(&e, &inj, 0);
+    open_faulty(&e, &inj, 20); /* the worker is surely still busy when SIGSTOP lands */
     ma_request q;
     golden_request(&e, TINY_GOLDEN, &q);
     float base[70], got[70];
