@@ -221,6 +221,16 @@ static void prefetch_panel(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, 
     for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
 }
 
+/* the part holding job panel p (parts are visited in order: *s only moves forward), the panel's
+ * first column in that part and its width */
+static inline const gemm_seg *panel_at(const gemm_job *j, int64_t p, int *s, int64_t *n0, int *nr) {
+    while (*s + 1 < j->n_seg && p >= j->seg[*s + 1].p0) (*s)++;
+    const gemm_seg *g = &j->seg[*s];
+    *n0 = (p - g->p0) * NR;
+    *nr = (int)(g->N - *n0 < NR ? g->N - *n0 : NR);
+    return g;
+}
+
 /* rows [m_lo, m_hi) x the job's panels [p_lo, p_hi): every K chunk and M block; the A block is
  * packed once and used for all the panels of every part */
 static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_lo, int64_t p_hi) {
@@ -237,10 +247,9 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
             active.pack_a(j->A, j->lda, m_lo, m_hi, k0, kc, TR, Apack);
             int s = 0;
             for (int64_t p = p_lo; p < p_hi; p++) {
-                while (s + 1 < j->n_seg && p >= j->seg[s + 1].p0) s++;
-                const gemm_seg *g = &j->seg[s];
-                const int64_t n0 = (p - g->p0) * NR;
-                const int nr = (int)(g->N - n0 < NR ? g->N - n0 : NR);
+                int64_t n0;
+                int nr;
+                const gemm_seg *g = panel_at(j, p, &s, &n0, &nr);
                 active.small_panels(g->B, j->K, n0, nr, k0, kc, Apack, mr, g->C + m_lo * g->ldc + n0, g->ldc,
                                     j->accumulate || k0 > 0);
             }
@@ -260,12 +269,10 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
                 int64_t n0s[GROUP];
                 int s = 0;
                 for (int64_t p = q0; p < q1; p++) {
-                    while (s + 1 < j->n_seg && p >= j->seg[s + 1].p0) s++;
-                    const gemm_seg *g = gs[p - q0] = &j->seg[s];
-                    const int64_t n0 = n0s[p - q0] = (p - g->p0) * NR;
-                    nrs[p - q0] = (int)(g->N - n0 < NR ? g->N - n0 : NR);
-                    if (n0 + NR < g->N) prefetch_panel(g->B, j->K, n0 + NR, k0, kc);
-                    g->load(g->B, j->K, n0, nrs[p - q0], k0, kc, Bc + (p - q0) * kc * NR);
+                    const int64_t i = p - q0;
+                    const gemm_seg *g = gs[i] = panel_at(j, p, &s, &n0s[i], &nrs[i]);
+                    if (n0s[i] + NR < g->N) prefetch_panel(g->B, j->K, n0s[i] + NR, k0, kc);
+                    g->load(g->B, j->K, n0s[i], nrs[i], k0, kc, Bc + i * kc * NR);
                 }
                 for (int64_t m0 = m_lo; m0 < m_hi; m0 += MC) {
                     const int64_t m1 = m_hi - m0 < MC ? m_hi : m0 + MC;
@@ -298,10 +305,9 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
             active.pack_a(j->A, j->lda, m0, m1, k0, kc, TR, Apack);
             int s = 0;
             for (int64_t p = p_lo; p < p_hi; p++) {
-                while (s + 1 < j->n_seg && p >= j->seg[s + 1].p0) s++;
-                const gemm_seg *g = &j->seg[s];
-                const int64_t n0 = (p - g->p0) * NR;
-                const int nr = (int)(g->N - n0 < NR ? g->N - n0 : NR);
+                int64_t n0;
+                int nr;
+                const gemm_seg *g = panel_at(j, p, &s, &n0, &nr);
                 if (n0 + NR < g->N) prefetch_panel(g->B, j->K, n0 + NR, k0, kc);
                 g->load(g->B, j->K, n0, nr, k0, kc, P);
                 for (int64_t m = m0; m < m1; m += TR) {

@@ -9,6 +9,23 @@
 #define NR MA_GEMM_NR
 #define MR 12
 
+/* one instantiation per row count keeps the accumulators in registers */
+#define DISPATCH_MR(fn, ...)                             \
+    switch (mr) {                                        \
+    case 12: fn(12, __VA_ARGS__); break;                 \
+    case 11: fn(11, __VA_ARGS__); break;                 \
+    case 10: fn(10, __VA_ARGS__); break;                 \
+    case 9: fn(9, __VA_ARGS__); break;                   \
+    case 8: fn(8, __VA_ARGS__); break;                   \
+    case 7: fn(7, __VA_ARGS__); break;                   \
+    case 6: fn(6, __VA_ARGS__); break;                   \
+    case 5: fn(5, __VA_ARGS__); break;                   \
+    case 4: fn(4, __VA_ARGS__); break;                   \
+    case 3: fn(3, __VA_ARGS__); break;                   \
+    case 2: fn(2, __VA_ARGS__); break;                   \
+    default: fn(1, __VA_ARGS__); break;                  \
+    }
+
 static inline __attribute__((always_inline)) void store_row(float *cr, __m512 c, __mmask16 m, int accumulate) {
     if (accumulate) c = _mm512_add_ps(c, _mm512_maskz_loadu_ps(m, cr));
     _mm512_mask_storeu_ps(cr, m, c);
@@ -65,38 +82,12 @@ static inline __attribute__((always_inline)) void tile2(int mr, int64_t kc, cons
 
 static void ukernel2_avx512(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr1,
                             int accumulate) {
-    switch (mr) {
-    case 12: tile2(12, kc, A, P, C, ldc, nr1, accumulate); break;
-    case 11: tile2(11, kc, A, P, C, ldc, nr1, accumulate); break;
-    case 10: tile2(10, kc, A, P, C, ldc, nr1, accumulate); break;
-    case 9: tile2(9, kc, A, P, C, ldc, nr1, accumulate); break;
-    case 8: tile2(8, kc, A, P, C, ldc, nr1, accumulate); break;
-    case 7: tile2(7, kc, A, P, C, ldc, nr1, accumulate); break;
-    case 6: tile2(6, kc, A, P, C, ldc, nr1, accumulate); break;
-    case 5: tile2(5, kc, A, P, C, ldc, nr1, accumulate); break;
-    case 4: tile2(4, kc, A, P, C, ldc, nr1, accumulate); break;
-    case 3: tile2(3, kc, A, P, C, ldc, nr1, accumulate); break;
-    case 2: tile2(2, kc, A, P, C, ldc, nr1, accumulate); break;
-    default: tile2(1, kc, A, P, C, ldc, nr1, accumulate); break;
-    }
+    DISPATCH_MR(tile2, kc, A, P, C, ldc, nr1, accumulate)
 }
 
 static void ukernel_avx512(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr,
                            int accumulate) {
-    switch (mr) {
-    case 12: tile(12, kc, A, P, C, ldc, nr, accumulate); break;
-    case 11: tile(11, kc, A, P, C, ldc, nr, accumulate); break;
-    case 10: tile(10, kc, A, P, C, ldc, nr, accumulate); break;
-    case 9: tile(9, kc, A, P, C, ldc, nr, accumulate); break;
-    case 8: tile(8, kc, A, P, C, ldc, nr, accumulate); break;
-    case 7: tile(7, kc, A, P, C, ldc, nr, accumulate); break;
-    case 6: tile(6, kc, A, P, C, ldc, nr, accumulate); break;
-    case 5: tile(5, kc, A, P, C, ldc, nr, accumulate); break;
-    case 4: tile(4, kc, A, P, C, ldc, nr, accumulate); break;
-    case 3: tile(3, kc, A, P, C, ldc, nr, accumulate); break;
-    case 2: tile(2, kc, A, P, C, ldc, nr, accumulate); break;
-    default: tile(1, kc, A, P, C, ldc, nr, accumulate); break;
-    }
+    DISPATCH_MR(tile, kc, A, P, C, ldc, nr, accumulate)
 }
 
 /* ---------------------------------------------------------------- small M: straight from panels
@@ -188,46 +179,29 @@ static inline __attribute__((always_inline)) void small_q4(int mr, const uint8_t
 }
 #undef ROW
 
-/* one instantiation per row count keeps the accumulators in registers */
-#define SMALL_DISPATCH(fn, ...)                          \
-    switch (mr) {                                        \
-    case 12: fn(12, __VA_ARGS__); break;                 \
-    case 11: fn(11, __VA_ARGS__); break;                 \
-    case 10: fn(10, __VA_ARGS__); break;                 \
-    case 9: fn(9, __VA_ARGS__); break;                   \
-    case 8: fn(8, __VA_ARGS__); break;                   \
-    case 7: fn(7, __VA_ARGS__); break;                   \
-    case 6: fn(6, __VA_ARGS__); break;                   \
-    case 5: fn(5, __VA_ARGS__); break;                   \
-    case 4: fn(4, __VA_ARGS__); break;                   \
-    case 3: fn(3, __VA_ARGS__); break;                   \
-    case 2: fn(2, __VA_ARGS__); break;                   \
-    default: fn(1, __VA_ARGS__); break;                  \
-    }
-
 static void small_panels(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const float *A, int mr,
                          float *C, int64_t ldc, int accumulate) {
     const int64_t p = n0 / NR;
     switch (B->dtype) {
     case MA_DT_F16: {
         const uint16_t *w = (const uint16_t *)B->data + (p * K + k0) * NR;
-        SMALL_DISPATCH(small_f16, w, kc, A, C, ldc, nr, accumulate)
+        DISPATCH_MR(small_f16, w, kc, A, C, ldc, nr, accumulate)
     } break;
     case MA_DT_BF16: {
         const uint16_t *w = (const uint16_t *)B->data + (p * K + k0) * NR;
-        SMALL_DISPATCH(small_bf16, w, kc, A, C, ldc, nr, accumulate)
+        DISPATCH_MR(small_bf16, w, kc, A, C, ldc, nr, accumulate)
     } break;
     case MA_DT_F32: {
         const float *w = (const float *)B->data + (p * K + k0) * NR;
-        SMALL_DISPATCH(small_f32, w, kc, A, C, ldc, nr, accumulate)
+        DISPATCH_MR(small_f32, w, kc, A, C, ldc, nr, accumulate)
     } break;
     case MA_DT_Q8_0: {
         const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 544;
-        SMALL_DISPATCH(small_q8, blk, kc, A, C, ldc, nr, accumulate)
+        DISPATCH_MR(small_q8, blk, kc, A, C, ldc, nr, accumulate)
     } break;
     default: {
         const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 288;
-        SMALL_DISPATCH(small_q4, blk, kc, A, C, ldc, nr, accumulate)
+        DISPATCH_MR(small_q4, blk, kc, A, C, ldc, nr, accumulate)
     } break;
     }
 }
