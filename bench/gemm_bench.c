@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "kernels/gemm.h"
+#include <stdint.h>
 #include "kernels/quant.h"
 #include "kernels/threads.h"
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
@@ -62,6 +63,25 @@ __attribute__((target("avx512f"))) static double fma_chains512(long iters) {
 }
 #endif
 
+#if defined(__x86_64__) && defined(MA_HAVE_AMX)
+/* AMX bf16 peak: four independent accumulator tiles (the AMX kernels' 32 x 32 block) */
+typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } tile_config;
+static const tile_config amx_config = {1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+__attribute__((target("amx-tile,amx-bf16"))) static double amx_chains(long iters) {
+    _Alignas(64) static _Thread_local uint16_t src[512];
+    _Alignas(64) float out[256];
+    _tile_loadconfig(&amx_config);
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    _tile_loadd(4, src, 64); _tile_loadd(5, src, 64); _tile_loadd(6, src, 64); _tile_loadd(7, src, 64);
+    for (long i = 0; i < iters; i++) {
+        _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, out, 64);
+    _tile_release();
+    return out[0];
+}
+#endif
+
 typedef struct { long iters; int wide; double sink; } peak_job;
 static void peak_task(void *ctx, int t, int T) {
     (void)t; (void)T;
@@ -76,10 +96,11 @@ static void peak_task(void *ctx, int t, int T) {
 #endif
 }
 
-/* FMA peak of the vector width the active kernels use (8 floats for avx2, 16 for avx512) */
+/* FMA peak of the vector width the active kernels use (8 floats for avx2, 16 for avx512 and amx,
+ * whose small-M kernels are the AVX-512 ones) */
 static double fma_peak_gflops_n(long iters) {
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
-    const int wide = !strcmp(ma_gemm_kernels(), "avx512");
+    const int wide = !strcmp(ma_gemm_kernels(), "avx512") || !strcmp(ma_gemm_kernels(), "amx");
     peak_job j = {iters, wide, 0};
     ma_parallel(peak_task, &j); /* warm */
     double t0 = now_s();
@@ -92,6 +113,30 @@ static double fma_peak_gflops_n(long iters) {
 #endif
 }
 static double fma_peak_gflops(void) { return fma_peak_gflops_n(50000000); }
+
+#if defined(__x86_64__) && defined(MA_HAVE_AMX)
+static void amx_task(void *ctx, int t, int T) {
+    (void)t; (void)T;
+    peak_job *j = ctx;
+    j->sink += amx_chains(j->iters);
+}
+#endif
+/* the AMX kernels' fp32-accuracy peak: the bf16 tile peak over three (a_hi w_hi, a_lo w_hi,
+ * a_hi w_lo per product, see gemm_amx.c); 0 without the amx kernels */
+static double amx_split_peak_gflops(long iters) {
+#if defined(__x86_64__) && defined(MA_HAVE_AMX)
+    if (strcmp(ma_gemm_kernels(), "amx")) return 0;
+    peak_job j = {iters, 0, 0};
+    ma_parallel(amx_task, &j);
+    double t0 = now_s();
+    ma_parallel(amx_task, &j);
+    double dt = now_s() - t0;
+    return (double)ma_threads() * j.iters * 4 * 16384 / dt / 1e9 / 3;
+#else
+    (void)iters;
+    return 0;
+#endif
+}
 
 /* ---- memory read bandwidth: sum a buffer far larger than the caches */
 typedef struct { const float *buf; size_t n; double sums[64]; } bw_job;
@@ -147,7 +192,7 @@ int main(int argc, char **argv) {
         else { fprintf(stderr, "usage: gemm_bench [--quick] [--json]\n"); return 2; }
     }
     openblas_set_num_threads(ma_threads());
-    const double peak = fma_peak_gflops(), bw = read_bandwidth_gbs();
+    const double peak = fma_peak_gflops(), bw = read_bandwidth_gbs(), amx_peak = amx_split_peak_gflops(2000000);
     static const shape shapes[] = {
         {"vit qkv (fused)", 1152, 3456}, {"vit out", 1152, 1152}, {"vit fc1", 1152, 4304}, {"vit fc2", 4304, 1152},
         {"llm q", 2560, 4096}, {"llm kv (fused)", 2560, 2048}, {"llm o", 4096, 2560}, {"llm gate+up (fused)", 2560, 19456},
@@ -157,12 +202,15 @@ int main(int argc, char **argv) {
     static const int Ms[] = {10, 128, 729};
     static const ma_dtype types[] = {MA_DT_F32, MA_DT_F16, MA_DT_BF16, MA_DT_Q8_0, MA_DT_Q4_0};
     const double min_s = quick ? 0.05 : 0.3;
-    if (json) printf("{\"kernels\": \"%s\", \"threads\": %d, \"fma_peak_gflops\": %.1f, \"read_bandwidth_gbs\": %.2f, \"rows\": [",
-                     ma_gemm_kernels(), ma_threads(), peak, bw);
+    if (json) printf("{\"kernels\": \"%s\", \"threads\": %d, \"fma_peak_gflops\": %.1f, \"amx_split_peak_gflops\": %.1f, "
+                     "\"read_bandwidth_gbs\": %.2f, \"rows\": [",
+                     ma_gemm_kernels(), ma_threads(), peak, amx_peak, bw);
     else {
-        printf("kernels %s, %d threads; FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s\n", ma_gemm_kernels(), ma_threads(), peak, bw);
-        printf("%-20s %5s %5s %5s | %9s | %9s %9s %9s %9s %9s | %6s %6s\n", "layer", "M", "K", "N", "openblas", "f32", "f16",
-               "bf16", "q8_0", "q4_0", "f16/pk", "f16/bl");
+        printf("kernels %s, %d threads; FMA peak %.1f GFLOP/s", ma_gemm_kernels(), ma_threads(), peak);
+        if (amx_peak > 0) printf(", AMX split peak %.1f GFLOP/s", amx_peak);
+        printf(", read bandwidth %.1f GB/s\n", bw);
+        printf("%-20s %5s %5s %5s | %9s | %9s %9s %9s %9s %9s | %6s %6s %6s\n", "layer", "M", "K", "N", "openblas", "f32", "f16",
+               "bf16", "q8_0", "q4_0", "f16/pk", "f16/ax", "f16/bl");
     }
     int first = 1;
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
@@ -195,16 +243,20 @@ int main(int argc, char **argv) {
             }
             /* this machine's speed drifts: the percentage is against a peak measured right here
              * (the best of this one and the first) */
-            double pk = fma_peak_gflops_n(10000000);
+            double pk = fma_peak_gflops_n(10000000), ax = amx_peak > 0 ? amx_split_peak_gflops(400000) : 0;
             if (pk < peak) pk = peak;
+            if (ax < amx_peak) ax = amx_peak;
+            if (M <= MA_GEMM_MR_MAX) ax = 0; /* the AVX-512 small-M kernels run these */
             if (json) {
                 printf("%s{\"layer\": \"%s\", \"M\": %d, \"K\": %d, \"N\": %d, \"openblas_f32\": %.2f, \"f32\": %.2f, \"f16\": %.2f, "
-                       "\"bf16\": %.2f, \"q8_0\": %.2f, \"q4_0\": %.2f, \"fma_peak\": %.2f}", first ? "" : ", ", shapes[s].layer, M, K, N,
-                       g_blas, g[0], g[1], g[2], g[3], g[4], pk);
+                       "\"bf16\": %.2f, \"q8_0\": %.2f, \"q4_0\": %.2f, \"fma_peak\": %.2f, \"amx_split_peak\": %.2f}", first ? "" : ", ", shapes[s].layer, M, K, N,
+                       g_blas, g[0], g[1], g[2], g[3], g[4], pk, ax);
                 first = 0;
             } else {
-                printf("%-20s %5d %5d %5d | %9.1f | %9.1f %9.1f %9.1f %9.1f %9.1f | %5.0f%% %5.2fx\n", shapes[s].layer, M, K, N,
-                       g_blas, g[0], g[1], g[2], g[3], g[4], pk > 0 ? 100 * g[1] / pk : 0, g[1] / g_blas);
+                char axs[16] = "     -";
+                if (ax > 0) snprintf(axs, sizeof axs, "%5.0f%%", 100 * g[1] / ax);
+                printf("%-20s %5d %5d %5d | %9.1f | %9.1f %9.1f %9.1f %9.1f %9.1f | %5.0f%% %6s %5.2fx\n", shapes[s].layer, M, K, N,
+                       g_blas, g[0], g[1], g[2], g[3], g[4], pk > 0 ? 100 * g[1] / pk : 0, axs, g[1] / g_blas);
             }
             fflush(stdout);
             free(A);
@@ -215,6 +267,8 @@ int main(int argc, char **argv) {
         free(W);
     }
     if (json) printf("]}\n");
-    else printf("GFLOP/s; f16/pk = f16 against the FMA peak, f16/bl = f16 against OpenBLAS on f32 weights\n");
+    else
+        printf("GFLOP/s; f16/pk = f16 against the FMA peak, f16/ax = against the AMX split peak (amx kernels, M > 12),\n"
+               "f16/bl = f16 against OpenBLAS on f32 weights\n");
     return 0;
 }

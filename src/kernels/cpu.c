@@ -1,3 +1,4 @@
+#define _DEFAULT_SOURCE /* syscall(), for arch_prctl */
 #include "kernels/cpu.h"
 
 #if defined(__x86_64__)
@@ -32,7 +33,27 @@ int ma_cpu_avx512f(void) {
     if (os_vector_state() < 2 || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
     return (b >> 16) & 1;
 }
+
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+static int os_grants_tiles(void) { return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0; }
+#else
+static int os_grants_tiles(void) { return 0; }
+#endif
+
+int ma_cpu_amx_bf16(void) {
+    unsigned a, b, c, d;
+    if (!ma_cpu_avx512f() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    const int bw = (b >> 30) & 1, amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1;
+    if (!bw || !amx_bf16 || !amx_tile || !__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1)) return 0;
+    if ((xgetbv0() & 0x60000) != 0x60000) return 0; /* XTILECFG and XTILEDATA enabled by the OS */
+    return os_grants_tiles();
+}
 #else
 int ma_cpu_avx2_fma_f16c(void) { return 0; }
 int ma_cpu_avx512f(void) { return 0; }
+int ma_cpu_amx_bf16(void) { return 0; }
 #endif

@@ -5,5 +5,8 @@
 
 int ma_cpu_avx2_fma_f16c(void); /* AVX2 + FMA + F16C */
 int ma_cpu_avx512f(void);
+/* AMX-TILE + AMX-BF16 + AVX512-BF16/BW, with the tile state granted to this process (Linux
+ * asks for it once, with arch_prctl) */
+int ma_cpu_amx_bf16(void);
 
 #endif

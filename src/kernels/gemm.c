@@ -14,6 +14,7 @@
 #define KC MA_GEMM_KC
 #define MC MA_GEMM_MC
 #define GROUP 32 /* panels converted per K chunk on the grouped path: 32 x 384 x 16 floats = 768 KiB (L2) */
+#define AMX_MS 512 /* rows of A converted at a time on the AMX path: 512 x 384 x (hi, lo) bf16 = 768 KiB */
 
 /* ------------------------------------------------------------------ portable micro-kernel */
 
@@ -117,7 +118,7 @@ static void pack_a_portable(const float *A, int64_t lda, int64_t m0, int64_t m1,
 
 /* ------------------------------------------------------------------ dispatch */
 
-static ma_gemm_kernels_t sets[3], active; /* portable, then what the CPU has, best last */
+static ma_gemm_kernels_t sets[4], active; /* portable, then what the CPU has, best last */
 static int n_sets, best_set;
 static pthread_once_t active_once = PTHREAD_ONCE_INIT;
 
@@ -144,6 +145,12 @@ static void choose_kernels(void) {
         if (ma_cpu_avx512f()) {
             sets[n_sets] = sets[n_sets - 1];
             ma_gemm_install_avx512(&sets[n_sets++]);
+#if defined(MA_HAVE_AMX)
+            if (ma_cpu_amx_bf16()) {
+                sets[n_sets] = sets[n_sets - 1];
+                ma_gemm_install_amx(&sets[n_sets++]);
+            }
+#endif
         }
 #endif
     }
@@ -197,7 +204,7 @@ typedef struct gemm_seg {
 typedef struct gemm_job {
     int64_t M, K, lda, panels;
     const float *A;
-    int accumulate, n_seg, split_m, small;
+    int accumulate, n_seg, split_m, small, amx;
     gemm_seg seg[MA_GEMM_MAX_PARTS];
 } gemm_job;
 
@@ -237,6 +244,7 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
     if (p_lo >= p_hi || m_lo >= m_hi) return;
     _Alignas(64) float P[KC * NR];
     _Alignas(64) static _Thread_local float Apack[(MC + MA_GEMM_MR_MAX) * KC];
+    _Alignas(64) static _Thread_local float Bc[GROUP * KC * NR];
     const ma_ukernel_fn uk = active.ukernel;
     const int TR = active.mr;
     if (j->small) { /* one A tile, weights straight from the panels; K in chunks that fill Apack */
@@ -254,10 +262,50 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
                                     j->accumulate || k0 > 0);
             }
         }
+    } else if (j->amx) {
+        /* per K chunk: a block of A rows is split into bf16 tiles once, then each group of
+         * panels is converted and split once and used by every 32-row tile of the block */
+        _Alignas(64) static _Thread_local uint16_t Aa[AMX_MS * KC * 2];
+        uint16_t *Bt = (uint16_t *)Bc; /* a panel of kc x 16 takes the bytes of its fp32 form */
+        active.amx_begin();
+        for (int64_t k0 = 0; k0 < j->K; k0 += KC) {
+            const int kc = (int)(j->K - k0 < KC ? j->K - k0 : KC), nb = (kc + 31) / 32;
+            const int acc = j->accumulate || k0 > 0;
+            const size_t pstride = (size_t)nb * 32 * NR * 2; /* uint16 per converted panel */
+            for (int64_t ms = m_lo; ms < m_hi; ms += AMX_MS) {
+                const int64_t me = m_hi - ms < AMX_MS ? m_hi : ms + AMX_MS;
+                active.amx_pack_a(j->A, j->lda, ms, me, k0, kc, Aa);
+                for (int64_t q0 = p_lo; q0 < p_hi; q0 += GROUP) {
+                    const int64_t q1 = p_hi - q0 < GROUP ? p_hi : q0 + GROUP;
+                    const gemm_seg *gs[GROUP];
+                    int nrs[GROUP];
+                    int64_t n0s[GROUP];
+                    int s = 0;
+                    for (int64_t p = q0; p < q1; p++) {
+                        const int64_t i = p - q0;
+                        const gemm_seg *g = gs[i] = panel_at(j, p, &s, &n0s[i], &nrs[i]);
+                        if (n0s[i] + NR < g->N) prefetch_panel(g->B, j->K, n0s[i] + NR, k0, kc);
+                        g->load(g->B, j->K, n0s[i], nrs[i], k0, kc, P);
+                        active.amx_pack_b(P, kc, Bt + (size_t)i * pstride);
+                    }
+                    for (int64_t m = ms; m < me; m += 32) {
+                        const int mr = (int)(me - m < 32 ? me - m : 32);
+                        const uint16_t *at = Aa + (size_t)((m - ms) / 16) * pstride;
+                        for (int64_t i = 0; i < q1 - q0;) {
+                            const gemm_seg *g = gs[i];
+                            const int b_lo = g->B->dtype != MA_DT_BF16, pair = i + 1 < q1 - q0 && gs[i + 1] == g && nrs[i] == NR;
+                            active.amx_tile(nb, at, Bt + (size_t)i * pstride, g->C + m * g->ldc + n0s[i], g->ldc, mr,
+                                            pair ? NR + nrs[i + 1] : nrs[i], acc, b_lo);
+                            i += pair ? 2 : 1;
+                        }
+                    }
+                }
+            }
+        }
+        active.amx_end();
     } else if (active.ukernel2) {
         /* per K chunk, a group of panels is converted once into Bc (L2) and shared by every A
          * tile of every M block; two panels per micro-kernel call */
-        _Alignas(64) static _Thread_local float Bc[GROUP * KC * NR];
         const ma_ukernel2_fn uk2 = active.ukernel2;
         for (int64_t k0 = 0; k0 < j->K; k0 += KC) {
             const int kc = (int)(j->K - k0 < KC ? j->K - k0 : KC);
@@ -338,7 +386,7 @@ static void gemm_task(void *ctx, int t, int T) {
     const gemm_job *j = ctx;
     long lo, hi;
     if (j->split_m) {
-        const int TR = active.mr;
+        const int TR = j->amx ? 32 : active.mr;
         ma_split_range((long)((j->M + TR - 1) / TR), t, T, &lo, &hi);
         gemm_block(j, lo * TR, hi * TR < j->M ? hi * TR : j->M, 0, j->panels);
         return;
@@ -366,6 +414,7 @@ static int prepare(gemm_job *j, int64_t M, int64_t K, const float *A, int64_t ld
     j->small = active.small_panels && M <= active.mr && j->n_seg > 0;
     for (int s = 0; s < j->n_seg; s++)
         if (j->seg[s].B->layout != MA_B_PANELS) j->small = 0;
+    j->amx = active.amx_tile && !j->small && M > MA_GEMM_MR_MAX && K > 0;
     return M > 0 && j->n_seg > 0;
 }
 

@@ -32,6 +32,15 @@ typedef struct ma_gemm_kernels_t {
     ma_small_fn small_panels;         /* optional: M <= mr on panel-layout B */
     ma_pack_fn pack_a;
     ma_ukernel2_fn ukernel2;          /* optional: then B is converted a group of panels at a time */
+    /* optional AMX tiles (gemm_amx.c, layouts there): for M >= MA_GEMM_AMX_MIN_M the driver
+     * splits A and the converted panels into bf16 hi/lo tiles and runs 32 x 32 blocks */
+    void (*amx_begin)(void); /* load the tile configuration on this thread */
+    void (*amx_end)(void);
+    void (*amx_pack_a)(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, uint16_t *out);
+    void (*amx_pack_b)(const float *P, int kc, uint16_t *out);
+    /* C[mr <= 32, ncols <= 32] (+)= A x B over nb 32-k blocks; b_lo: B has nonzero lo terms */
+    void (*amx_tile)(int nb, const uint16_t *A, const uint16_t *B, float *C, int64_t ldc, int mr, int ncols,
+                     int accumulate, int b_lo);
 } ma_gemm_kernels_t;
 
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
@@ -41,6 +50,10 @@ void ma_gemm_install_avx2(ma_gemm_kernels_t *k);
 #if defined(__x86_64__) && defined(MA_HAVE_AVX512)
 /* the AVX-512F micro-kernel on top of the AVX2 loaders */
 void ma_gemm_install_avx512(ma_gemm_kernels_t *k);
+#endif
+#if defined(__x86_64__) && defined(MA_HAVE_AMX)
+/* the AMX tiles on top of the AVX-512 kernels (which still serve M < MA_GEMM_AMX_MIN_M) */
+void ma_gemm_install_amx(ma_gemm_kernels_t *k);
 #endif
 
 #endif
