@@ -95,9 +95,9 @@ static void amx_pack_b(const float *P, int kc, uint16_t *out) {
 /* C tiles 0..3 = rows 0-15 / 16-31 x columns 0-15 / 16-31; A in tiles 4, 5; B in 6, 7. R row
  * tiles and NP panels, constants after inlining (tile numbers must be immediates). */
 static inline __attribute__((always_inline)) void tiles(int R, int NP, int nb, const uint16_t *A, const uint16_t *B,
-                                                         float *C, int64_t ldc, int load_c, int b_lo) {
+                                                         size_t ts, float *C, int64_t ldc, int load_c, int b_lo) {
     const size_t st = (size_t)ldc * 4;
-    const size_t a1 = (size_t)nb * 2 * TILE_U16, b1 = a1; /* the second row tile / panel */
+    const size_t a1 = ts, b1 = ts; /* the second row tile / panel */
     if (load_c) {
         _tile_loadd(0, C, st);
         if (NP == 2) _tile_loadd(1, C + 16, st);
@@ -118,21 +118,22 @@ static inline __attribute__((always_inline)) void tiles(int R, int NP, int nb, c
     } while (0)
     for (int j = 0; j < nb; j++) {
         const uint16_t *a = A + (size_t)j * 2 * TILE_U16, *b = B + (size_t)j * 2 * TILE_U16;
+        /* B streams from L2 and A stays in L1: each B tile is loaded once, A_hi twice */
         _tile_loadd(4, a, 64); /* a_hi w_hi */
         if (R == 2) _tile_loadd(5, a + a1, 64);
         _tile_loadd(6, b, 64);
         if (NP == 2) _tile_loadd(7, b + b1, 64);
         DP4();
-        if (b_lo) { /* a_hi w_lo */
-            _tile_loadd(6, b + TILE_U16, 64);
-            if (NP == 2) _tile_loadd(7, b + b1 + TILE_U16, 64);
-            DP4();
-            _tile_loadd(6, b, 64);
-            if (NP == 2) _tile_loadd(7, b + b1, 64);
-        }
         _tile_loadd(4, a + TILE_U16, 64); /* a_lo w_hi */
         if (R == 2) _tile_loadd(5, a + a1 + TILE_U16, 64);
         DP4();
+        if (b_lo) { /* a_hi w_lo */
+            _tile_loadd(4, a, 64);
+            if (R == 2) _tile_loadd(5, a + a1, 64);
+            _tile_loadd(6, b + TILE_U16, 64);
+            if (NP == 2) _tile_loadd(7, b + b1 + TILE_U16, 64);
+            DP4();
+        }
     }
 #undef DP4
     _tile_stored(0, C, st);
@@ -141,21 +142,22 @@ static inline __attribute__((always_inline)) void tiles(int R, int NP, int nb, c
     if (R == 2 && NP == 2) _tile_stored(3, C + 16 * ldc + 16, st);
 }
 
-static void run_tiles(int R, int NP, int nb, const uint16_t *A, const uint16_t *B, float *C, int64_t ldc, int load_c,
-                      int b_lo) {
-    if (R == 2 && NP == 2) tiles(2, 2, nb, A, B, C, ldc, load_c, b_lo);
-    else if (R == 2) tiles(2, 1, nb, A, B, C, ldc, load_c, b_lo);
-    else if (NP == 2) tiles(1, 2, nb, A, B, C, ldc, load_c, b_lo);
-    else tiles(1, 1, nb, A, B, C, ldc, load_c, b_lo);
+static void run_tiles(int R, int NP, int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc,
+                      int load_c, int b_lo) {
+    if (R == 2 && NP == 2) tiles(2, 2, nb, A, B, ts, C, ldc, load_c, b_lo);
+    else if (R == 2) tiles(2, 1, nb, A, B, ts, C, ldc, load_c, b_lo);
+    else if (NP == 2) tiles(1, 2, nb, A, B, ts, C, ldc, load_c, b_lo);
+    else tiles(1, 1, nb, A, B, ts, C, ldc, load_c, b_lo);
 }
 
 /* C[mr, ncols] (+)= A x B over nb 32-k blocks, mr <= 32 (A tiles from amx_pack_a), ncols <= 32
- * (one or two panels from amx_pack_b). Partial tiles go through a local 32 x 32 block. */
-static void amx_tile(int nb, const uint16_t *A, const uint16_t *B, float *C, int64_t ldc, int mr, int ncols,
+ * (one or two panels from amx_pack_b); the second row tile and panel start ts uint16 after the
+ * first. Partial tiles go through a local 32 x 32 block. */
+static void amx_tile(int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc, int mr, int ncols,
                      int accumulate, int b_lo) {
     const int R = mr > 16 ? 2 : 1, NP = ncols > 16 ? 2 : 1;
     if (mr == 16 * R && ncols == 16 * NP) {
-        run_tiles(R, NP, nb, A, B, C, ldc, accumulate, b_lo);
+        run_tiles(R, NP, nb, A, B, ts, C, ldc, accumulate, b_lo);
         return;
     }
     _Alignas(64) float T[32 * 32];
@@ -163,7 +165,7 @@ static void amx_tile(int nb, const uint16_t *A, const uint16_t *B, float *C, int
         memset(T, 0, sizeof T);
         for (int r = 0; r < mr; r++) memcpy(T + r * 32, C + r * ldc, sizeof(float) * (size_t)ncols);
     }
-    run_tiles(R, NP, nb, A, B, T, 32, accumulate, b_lo);
+    run_tiles(R, NP, nb, A, B, ts, T, 32, accumulate, b_lo);
     for (int r = 0; r < mr; r++) memcpy(C + r * ldc, T + r * 32, sizeof(float) * (size_t)ncols);
 }
 

@@ -38,8 +38,9 @@ typedef struct ma_gemm_kernels_t {
     void (*amx_end)(void);
     void (*amx_pack_a)(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, uint16_t *out);
     void (*amx_pack_b)(const float *P, int kc, uint16_t *out);
-    /* C[mr <= 32, ncols <= 32] (+)= A x B over nb 32-k blocks; b_lo: B has nonzero lo terms */
-    void (*amx_tile)(int nb, const uint16_t *A, const uint16_t *B, float *C, int64_t ldc, int mr, int ncols,
+    /* C[mr <= 32, ncols <= 32] (+)= A x B over nb 32-k blocks; the second row tile / panel ts
+     * uint16 after the first; b_lo: B has nonzero lo terms */
+    void (*amx_tile)(int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc, int mr, int ncols,
                      int accumulate, int b_lo);
 } ma_gemm_kernels_t;
 
