@@ -287,8 +287,11 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
                         const int64_t i = p - q0;
                         const gemm_seg *g = gs[i] = panel_at(j, p, &s, &n0s[i], &nrs[i]);
                         if (n0s[i] + NR < g->N) prefetch_panel(g->B, j->K, n0s[i] + NR, k0, kc);
-                        g->load(g->B, j->K, n0s[i], nrs[i], k0, kc, P);
-                        active.amx_pack_b(P, kc, Bt + (size_t)i * pstride);
+                        uint16_t *bt = Bt + (size_t)i * pstride;
+                        if (!active.amx_load_b(g->B, j->K, n0s[i], k0, kc, bt)) {
+                            g->load(g->B, j->K, n0s[i], nrs[i], k0, kc, P);
+                            active.amx_pack_b(P, kc, bt);
+                        }
                     }
                     /* k in steps of SUB blocks, so a 32-row tile's A (SUB x 4 KiB) stays in L1
                      * while the group's panels stream through from L2 */

@@ -73,12 +73,13 @@ static void amx_pack_a(const float *A, int64_t lda, int64_t m0, int64_t m1, int6
     }
 }
 
+/* (k, k + 1) x 16 columns -> [column][pair]: element 2n + e comes from e * 16 + n */
+static const uint16_t pair_order[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
 /* one fp32 panel P[kc][16] (as the panel loaders write it) -> the B layout; rows past kc zero */
 static void amx_pack_b(const float *P, int kc, uint16_t *out) {
-    /* (k, k + 1) x 16 columns -> [column][pair]: element 2n + e comes from e * 16 + n */
-    static const uint16_t order[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
-                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i idx = _mm512_loadu_si512(order);
+    const __m512i idx = _mm512_loadu_si512(pair_order);
     const int nb = (kc + 31) / 32;
     for (int b = 0; b < nb; b++)
         for (int p = 0; p < 16; p++) {
@@ -90,6 +91,32 @@ static void amx_pack_b(const float *P, int kc, uint16_t *out) {
             _mm512_store_si512(out + (size_t)b * 2 * TILE_U16 + p * 32, _mm512_permutexvar_epi16(idx, hi));
             _mm512_store_si512(out + (size_t)b * 2 * TILE_U16 + TILE_U16 + p * 32, _mm512_permutexvar_epi16(idx, lo));
         }
+}
+
+/* B in the panel layout, f16 or bf16, straight into the B layout: two k rows of 16 columns are
+ * 64 contiguous bytes there. Returns 0 for the other layouts and types (then the fp32 panel
+ * loaders and amx_pack_b are used). */
+static int amx_load_b(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, int kc, uint16_t *out) {
+    if (B->layout != MA_B_PANELS || (B->dtype != MA_DT_F16 && B->dtype != MA_DT_BF16)) return 0;
+    const __m512i idx = _mm512_loadu_si512(pair_order);
+    const uint16_t *src = (const uint16_t *)B->data + ((n0 / 16) * K + k0) * 16;
+    const int nb = (kc + 31) / 32, bf16 = B->dtype == MA_DT_BF16;
+    for (int b = 0; b < nb; b++)
+        for (int p = 0; p < 16; p++) {
+            const int k = 32 * b + 2 * p;
+            const __mmask32 m = k + 1 < kc ? 0xffffffffu : k < kc ? 0xffffu : 0;
+            const __m512i w = _mm512_maskz_loadu_epi16(m, src + (size_t)k * 16);
+            uint16_t *o = out + (size_t)b * 2 * TILE_U16 + p * 32;
+            if (bf16) { /* already the hi term; lo is zero and never read (b_lo = 0) */
+                _mm512_store_si512(o, _mm512_permutexvar_epi16(idx, w));
+                continue;
+            }
+            __m512i hi, lo;
+            split32(_mm512_cvtph_ps(_mm512_castsi512_si256(w)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w, 1)), &hi, &lo);
+            _mm512_store_si512(o, _mm512_permutexvar_epi16(idx, hi));
+            _mm512_store_si512(o + TILE_U16, _mm512_permutexvar_epi16(idx, lo));
+        }
+    return 1;
 }
 
 /* C tiles 0..3 = rows 0-15 / 16-31 x columns 0-15 / 16-31; A in tiles 4, 5; B in 6, 7. R row
@@ -175,5 +202,6 @@ void ma_gemm_install_amx(ma_gemm_kernels_t *k) {
     k->amx_end = amx_end;
     k->amx_pack_a = amx_pack_a;
     k->amx_pack_b = amx_pack_b;
+    k->amx_load_b = amx_load_b;
     k->amx_tile = amx_tile;
 }

@@ -38,6 +38,9 @@ typedef struct ma_gemm_kernels_t {
     void (*amx_end)(void);
     void (*amx_pack_a)(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, uint16_t *out);
     void (*amx_pack_b)(const float *P, int kc, uint16_t *out);
+    /* panel n0 of B for k0..k0 + kc straight into the B tiles where the layout and type allow
+     * (returns 1), else 0 */
+    int (*amx_load_b)(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, int kc, uint16_t *out);
     /* C[mr <= 32, ncols <= 32] (+)= A x B over nb 32-k blocks; the second row tile / panel ts
      * uint16 after the first; b_lo: B has nonzero lo terms */
     void (*amx_tile)(int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc, int mr, int ncols,
