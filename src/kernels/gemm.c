@@ -267,8 +267,6 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
          * panels is converted and split once and used by every 32-row tile of the block */
         _Alignas(64) static _Thread_local uint16_t Aa[AMX_MS * KC * 2];
         uint16_t *Bt = (uint16_t *)Bc; /* a panel of kc x 16 takes the bytes of its fp32 form */
-        static int amx_sub = 0;
-        if (!amx_sub) { const char *e = getenv("MOLMOACT_AMX_SUB"); amx_sub = e ? atoi(e) : 12; }
         active.amx_begin();
         for (int64_t k0 = 0; k0 < j->K; k0 += KC) {
             const int kc = (int)(j->K - k0 < KC ? j->K - k0 : KC), nb = (kc + 31) / 32;
@@ -293,22 +291,16 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
                             active.amx_pack_b(P, kc, bt);
                         }
                     }
-                    /* k in steps of SUB blocks, so a 32-row tile's A (SUB x 4 KiB) stays in L1
-                     * while the group's panels stream through from L2 */
-                    for (int kb = 0; kb < nb; kb += amx_sub) {
-                        const int sb = nb - kb < amx_sub ? nb - kb : amx_sub;
-                        for (int64_t m = ms; m < me; m += 32) {
-                            const int mr = (int)(me - m < 32 ? me - m : 32);
-                            const uint16_t *at = Aa + (size_t)((m - ms) / 16) * pstride + (size_t)kb * 32 * NR * 2;
-                            for (int64_t i = 0; i < q1 - q0;) {
-                                const gemm_seg *g = gs[i];
-                                const int b_lo = g->B->dtype != MA_DT_BF16;
-                                const int pair = i + 1 < q1 - q0 && gs[i + 1] == g && nrs[i] == NR;
-                                active.amx_tile(sb, at, Bt + (size_t)i * pstride + (size_t)kb * 32 * NR * 2, pstride,
-                                                g->C + m * g->ldc + n0s[i], g->ldc, mr, pair ? NR + nrs[i + 1] : nrs[i],
-                                                acc || kb > 0, b_lo);
-                                i += pair ? 2 : 1;
-                            }
+                    for (int64_t m = ms; m < me; m += 32) {
+                        const int mr = (int)(me - m < 32 ? me - m : 32);
+                        const uint16_t *at = Aa + (size_t)((m - ms) / 16) * pstride;
+                        for (int64_t i = 0; i < q1 - q0;) {
+                            const gemm_seg *g = gs[i];
+                            const int b_lo = g->B->dtype != MA_DT_BF16;
+                            const int pair = i + 1 < q1 - q0 && gs[i + 1] == g && nrs[i] == NR;
+                            active.amx_tile(nb, at, Bt + (size_t)i * pstride, pstride, g->C + m * g->ldc + n0s[i], g->ldc,
+                                            mr, pair ? NR + nrs[i + 1] : nrs[i], acc, b_lo);
+                            i += pair ? 2 : 1;
                         }
                     }
                 }
