@@ -303,7 +303,7 @@ ma_status ma_attention_head(ma_kctx *c, const float *q, int64_t q_stride, const 
 
 /* ------------------------------------------------------------------------------ batched attention */
 
-#define ATT_QB 64
+#define ATT_QB 256 /* queries per block: K and V are converted for the GEMM once per block */
 
 typedef struct att_job {
     const ma_attn_args *a;
