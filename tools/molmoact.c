@@ -719,6 +719,7 @@ static int cmd_tokenize(int argc, char **argv) {
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) { usage(argc < 2 ? stderr : stdout); return argc < 2; }
     const char *cmd = argv[1];
+    ma_keep_freed_memory();
     if (!strcmp(cmd, "__worker")) { /* a resident worker process, started by the orchestrator */
         if (argc != 7) { fprintf(stderr, "molmoact: __worker is started by molmoact run, not by hand\n"); return 2; }
         return ma_worker_main(atoi(argv[2]), argv[3], argv[4], (unsigned)strtoul(argv[5], NULL, 10), atoi(argv[6]));

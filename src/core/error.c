@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 ma_status ma_fail(ma_error *err, ma_status code, const char *fmt, ...) {
     if (err) {
@@ -57,6 +60,13 @@ int ma_add_size(size_t a, size_t b, size_t *out) {
     if (b > SIZE_MAX - a) return 0;
     *out = a + b;
     return 1;
+}
+
+void ma_keep_freed_memory(void) {
+#if defined(__GLIBC__)
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
 }
 
 void *ma_malloc(size_t n, size_t size, ma_error *err, const char *what) {

@@ -39,6 +39,10 @@ const char *ma_status_name(ma_status s);
 /* Checked allocation: n * size bytes, failing with MA_ERR_NOMEM naming `what` on overflow or
  * exhaustion. ma_calloc zero-fills. Both return NULL on failure. */
 void *ma_malloc(size_t n, size_t size, ma_error *err, const char *what);
+/* keep freed activation buffers (tens of MB, allocated per layer) in the heap instead of
+ * returning them to the OS, so repeated inferences do not page-fault them in again; process
+ * wide, called once by the CLI and the workers (glibc; a no-op elsewhere) */
+void ma_keep_freed_memory(void);
 void *ma_calloc(size_t n, size_t size, ma_error *err, const char *what);
 
 /* Overflow-checked size arithmetic: returns 0 on overflow, 1 on success. */
