@@ -228,6 +228,14 @@ static void prefetch_panel(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, 
     for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
 }
 
+/* rows x 32 floats of C at c */
+static inline void prefetch_c(const float *c, int64_t ldc, int rows) {
+    for (int r = 0; r < rows; r++) {
+        __builtin_prefetch(c + r * ldc, 1, 3);
+        __builtin_prefetch(c + r * ldc + 16, 1, 3);
+    }
+}
+
 /* the part holding job panel p (parts are visited in order: *s only moves forward), the panel's
  * first column in that part and its width */
 static inline const gemm_seg *panel_at(const gemm_job *j, int64_t p, int *s, int64_t *n0, int *nr) {
@@ -298,6 +306,10 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
                             const gemm_seg *g = gs[i];
                             const int b_lo = g->B->dtype != MA_DT_BF16;
                             const int pair = i + 1 < q1 - q0 && gs[i + 1] == g && nrs[i] == NR;
+                            const int64_t nx = i + (pair ? 2 : 1);
+                            /* the next block's C rows (ldc apart: one line each, rarely in cache)
+                             * are fetched while this one computes; the tile loads would stall */
+                            if (nx < q1 - q0) prefetch_c(gs[nx]->C + m * gs[nx]->ldc + n0s[nx], gs[nx]->ldc, mr);
                             active.amx_tile(nb, at, Bt + (size_t)i * pstride, pstride, g->C + m * g->ldc + n0s[i], g->ldc,
                                             mr, pair ? NR + nrs[i + 1] : nrs[i], acc, b_lo);
                             i += pair ? 2 : 1;
