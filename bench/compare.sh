@@ -36,7 +36,7 @@ fi
 if [ ! -d bench/.ort/node_modules/onnxruntime-node ]; then
   echo "== installing onnxruntime-node (npm, --ignore-scripts) into bench/.ort"
   mkdir -p bench/.ort
-  (cd bench/.ort && { [ -f package.json ] || npm init -y > /dev/null; } && npm install --ignore-scripts --no-audit --no-fund onnxruntime-node > /dev/null)
+  (cd bench/.ort && { [ -f package.json ] || echo '{"name": "molmoact-bench-ort", "private": true}' > package.json; } && npm install --ignore-scripts --no-audit --no-fund onnxruntime-node > /dev/null)
 fi
 ort_version=$(node -p "require('$root/bench/.ort/node_modules/onnxruntime-node/package.json').version")
 

@@ -246,6 +246,31 @@ static inline const gemm_seg *panel_at(const gemm_job *j, int64_t p, int *s, int
     return g;
 }
 
+/* A packed for a whole K chunk of a thread's rows, so the grouped path packs each A element
+ * once per K chunk instead of once per group of panels: a buffer per thread, grown on demand and
+ * freed when the thread exits. NULL when memory is short (the caller packs per M block). */
+typedef struct abuf { size_t cap; } abuf;
+#define ABUF_HEAD 64 /* the header's bytes: keeps the floats 64-byte aligned */
+static pthread_key_t abuf_key;
+static pthread_once_t abuf_once = PTHREAD_ONCE_INIT;
+static int abuf_ok;
+static void abuf_init(void) { abuf_ok = pthread_key_create(&abuf_key, free) == 0; }
+
+static float *thread_abuf(size_t floats) {
+    pthread_once(&abuf_once, abuf_init);
+    if (!abuf_ok) return NULL;
+    abuf *b = pthread_getspecific(abuf_key);
+    if (b && b->cap >= floats) return (float *)((char *)b + ABUF_HEAD);
+    if (floats > ((size_t)1 << 30)) return NULL; /* beyond any layer of this model */
+    const size_t bytes = (ABUF_HEAD + floats * sizeof(float) + 63) / 64 * 64;
+    abuf *nb = aligned_alloc(64, bytes);
+    if (!nb) return NULL;
+    free(b);
+    nb->cap = floats;
+    if (pthread_setspecific(abuf_key, nb)) { free(nb); return NULL; }
+    return (float *)((char *)nb + ABUF_HEAD);
+}
+
 /* rows [m_lo, m_hi) x the job's panels [p_lo, p_hi): every K chunk and M block; the A block is
  * packed once and used for all the panels of every part */
 static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_lo, int64_t p_hi) {
@@ -323,9 +348,13 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
         /* per K chunk, a group of panels is converted once into Bc (L2) and shared by every A
          * tile of every M block; two panels per micro-kernel call */
         const ma_ukernel2_fn uk2 = active.ukernel2;
+        const int64_t rows = (m_hi - m_lo + TR - 1) / TR * TR;
+        float *whole = p_hi - p_lo > GROUP ? thread_abuf((size_t)rows * KC) : NULL; /* one group: pack per block */
+        const int64_t mb = whole ? rows : MC;
         for (int64_t k0 = 0; k0 < j->K; k0 += KC) {
             const int kc = (int)(j->K - k0 < KC ? j->K - k0 : KC);
             const int acc = j->accumulate || k0 > 0;
+            if (whole) active.pack_a(j->A, j->lda, m_lo, m_hi, k0, kc, TR, whole);
             for (int64_t q0 = p_lo; q0 < p_hi; q0 += GROUP) {
                 const int64_t q1 = p_hi - q0 < GROUP ? p_hi : q0 + GROUP;
                 const gemm_seg *gs[GROUP];
@@ -338,12 +367,13 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
                     if (n0s[i] + NR < g->N) prefetch_panel(g->B, j->K, n0s[i] + NR, k0, kc);
                     g->load(g->B, j->K, n0s[i], nrs[i], k0, kc, Bc + i * kc * NR);
                 }
-                for (int64_t m0 = m_lo; m0 < m_hi; m0 += MC) {
-                    const int64_t m1 = m_hi - m0 < MC ? m_hi : m0 + MC;
-                    active.pack_a(j->A, j->lda, m0, m1, k0, kc, TR, Apack);
+                for (int64_t m0 = m_lo; m0 < m_hi; m0 += mb) {
+                    const int64_t m1 = m_hi - m0 < mb ? m_hi : m0 + mb;
+                    const float *ap = whole ? whole + (m0 - m_lo) * kc : Apack;
+                    if (!whole) active.pack_a(j->A, j->lda, m0, m1, k0, kc, TR, Apack);
                     for (int64_t m = m0; m < m1; m += TR) {
                         const int mr = (int)(m1 - m < TR ? m1 - m : TR);
-                        const float *at = Apack + (m - m0) * kc;
+                        const float *at = ap + (m - m0) * kc;
                         for (int64_t i = 0; i < q1 - q0;) {
                             const gemm_seg *g = gs[i];
                             float *c = g->C + m * g->ldc + n0s[i];
