@@ -114,6 +114,8 @@ static void test_gemm_every_type_and_edge(void **state) {
     check_shape(MA_DT_F16, 600, 530, 400, 1, 0, 901);
     check_shape(MA_DT_BF16, 601, 33, 70, 0, 1, 902);
     check_shape(MA_DT_Q4_0, 577, 40, 416, 1, 1, 903);
+    /* threads splitting the panels, each with more than one group (A packed once per K chunk) */
+    check_shape(MA_DT_F16, 150, 1100, 400, 1, 1, 904);
 }
 
 /* one fused job over parts of several types and widths = separate GEMMs, bit for bit; the scalar
