@@ -169,42 +169,53 @@ done:
     return s;
 }
 
-ma_status ma_sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float *tokens, int H, int W, float *out,
-                             float *coords_out, ma_error *err) {
+/* The sampler reads its feature map only through averages and bilinear weights, both linear.
+ * With `lift` the map holds the projector's hidden activations [H*W, Cm] instead of its output,
+ * and lift (the projector's last, bias-free linear) maps the global mean and the K samples to the
+ * C channels: the same features from K + 1 rows of that linear instead of H*W (in exact
+ * arithmetic; in fp32 the sums are taken in another order). lift NULL: Cm == C. */
+static ma_status sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float *tokens, int Cm, const ma_mat *lift,
+                                 int H, int W, float *out, float *coords_out, ma_error *err) {
     const int C = w->channels, K = w->tokens;
     ma_status s = MA_OK;
     int S = H < W ? H : W;
-    float *fmap = NULL, *hid = NULL, *cemb = NULL;
-    float *glob = ma_malloc((size_t)C, sizeof(float), err, "sampler");
+    float *fmap = NULL, *hid = NULL, *cemb = NULL, *glob = NULL, *samp = NULL, *glob_m = NULL;
+    glob = ma_malloc((size_t)C, sizeof(float), err, "sampler");
     float *coords = ma_malloc((size_t)(2 * K), sizeof(float), err, "sampler");
     hid = ma_malloc((size_t)(w->scout_hidden > w->coord_hidden ? w->scout_hidden : w->coord_hidden), sizeof(float), err, "sampler");
     cemb = ma_malloc((size_t)C, sizeof(float), err, "sampler");
-    if (!glob || !coords || !hid || !cemb) { s = MA_ERR_NOMEM; goto done; }
-    /* feature map [S*S, C] row-major cells (channels-last); non-square grids are average-pooled */
+    if (lift) {
+        glob_m = ma_malloc((size_t)Cm, sizeof(float), err, "sampler");
+        samp = ma_malloc((size_t)K * (size_t)Cm, sizeof(float), err, "sampler");
+    }
+    if (!glob || !coords || !hid || !cemb || (lift && (!glob_m || !samp))) { s = MA_ERR_NOMEM; goto done; }
+    /* feature map [S*S, Cm] row-major cells (channels-last); non-square grids are average-pooled */
     const float *map = tokens;
     if (H != W) {
-        fmap = ma_calloc((size_t)S * S * C, sizeof(float), err, "sampler");
+        fmap = ma_calloc((size_t)S * S * Cm, sizeof(float), err, "sampler");
         if (!fmap) { s = MA_ERR_NOMEM; goto done; }
         for (int oi = 0; oi < S; oi++)
             for (int oj = 0; oj < S; oj++) {
                 int h0 = (int)floor((double)oi * H / S), h1 = (int)ceil((double)(oi + 1) * H / S);
                 int w0 = (int)floor((double)oj * W / S), w1 = (int)ceil((double)(oj + 1) * W / S);
-                float *dst = fmap + ((size_t)oi * S + oj) * C;
-                for (int c = 0; c < C; c++) {
+                float *dst = fmap + ((size_t)oi * S + oj) * Cm;
+                for (int c = 0; c < Cm; c++) {
                     double acc = 0.0;
                     for (int i = h0; i < h1; i++)
-                        for (int j = w0; j < w1; j++) acc += tokens[((size_t)i * W + j) * C + c];
+                        for (int j = w0; j < w1; j++) acc += tokens[((size_t)i * W + j) * Cm + c];
                     dst[c] = (float)(acc / ((double)(h1 - h0) * (w1 - w0)));
                 }
             }
         map = fmap;
         H = W = S;
     }
-    for (int c = 0; c < C; c++) {
+    float *gm = lift ? glob_m : glob;
+    for (int c = 0; c < Cm; c++) {
         double acc = 0.0;
-        for (int i = 0; i < H * W; i++) acc += map[(size_t)i * C + c];
-        glob[c] = (float)(acc / (H * W));
+        for (int i = 0; i < H * W; i++) acc += map[(size_t)i * Cm + c];
+        gm[c] = (float)(acc / (H * W));
     }
+    if (lift && (s = ma_linear(kc, glob_m, 1, lift, NULL, glob, err))) goto done;
     /* scout MLP: Linear -> ReLU -> Linear -> Sigmoid; output 2k is x (width), 2k+1 is y */
     if ((s = ma_linear(kc, glob, 1, &w->scout0, w->scout0_b, hid, err))) goto done;
     ma_activate_ctx(kc, hid, w->scout_hidden, MA_ACT_RELU);
@@ -219,43 +230,51 @@ ma_status ma_sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float *to
         float wx = ix - x0f, wy = iy - y0f;
         float wts[4] = {(1 - wy) * (1 - wx), (1 - wy) * wx, wy * (1 - wx), wy * wx};
         int xs[4] = {x0, x0 + 1, x0, x0 + 1}, ys[4] = {y0, y0, y0 + 1, y0 + 1};
-        float *dst = out + (size_t)k * C;
-        for (int c = 0; c < C; c++) dst[c] = 0.0f;
+        float *dst = (lift ? samp : out) + (size_t)k * Cm;
+        for (int c = 0; c < Cm; c++) dst[c] = 0.0f;
         for (int q = 0; q < 4; q++) {
             if (xs[q] < 0 || xs[q] >= W || ys[q] < 0 || ys[q] >= H) continue;
-            const float *src = map + ((size_t)ys[q] * W + xs[q]) * C;
-            for (int c = 0; c < C; c++) dst[c] += wts[q] * src[c];
+            const float *src = map + ((size_t)ys[q] * W + xs[q]) * Cm;
+            for (int c = 0; c < Cm; c++) dst[c] += wts[q] * src[c];
         }
+    }
+    if (lift && (s = ma_linear(kc, samp, K, lift, NULL, out, err))) goto done;
+    for (int k = 0; k < K; k++) {
         /* coordinate embedding of the (x, y) point in [0, 1] */
         if ((s = ma_linear(kc, coords + 2 * k, 1, &w->coord0, w->coord0_b, hid, err))) goto done;
         ma_activate_ctx(kc, hid, w->coord_hidden, MA_ACT_RELU);
         if ((s = ma_linear(kc, hid, 1, &w->coord2, w->coord2_b, cemb, err))) goto done;
-        ma_add(dst, cemb, C);
+        ma_add(out + (size_t)k * C, cemb, C);
     }
     if (coords_out) memcpy(coords_out, coords, sizeof(float) * 2 * (size_t)K);
 done:
-    free(fmap); free(glob); free(coords); free(hid); free(cemb);
+    free(fmap); free(glob); free(coords); free(hid); free(cemb); free(glob_m); free(samp);
     return s;
 }
 
-/* apply the sampler to every image: x [n, T, C] -> y [n, K, C] */
-static ma_status sample_images(const ma_config *cfg, const ma_vision_w *w, ma_kctx *kc, const float *x, int n, float *y,
-                               float *coords, ma_error *err) {
+ma_status ma_sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float *tokens, int H, int W, float *out,
+                             float *coords_out, ma_error *err) {
+    return sampler_forward(w, kc, tokens, w->channels, NULL, H, W, out, coords_out, err);
+}
+
+/* apply the sampler to every image: x [n, T, Cm] -> y [n, K, C] (Cm, lift: sampler_forward) */
+static ma_status sample_images(const ma_config *cfg, const ma_vision_w *w, ma_kctx *kc, const float *x, int Cm,
+                               const ma_mat *lift, int n, float *y, float *coords, ma_error *err) {
     const int T = cfg->pooled_h * cfg->pooled_w, C = w->sampler.channels, K = w->sampler.tokens;
     for (int img = 0; img < n; img++) {
-        ma_status s = ma_sampler_forward(&w->sampler, kc, x + (size_t)img * T * C, cfg->pooled_h, cfg->pooled_w,
-                                         y + (size_t)img * K * C, coords ? coords + (size_t)img * K * 2 : NULL, err);
+        ma_status s = sampler_forward(&w->sampler, kc, x + (size_t)img * T * Cm, Cm, lift, cfg->pooled_h, cfg->pooled_w,
+                                      y + (size_t)img * K * C, coords ? coords + (size_t)img * K * 2 : NULL, err);
         if (s) return s;
     }
     return MA_OK;
 }
 
-static ma_status projector(const ma_config *cfg, const ma_vision_w *w, ma_kctx *kc, const float *x, int64_t rows,
-                           float *out, ma_error *err) {
+/* the projector's SwiGLU hidden activations: silu(x W1^T) * (x W3^T), [rows, proj_inter] */
+static ma_status projector_hidden(const ma_config *cfg, const ma_vision_w *w, ma_kctx *kc, const float *x, int64_t rows,
+                                  float *g, ma_error *err) {
     ma_status s = MA_OK;
-    float *g = ma_malloc((size_t)(rows * cfg->proj_inter), sizeof(float), err, "projector");
     float *u = ma_malloc((size_t)(rows * cfg->proj_inter), sizeof(float), err, "projector");
-    if (!g || !u) { s = MA_ERR_NOMEM; goto done; }
+    if (!u) return MA_ERR_NOMEM;
     {
         const ma_mat *ws[2] = {&w->proj_w1, &w->proj_w3};
         const float *bs[2] = {NULL, NULL};
@@ -264,9 +283,18 @@ static ma_status projector(const ma_config *cfg, const ma_vision_w *w, ma_kctx *
     }
     ma_activate_ctx(kc, g, rows * cfg->proj_inter, cfg->proj_act);
     for (int64_t i = 0; i < rows * cfg->proj_inter; i++) g[i] *= u[i];
-    s = ma_linear(kc, g, rows, &w->proj_w2, NULL, out, err);
 done:
-    free(g); free(u);
+    free(u);
+    return s;
+}
+
+static ma_status projector(const ma_config *cfg, const ma_vision_w *w, ma_kctx *kc, const float *x, int64_t rows,
+                           float *out, ma_error *err) {
+    float *g = ma_malloc((size_t)(rows * cfg->proj_inter), sizeof(float), err, "projector");
+    if (!g) return MA_ERR_NOMEM;
+    ma_status s = projector_hidden(cfg, w, kc, x, rows, g, err);
+    if (!s) s = ma_linear(kc, g, rows, &w->proj_w2, NULL, out, err);
+    free(g);
     return s;
 }
 
@@ -382,15 +410,17 @@ ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx 
     if (w->sampler_place == MA_SAMPLER_AFTER_POOLING) {
         stage = ma_malloc((size_t)(nk * dp), sizeof(float), err, "sampled");
         if (!stage) { s = MA_ERR_NOMEM; goto done; }
-        if ((s = sample_images(cfg, w, kc, pooled, n, stage, coords, err))) goto done;
+        if ((s = sample_images(cfg, w, kc, pooled, dp, NULL, n, stage, coords, err))) goto done;
         if ((s = projector(cfg, w, kc, stage, nk, features, err))) goto done;
         if (trace && trace->projected) memcpy(trace->projected, features, sizeof(float) * (size_t)(nk * cfg->d));
     } else if (w->sampler_place == MA_SAMPLER_AFTER_PROJECTOR) {
-        stage = ma_malloc((size_t)(nt * cfg->d), sizeof(float), err, "projected");
+        /* the sampler reads the projector's hidden activations and applies its last linear to
+         * K + 1 rows per image (sampler_forward); the full projection only for a trace */
+        stage = ma_malloc((size_t)(nt * cfg->proj_inter), sizeof(float), err, "projector hidden");
         if (!stage) { s = MA_ERR_NOMEM; goto done; }
-        if ((s = projector(cfg, w, kc, pooled, nt, stage, err))) goto done;
-        if (trace && trace->projected) memcpy(trace->projected, stage, sizeof(float) * (size_t)(nt * cfg->d));
-        if ((s = sample_images(cfg, w, kc, stage, n, features, coords, err))) goto done;
+        if ((s = projector_hidden(cfg, w, kc, pooled, nt, stage, err))) goto done;
+        if (trace && trace->projected && (s = ma_linear(kc, stage, nt, &w->proj_w2, NULL, trace->projected, err))) goto done;
+        if ((s = sample_images(cfg, w, kc, stage, cfg->proj_inter, &w->proj_w2, n, features, coords, err))) goto done;
     } else {
         if ((s = projector(cfg, w, kc, pooled, nt, features, err))) goto done;
         if (trace && trace->projected) memcpy(trace->projected, features, sizeof(float) * (size_t)(nt * cfg->d));
