@@ -209,23 +209,44 @@ typedef struct gemm_job {
 } gemm_job;
 
 
+/* the bytes of panel n0's K chunk [k0, k0 + kc) in a panel-layout B (one contiguous run) */
+static size_t panel_span(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, int kc, const uint8_t **p) {
+    const int64_t panel = n0 / NR;
+    if (B->dtype == MA_DT_Q8_0 || B->dtype == MA_DT_Q4_0) {
+        const size_t pb = B->dtype == MA_DT_Q8_0 ? 544 : 288;
+        *p = (const uint8_t *)B->data + ((size_t)panel * (size_t)(K / 32) + (size_t)(k0 / 32)) * pb;
+        return (size_t)(kc / 32) * pb;
+    }
+    const size_t es = B->dtype == MA_DT_F32 ? 4 : 2;
+    *p = (const uint8_t *)B->data + ((size_t)panel * (size_t)K + (size_t)k0) * NR * es;
+    return (size_t)kc * NR * es;
+}
+
 /* ask for panel n0's K chunk [k0, k0 + kc) of a panel-layout B to be on its way to L2 while the
  * micro-kernels work on the previous panel (the hardware prefetcher stops at page ends) */
 static void prefetch_panel(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, int kc) {
     if (B->layout != MA_B_PANELS) return;
     const uint8_t *p;
-    size_t bytes;
-    const int64_t panel = n0 / NR;
-    if (B->dtype == MA_DT_Q8_0 || B->dtype == MA_DT_Q4_0) {
-        const size_t pb = B->dtype == MA_DT_Q8_0 ? 544 : 288;
-        p = (const uint8_t *)B->data + ((size_t)panel * (size_t)(K / 32) + (size_t)(k0 / 32)) * pb;
-        bytes = (size_t)(kc / 32) * pb;
-    } else {
-        const size_t es = B->dtype == MA_DT_F32 ? 4 : 2;
-        p = (const uint8_t *)B->data + ((size_t)panel * (size_t)K + (size_t)k0) * NR * es;
-        bytes = (size_t)kc * NR * es;
-    }
+    const size_t bytes = panel_span(B, K, n0, k0, kc, &p);
     for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
+}
+
+/* The weights of the next group of panels, fetched towards L2 a few lines at a time while the
+ * micro-kernels work on this group, so the conversion that follows finds them there rather than
+ * waiting on memory (at M = 128 it otherwise stalls for as long as the stream takes). */
+typedef struct ahead {
+    const uint8_t *p[GROUP];
+    size_t bytes[GROUP];
+    int n, i;
+    size_t off, step; /* bytes per call of ahead_step */
+} ahead;
+
+static inline void ahead_step(ahead *a) {
+    for (size_t done = 0; done < a->step && a->i < a->n; done += 64) {
+        __builtin_prefetch(a->p[a->i] + a->off, 0, 2);
+        a->off += 64;
+        if (a->off >= a->bytes[a->i]) a->off = 0, a->i++;
+    }
 }
 
 /* rows x 32 floats of C at c */
@@ -244,6 +265,23 @@ static inline const gemm_seg *panel_at(const gemm_job *j, int64_t p, int *s, int
     *n0 = (p - g->p0) * NR;
     *nr = (int)(g->N - *n0 < NR ? g->N - *n0 : NR);
     return g;
+}
+
+/* plan the fetch of panels [q0, q1) of K chunk k0 over `calls` steps */
+static void ahead_plan(ahead *a, const gemm_job *j, int64_t q0, int64_t q1, int64_t k0, int kc, int64_t calls) {
+    a->n = a->i = 0;
+    a->off = 0;
+    size_t total = 0;
+    int s = 0;
+    for (int64_t p = q0; p < q1 && k0 < j->K; p++) {
+        int64_t n0;
+        int nr;
+        const gemm_seg *g = panel_at(j, p, &s, &n0, &nr);
+        if (g->B->layout != MA_B_PANELS) continue;
+        a->bytes[a->n] = panel_span(g->B, j->K, n0, k0, kc, &a->p[a->n]);
+        total += a->bytes[a->n++];
+    }
+    a->step = calls > 0 ? (total / (size_t)calls + 63) / 64 * 64 : total;
 }
 
 /* A packed for a whole K chunk of a thread's rows, so the grouped path packs each A element
@@ -364,8 +402,17 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
                 for (int64_t p = q0; p < q1; p++) {
                     const int64_t i = p - q0;
                     const gemm_seg *g = gs[i] = panel_at(j, p, &s, &n0s[i], &nrs[i]);
-                    if (n0s[i] + NR < g->N) prefetch_panel(g->B, j->K, n0s[i] + NR, k0, kc);
+                    if (q0 == p_lo && k0 == 0 && n0s[i] + NR < g->N) prefetch_panel(g->B, j->K, n0s[i] + NR, k0, kc);
                     g->load(g->B, j->K, n0s[i], nrs[i], k0, kc, Bc + i * kc * NR);
+                }
+                /* the next group: later panels of this K chunk, or the first ones of the next */
+                ahead next;
+                {
+                    const int64_t nq0 = q1 < p_hi ? q1 : p_lo, nk0 = q1 < p_hi ? k0 : k0 + KC;
+                    const int64_t nq1 = p_hi - nq0 < GROUP ? p_hi : nq0 + GROUP;
+                    const int nkc = (int)(j->K - nk0 < KC ? j->K - nk0 : KC);
+                    const int64_t calls = (m_hi - m_lo + TR - 1) / TR * ((q1 - q0 + 1) / 2);
+                    ahead_plan(&next, j, nq0, nq1, nk0, nkc, calls);
                 }
                 for (int64_t m0 = m_lo; m0 < m_hi; m0 += mb) {
                     const int64_t m1 = m_hi - m0 < mb ? m_hi : m0 + mb;
@@ -377,6 +424,7 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
                         for (int64_t i = 0; i < q1 - q0;) {
                             const gemm_seg *g = gs[i];
                             float *c = g->C + m * g->ldc + n0s[i];
+                            ahead_step(&next);
                             /* a pair: the next panel continues the same output */
                             if (i + 1 < q1 - q0 && gs[i + 1] == g && nrs[i] == NR) {
                                 uk2(kc, at, Bc + i * kc * NR, c, g->ldc, mr, nrs[i + 1], acc);
