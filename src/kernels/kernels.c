@@ -186,31 +186,69 @@ void ma_add(float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
-void ma_layernorm(float *x, int64_t rows, int64_t dim, const float *w, const float *b, float eps) {
-    for (int64_t r = 0; r < rows; r++) {
-        float *v = x + r * dim;
-        double mean = 0.0, var = 0.0;
-        for (int64_t i = 0; i < dim; i++) mean += v[i];
-        mean /= (double)dim;
-        for (int64_t i = 0; i < dim; i++) { double d = v[i] - mean; var += d * d; }
-        var /= (double)dim;
-        float inv = (float)(1.0 / sqrt(var + (double)eps));
-        float m = (float)mean;
-        for (int64_t i = 0; i < dim; i++) {
-            float y = (v[i] - m) * inv;
-            v[i] = (w ? y * w[i] : y) + (b ? b[i] : 0.0f);
+/* Sums of a row in double, over 8 interleaved partial sums: independent chains the compiler can
+ * keep in vector registers (one running double sum is a chain of dependent adds, 4 cycles per
+ * element), combined in a fixed order so the result does not depend on the thread count. */
+static double row_sum(const float *v, int64_t dim) {
+    double p[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= dim; i += 8)
+        for (int j = 0; j < 8; j++) p[j] += (double)v[i + j];
+    for (; i < dim; i++) p[0] += (double)v[i];
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+static double row_sum_sq(const float *v, int64_t dim, double mean) {
+    double p[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= dim; i += 8)
+        for (int j = 0; j < 8; j++) { const double d = (double)v[i + j] - mean; p[j] += d * d; }
+    for (; i < dim; i++) { const double d = (double)v[i] - mean; p[0] += d * d; }
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+typedef struct { float *x; int64_t rows, dim; const float *w, *b; float eps; int rms; } norm_job;
+
+static void norm_rows(const norm_job *j, int64_t r0, int64_t r1) {
+    const int64_t dim = j->dim;
+    for (int64_t r = r0; r < r1; r++) {
+        float *v = j->x + r * dim;
+        if (j->rms) {
+            const float inv = 1.0f / sqrtf((float)(row_sum_sq(v, dim, 0.0) / (double)dim) + j->eps);
+            for (int64_t i = 0; i < dim; i++) v[i] = j->w ? j->w[i] * (v[i] * inv) : v[i] * inv;
+        } else {
+            const double mean = row_sum(v, dim) / (double)dim;
+            const double var = row_sum_sq(v, dim, mean) / (double)dim;
+            const float inv = (float)(1.0 / sqrt(var + (double)j->eps)), m = (float)mean;
+            for (int64_t i = 0; i < dim; i++) {
+                const float y = (v[i] - m) * inv;
+                v[i] = (j->w ? y * j->w[i] : y) + (j->b ? j->b[i] : 0.0f);
+            }
         }
     }
 }
 
+static void norm_task(void *ctx, int t, int T) {
+    const norm_job *j = ctx;
+    long lo, hi;
+    ma_split_range((long)j->rows, t, T, &lo, &hi);
+    norm_rows(j, lo, hi);
+}
+
+/* rows are independent: large ones are shared by the pool (each row's math is the same either way) */
+static void norm_run(const norm_job *j) {
+    if (j->rows > 1 && j->rows * j->dim >= (1 << 15)) ma_parallel_n(norm_task, (void *)j, (int)(j->rows < 64 ? j->rows : 64));
+    else norm_rows(j, 0, j->rows);
+}
+
+void ma_layernorm(float *x, int64_t rows, int64_t dim, const float *w, const float *b, float eps) {
+    const norm_job j = {x, rows, dim, w, b, eps, 0};
+    norm_run(&j);
+}
+
 void ma_rmsnorm(float *x, int64_t rows, int64_t dim, const float *w, float eps) {
-    for (int64_t r = 0; r < rows; r++) {
-        float *v = x + r * dim;
-        double ss = 0.0;
-        for (int64_t i = 0; i < dim; i++) ss += (double)v[i] * v[i];
-        float inv = 1.0f / sqrtf((float)(ss / (double)dim) + eps);
-        for (int64_t i = 0; i < dim; i++) v[i] = w ? w[i] * (v[i] * inv) : v[i] * inv;
-    }
+    const norm_job j = {x, rows, dim, w, NULL, eps, 1};
+    norm_run(&j);
 }
 
 typedef struct { float *x; int64_t n; void (*fn)(float *, int64_t); } act_job;

@@ -187,12 +187,56 @@ static void test_norms_and_activations(void **state) {
     assert_true(fabs(s[0] - (-0.268941)) < 1e-5 && fabs(s[1] - 2.857722) < 1e-5);
 }
 
+/* many rows (shared by the pool) and widths that are no multiple of the 8 partial sums: against
+ * a plain double reference, and each row equal to the same row normalised alone */
+static void test_norms_many_rows(void **state) {
+    (void)state;
+    static const int64_t dims[] = {1, 7, 72, 1153};
+    for (size_t di = 0; di < 4; di++) {
+        const int64_t dim = dims[di], rows = (1 << 16) / dim + 3;
+        float *x = malloc(sizeof(float) * rows * dim), *y = malloc(sizeof(float) * rows * dim);
+        float *one = malloc(sizeof(float) * dim), *w = malloc(sizeof(float) * dim), *b = malloc(sizeof(float) * dim);
+        tu_fill(x, (size_t)(rows * dim), 40 + di);
+        tu_fill(w, (size_t)dim, 50 + di);
+        tu_fill(b, (size_t)dim, 60 + di);
+        for (int rms = 0; rms < 2; rms++) {
+            memcpy(y, x, sizeof(float) * rows * dim);
+            if (rms) ma_rmsnorm(y, rows, dim, w, 1e-6f);
+            else ma_layernorm(y, rows, dim, w, b, 1e-6f);
+            for (int64_t r = 0; r < rows; r++) {
+                const float *v = x + r * dim;
+                double m = 0, q = 0;
+                if (!rms) {
+                    for (int64_t i = 0; i < dim; i++) m += v[i];
+                    m /= (double)dim;
+                }
+                for (int64_t i = 0; i < dim; i++) q += (v[i] - m) * (v[i] - m);
+                const double inv = 1.0 / sqrt(q / (double)dim + 1e-6);
+                for (int64_t i = 0; i < dim; i++) {
+                    const double ref = rms ? w[i] * v[i] * inv : (v[i] - m) * inv * w[i] + b[i];
+                    if (!(fabs(y[r * dim + i] - ref) <= 2e-6 * (fabs(ref) + 1.0)))
+                        fail_msg("%s dim %lld row %lld [%lld]: %.9g, expected %.9g", rms ? "rmsnorm" : "layernorm",
+                                 (long long)dim, (long long)r, (long long)i, y[r * dim + i], ref);
+                }
+                if (r % 97 == 0) {
+                    memcpy(one, v, sizeof(float) * dim);
+                    if (rms) ma_rmsnorm(one, 1, dim, w, 1e-6f);
+                    else ma_layernorm(one, 1, dim, w, b, 1e-6f);
+                    assert_memory_equal(one, y + r * dim, sizeof(float) * dim);
+                }
+            }
+        }
+        free(x); free(y); free(one); free(w); free(b);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16_bf16_conversions),
         cmocka_unit_test(test_linear_all_types),
         cmocka_unit_test(test_attention_masks),
         cmocka_unit_test(test_norms_and_activations),
+        cmocka_unit_test(test_norms_many_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
