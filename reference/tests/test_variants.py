@@ -112,18 +112,54 @@ def _committed():
     return out
 
 
+def _safetensors(path):
+    raw = open(path, "rb").read()
+    n = int.from_bytes(raw[:8], "little")
+    return json.loads(raw[8:8 + n]), raw, 8 + n
+
+
+def _same_to_one_ulp(a_path, b_path):
+    """Same header, same tensors; stored floats may differ by one unit in the last place:
+    torch.randn's vectorised transcendental math differs in the last fp32 bit across CPUs
+    (AVX2 vs AVX-512 paths), which can round a value to the neighbouring f16."""
+    ha, a, oa = _safetensors(a_path)
+    hb, b, ob = _safetensors(b_path)
+    assert ha == hb, a_path
+    ints = {"F16": np.int16, "BF16": np.int16, "F32": np.int32}
+    for name, t in ha.items():
+        if name == "__metadata__":
+            continue
+        s, e = t["data_offsets"]
+        x, y = a[oa + s:oa + e], b[ob + s:ob + e]
+        if x == y:
+            continue
+        assert t["dtype"] in ints, name
+        xi = np.frombuffer(x, ints[t["dtype"]]).astype(np.int64)
+        yi = np.frombuffer(y, ints[t["dtype"]]).astype(np.int64)
+        assert np.all((xi < 0) == (yi < 0)) and np.abs(xi - yi).max() <= 1, name
+
+
 @pytest.mark.parametrize("asset", _committed(), ids=os.path.basename)
 def test_committed_goldens_regenerate(tmp_path, asset):
-    """Regenerating the committed checkpoint and golden reproduces them: checkpoint bytes exactly,
-    golden arrays to fp32 round-off (BLAS kernels may differ in the last bits across CPUs)."""
+    """The committed checkpoint and golden regenerate: the checkpoint to one f16 ulp (see
+    _same_to_one_ulp; everything else byte for byte), the golden from the committed checkpoint to
+    fp32 round-off. PyTorch's kernels differ in the last bits across CPUs and the tiny model's
+    layers carry that on: regenerated on an AMD Zen 4, the goldens written on an Intel machine
+    differ by up to 3.8e-5 of their rms (cosine 1 - 1e-12), so the bound on the largest
+    difference is 1e-4 of the rms; the cosine bound stays 1 - 1e-8, far inside the 1 - 1e-4 that
+    each deliberate bug of test_sensitivity_of_tiny_model exceeds."""
     meta = json.load(open(os.path.join(asset, "REGENERATE.json")))
     d, g = str(tmp_path / "m"), str(tmp_path / "g")
     checkpoint.make(meta["config"], meta["variant"], meta["seed"], d, dtype=meta["dtype"],
                     placement=meta.get("placement", "projector"))
-    for f in sorted(os.listdir(os.path.join(asset, "model"))):
-        a = open(os.path.join(asset, "model", f), "rb").read()
-        assert a == open(os.path.join(d, f), "rb").read(), f
-    golden.write(d, g, seed=meta["golden_seed"])
+    model_dir = os.path.join(asset, "model")
+    assert sorted(os.listdir(model_dir)) == sorted(os.listdir(d))
+    for f in sorted(os.listdir(model_dir)):
+        if f.endswith(".safetensors"):
+            _same_to_one_ulp(os.path.join(model_dir, f), os.path.join(d, f))
+        else:
+            assert open(os.path.join(model_dir, f), "rb").read() == open(os.path.join(d, f), "rb").read(), f
+    golden.write(model_dir, g, seed=meta["golden_seed"])
     for f in sorted(os.listdir(os.path.join(asset, "golden"))):
         if not f.endswith(".npz"):
             continue
@@ -131,7 +167,7 @@ def test_committed_goldens_regenerate(tmp_path, asset):
         assert set(ref) == set(new), f
         for k in ref:
             if ref[k].dtype.kind == "f":
-                close(new[k], ref[k], cos_min=0.99999999, rel=1e-5)
+                close(new[k], ref[k], cos_min=0.99999999, rel=1e-4)
             else:
                 assert np.array_equal(new[k], ref[k]), (f, k)
 
