@@ -299,7 +299,6 @@ static float *thread_abuf(size_t floats) {
     if (!abuf_ok) return NULL;
     abuf *b = pthread_getspecific(abuf_key);
     if (b && b->cap >= floats) return (float *)((char *)b + ABUF_HEAD);
-    if (floats > ((size_t)1 << 30)) return NULL; /* beyond any layer of this model */
     const size_t bytes = (ABUF_HEAD + floats * sizeof(float) + 63) / 64 * 64;
     abuf *nb = aligned_alloc(64, bytes);
     if (!nb) return NULL;
@@ -387,7 +386,8 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
          * tile of every M block; two panels per micro-kernel call */
         const ma_ukernel2_fn uk2 = active.ukernel2;
         const int64_t rows = (m_hi - m_lo + TR - 1) / TR * TR;
-        float *whole = p_hi - p_lo > GROUP ? thread_abuf((size_t)rows * KC) : NULL; /* one group: pack per block */
+        /* one group, or rows past 16 MiB of packed A (none in this model): pack per M block */
+        float *whole = p_hi - p_lo > GROUP && rows * KC <= (1 << 22) ? thread_abuf((size_t)rows * KC) : NULL;
         const int64_t mb = whole ? rows : MC;
         for (int64_t k0 = 0; k0 < j->K; k0 += KC) {
             const int kc = (int)(j->K - k0 < KC ? j->K - k0 : KC);
