@@ -34,6 +34,12 @@ int ma_cpu_avx512f(void) {
     return (b >> 16) & 1;
 }
 
+int ma_cpu_avx512_vnni_vbmi(void) {
+    unsigned a, b, c, d;
+    if (!ma_cpu_avx512f() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return ((b >> 30) & 1) && ((c >> 1) & 1) && ((c >> 11) & 1); /* AVX512BW, VBMI, VNNI */
+}
+
 #if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -55,5 +61,6 @@ int ma_cpu_amx_bf16(void) {
 #else
 int ma_cpu_avx2_fma_f16c(void) { return 0; }
 int ma_cpu_avx512f(void) { return 0; }
+int ma_cpu_avx512_vnni_vbmi(void) { return 0; }
 int ma_cpu_amx_bf16(void) { return 0; }
 #endif

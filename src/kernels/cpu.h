@@ -5,6 +5,7 @@
 
 int ma_cpu_avx2_fma_f16c(void); /* AVX2 + FMA + F16C */
 int ma_cpu_avx512f(void);
+int ma_cpu_avx512_vnni_vbmi(void); /* AVX512-VNNI + AVX512-VBMI + AVX512BW */
 /* AMX-TILE + AMX-BF16 + AVX512-BF16/BW, with the tile state granted to this process (Linux
  * asks for it once, with arch_prctl) */
 int ma_cpu_amx_bf16(void);

@@ -14,6 +14,7 @@
 #define KC MA_GEMM_KC
 #define MC MA_GEMM_MC
 #define GROUP 32 /* panels converted per K chunk on the grouped path: 32 x 384 x 16 floats = 768 KiB (L2) */
+#define QA_BLOCKS 156 /* 32-k blocks of int8 A per K chunk on the small path (4992 k, Apack's chunk) */
 #define AMX_MS 512 /* rows of A converted at a time on the AMX path: 512 x 384 x (hi, lo) bf16 = 768 KiB */
 
 /* ------------------------------------------------------------------ portable micro-kernel */
@@ -118,7 +119,7 @@ static void pack_a_portable(const float *A, int64_t lda, int64_t m0, int64_t m1,
 
 /* ------------------------------------------------------------------ dispatch */
 
-static ma_gemm_kernels_t sets[4], active; /* portable, then what the CPU has, best last */
+static ma_gemm_kernels_t sets[5], active; /* portable, then what the CPU has, best last */
 static int n_sets, best_set;
 static pthread_once_t active_once = PTHREAD_ONCE_INIT;
 
@@ -145,6 +146,12 @@ static void choose_kernels(void) {
         if (ma_cpu_avx512f()) {
             sets[n_sets] = sets[n_sets - 1];
             ma_gemm_install_avx512(&sets[n_sets++]);
+#if defined(MA_HAVE_VNNI)
+            if (ma_cpu_avx512_vnni_vbmi()) {
+                sets[n_sets] = sets[n_sets - 1];
+                ma_gemm_install_vnni(&sets[n_sets++]);
+            }
+#endif
 #if defined(MA_HAVE_AMX)
             if (ma_cpu_amx_bf16()) {
                 sets[n_sets] = sets[n_sets - 1];
@@ -176,6 +183,16 @@ int ma_gemm_kernel_count(void) {
 const char *ma_gemm_kernel_name(int i) {
     pthread_once(&active_once, choose_kernels);
     return i >= 0 && i < n_sets ? sets[i].name : NULL;
+}
+
+int ma_gemm_kernel_int8_activations(int i) {
+    pthread_once(&active_once, choose_kernels);
+    return i >= 0 && i < n_sets && sets[i].q_panels != NULL;
+}
+
+int ma_gemm_int8_activations(void) {
+    pthread_once(&active_once, choose_kernels);
+    return active.q_panels != NULL;
 }
 
 int ma_gemm_select(int i) {
@@ -318,18 +335,29 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
     const ma_ukernel_fn uk = active.ukernel;
     const int TR = active.mr;
     if (j->small) { /* one A tile, weights straight from the panels; K in chunks that fill Apack */
-        const int64_t ks = (int64_t)(sizeof Apack / sizeof(float) / (size_t)TR) / 32 * 32;
+        _Alignas(64) static _Thread_local unsigned char QA[QA_BLOCKS * MA_GEMM_QA_BLOCK];
+        int64_t ks = (int64_t)(sizeof Apack / sizeof(float) / (size_t)TR) / 32 * 32;
+        if (active.q_panels && ks > QA_BLOCKS * 32) ks = QA_BLOCKS * 32;
         const int mr = (int)(m_hi - m_lo);
+        int need_f32 = !active.q_panels; /* some part is not int8 work */
+        for (int s = 0; s < j->n_seg; s++)
+            if (j->seg[s].B->dtype != MA_DT_Q8_0 && j->seg[s].B->dtype != MA_DT_Q4_0) need_f32 = 1;
         for (int64_t k0 = 0; k0 < j->K; k0 += ks) {
             const int kc = (int)(j->K - k0 < ks ? j->K - k0 : ks);
-            active.pack_a(j->A, j->lda, m_lo, m_hi, k0, kc, TR, Apack);
-            int s = 0;
+            if (need_f32) active.pack_a(j->A, j->lda, m_lo, m_hi, k0, kc, TR, Apack);
+            int s = 0, qa_ready = 0;
             for (int64_t p = p_lo; p < p_hi; p++) {
                 int64_t n0;
                 int nr;
                 const gemm_seg *g = panel_at(j, p, &s, &n0, &nr);
-                active.small_panels(g->B, j->K, n0, nr, k0, kc, Apack, mr, g->C + m_lo * g->ldc + n0, g->ldc,
-                                    j->accumulate || k0 > 0);
+                float *c = g->C + m_lo * g->ldc + n0;
+                const int acc = j->accumulate || k0 > 0;
+                if (active.q_panels && (g->B->dtype == MA_DT_Q8_0 || g->B->dtype == MA_DT_Q4_0)) {
+                    /* int8 A, quantised once per K chunk for all the quantised panels */
+                    if (!qa_ready) active.qa_pack(j->A, j->lda, m_lo, m_hi, k0, kc, QA), qa_ready = 1;
+                    active.q_panels(g->B, j->K, n0, nr, k0, kc, QA, mr, c, g->ldc, acc);
+                } else
+                    active.small_panels(g->B, j->K, n0, nr, k0, kc, Apack, mr, c, g->ldc, acc);
             }
         }
     } else if (j->amx) {

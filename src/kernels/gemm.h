@@ -13,8 +13,9 @@
  *                of 16 rows, K-major, so converting a panel is one sequential read
  *
  * The micro-kernel and panel loaders have a portable C version and, on x86-64 CPUs with
- * AVX2 + FMA + F16C, SIMD ones (AVX2 6 x 16 tiles; AVX-512F 12 x 16 tiles where the CPU has
- * it), chosen at run time; MOLMOACT_KERNELS=portable|avx2|avx512 picks one. All use the same
+ * AVX2 + FMA + F16C, SIMD ones (AVX2 6 x 16 tiles; AVX-512F 12 x 16 / 12 x 32 tiles; "vnni":
+ * int8 dot products for q8_0 / q4_0 with at most 12 rows; "amx": split-bf16 tiles), chosen at
+ * run time; MOLMOACT_KERNELS=portable|avx2|avx512|vnni|amx picks one. The fp32 ones use the same
  * K blocking, so they differ only by FMA rounding. */
 #ifndef MA_GEMM_H
 #define MA_GEMM_H
@@ -70,11 +71,16 @@ void ma_pack_panels(ma_dtype dt, const void *rows, int64_t N, int64_t K, void *o
 /* row `row` of an N x K panel-layout matrix as fp32 (embedding lookups, the scalar path) */
 void ma_panels_row(ma_dtype dt, const void *panels, int64_t K, int64_t row, float *dst);
 
-/* the name of the kernels in use: "avx512", "avx2" or "portable" */
+/* the name of the kernels in use: "amx", "vnni", "avx512", "avx2" or "portable" */
 const char *ma_gemm_kernels(void);
-/* the kernel sets this CPU can run, best last: "portable" first, then "avx2", "avx512" */
+/* the kernel sets this CPU can run, best last: "portable" first, then "avx2", "avx512", "vnni", "amx" */
 int ma_gemm_kernel_count(void);
 const char *ma_gemm_kernel_name(int i);
+/* whether kernel set i (or the active one) quantises A to int8 per 32 k for q8_0 / q4_0 weights
+ * in the panel layout with at most 12 rows ("vnni", and "amx" on top of it; gemm_vnni.c): then
+ * each product's error is at most |w| max|a of its block| / 254 beyond the fp32 rounding */
+int ma_gemm_kernel_int8_activations(int i);
+int ma_gemm_int8_activations(void);
 /* use kernel set i (tests, benchmarks; not while a GEMM runs); returns 0 if there is none */
 int ma_gemm_select(int i);
 /* tests: switch between the portable and the best kernels */

@@ -45,7 +45,15 @@ typedef struct ma_gemm_kernels_t {
      * uint16 after the first; b_lo: B has nonzero lo terms */
     void (*amx_tile)(int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc, int mr, int ncols,
                      int accumulate, int b_lo);
+    /* optional int8 dot products for q8_0 / q4_0 panels with M <= mr (gemm_vnni.c): A's rows
+     * m0..m1 (at most 12) for k0..k0 + kc (a multiple of 32) quantised to MA_GEMM_QA_BLOCK bytes
+     * per 32 k, then used by q_panels as small_panels uses the packed fp32 A */
+    void (*qa_pack)(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, void *out);
+    void (*q_panels)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const void *qa, int mr,
+                     float *C, int64_t ldc, int accumulate);
 } ma_gemm_kernels_t;
+
+#define MA_GEMM_QA_BLOCK 480 /* 12 rows x 32 int8, 12 float scales, 12 int32 sums */
 
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
 /* replaces the entries the AVX2 + FMA + F16C code provides */
@@ -54,6 +62,10 @@ void ma_gemm_install_avx2(ma_gemm_kernels_t *k);
 #if defined(__x86_64__) && defined(MA_HAVE_AVX512)
 /* the AVX-512F micro-kernel on top of the AVX2 loaders */
 void ma_gemm_install_avx512(ma_gemm_kernels_t *k);
+#endif
+#if defined(__x86_64__) && defined(MA_HAVE_VNNI)
+/* int8 dot products for q8_0 / q4_0 with few rows, on top of the AVX-512 kernels */
+void ma_gemm_install_vnni(ma_gemm_kernels_t *k);
 #endif
 #if defined(__x86_64__) && defined(MA_HAVE_AMX)
 /* the AMX tiles on top of the AVX-512 kernels (which still serve M < MA_GEMM_AMX_MIN_M) */

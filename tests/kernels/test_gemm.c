@@ -33,6 +33,32 @@ static void reference(int64_t M, int64_t N, int64_t K, const float *A, const flo
  * hi/lo split, see gemm_amx.c) within about 2^-17 per product */
 static double kernel_rel(int ks) { return strcmp(ma_gemm_kernel_name(ks), "amx") ? 2e-6 : 1.5e-5; }
 
+/* the int8-activation kernels' bound beyond fp32 rounding (gemm.h): sum over k of
+ * |w| max|a of k's 32-block| / 254, with 1 % to spare for the scaling's own rounding */
+static void int8_bound(int64_t M, int64_t N, int64_t K, const float *A, const float *W, double *qb) {
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double b = 0.0;
+            for (int64_t k0 = 0; k0 < K; k0 += 32) {
+                double amax = 0.0, wsum = 0.0;
+                for (int64_t k = k0; k < k0 + 32 && k < K; k++) {
+                    amax = fmax(amax, fabs(A[m * K + k]));
+                    wsum += fabs(W[n * K + k]);
+                }
+                b += amax / 254.0 * wsum;
+            }
+            qb[m * N + n] = 1.01 * b;
+        }
+}
+
+static void expect_close_q(const float *got, const double *ref, const double *mag, const double *qb, int64_t n, double rel,
+                           const char *what) {
+    for (int64_t i = 0; i < n; i++) {
+        const double tol = rel * mag[i] + (qb ? qb[i] : 0.0) + 1e-6;
+        if (!(fabs(got[i] - ref[i]) <= tol)) fail_msg("%s: element %lld is %.9g, expected %.9g (tol %.3g)", what, (long long)i, got[i], ref[i], tol);
+    }
+}
+
 static void expect_close(const float *got, const double *ref, const double *mag, int64_t n, double rel, const char *what) {
     for (int64_t i = 0; i < n; i++) {
         const double tol = rel * mag[i] + 1e-6;
@@ -67,6 +93,12 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
     }
     free(back);
     reference(M, N, K, A, Wq, with_bias ? bias : NULL, accumulate ? C0 : NULL, ref, mag);
+    const int quant = dt == MA_DT_Q8_0 || dt == MA_DT_Q4_0;
+    double *qb = NULL;
+    if (quant && M <= MA_GEMM_MR_MAX) {
+        qb = malloc(sizeof(double) * M * N);
+        int8_bound(M, N, K, A, Wq, qb);
+    }
     char what[128];
     for (int ks = 0; ks < ma_gemm_kernel_count(); ks++) {
         ma_gemm_select(ks);
@@ -79,16 +111,19 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
             ma_gemm(M, N, K, A, K, &b, with_bias ? bias : NULL, accumulate, out, N);
             snprintf(what, sizeof what, "%s %s %s M=%lld N=%lld K=%lld", ma_dtype_name(dt), kname,
                      layout ? "panels" : "rows", (long long)M, (long long)N, (long long)K);
-            expect_close(out, ref, mag, M * N, kernel_rel(ks), what);
+            /* the int8 kernels run on panels; their bound is checked to hold and to matter */
+            const int int8 = qb && layout && ma_gemm_kernel_int8_activations(ks);
+            expect_close_q(out, ref, mag, int8 ? qb : NULL, M * N, kernel_rel(ks), what);
             if (!first) first = out;
         }
         /* the two layouts feed the same values to the same micro-kernel: identical bits (except
          * where the AVX-512 small-M kernel, also the AMX set's, reads the panels directly:
          * another summation order) */
-        const int small_direct = M <= MA_GEMM_MR_MAX && (!strcmp(kname, "avx512") || !strcmp(kname, "amx"));
+        const int small_direct = M <= MA_GEMM_MR_MAX && (!strcmp(kname, "avx512") || !strcmp(kname, "vnni") || !strcmp(kname, "amx"));
         if (!small_direct) assert_memory_equal(C, C2, sizeof(float) * M * N);
     }
     ma_gemm_select_portable(0);
+    free(qb);
     free(A); free(W); free(Wq); free(bias); free(C0); free(C); free(C2); free(ref); free(mag); free(rows); free(panels);
 }
 
@@ -161,7 +196,15 @@ static void check_fused(int64_t M) {
     assert_int_equal(ma_linear_fused(&kc, A, M, 1, (const ma_mat *[1]){&wp}, (const float *[1]){bias}, (float *[1]){y1}, &err), MA_OK);
     kc.scalar = 1;
     assert_int_equal(ma_linear(&kc, A, M, &wp, bias, y2, &err), MA_OK);
-    for (int64_t i = 0; i < M * 48; i++) assert_true(fabsf(y1[i] - y2[i]) <= 1e-4f * (1.0f + fabsf(y2[i])));
+    /* the int8 kernels (M <= 12, where the CPU has them) differ from the scalar path by the
+     * rounding of A to 8 bits: at most sum |w| max|a| / 254 per output (|w| < 1 here) */
+    double slack = 0.0;
+    if (M <= MA_GEMM_MR_MAX && ma_gemm_int8_activations()) {
+        double amax = 0.0;
+        for (int64_t i = 0; i < M * K; i++) amax = fmax(amax, fabs(A[i]));
+        slack = 1.01 * amax / 254.0 * (double)K;
+    }
+    for (int64_t i = 0; i < M * 48; i++) assert_true(fabsf(y1[i] - y2[i]) <= 1e-4f * (1.0f + fabsf(y2[i])) + slack);
     ma_mat other = {MA_DT_F16, 17, K + 1, st[0], "w2", 1};
     assert_int_equal(ma_linear_fused(&kc, A, M, 2, (const ma_mat *[2]){&wp, &other}, (const float *[2]){NULL, NULL},
                                      (float *[2]){y1, y2}, &err), MA_ERR_SHAPE);

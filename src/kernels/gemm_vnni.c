@@ -1,0 +1,177 @@
+/* Integer dot products for q8_0 / q4_0 weights with at most 12 rows of A (the action expert's 10
+ * tokens), on AVX-512 VNNI + VBMI (compiled with -mavx512f -mavx512bw -mavx512vnni -mavx512vbmi
+ * -mf16c; used only when the CPU has them).
+ *
+ * There the fp32 kernels are FMA-bound: every weight is converted and used only M times. Here,
+ * as in ggml's q8_0 dot products, each row of A is quantised once per GEMM to int8 per block of
+ * 32 k (a = d_a * q_a, d_a = max|a| / 127), and one VPDPBUSD does 64 int8 products. A block's sum
+ * is exact in int32; the result is d_w * d_a * sum. What differs from fp32 math is the rounding
+ * of A to 8 bits: at most d_a / 2 per element, below the weights' own q8_0 / q4_0 rounding.
+ *
+ * VPDPBUSD multiplies unsigned by signed bytes, so the weights go in offset to unsigned (q8_0:
+ * w + 128, q4_0: the stored nibble, w + 8) and offset * sum(q_a) is taken off each block's sum.
+ * Panel blocks hold 32 k x 16 columns k-major; one VPERMB turns four k rows of 16 columns into
+ * the 16 lanes x 4 k that VPDPBUSD wants. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/gemm_impl.h"
+
+#define NR MA_GEMM_NR
+#define MR 12
+
+/* the quantised A of one 32-k block: int8 q[row][32], then the scales and the sums of q */
+typedef struct qa_block {
+    int8_t q[MR][32];
+    float d[MR];
+    int32_t s[MR];
+} qa_block;
+
+_Static_assert(sizeof(qa_block) == MA_GEMM_QA_BLOCK, "qa block size");
+
+static void qa_pack(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, void *out) {
+    qa_block *blk = out;
+    for (int b = 0; b < kc / 32; b++, blk++) {
+        for (int r = 0; r < MR; r++) {
+            if (m0 + r >= m1) {
+                memset(blk->q[r], 0, 32);
+                blk->d[r] = 0.0f;
+                blk->s[r] = 0;
+                continue;
+            }
+            const float *a = A + (m0 + r) * lda + k0 + b * 32;
+            const __m512 x0 = _mm512_loadu_ps(a), x1 = _mm512_loadu_ps(a + 16);
+            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+            const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+            /* round to nearest even, as nearbyintf; |q| <= 127 */
+            const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, inv)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, inv));
+            _mm_storeu_si128((__m128i *)blk->q[r], _mm512_cvtsepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(blk->q[r] + 16), _mm512_cvtsepi32_epi8(q1));
+            blk->d[r] = amax / 127.0f;
+            blk->s[r] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        }
+    }
+}
+
+/* byte 4c + j of the result = byte 16j + c of the source: four k rows of 16 columns -> 16
+ * columns of four k */
+static inline __m512i k4_transpose(__m512i v) {
+    static const int8_t idx[64] = {
+        0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51, 4, 20, 36, 52, 5, 21, 37, 53,
+        6, 22, 38, 54, 7, 23, 39, 55, 8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59,
+        12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63};
+    return _mm512_permutexvar_epi8(_mm512_loadu_si512(idx), v);
+}
+
+#define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+
+/* one block's 8 weight vectors W[i] (k = 4i..4i+3 of the block) are ready: for every row,
+ * eight VPDPBUSD, then the scaled block sum into the row's fp32 accumulator */
+#define ROW_DOT(r)                                                                               \
+    if (mr > r) {                                                                                \
+        const int32_t *aq = (const int32_t *)qa->q[r];                                           \
+        __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, _mm512_set1_epi32(aq[0])); \
+        acc = _mm512_dpbusd_epi32(acc, w1, _mm512_set1_epi32(aq[1]));                            \
+        acc = _mm512_dpbusd_epi32(acc, w2, _mm512_set1_epi32(aq[2]));                            \
+        acc = _mm512_dpbusd_epi32(acc, w3, _mm512_set1_epi32(aq[3]));                            \
+        acc = _mm512_dpbusd_epi32(acc, w4, _mm512_set1_epi32(aq[4]));                            \
+        acc = _mm512_dpbusd_epi32(acc, w5, _mm512_set1_epi32(aq[5]));                            \
+        acc = _mm512_dpbusd_epi32(acc, w6, _mm512_set1_epi32(aq[6]));                            \
+        acc = _mm512_dpbusd_epi32(acc, w7, _mm512_set1_epi32(aq[7]));                            \
+        acc = _mm512_sub_epi32(acc, _mm512_set1_epi32(offset * qa->s[r]));                       \
+        c##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dw, _mm512_set1_ps(qa->d[r])), c##r); \
+    }
+#define ACC_DECL(r) __m512 c##r = _mm512_setzero_ps();
+#define ACC_STORE(r) \
+    if (mr > r) store_row(C + r * ldc, c##r, m, accumulate);
+
+static inline __attribute__((always_inline)) void store_row(float *cr, __m512 c, __mmask16 m, int accumulate) {
+    if (accumulate) c = _mm512_add_ps(c, _mm512_maskz_loadu_ps(m, cr));
+    _mm512_mask_storeu_ps(cr, m, c);
+}
+
+static inline __attribute__((always_inline)) void dot_q8(int mr, const uint8_t *blk, const qa_block *qa, int nb, float *C,
+                                                          int64_t ldc, int nr, int accumulate) {
+    ROWS(ACC_DECL)
+    const int32_t offset = 128;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int b = 0; b < nb; b++, blk += 544, qa++) {
+        _mm_prefetch((const char *)blk + 1024, _MM_HINT_T0);
+        _mm_prefetch((const char *)blk + 1088, _MM_HINT_T0);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        const uint8_t *q = blk + 32;
+        const __m512i w0 = k4_transpose(_mm512_xor_si512(_mm512_loadu_si512(q), flip));
+        const __m512i w1 = k4_transpose(_mm512_xor_si512(_mm512_loadu_si512(q + 64), flip));
+        const __m512i w2 = k4_transpose(_mm512_xor_si512(_mm512_loadu_si512(q + 128), flip));
+        const __m512i w3 = k4_transpose(_mm512_xor_si512(_mm512_loadu_si512(q + 192), flip));
+        const __m512i w4 = k4_transpose(_mm512_xor_si512(_mm512_loadu_si512(q + 256), flip));
+        const __m512i w5 = k4_transpose(_mm512_xor_si512(_mm512_loadu_si512(q + 320), flip));
+        const __m512i w6 = k4_transpose(_mm512_xor_si512(_mm512_loadu_si512(q + 384), flip));
+        const __m512i w7 = k4_transpose(_mm512_xor_si512(_mm512_loadu_si512(q + 448), flip));
+        ROWS(ROW_DOT)
+    }
+    const __mmask16 m = (__mmask16)((1u << nr) - 1u);
+    ROWS(ACC_STORE)
+}
+
+/* q4_0 panel block: byte [j][c] holds column c's k = j (low nibble) and k = j + 16 (high) */
+static inline __attribute__((always_inline)) void dot_q4(int mr, const uint8_t *blk, const qa_block *qa, int nb, float *C,
+                                                          int64_t ldc, int nr, int accumulate) {
+    ROWS(ACC_DECL)
+    const int32_t offset = 8;
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    for (int b = 0; b < nb; b++, blk += 288, qa++) {
+        _mm_prefetch((const char *)blk + 1024, _MM_HINT_T0);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        const uint8_t *q = blk + 32;
+        const __m512i v0 = _mm512_loadu_si512(q), v1 = _mm512_loadu_si512(q + 64);
+        const __m512i v2 = _mm512_loadu_si512(q + 128), v3 = _mm512_loadu_si512(q + 192);
+        const __m512i w0 = k4_transpose(_mm512_and_si512(v0, low));
+        const __m512i w1 = k4_transpose(_mm512_and_si512(v1, low));
+        const __m512i w2 = k4_transpose(_mm512_and_si512(v2, low));
+        const __m512i w3 = k4_transpose(_mm512_and_si512(v3, low));
+        const __m512i w4 = k4_transpose(_mm512_and_si512(_mm512_srli_epi16(v0, 4), low));
+        const __m512i w5 = k4_transpose(_mm512_and_si512(_mm512_srli_epi16(v1, 4), low));
+        const __m512i w6 = k4_transpose(_mm512_and_si512(_mm512_srli_epi16(v2, 4), low));
+        const __m512i w7 = k4_transpose(_mm512_and_si512(_mm512_srli_epi16(v3, 4), low));
+        ROWS(ROW_DOT)
+    }
+    const __mmask16 m = (__mmask16)((1u << nr) - 1u);
+    ROWS(ACC_STORE)
+}
+
+#define DISPATCH_MR(fn, ...)                             \
+    switch (mr) {                                        \
+    case 12: fn(12, __VA_ARGS__); break;                 \
+    case 11: fn(11, __VA_ARGS__); break;                 \
+    case 10: fn(10, __VA_ARGS__); break;                 \
+    case 9: fn(9, __VA_ARGS__); break;                   \
+    case 8: fn(8, __VA_ARGS__); break;                   \
+    case 7: fn(7, __VA_ARGS__); break;                   \
+    case 6: fn(6, __VA_ARGS__); break;                   \
+    case 5: fn(5, __VA_ARGS__); break;                   \
+    case 4: fn(4, __VA_ARGS__); break;                   \
+    case 3: fn(3, __VA_ARGS__); break;                   \
+    case 2: fn(2, __VA_ARGS__); break;                   \
+    default: fn(1, __VA_ARGS__); break;                  \
+    }
+
+static void q_panels(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const void *qa, int mr,
+                     float *C, int64_t ldc, int accumulate) {
+    const int64_t p = n0 / NR;
+    const int nb = kc / 32;
+    const qa_block *a = qa;
+    if (B->dtype == MA_DT_Q8_0) {
+        const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 544;
+        DISPATCH_MR(dot_q8, blk, a, nb, C, ldc, nr, accumulate)
+    } else {
+        const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 288;
+        DISPATCH_MR(dot_q4, blk, a, nb, C, ldc, nr, accumulate)
+    }
+}
+
+void ma_gemm_install_vnni(ma_gemm_kernels_t *k) {
+    k->name = "vnni";
+    k->qa_pack = qa_pack;
+    k->q_panels = q_panels;
+}
