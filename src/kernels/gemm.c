@@ -327,8 +327,87 @@ static float *thread_abuf(size_t floats) {
 
 /* rows [m_lo, m_hi) x the job's panels [p_lo, p_hi): every K chunk and M block; the A block is
  * packed once and used for all the panels of every part */
+static inline int int8_part(const gemm_seg *g) {
+    return active.q_panels && g->B->layout == MA_B_PANELS && (g->B->dtype == MA_DT_Q8_0 || g->B->dtype == MA_DT_Q4_0);
+}
+
+/* more than 12 rows on q8_0 / q4_0 panels with the int8 kernels: per K chunk the thread's rows
+ * are quantised once (12-row tiles, gemm_vnni.c), then each group of panels (L2) is used by
+ * every tile, one panel per kernel call */
+static void compute_int8(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_lo, int64_t p_hi) {
+    const int64_t tiles = (m_hi - m_lo + MA_GEMM_MR_MAX - 1) / MA_GEMM_MR_MAX;
+    const size_t tile_bytes = (size_t)(KC / 32) * MA_GEMM_QA_BLOCK;
+    unsigned char *qa = (unsigned char *)thread_abuf(((size_t)tiles * tile_bytes + 3) / 4);
+    _Alignas(64) static _Thread_local unsigned char one[(KC / 32) * MA_GEMM_QA_BLOCK];
+    for (int64_t k0 = 0; k0 < j->K; k0 += KC) {
+        const int kc = (int)(j->K - k0 < KC ? j->K - k0 : KC);
+        const int acc = j->accumulate || k0 > 0;
+        if (qa)
+            for (int64_t t = 0; t < tiles; t++) {
+                const int64_t m = m_lo + t * MA_GEMM_MR_MAX, me = m_hi - m < MA_GEMM_MR_MAX ? m_hi : m + MA_GEMM_MR_MAX;
+                active.qa_pack(j->A, j->lda, m, me, k0, kc, qa + (size_t)t * tile_bytes);
+            }
+        for (int64_t q0 = p_lo; q0 < p_hi; q0 += GROUP) {
+            const int64_t q1 = p_hi - q0 < GROUP ? p_hi : q0 + GROUP;
+            ahead next;
+            {
+                const int64_t nq0 = q1 < p_hi ? q1 : p_lo, nk0 = q1 < p_hi ? k0 : k0 + KC;
+                const int64_t nq1 = p_hi - nq0 < GROUP ? p_hi : nq0 + GROUP;
+                const int nkc = (int)(j->K - nk0 < KC ? j->K - nk0 : KC);
+                ahead_plan(&next, j, nq0, nq1, nk0, nkc, tiles * (q1 - q0));
+            }
+            for (int64_t t = 0; t < tiles; t++) {
+                const int64_t m = m_lo + t * MA_GEMM_MR_MAX, me = m_hi - m < MA_GEMM_MR_MAX ? m_hi : m + MA_GEMM_MR_MAX;
+                const unsigned char *at = qa ? qa + (size_t)t * tile_bytes : one;
+                if (!qa) active.qa_pack(j->A, j->lda, m, me, k0, kc, one); /* memory short: per tile and group */
+                int s = 0;
+                for (int64_t p = q0; p < q1; p++) {
+                    int64_t n0;
+                    int nr;
+                    const gemm_seg *g = panel_at(j, p, &s, &n0, &nr);
+                    ahead_step(&next);
+                    active.q_panels(g->B, j->K, n0, nr, k0, kc, at, (int)(me - m), g->C + m * g->ldc + n0, g->ldc, acc);
+                }
+            }
+        }
+    }
+}
+
+static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_lo, int64_t p_hi);
+
+/* rows [m_lo, m_hi) x panels [p_lo, p_hi): the kernels, then biases (and zeros for K = 0). With
+ * int8 kernels, each part of a fused job takes the path its weight type takes alone. */
 static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_lo, int64_t p_hi) {
     if (p_lo >= p_hi || m_lo >= m_hi) return;
+    if (!j->small && !j->amx && active.q_panels) {
+        int s = 0;
+        for (int64_t p = p_lo; p < p_hi;) {
+            int64_t n0;
+            int nr;
+            panel_at(j, p, &s, &n0, &nr);
+            const int64_t end = s + 1 < j->n_seg && j->seg[s + 1].p0 < p_hi ? j->seg[s + 1].p0 : p_hi;
+            if (int8_part(&j->seg[s])) compute_int8(j, m_lo, m_hi, p, end);
+            else compute_f32(j, m_lo, m_hi, p, end);
+            p = end;
+        }
+    } else
+        compute_f32(j, m_lo, m_hi, p_lo, p_hi);
+    for (int s = 0; s < j->n_seg; s++) {
+        const gemm_seg *g = &j->seg[s];
+        const int64_t g_panels = (g->N + NR - 1) / NR;
+        const int64_t lo = p_lo > g->p0 ? p_lo - g->p0 : 0, hi = p_hi - g->p0 < g_panels ? p_hi - g->p0 : g_panels;
+        if (lo >= hi) continue;
+        const int64_t c0 = lo * NR, c1 = hi * NR < g->N ? hi * NR : g->N;
+        for (int64_t m = m_lo; m < m_hi; m++) {
+            float *c = g->C + m * g->ldc;
+            if (j->K == 0 && !j->accumulate) memset(c + c0, 0, sizeof(float) * (size_t)(c1 - c0));
+            if (g->bias)
+                for (int64_t n = c0; n < c1; n++) c[n] += g->bias[n];
+        }
+    }
+}
+
+static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_lo, int64_t p_hi) {
     _Alignas(64) float P[KC * NR];
     _Alignas(64) static _Thread_local float Apack[(MC + MA_GEMM_MR_MAX) * KC];
     _Alignas(64) static _Thread_local float Bc[GROUP * KC * NR];
@@ -485,19 +564,6 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
                     uk(kc, Apack + (m - m0) * kc, P, g->C + m * g->ldc + n0, g->ldc, mr, nr, acc);
                 }
             }
-        }
-    }
-    for (int s = 0; s < j->n_seg; s++) {
-        const gemm_seg *g = &j->seg[s];
-        const int64_t g_panels = (g->N + NR - 1) / NR;
-        const int64_t lo = p_lo > g->p0 ? p_lo - g->p0 : 0, hi = p_hi - g->p0 < g_panels ? p_hi - g->p0 : g_panels;
-        if (lo >= hi) continue;
-        const int64_t c0 = lo * NR, c1 = hi * NR < g->N ? hi * NR : g->N;
-        for (int64_t m = m_lo; m < m_hi; m++) {
-            float *c = g->C + m * g->ldc;
-            if (j->K == 0 && !j->accumulate) memset(c + c0, 0, sizeof(float) * (size_t)(c1 - c0));
-            if (g->bias)
-                for (int64_t n = c0; n < c1; n++) c[n] += g->bias[n];
         }
     }
 }

@@ -77,7 +77,7 @@ const char *ma_gemm_kernels(void);
 int ma_gemm_kernel_count(void);
 const char *ma_gemm_kernel_name(int i);
 /* whether kernel set i (or the active one) quantises A to int8 per 32 k for q8_0 / q4_0 weights
- * in the panel layout with at most 12 rows ("vnni", and "amx" on top of it; gemm_vnni.c): then
+ * in the panel layout ("vnni": any M; "amx" on top of it: at most 12 rows; gemm_vnni.c): then
  * each product's error is at most |w| max|a of its block| / 254 beyond the fp32 rounding */
 int ma_gemm_kernel_int8_activations(int i);
 int ma_gemm_int8_activations(void);
