@@ -2,7 +2,11 @@
 # molmoact against PyTorch (fp32) and ONNX Runtime (fp32; 4-bit MatMulNBits for action_step) on the
 # bench configuration, in one run, same machine, same inputs (the engines take turns component by
 # component; medians and minima are printed); then the GEMM micro-benchmark.
-#   bench/compare.sh [--runs N] [--threads T] [--seq S] [--model HF_DIR] [--quick]
+#   bench/compare.sh [--runs N] [--rounds R] [--threads T] [--seq S] [--model HF_DIR] [--quick]
+# Each component is measured in R rounds (default 3); in each round every engine makes N timed
+# runs (action_*: 4N) right after the others, so a drift of the machine's speed (2x and more on
+# shared VMs) hits all engines of a round alike; the tables give the median over rounds of
+# each round's median, the fastest run, and each round's ratios.
 # Without --model it builds the bench checkpoint (real widths, reduced depth) with the reference.
 # Needs: build/molmoact (scripts/setup.sh), python3-onnx (installed here when missing) and the npm
 # package onnxruntime-node (installed into bench/.ort with --ignore-scripts: its install script
@@ -11,10 +15,11 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-runs=5 threads=2 seq=128 model="" quick=0
+runs=5 rounds=3 threads=2 seq=128 model="" quick=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --seq) seq=$2; shift 2 ;;
     --model) model=$2; shift 2 ;;
@@ -60,32 +65,52 @@ $py bench/compare.py prepare --model "$model" --work "$work" --seq "$seq" 2> "$w
 results=$work/results.jsonl
 : > "$results"
 echo "== PyTorch $($py -c 'import torch; print(torch.__version__)') fp32, ONNX Runtime $ort_version (CPU EP), molmoact; $threads threads"
-# engines take turns per component, so a drift of the machine's speed hits them alike
+# tag each JSON line with its round (and an engine name)
+tag() {
+  $py -c '
+import json, sys
+r, e = int(sys.argv[1]), (sys.argv[2] if len(sys.argv) > 2 else None)
+for line in sys.stdin:
+    if line.strip():
+        d = json.loads(line)
+        d["round"] = r
+        if e:
+            d["engine"] = e
+        print(json.dumps(d), flush=True)' "$@"
+}
+# engines take turns per component and round, so a drift of the machine's speed hits them alike
 for s in vision llm_split0 action_context action_step; do
   n=$runs
   [ $s = action_step ] || [ $s = action_context ] && n=$((runs * 4))
-  $py bench/compare.py torch --model "$model" --work "$work" --runs "$n" --threads "$threads" --session $s | tee -a "$results"
-  NODE_PATH=bench/.ort/node_modules node bench/ort_bench.js "$work/onnx/$s.onnx" "$work/inputs/$s" "$n" "$threads" ort "$s" | tee -a "$results"
-  [ $s = action_step ] &&
-    NODE_PATH=bench/.ort/node_modules node bench/ort_bench.js "$work/onnx/action_step_q4.onnx" "$work/inputs/action_step" "$n" "$threads" ort_q4 action_step | tee -a "$results"
-  for p in f16 q4_0; do
-    [ $p = q4_0 ] && [ $s != action_step ] && [ $quick = 1 ] && continue
-    build/molmoact bench --model "$work/ctx-$p" --session $s --inputs "$work/inputs/$s.npz" --runs "$n" --threads "$threads" --json |
-      $py -c "import json,sys; d=json.loads(sys.stdin.read()); d.update(engine='molmoact_$p'); print(json.dumps(d))" | tee -a "$results"
+  for r in $(seq 1 "$rounds"); do
+    $py bench/compare.py torch --model "$model" --work "$work" --runs "$n" --threads "$threads" --session $s | tag "$r" | tee -a "$results"
+    NODE_PATH=bench/.ort/node_modules node bench/ort_bench.js "$work/onnx/$s.onnx" "$work/inputs/$s" "$n" "$threads" ort "$s" | tag "$r" | tee -a "$results"
+    [ $s = action_step ] &&
+      NODE_PATH=bench/.ort/node_modules node bench/ort_bench.js "$work/onnx/action_step_q4.onnx" "$work/inputs/action_step" "$n" "$threads" ort_q4 action_step | tag "$r" | tee -a "$results"
+    for p in f16 q4_0; do
+      [ $p = q4_0 ] && [ $s != action_step ] && [ $quick = 1 ] && continue
+      build/molmoact bench --model "$work/ctx-$p" --session $s --inputs "$work/inputs/$s.npz" --runs "$n" --threads "$threads" --json |
+        tag "$r" "molmoact_$p" | tee -a "$results"
+    done
   done
 done
 
-$py - "$results" "$seq" "$runs" "$threads" <<'EOF'
-import json, sys
+$py - "$results" "$seq" "$runs" "$threads" "$rounds" <<'EOF'
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-seq, runs, threads = sys.argv[2:5]
-t = {(r["engine"], r["session"]): r["median_ms"] for r in rows}
-tmin = {(r["engine"], r["session"]): r["min_ms"] for r in rows}
+seq, runs, threads, rounds = sys.argv[2:6]
+by = {}
+for r in rows:
+    by.setdefault((r["engine"], r["session"]), []).append(r)
+t = {k: statistics.median(x["median_ms"] for x in v) for k, v in by.items()}
+tmin = {k: min(x["min_ms"] for x in v) for k, v in by.items()}
+per_round = {(r["engine"], r["session"], r.get("round", 1)): r["median_ms"] for r in rows}
 engines = ["pytorch", "ort", "ort_q4", "molmoact_f16", "molmoact_q4_0"]
 names = {"vision": "vision (2 images)", "llm_split0": f"llm_split ({seq} tokens)",
          "action_context": "action_context", "action_step": "action_step (1 step)"}
 steps = 10
-print(f"\nmedian ms over {runs} runs, {threads} threads; ratios = peer time / molmoact time (> 1: molmoact faster)")
+print(f"\nmedian over {rounds} rounds of each round's median ms ({runs} runs, action_* {4 * int(runs)}), {threads} threads;"
+      " ratios = peer time / molmoact time (> 1: molmoact faster)")
 print(f"{'component':24} {'PyTorch':>9} {'ORT':>9} {'ORT q4':>9} {'mm f16':>9} {'mm q4_0':>9}   {'PT/f16':>7} {'ORT/f16':>7} {'ORTq4/q4':>8}")
 def cell(e, s):
     v = t.get((e, s))
@@ -114,6 +139,17 @@ for s in ["vision", "llm_split0", "action_context", "action_step"]:
     print(f"{names[s]:24} " + " ".join(f"{v[e]:9.2f}" if v[e] is not None else f"{'-':>9}" for e in engines) + "   " +
           ratio(v["pytorch"], v["molmoact_f16"]) + " " + ratio(v["ort"], v["molmoact_f16"]) + " " +
           f"{ratio(v['ort_q4'], v['molmoact_q4_0']):>8}")
+print("\neach round's ratios (engines of one round ran within seconds of each other)")
+print(f"{'component':24} {'PT/f16':>24} {'ORT/f16':>24} {'ORTq4/q4':>24}")
+def rr(a, b, s):
+    out = []
+    for k in range(1, int(rounds) + 1):
+        x, y = per_round.get((a, s, k)), per_round.get((b, s, k))
+        out.append(f"{x / y:.2f}" if x and y else "-")
+    return " ".join(out)
+for s in ["vision", "llm_split0", "action_context", "action_step"]:
+    print(f"{names[s]:24} {rr('pytorch', 'molmoact_f16', s):>24} {rr('ort', 'molmoact_f16', s):>24} "
+          f"{rr('ort_q4', 'molmoact_q4_0', s):>24}")
 EOF
 if [ $quick = 0 ]; then
   echo
