@@ -226,10 +226,12 @@ typedef struct gemm_job {
 } gemm_job;
 
 
+static inline int quantised(ma_dtype dt) { return dt == MA_DT_Q8_0 || dt == MA_DT_Q4_0; }
+
 /* the bytes of panel n0's K chunk [k0, k0 + kc) in a panel-layout B (one contiguous run) */
 static size_t panel_span(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, int kc, const uint8_t **p) {
     const int64_t panel = n0 / NR;
-    if (B->dtype == MA_DT_Q8_0 || B->dtype == MA_DT_Q4_0) {
+    if (quantised(B->dtype)) {
         const size_t pb = B->dtype == MA_DT_Q8_0 ? 544 : 288;
         *p = (const uint8_t *)B->data + ((size_t)panel * (size_t)(K / 32) + (size_t)(k0 / 32)) * pb;
         return (size_t)(kc / 32) * pb;
@@ -301,6 +303,14 @@ static void ahead_plan(ahead *a, const gemm_job *j, int64_t q0, int64_t q1, int6
     a->step = calls > 0 ? (total / (size_t)calls + 63) / 64 * 64 : total;
 }
 
+/* plan the group after the one ending at q1 in K chunk k0 within the thread's panels [p_lo, p_hi): later
+ * panels of this chunk, or the first ones of the next */
+static void ahead_next(ahead *a, const gemm_job *j, int64_t q1, int64_t p_lo, int64_t p_hi, int64_t k0, int64_t calls) {
+    const int64_t nq0 = q1 < p_hi ? q1 : p_lo, nk0 = q1 < p_hi ? k0 : k0 + KC;
+    const int64_t nq1 = p_hi - nq0 < GROUP ? p_hi : nq0 + GROUP;
+    ahead_plan(a, j, nq0, nq1, nk0, (int)(j->K - nk0 < KC ? j->K - nk0 : KC), calls);
+}
+
 /* A packed for a whole K chunk of a thread's rows, so the grouped path packs each A element
  * once per K chunk instead of once per group of panels: a buffer per thread, grown on demand and
  * freed when the thread exits. NULL when memory is short (the caller packs per M block). */
@@ -325,10 +335,9 @@ static float *thread_abuf(size_t floats) {
     return (float *)((char *)nb + ABUF_HEAD);
 }
 
-/* rows [m_lo, m_hi) x the job's panels [p_lo, p_hi): every K chunk and M block; the A block is
- * packed once and used for all the panels of every part */
+/* a part the int8 kernels take: q8_0 / q4_0 panels, where the active set has them */
 static inline int int8_part(const gemm_seg *g) {
-    return active.q_panels && g->B->layout == MA_B_PANELS && (g->B->dtype == MA_DT_Q8_0 || g->B->dtype == MA_DT_Q4_0);
+    return active.q_panels && g->B->layout == MA_B_PANELS && quantised(g->B->dtype);
 }
 
 /* more than 12 rows on q8_0 / q4_0 panels with the int8 kernels: per K chunk the thread's rows
@@ -350,12 +359,7 @@ static void compute_int8(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t 
         for (int64_t q0 = p_lo; q0 < p_hi; q0 += GROUP) {
             const int64_t q1 = p_hi - q0 < GROUP ? p_hi : q0 + GROUP;
             ahead next;
-            {
-                const int64_t nq0 = q1 < p_hi ? q1 : p_lo, nk0 = q1 < p_hi ? k0 : k0 + KC;
-                const int64_t nq1 = p_hi - nq0 < GROUP ? p_hi : nq0 + GROUP;
-                const int nkc = (int)(j->K - nk0 < KC ? j->K - nk0 : KC);
-                ahead_plan(&next, j, nq0, nq1, nk0, nkc, tiles * (q1 - q0));
-            }
+            ahead_next(&next, j, q1, p_lo, p_hi, k0, tiles * (q1 - q0));
             for (int64_t t = 0; t < tiles; t++) {
                 const int64_t m = m_lo + t * MA_GEMM_MR_MAX, me = m_hi - m < MA_GEMM_MR_MAX ? m_hi : m + MA_GEMM_MR_MAX;
                 const unsigned char *at = qa ? qa + (size_t)t * tile_bytes : one;
@@ -407,6 +411,9 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
     }
 }
 
+/* rows [m_lo, m_hi) x the job's panels [p_lo, p_hi) on fp32 A (and the small path, whose int8
+ * parts go to the int8 kernels): every K chunk and M block; the A block is packed once and used
+ * for all the panels of every part */
 static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_lo, int64_t p_hi) {
     _Alignas(64) float P[KC * NR];
     _Alignas(64) static _Thread_local float Apack[(MC + MA_GEMM_MR_MAX) * KC];
@@ -418,9 +425,8 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
         int64_t ks = (int64_t)(sizeof Apack / sizeof(float) / (size_t)TR) / 32 * 32;
         if (active.q_panels && ks > QA_BLOCKS * 32) ks = QA_BLOCKS * 32;
         const int mr = (int)(m_hi - m_lo);
-        int need_f32 = !active.q_panels; /* some part is not int8 work */
-        for (int s = 0; s < j->n_seg; s++)
-            if (j->seg[s].B->dtype != MA_DT_Q8_0 && j->seg[s].B->dtype != MA_DT_Q4_0) need_f32 = 1;
+        int need_f32 = 0; /* some part is not int8 work */
+        for (int s = 0; s < j->n_seg; s++) need_f32 |= !int8_part(&j->seg[s]);
         for (int64_t k0 = 0; k0 < j->K; k0 += ks) {
             const int kc = (int)(j->K - k0 < ks ? j->K - k0 : ks);
             if (need_f32) active.pack_a(j->A, j->lda, m_lo, m_hi, k0, kc, TR, Apack);
@@ -431,7 +437,7 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
                 const gemm_seg *g = panel_at(j, p, &s, &n0, &nr);
                 float *c = g->C + m_lo * g->ldc + n0;
                 const int acc = j->accumulate || k0 > 0;
-                if (active.q_panels && (g->B->dtype == MA_DT_Q8_0 || g->B->dtype == MA_DT_Q4_0)) {
+                if (int8_part(g)) {
                     /* int8 A, quantised once per K chunk for all the quantised panels */
                     if (!qa_ready) active.qa_pack(j->A, j->lda, m_lo, m_hi, k0, kc, QA), qa_ready = 1;
                     active.q_panels(g->B, j->K, n0, nr, k0, kc, QA, mr, c, g->ldc, acc);
@@ -512,15 +518,8 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
                     if (q0 == p_lo && k0 == 0 && n0s[i] + NR < g->N) prefetch_panel(g->B, j->K, n0s[i] + NR, k0, kc);
                     g->load(g->B, j->K, n0s[i], nrs[i], k0, kc, Bc + i * kc * NR);
                 }
-                /* the next group: later panels of this K chunk, or the first ones of the next */
-                ahead next;
-                {
-                    const int64_t nq0 = q1 < p_hi ? q1 : p_lo, nk0 = q1 < p_hi ? k0 : k0 + KC;
-                    const int64_t nq1 = p_hi - nq0 < GROUP ? p_hi : nq0 + GROUP;
-                    const int nkc = (int)(j->K - nk0 < KC ? j->K - nk0 : KC);
-                    const int64_t calls = (m_hi - m_lo + TR - 1) / TR * ((q1 - q0 + 1) / 2);
-                    ahead_plan(&next, j, nq0, nq1, nk0, nkc, calls);
-                }
+                ahead next; /* one step per micro-kernel call (a pair of panels) */
+                ahead_next(&next, j, q1, p_lo, p_hi, k0, (m_hi - m_lo + TR - 1) / TR * ((q1 - q0 + 1) / 2));
                 for (int64_t m0 = m_lo; m0 < m_hi; m0 += mb) {
                     const int64_t m1 = m_hi - m0 < mb ? m_hi : m0 + mb;
                     const float *ap = whole ? whole + (m0 - m_lo) * kc : Apack;

@@ -9,28 +9,6 @@
 #define NR MA_GEMM_NR
 #define MR 12
 
-/* one instantiation per row count keeps the accumulators in registers */
-#define DISPATCH_MR(fn, ...)                             \
-    switch (mr) {                                        \
-    case 12: fn(12, __VA_ARGS__); break;                 \
-    case 11: fn(11, __VA_ARGS__); break;                 \
-    case 10: fn(10, __VA_ARGS__); break;                 \
-    case 9: fn(9, __VA_ARGS__); break;                   \
-    case 8: fn(8, __VA_ARGS__); break;                   \
-    case 7: fn(7, __VA_ARGS__); break;                   \
-    case 6: fn(6, __VA_ARGS__); break;                   \
-    case 5: fn(5, __VA_ARGS__); break;                   \
-    case 4: fn(4, __VA_ARGS__); break;                   \
-    case 3: fn(3, __VA_ARGS__); break;                   \
-    case 2: fn(2, __VA_ARGS__); break;                   \
-    default: fn(1, __VA_ARGS__); break;                  \
-    }
-
-static inline __attribute__((always_inline)) void store_row(float *cr, __m512 c, __mmask16 m, int accumulate) {
-    if (accumulate) c = _mm512_add_ps(c, _mm512_maskz_loadu_ps(m, cr));
-    _mm512_mask_storeu_ps(cr, m, c);
-}
-
 static inline __attribute__((always_inline)) void tile(int mr, int64_t kc, const float *A, const float *P, float *C,
                                                         int64_t ldc, int nr, int accumulate) {
     /* the C rows are read back at the end (K chunks after the first): fetch them meanwhile */
@@ -47,7 +25,7 @@ static inline __attribute__((always_inline)) void tile(int mr, int64_t kc, const
     }
     const __mmask16 m = (__mmask16)((1u << nr) - 1u);
     __m512 rows[MR] = {c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11};
-    for (int r = 0; r < mr; r++) store_row(C + r * ldc, rows[r], m, accumulate);
+    for (int r = 0; r < mr; r++) ma_store_row16(C + r * ldc, rows[r], m, accumulate);
 }
 
 /* 12 x 32 over two converted panels: 24 accumulators, per k two panel loads and twelve
@@ -75,19 +53,19 @@ static inline __attribute__((always_inline)) void tile2(int mr, int64_t kc, cons
     __m512 ra[MR] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11};
     __m512 rb[MR] = {b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11};
     for (int r = 0; r < mr; r++) {
-        store_row(C + r * ldc, ra[r], (__mmask16)0xffff, accumulate);
-        store_row(C + r * ldc + 16, rb[r], m1, accumulate);
+        ma_store_row16(C + r * ldc, ra[r], (__mmask16)0xffff, accumulate);
+        ma_store_row16(C + r * ldc + 16, rb[r], m1, accumulate);
     }
 }
 
 static void ukernel2_avx512(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr1,
                             int accumulate) {
-    DISPATCH_MR(tile2, kc, A, P, C, ldc, nr1, accumulate)
+    MA_DISPATCH_MR12(tile2, kc, A, P, C, ldc, nr1, accumulate)
 }
 
 static void ukernel_avx512(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr,
                            int accumulate) {
-    DISPATCH_MR(tile, kc, A, P, C, ldc, nr, accumulate)
+    MA_DISPATCH_MR12(tile, kc, A, P, C, ldc, nr, accumulate)
 }
 
 /* ---------------------------------------------------------------- small M: straight from panels
@@ -114,7 +92,7 @@ static void ukernel_avx512(int64_t kc, const float *A, const float *P, float *C,
     do {                                                                                 \
         const __mmask16 m_ = (__mmask16)((1u << nr) - 1u);                               \
         __m512 rows_[MR] = {c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11};            \
-        for (int r = 0; r < mr; r++) store_row(C + r * ldc, rows_[r], m_, accumulate);   \
+        for (int r = 0; r < mr; r++) ma_store_row16(C + r * ldc, rows_[r], m_, accumulate);   \
     } while (0)
 
 static inline __attribute__((always_inline)) void small_f16(int mr, const uint16_t *w, int kc, const float *A, float *C,
@@ -185,23 +163,23 @@ static void small_panels(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_
     switch (B->dtype) {
     case MA_DT_F16: {
         const uint16_t *w = (const uint16_t *)B->data + (p * K + k0) * NR;
-        DISPATCH_MR(small_f16, w, kc, A, C, ldc, nr, accumulate)
+        MA_DISPATCH_MR12(small_f16, w, kc, A, C, ldc, nr, accumulate)
     } break;
     case MA_DT_BF16: {
         const uint16_t *w = (const uint16_t *)B->data + (p * K + k0) * NR;
-        DISPATCH_MR(small_bf16, w, kc, A, C, ldc, nr, accumulate)
+        MA_DISPATCH_MR12(small_bf16, w, kc, A, C, ldc, nr, accumulate)
     } break;
     case MA_DT_F32: {
         const float *w = (const float *)B->data + (p * K + k0) * NR;
-        DISPATCH_MR(small_f32, w, kc, A, C, ldc, nr, accumulate)
+        MA_DISPATCH_MR12(small_f32, w, kc, A, C, ldc, nr, accumulate)
     } break;
     case MA_DT_Q8_0: {
         const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 544;
-        DISPATCH_MR(small_q8, blk, kc, A, C, ldc, nr, accumulate)
+        MA_DISPATCH_MR12(small_q8, blk, kc, A, C, ldc, nr, accumulate)
     } break;
     default: {
         const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 288;
-        DISPATCH_MR(small_q4, blk, kc, A, C, ldc, nr, accumulate)
+        MA_DISPATCH_MR12(small_q4, blk, kc, A, C, ldc, nr, accumulate)
     } break;
     }
 }

@@ -55,6 +55,33 @@ typedef struct ma_gemm_kernels_t {
 
 #define MA_GEMM_QA_BLOCK 480 /* 12 rows x 32 int8, 12 float scales, 12 int32 sums */
 
+/* one instantiation per row count (1..12) of an always-inline tile function fn(mr, ...), so the
+ * accumulators stay in registers (the AVX-512 and int8 kernels) */
+#define MA_DISPATCH_MR12(fn, ...)                        \
+    switch (mr) {                                        \
+    case 12: fn(12, __VA_ARGS__); break;                 \
+    case 11: fn(11, __VA_ARGS__); break;                 \
+    case 10: fn(10, __VA_ARGS__); break;                 \
+    case 9: fn(9, __VA_ARGS__); break;                   \
+    case 8: fn(8, __VA_ARGS__); break;                   \
+    case 7: fn(7, __VA_ARGS__); break;                   \
+    case 6: fn(6, __VA_ARGS__); break;                   \
+    case 5: fn(5, __VA_ARGS__); break;                   \
+    case 4: fn(4, __VA_ARGS__); break;                   \
+    case 3: fn(3, __VA_ARGS__); break;                   \
+    case 2: fn(2, __VA_ARGS__); break;                   \
+    default: fn(1, __VA_ARGS__); break;                  \
+    }
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+/* the first lanes (mask m) of one C row from an accumulator, added to C when accumulating */
+static inline __attribute__((always_inline)) void ma_store_row16(float *cr, __m512 c, __mmask16 m, int accumulate) {
+    if (accumulate) c = _mm512_add_ps(c, _mm512_maskz_loadu_ps(m, cr));
+    _mm512_mask_storeu_ps(cr, m, c);
+}
+#endif
+
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
 /* replaces the entries the AVX2 + FMA + F16C code provides */
 void ma_gemm_install_avx2(ma_gemm_kernels_t *k);

@@ -83,12 +83,7 @@ static inline __m512i k4_transpose(__m512i v) {
     }
 #define ACC_DECL(r) __m512 c##r = _mm512_setzero_ps();
 #define ACC_STORE(r) \
-    if (mr > r) store_row(C + r * ldc, c##r, m, accumulate);
-
-static inline __attribute__((always_inline)) void store_row(float *cr, __m512 c, __mmask16 m, int accumulate) {
-    if (accumulate) c = _mm512_add_ps(c, _mm512_maskz_loadu_ps(m, cr));
-    _mm512_mask_storeu_ps(cr, m, c);
-}
+    if (mr > r) ma_store_row16(C + r * ldc, c##r, m, accumulate);
 
 static inline __attribute__((always_inline)) void dot_q8(int mr, const uint8_t *blk, const qa_block *qa, int nb, float *C,
                                                           int64_t ldc, int nr, int accumulate) {
@@ -140,21 +135,6 @@ static inline __attribute__((always_inline)) void dot_q4(int mr, const uint8_t *
     ROWS(ACC_STORE)
 }
 
-#define DISPATCH_MR(fn, ...)                             \
-    switch (mr) {                                        \
-    case 12: fn(12, __VA_ARGS__); break;                 \
-    case 11: fn(11, __VA_ARGS__); break;                 \
-    case 10: fn(10, __VA_ARGS__); break;                 \
-    case 9: fn(9, __VA_ARGS__); break;                   \
-    case 8: fn(8, __VA_ARGS__); break;                   \
-    case 7: fn(7, __VA_ARGS__); break;                   \
-    case 6: fn(6, __VA_ARGS__); break;                   \
-    case 5: fn(5, __VA_ARGS__); break;                   \
-    case 4: fn(4, __VA_ARGS__); break;                   \
-    case 3: fn(3, __VA_ARGS__); break;                   \
-    case 2: fn(2, __VA_ARGS__); break;                   \
-    default: fn(1, __VA_ARGS__); break;                  \
-    }
 
 static void q_panels(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const void *qa, int mr,
                      float *C, int64_t ldc, int accumulate) {
@@ -163,10 +143,10 @@ static void q_panels(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0
     const qa_block *a = qa;
     if (B->dtype == MA_DT_Q8_0) {
         const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 544;
-        DISPATCH_MR(dot_q8, blk, a, nb, C, ldc, nr, accumulate)
+        MA_DISPATCH_MR12(dot_q8, blk, a, nb, C, ldc, nr, accumulate)
     } else {
         const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 288;
-        DISPATCH_MR(dot_q4, blk, a, nb, C, ldc, nr, accumulate)
+        MA_DISPATCH_MR12(dot_q4, blk, a, nb, C, ldc, nr, accumulate)
     }
 }
 

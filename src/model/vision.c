@@ -180,6 +180,7 @@ static ma_status sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float
     ma_status s = MA_OK;
     int S = H < W ? H : W;
     float *fmap = NULL, *hid = NULL, *cemb = NULL, *glob = NULL, *samp = NULL, *glob_m = NULL;
+    double *sums = NULL;
     glob = ma_malloc((size_t)C, sizeof(float), err, "sampler");
     float *coords = ma_malloc((size_t)(2 * K), sizeof(float), err, "sampler");
     hid = ma_malloc((size_t)(w->scout_hidden > w->coord_hidden ? w->scout_hidden : w->coord_hidden), sizeof(float), err, "sampler");
@@ -209,12 +210,14 @@ static ma_status sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float
         map = fmap;
         H = W = S;
     }
+    /* the global mean, row by row: every channel's sum in the same order as a column walk, but
+     * Cm independent chains instead of one (Cm is the projector's 9728 with lift) */
     float *gm = lift ? glob_m : glob;
-    for (int c = 0; c < Cm; c++) {
-        double acc = 0.0;
-        for (int i = 0; i < H * W; i++) acc += map[(size_t)i * Cm + c];
-        gm[c] = (float)(acc / (H * W));
-    }
+    sums = ma_calloc((size_t)Cm, sizeof(double), err, "sampler");
+    if (!sums) { s = MA_ERR_NOMEM; goto done; }
+    for (int i = 0; i < H * W; i++)
+        for (int c = 0; c < Cm; c++) sums[c] += map[(size_t)i * Cm + c];
+    for (int c = 0; c < Cm; c++) gm[c] = (float)(sums[c] / (H * W));
     if (lift && (s = ma_linear(kc, glob_m, 1, lift, NULL, glob, err))) goto done;
     /* scout MLP: Linear -> ReLU -> Linear -> Sigmoid; output 2k is x (width), 2k+1 is y */
     if ((s = ma_linear(kc, glob, 1, &w->scout0, w->scout0_b, hid, err))) goto done;
@@ -248,7 +251,7 @@ static ma_status sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float
     }
     if (coords_out) memcpy(coords_out, coords, sizeof(float) * 2 * (size_t)K);
 done:
-    free(fmap); free(glob); free(coords); free(hid); free(cemb); free(glob_m); free(samp);
+    free(fmap); free(glob); free(coords); free(hid); free(cemb); free(glob_m); free(samp); free(sums);
     return s;
 }
 
