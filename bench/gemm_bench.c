@@ -96,11 +96,12 @@ static void peak_task(void *ctx, int t, int T) {
 #endif
 }
 
-/* FMA peak of the vector width the active kernels use (8 floats for avx2, 16 for avx512 and amx,
- * whose small-M kernels are the AVX-512 ones) */
+/* FMA peak of the vector width the active kernels use (8 floats for avx2; 16 for avx512, vnni
+ * and amx, whose fp32 kernels are the AVX-512 ones) */
 static double fma_peak_gflops_n(long iters) {
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
-    const int wide = !strcmp(ma_gemm_kernels(), "avx512") || !strcmp(ma_gemm_kernels(), "amx");
+    const char *ks = ma_gemm_kernels();
+    const int wide = !strcmp(ks, "avx512") || !strcmp(ks, "vnni") || !strcmp(ks, "amx");
     peak_job j = {iters, wide, 0};
     ma_parallel(peak_task, &j); /* warm */
     double t0 = now_s();

@@ -494,10 +494,10 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
             }
         }
         active.amx_end();
-    } else if (active.ukernel2) {
-        /* per K chunk, a group of panels is converted once into Bc (L2) and shared by every A
-         * tile of every M block; two panels per micro-kernel call */
-        const ma_ukernel2_fn uk2 = active.ukernel2;
+    } else if (active.tile2[MA_DT_F32]) {
+        /* per K chunk, a group of panels is shared by every A tile of every M block: panels of a
+         * type the tiles read in place (f16 / bf16 / f32 context panels) are used straight from
+         * the weights, the others are converted once into Bc (L2); two panels per tile call */
         const int64_t rows = (m_hi - m_lo + TR - 1) / TR * TR;
         /* one group, or rows past 16 MiB of packed A (none in this model): pack per M block */
         float *whole = p_hi - p_lo > GROUP && rows * KC <= (1 << 22) ? thread_abuf((size_t)rows * KC) : NULL;
@@ -509,16 +509,25 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
             for (int64_t q0 = p_lo; q0 < p_hi; q0 += GROUP) {
                 const int64_t q1 = p_hi - q0 < GROUP ? p_hi : q0 + GROUP;
                 const gemm_seg *gs[GROUP];
+                const void *bp[GROUP]; /* each panel's K chunk: in place or in Bc */
                 int nrs[GROUP];
-                int64_t n0s[GROUP];
+                int64_t n0s[GROUP], pstride[GROUP]; /* elements to the next panel */
+                ma_dtype bdt[GROUP];
                 int s = 0;
                 for (int64_t p = q0; p < q1; p++) {
                     const int64_t i = p - q0;
                     const gemm_seg *g = gs[i] = panel_at(j, p, &s, &n0s[i], &nrs[i]);
+                    if (g->B->layout == MA_B_PANELS && active.tile2[g->B->dtype]) {
+                        const uint8_t *src;
+                        panel_span(g->B, j->K, n0s[i], k0, kc, &src);
+                        bp[i] = src, bdt[i] = g->B->dtype, pstride[i] = j->K * NR;
+                        continue;
+                    }
                     if (q0 == p_lo && k0 == 0 && n0s[i] + NR < g->N) prefetch_panel(g->B, j->K, n0s[i] + NR, k0, kc);
                     g->load(g->B, j->K, n0s[i], nrs[i], k0, kc, Bc + i * kc * NR);
+                    bp[i] = Bc + i * kc * NR, bdt[i] = MA_DT_F32, pstride[i] = (int64_t)kc * NR;
                 }
-                ahead next; /* one step per micro-kernel call (a pair of panels) */
+                ahead next; /* one step per tile call (a pair of panels) */
                 ahead_next(&next, j, q1, p_lo, p_hi, k0, (m_hi - m_lo + TR - 1) / TR * ((q1 - q0 + 1) / 2));
                 for (int64_t m0 = m_lo; m0 < m_hi; m0 += mb) {
                     const int64_t m1 = m_hi - m0 < mb ? m_hi : m0 + mb;
@@ -533,10 +542,10 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
                             ahead_step(&next);
                             /* a pair: the next panel continues the same output */
                             if (i + 1 < q1 - q0 && gs[i + 1] == g && nrs[i] == NR) {
-                                uk2(kc, at, Bc + i * kc * NR, c, g->ldc, mr, nrs[i + 1], acc);
+                                active.tile2[bdt[i]](kc, at, bp[i], pstride[i], c, g->ldc, mr, nrs[i + 1], acc);
                                 i += 2;
                             } else {
-                                uk(kc, at, Bc + i * kc * NR, c, g->ldc, mr, nrs[i], acc);
+                                active.tile1[bdt[i]](kc, at, bp[i], pstride[i], c, g->ldc, mr, nrs[i], acc);
                                 i += 1;
                             }
                         }

@@ -9,8 +9,19 @@
 #define NR MA_GEMM_NR
 #define MR 12
 
-static inline __attribute__((always_inline)) void tile(int mr, int64_t kc, const float *A, const float *P, float *C,
-                                                        int64_t ldc, int nr, int accumulate) {
+/* 16 weights of a panel row as fp32: the converted buffer (f32) or a context's f16 / bf16 panels
+ * straight from the mapping, converted in registers (on Zen 5 the conversion runs beside the
+ * FMAs, so reading the stored precision costs nothing over a converted buffer) */
+static inline __attribute__((always_inline)) __m512 load_w16(ma_dtype dt, const void *P, int64_t i) {
+    if (dt == MA_DT_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)P + i)));
+    if (dt == MA_DT_BF16)
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)P + i))), 16));
+    return _mm512_loadu_ps((const float *)P + i);
+}
+
+static inline __attribute__((always_inline)) void tile(int mr, ma_dtype dt, int64_t kc, const float *A, const void *P,
+                                                        float *C, int64_t ldc, int nr, int accumulate) {
     /* the C rows are read back at the end (K chunks after the first): fetch them meanwhile */
     if (accumulate)
         for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(C + r * ldc), _MM_HINT_T0);
@@ -18,7 +29,7 @@ static inline __attribute__((always_inline)) void tile(int mr, int64_t kc, const
     __m512 c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
     for (int64_t k = 0; k < kc; k++) {
         const float *ak = A + k * MR;
-        const __m512 b = _mm512_load_ps(P + k * NR);
+        const __m512 b = load_w16(dt, P, k * NR);
 #define ROW(r) if (mr > r) c##r = _mm512_fmadd_ps(_mm512_set1_ps(ak[r]), b, c##r);
         ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7) ROW(8) ROW(9) ROW(10) ROW(11)
 #undef ROW
@@ -28,18 +39,17 @@ static inline __attribute__((always_inline)) void tile(int mr, int64_t kc, const
     for (int r = 0; r < mr; r++) ma_store_row16(C + r * ldc, rows[r], m, accumulate);
 }
 
-/* 12 x 32 over two converted panels: 24 accumulators, per k two panel loads and twelve
- * broadcasts for 24 FMAs (half the loads per FMA of the 12 x 16 tile) */
-static inline __attribute__((always_inline)) void tile2(int mr, int64_t kc, const float *A, const float *P, float *C,
-                                                         int64_t ldc, int nr1, int accumulate) {
-    const float *P1 = P + kc * NR;
+/* 12 x 32 over two panels, the second pstride elements after the first: 24 accumulators, per k
+ * two panel loads and twelve broadcasts for 24 FMAs (half the loads per FMA of the 12 x 16 tile) */
+static inline __attribute__((always_inline)) void tile2(int mr, ma_dtype dt, int64_t kc, const float *A, const void *P,
+                                                         int64_t pstride, float *C, int64_t ldc, int nr1, int accumulate) {
     if (accumulate)
         for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(C + r * ldc), _MM_HINT_T0), _mm_prefetch((const char *)(C + r * ldc + 16), _MM_HINT_T0);
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
     __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0, b4 = a0, b5 = a0, b6 = a0, b7 = a0, b8 = a0, b9 = a0, b10 = a0, b11 = a0;
     for (int64_t k = 0; k < kc; k++) {
         const float *ak = A + k * MR;
-        const __m512 p0 = _mm512_load_ps(P + k * NR), p1 = _mm512_load_ps(P1 + k * NR);
+        const __m512 p0 = load_w16(dt, P, k * NR), p1 = load_w16(dt, P, pstride + k * NR);
 #define ROW(r)                                            \
         if (mr > r) {                                     \
             const __m512 x = _mm512_set1_ps(ak[r]);       \
@@ -58,14 +68,25 @@ static inline __attribute__((always_inline)) void tile2(int mr, int64_t kc, cons
     }
 }
 
-static void ukernel2_avx512(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr1,
-                            int accumulate) {
-    MA_DISPATCH_MR12(tile2, kc, A, P, C, ldc, nr1, accumulate)
-}
+/* one function per weight type, each with the row count dispatched to a constant */
+#define TILE_FNS(suffix, DT)                                                                                         \
+    static void tile1_##suffix(int64_t kc, const float *A, const void *P, int64_t pstride, float *C, int64_t ldc,   \
+                               int mr, int nr, int accumulate) {                                                     \
+        (void)pstride;                                                                                               \
+        MA_DISPATCH_MR12(tile, DT, kc, A, P, C, ldc, nr, accumulate)                                                 \
+    }                                                                                                                \
+    static void tile2_##suffix(int64_t kc, const float *A, const void *P, int64_t pstride, float *C, int64_t ldc,   \
+                               int mr, int nr1, int accumulate) {                                                    \
+        MA_DISPATCH_MR12(tile2, DT, kc, A, P, pstride, C, ldc, nr1, accumulate)                                      \
+    }
+TILE_FNS(f32, MA_DT_F32)
+TILE_FNS(f16, MA_DT_F16)
+TILE_FNS(bf16, MA_DT_BF16)
+#undef TILE_FNS
 
 static void ukernel_avx512(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr,
                            int accumulate) {
-    MA_DISPATCH_MR12(tile, kc, A, P, C, ldc, nr, accumulate)
+    MA_DISPATCH_MR12(tile, MA_DT_F32, kc, A, P, C, ldc, nr, accumulate)
 }
 
 /* ---------------------------------------------------------------- small M: straight from panels
@@ -189,5 +210,10 @@ void ma_gemm_install_avx512(ma_gemm_kernels_t *k) {
     k->ukernel = ukernel_avx512;
     k->mr = MR;
     k->small_panels = small_panels;
-    k->ukernel2 = ukernel2_avx512;
+    k->tile1[MA_DT_F32] = tile1_f32;
+    k->tile2[MA_DT_F32] = tile2_f32;
+    k->tile1[MA_DT_F16] = tile1_f16;
+    k->tile2[MA_DT_F16] = tile2_f16;
+    k->tile1[MA_DT_BF16] = tile1_bf16;
+    k->tile2[MA_DT_BF16] = tile2_bf16;
 }

@@ -17,9 +17,12 @@ typedef void (*ma_panel_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int
 typedef void (*ma_small_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const float *A, int mr,
                             float *C, int64_t ldc, int accumulate);
 
-/* two adjacent panels at once: C[mr, 16 + nr1] (+)= A x [P | P + kc*16] (the first panel full) */
-typedef void (*ma_ukernel2_fn)(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr1,
-                               int accumulate);
+/* the grouped path's tiles on panels [kc][16] of one weight type read in place: fp32 (converted
+ * panels, or f32 context panels) or f16 / bf16 context panels converted in registers.
+ * tile1: C[mr, nr] (+)= A x P; tile2: two panels, the second pstride elements after the first,
+ * C[mr, 16 + nr1] (+)= A x [P | P + pstride] (the first panel full) */
+typedef void (*ma_tile_fn)(int64_t kc, const float *A, const void *P, int64_t pstride, float *C, int64_t ldc, int mr,
+                           int nr, int accumulate);
 
 /* A[m0..m1) x [k0, k0 + kc) -> tiles of TR rows, each [kc][TR], rows past m1 zero */
 typedef void (*ma_pack_fn)(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, int TR, float *out);
@@ -31,7 +34,9 @@ typedef struct ma_gemm_kernels_t {
     ma_panel_fn load[3][MA_DT_COUNT]; /* [layout][dtype]; NULL = not supported */
     ma_small_fn small_panels;         /* optional: M <= mr on panel-layout B */
     ma_pack_fn pack_a;
-    ma_ukernel2_fn ukernel2;          /* optional: then B is converted a group of panels at a time */
+    /* optional (then B is used a group of panels at a time, each converted once per K chunk unless
+     * tile2 has its type, which is then read from the panels in place): [dtype], F32 required */
+    ma_tile_fn tile1[MA_DT_COUNT], tile2[MA_DT_COUNT];
     /* optional AMX tiles (gemm_amx.c, layouts there): for M >= MA_GEMM_AMX_MIN_M the driver
      * splits A and the converted panels into bf16 hi/lo tiles and runs 32 x 32 blocks */
     void (*amx_begin)(void); /* load the tile configuration on this thread */
