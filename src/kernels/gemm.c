@@ -71,11 +71,19 @@ static void load_rows_quant(const ma_bmat *B, int64_t K, int64_t n0, int nr, int
     }
 }
 
-static void load_cols_f32(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P) {
+static void load_cols_float(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P) {
     (void)K;
-    const float *b = B->data;
     for (int k = 0; k < kc; k++)
-        for (int j = 0; j < NR; j++) P[k * NR + j] = j < nr ? b[(k0 + k) * B->ld + n0 + j] : 0.0f;
+        for (int j = 0; j < NR; j++) P[k * NR + j] = j < nr ? elem_to_f32(B->dtype, B->data, (k0 + k) * B->ld + n0 + j) : 0.0f;
+}
+
+/* W's row r, columns n0..n0+15 sit 16 elements apart in its panel (r / 16, lane r % 16) */
+static void load_panels_t_float(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P) {
+    (void)K;
+    for (int k = 0; k < kc; k++) {
+        const int64_t r = B->row0 + k0 + k, base = ((r / NR) * B->ld + n0) * NR + r % NR;
+        for (int j = 0; j < NR; j++) P[k * NR + j] = j < nr ? elem_to_f32(B->dtype, B->data, base + (int64_t)j * NR) : 0.0f;
+    }
 }
 
 static void load_panels_float(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P) {
@@ -136,7 +144,10 @@ static void choose_kernels(void) {
     }
     p->load[MA_B_ROWS][MA_DT_Q8_0] = p->load[MA_B_ROWS][MA_DT_Q4_0] = load_rows_quant;
     p->load[MA_B_PANELS][MA_DT_Q8_0] = p->load[MA_B_PANELS][MA_DT_Q4_0] = load_panels_quant;
-    p->load[MA_B_COLS][MA_DT_F32] = load_cols_f32;
+    for (int i = 0; i < 3; i++) {
+        p->load[MA_B_COLS][floats[i]] = load_cols_float;
+        p->load[MA_B_PANELS_T][floats[i]] = load_panels_t_float;
+    }
     n_sets = 1;
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
     if (ma_cpu_avx2_fma_f16c()) {
@@ -600,7 +611,7 @@ static int prepare(gemm_job *j, int64_t M, int64_t K, const float *A, int64_t ld
     for (int i = 0; i < n; i++) {
         const ma_bmat *B = parts[i].B;
         if (parts[i].N <= 0) continue;
-        if ((unsigned)B->layout > MA_B_PANELS || (unsigned)B->dtype >= MA_DT_COUNT) abort();
+        if ((unsigned)B->layout >= MA_B_LAYOUTS || (unsigned)B->dtype >= MA_DT_COUNT) abort();
         gemm_seg *g = &j->seg[j->n_seg++];
         *g = (gemm_seg){B, parts[i].N, parts[i].ldc, j->panels, parts[i].bias, parts[i].C, active.load[B->layout][B->dtype]};
         if (!g->load) abort();
@@ -620,7 +631,9 @@ static void run_job(gemm_job *j) {
     /* below ~64 kFLOP per thread the hand-off costs more than it saves */
     const int64_t work = j->M * n_total * (j->K ? j->K : 1);
     int max_t = work < (1 << 17) ? 1 : (int)(j->panels < 64 ? j->panels : 64);
-    j->split_m = j->M >= 2 * MC * ma_threads();
+    /* tall A, or too few panels to share out evenly (a head's 5 panels over 2 threads): rows */
+    const int T = ma_threads();
+    j->split_m = j->M >= 2 * MC * T || (j->panels < 8 * T && j->M >= 8 * MA_GEMM_MR_MAX * T && !j->small);
     ma_parallel_n(gemm_task, j, max_t);
 }
 

@@ -8,9 +8,12 @@
  *
  * B layouts:
  *   MA_B_ROWS    row-major [N][ld] of F32 / F16 / BF16 / Q8_0 / Q4_0 (checkpoint tensors, K/V)
- *   MA_B_COLS    row-major [K][ld] F32, i.e. C = A B (attention's P V)
+ *   MA_B_COLS    row-major [K][ld] of F32 / F16 / BF16, i.e. C = A B (attention's P V; a weight
+ *                W [R][ld] from its row r0: C = A W[r0 : r0 + K], data pointing at row r0)
  *   MA_B_PANELS  the context layout written by `molmoact compile` (ma_pack_panels): per panel
  *                of 16 rows, K-major, so converting a panel is one sequential read
+ *   MA_B_PANELS_T  an F32 / F16 / BF16 weight W [R][ld] in the panel layout used as MA_B_COLS
+ *                uses it: C = A W[row0 : row0 + K] (row0 need not be a multiple of 16)
  *
  * The micro-kernel and panel loaders have a portable C version and, on x86-64 CPUs with
  * AVX2 + FMA + F16C, SIMD ones (AVX2 6 x 16 tiles; AVX-512F 12 x 16 / 12 x 32 tiles; "vnni":
@@ -31,13 +34,15 @@
 #define MA_GEMM_KC 384
 #define MA_GEMM_MC 144
 
-typedef enum { MA_B_ROWS, MA_B_COLS, MA_B_PANELS } ma_blayout;
+typedef enum { MA_B_ROWS, MA_B_COLS, MA_B_PANELS, MA_B_PANELS_T, MA_B_LAYOUTS } ma_blayout;
 
 typedef struct ma_bmat {
     ma_blayout layout;
-    ma_dtype dtype; /* MA_B_COLS: F32 only */
+    ma_dtype dtype; /* MA_B_COLS, MA_B_PANELS_T: F32 / F16 / BF16 */
     const void *data;
-    int64_t ld;     /* elements between rows (ROWS: >= K; COLS: >= N); unused for PANELS */
+    int64_t ld;     /* elements between rows (ROWS: >= K; COLS: >= N); PANELS_T: W's columns (>= N);
+                     * unused for PANELS */
+    int64_t row0;   /* PANELS_T: the row of W that is k = 0 */
 } ma_bmat;
 
 /* C = A B^T (+ C when accumulate) (+ bias[N] when bias); runs on the thread pool unless called

@@ -216,6 +216,50 @@ static void load_cols_f32(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64
         for (int j = 0; j < NR; j++) P[k * NR + j] = j < nr ? b[k * B->ld + j] : 0.0f;
 }
 
+/* f16 / bf16 rows of a weight used as B [K][N] */
+static void load_cols_half(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P) {
+    (void)K;
+    const uint16_t *b = (const uint16_t *)B->data + k0 * B->ld + n0;
+    const int bf = B->dtype == MA_DT_BF16;
+    for (int k = 0; k < kc; k++) {
+        const uint16_t *row = b + k * B->ld;
+        if (nr == NR) {
+            const __m256i h = _mm256_loadu_si256((const __m256i *)row);
+            const __m128i lo = _mm256_castsi256_si128(h), hi = _mm256_extracti128_si256(h, 1);
+            _mm256_store_ps(P + k * NR, bf ? bf16x8(lo) : _mm256_cvtph_ps(lo));
+            _mm256_store_ps(P + k * NR + 8, bf ? bf16x8(hi) : _mm256_cvtph_ps(hi));
+        } else
+            for (int j = 0; j < NR; j++) P[k * NR + j] = j < nr ? load1(B->dtype, B->data, (k0 + k) * B->ld + n0 + j) : 0.0f;
+    }
+}
+
+/* MA_B_PANELS_T: the rows of a panel that B's k range covers are one 16 x 16 block per 16
+ * columns ([column][lane], contiguous): converted whole, then read across */
+static void load_panels_t(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P) {
+    (void)K;
+    _Alignas(32) float t[NR][NR]; /* t[j][lane] */
+    for (int k = 0; k < kc;) {
+        const int64_t r = B->row0 + k0 + k;
+        const int lane0 = (int)(r % NR), m = NR - lane0 < kc - k ? NR - lane0 : kc - k;
+        const int64_t base = ((r / NR) * B->ld + n0) * NR;
+        for (int j = 0; j < NR; j++) {
+            if (j >= nr) { memset(t[j], 0, sizeof t[j]); continue; }
+            if (B->dtype == MA_DT_F32) {
+                memcpy(t[j], (const float *)B->data + base + j * NR, sizeof t[j]);
+                continue;
+            }
+            const __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)B->data + base + j * NR));
+            const __m128i lo = _mm256_castsi256_si128(h), hi = _mm256_extracti128_si256(h, 1);
+            const int bf = B->dtype == MA_DT_BF16;
+            _mm256_store_ps(t[j], bf ? bf16x8(lo) : _mm256_cvtph_ps(lo));
+            _mm256_store_ps(t[j] + 8, bf ? bf16x8(hi) : _mm256_cvtph_ps(hi));
+        }
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < NR; j++) P[(k + i) * NR + j] = t[j][lane0 + i];
+        k += m;
+    }
+}
+
 /* A packing with 4 x 4 transposes: four rows' k..k+3 become four [k][r0..r0+3] stores */
 static void pack_a_sse(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, int TR, float *out) {
     for (int64_t m = m0; m < m1; m += TR) {
@@ -262,4 +306,6 @@ void ma_gemm_install_avx2(ma_gemm_kernels_t *k) {
     k->load[MA_B_ROWS][MA_DT_BF16] = load_rows_float;
     k->load[MA_B_ROWS][MA_DT_F32] = load_rows_float;
     k->load[MA_B_COLS][MA_DT_F32] = load_cols_f32;
+    k->load[MA_B_COLS][MA_DT_F16] = k->load[MA_B_COLS][MA_DT_BF16] = load_cols_half;
+    k->load[MA_B_PANELS_T][MA_DT_F32] = k->load[MA_B_PANELS_T][MA_DT_F16] = k->load[MA_B_PANELS_T][MA_DT_BF16] = load_panels_t;
 }

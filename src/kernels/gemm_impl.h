@@ -31,7 +31,7 @@ typedef struct ma_gemm_kernels_t {
     const char *name;
     int mr; /* rows of the micro-kernel's tile (the A packing follows it); <= MA_GEMM_MR_MAX */
     ma_ukernel_fn ukernel;
-    ma_panel_fn load[3][MA_DT_COUNT]; /* [layout][dtype]; NULL = not supported */
+    ma_panel_fn load[MA_B_LAYOUTS][MA_DT_COUNT]; /* [layout][dtype]; NULL = not supported */
     ma_small_fn small_panels;         /* optional: M <= mr on panel-layout B */
     ma_pack_fn pack_a;
     /* optional (then B is used a group of panels at a time, each converted once per K chunk unless

@@ -90,7 +90,7 @@ void ma_gemm_nt(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int
                 int64_t ldb, float beta, float *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return;
     if (!c->scalar && (beta == 0.0f || beta == 1.0f)) {
-        ma_bmat b = {MA_B_ROWS, MA_DT_F32, B, ldb};
+        ma_bmat b = {MA_B_ROWS, MA_DT_F32, B, ldb, 0};
         ma_gemm(M, N, K, A, lda, &b, NULL, beta == 1.0f, C, ldc);
         return;
     }
@@ -112,7 +112,7 @@ void ma_gemm_nn(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int
                 int64_t ldb, float *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return;
     if (!c->scalar) {
-        ma_bmat b = {MA_B_COLS, MA_DT_F32, B, ldb};
+        ma_bmat b = {MA_B_COLS, MA_DT_F32, B, ldb, 0};
         ma_gemm(M, N, K, A, lda, &b, NULL, 0, C, ldc);
         return;
     }
@@ -131,7 +131,7 @@ ma_status ma_linear(ma_kctx *c, const float *x, int64_t M, const ma_mat *w, cons
                     ma_error *err) {
     const int64_t N = w->rows, K = w->cols;
     if (!c->scalar) {
-        ma_bmat b = {w->panels ? MA_B_PANELS : MA_B_ROWS, w->dtype, w->data, K};
+        ma_bmat b = {w->panels ? MA_B_PANELS : MA_B_ROWS, w->dtype, w->data, K, 0};
         ma_gemm(M, N, K, x, K, &b, bias, 0, y, N);
         return MA_OK;
     }
@@ -173,7 +173,7 @@ ma_status ma_linear_fused(ma_kctx *c, const float *x, int64_t M, int n, const ma
     ma_bmat b[MA_GEMM_MAX_PARTS];
     ma_gemm_part parts[MA_GEMM_MAX_PARTS];
     for (int i = 0; i < n; i++) {
-        b[i] = (ma_bmat){w[i]->panels ? MA_B_PANELS : MA_B_ROWS, w[i]->dtype, w[i]->data, w[i]->cols};
+        b[i] = (ma_bmat){w[i]->panels ? MA_B_PANELS : MA_B_ROWS, w[i]->dtype, w[i]->data, w[i]->cols, 0};
         parts[i] = (ma_gemm_part){&b[i], w[i]->rows, bias[i], y[i], w[i]->rows};
     }
     ma_gemm_fused(M, w[0]->cols, x, w[0]->cols, parts, n);
@@ -349,9 +349,9 @@ typedef struct att_job {
     int failed;
 } att_job;
 
-/* mask and softmax of one score row (query qi), scale applied first */
-static void softmax_masked(const ma_vecmath *vm, float *row, int64_t lk, int64_t qi, float scale, const ma_attn_mask *mask) {
-    vm->scale(row, lk, scale);
+/* mask and unnormalised softmax of one raw score row (query qi): row <- exp(scale (row - max));
+ * returns the sum, by which the caller divides the output row (hd values instead of lk) */
+static float softmax_masked(const ma_vecmath *vm, float *row, int64_t lk, int64_t qi, float scale, const ma_attn_mask *mask) {
     if (mask && (mask->key_valid || mask->causal)) {
         int any = 0;
         for (int64_t j = 0; j < lk; j++) {
@@ -363,9 +363,8 @@ static void softmax_masked(const ma_vecmath *vm, float *row, int64_t lk, int64_t
         if (!any)
             for (int64_t j = 0; j < lk; j++) row[j] = 0.0f;
     }
-    const float mx = vm->max(row, lk);
-    const float sum = vm->exp_shift_sum(row, lk, mx);
-    vm->scale(row, lk, 1.0f / sum);
+    /* exp(scale x - scale max): scale > 0 keeps the max where it was */
+    return vm->exp_scaled_sum(row, lk, scale, vm->max(row, lk));
 }
 
 static void att_task(void *ctx, int t, int T) {
@@ -385,10 +384,12 @@ static void att_task(void *ctx, int t, int T) {
         const float *k = a->k + seq * a->k_seq + (h / grp) * a->hd;
         const float *v = a->v + seq * a->v_seq + (h / grp) * a->hd;
         float *o = a->out + seq * a->out_seq + h * a->hd + q0 * a->out_row;
-        ma_bmat kb = {MA_B_ROWS, MA_DT_F32, k, a->k_row}, vb = {MA_B_COLS, MA_DT_F32, v, a->v_row};
+        ma_bmat kb = {MA_B_ROWS, MA_DT_F32, k, a->k_row, 0}, vb = {MA_B_COLS, MA_DT_F32, v, a->v_row, 0};
         ma_gemm_serial(qb, a->lk, a->hd, q, a->q_row, &kb, NULL, 0, S, a->lk);
-        for (int64_t i = 0; i < qb; i++) softmax_masked(vm, S + i * a->lk, a->lk, q0 + i, scale, a->mask);
+        float sums[ATT_QB];
+        for (int64_t i = 0; i < qb; i++) sums[i] = softmax_masked(vm, S + i * a->lk, a->lk, q0 + i, scale, a->mask);
         ma_gemm_serial(qb, a->hd, a->lk, S, a->lk, &vb, NULL, 0, o, a->out_row);
+        for (int64_t i = 0; i < qb; i++) vm->scale(o + i * a->out_row, a->hd, 1.0f / sums[i]);
     }
     free(S);
 }

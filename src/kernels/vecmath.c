@@ -22,9 +22,9 @@ static void quick_gelu_portable(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-1.702f * x[i]));
 }
 
-static float exp_shift_sum_portable(float *x, int64_t n, float shift) {
+static float exp_scaled_sum_portable(float *x, int64_t n, float s, float m) {
     double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) { x[i] = expf(x[i] - shift); sum += x[i]; }
+    for (int64_t i = 0; i < n; i++) { x[i] = expf(s * x[i] - s * m); sum += x[i]; }
     return (float)sum;
 }
 
@@ -42,12 +42,22 @@ static void mul_portable(float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] *= x[i];
 }
 
+static float dot_portable(const float *a, const float *b, int64_t n) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void axpy_portable(float *y, float a, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
 static ma_vecmath portable_t, best_t, table;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void choose(void) {
-    portable_t = (ma_vecmath){silu_portable, gelu_tanh_portable, quick_gelu_portable, exp_shift_sum_portable, max_portable,
-                              scale_portable, mul_portable};
+    portable_t = (ma_vecmath){silu_portable, gelu_tanh_portable, quick_gelu_portable, exp_scaled_sum_portable, max_portable,
+                              scale_portable, mul_portable, dot_portable, axpy_portable};
     best_t = portable_t;
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
     if (ma_cpu_avx2_fma_f16c()) ma_vecmath_install_avx2(&best_t);

@@ -10,12 +10,15 @@ typedef struct ma_vecmath {
     void (*silu)(float *x, int64_t n);
     void (*gelu_tanh)(float *x, int64_t n);
     void (*quick_gelu)(float *x, int64_t n);
-    /* x <- exp(x - shift); returns the sum of the results */
-    float (*exp_shift_sum)(float *x, int64_t n, float shift);
+    /* x <- exp(s x - s m) (s > 0, m = max x: the largest term is 1); returns their sum */
+    float (*exp_scaled_sum)(float *x, int64_t n, float s, float m);
     float (*max)(const float *x, int64_t n);
     void (*scale)(float *x, int64_t n, float s);
     /* y[i] *= x[i] */
     void (*mul)(float *y, const float *x, int64_t n);
+    float (*dot)(const float *a, const float *b, int64_t n);
+    /* y[i] += a x[i] */
+    void (*axpy)(float *y, float a, const float *x, int64_t n);
 } ma_vecmath;
 
 const ma_vecmath *ma_vecmath_get(void);

@@ -68,17 +68,17 @@ static float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-static float exp_shift_sum(float *x, int64_t n, float shift) {
-    const __m256 sh = _mm256_set1_ps(shift);
+static float exp_scaled_sum(float *x, int64_t n, float s, float m) {
+    const __m256 sv = _mm256_set1_ps(s), sm = _mm256_set1_ps(s * m);
     __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh));
+        const __m256 e = exp8(_mm256_fmsub_ps(_mm256_loadu_ps(x + i), sv, sm));
         _mm256_storeu_ps(x + i, e);
         acc = _mm256_add_ps(acc, e);
     }
     float sum = hsum8(acc);
-    for (; i < n; i++) { x[i] = expf(x[i] - shift); sum += x[i]; }
+    for (; i < n; i++) { x[i] = expf(s * x[i] - s * m); sum += x[i]; }
     return sum;
 }
 
@@ -107,11 +107,36 @@ static void mul(float *y, const float *x, int64_t n) {
     for (; i < n; i++) y[i] *= x[i];
 }
 
+/* four independent FMA chains of 8 */
+static float dot(const float *a, const float *b, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float sum = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+
+static void axpy(float *y, float a, const float *x, int64_t n) {
+    const __m256 av = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
 void ma_vecmath_install_avx2(ma_vecmath *v) {
+    v->dot = dot;
+    v->axpy = axpy;
     v->silu = silu;
     v->gelu_tanh = gelu_tanh;
     v->quick_gelu = quick_gelu;
-    v->exp_shift_sum = exp_shift_sum;
+    v->exp_scaled_sum = exp_scaled_sum;
     v->max = vmax;
     v->scale = scale;
     v->mul = mul;

@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/gemm.h"
+#include "kernels/threads.h"
+#include "kernels/vecmath.h"
 #include "model/model.h"
 
 #define VB "model.vision_backbone."
@@ -141,6 +144,153 @@ int ma_vision_tokens(const ma_config *cfg, const ma_vision_w *w) {
     return w->sampler_place != MA_SAMPLER_NONE ? w->sampler.tokens : cfg->pooled_h * cfg->pooled_w;
 }
 
+/* ------------------------------------------------------------------------------ pooling */
+
+/* rows [r0, r0 + n) of w as a GEMM operand: in the panel layout the covering whole panels
+ * (*cols columns from row r0 - *skip) */
+static ma_bmat weight_rows(const ma_mat *w, int64_t r0, int64_t n, int64_t *cols, int64_t *skip) {
+    if (w->panels) {
+        const int64_t p0 = r0 / MA_GEMM_NR, p1 = (r0 + n + MA_GEMM_NR - 1) / MA_GEMM_NR;
+        *cols = (p1 - p0) * MA_GEMM_NR; /* the panel layout pads the last panel's rows */
+        *skip = r0 - p0 * MA_GEMM_NR;
+        return (ma_bmat){MA_B_PANELS, w->dtype, (const uint8_t *)w->data + (size_t)p0 * ma_panels_size(w->dtype, MA_GEMM_NR, w->cols),
+                         w->cols, 0};
+    }
+    int64_t be;
+    size_t bb;
+    ma_dtype_block(w->dtype, &be, &bb);
+    *cols = n;
+    *skip = 0;
+    return (ma_bmat){MA_B_ROWS, w->dtype, (const uint8_t *)w->data + (size_t)(r0 * w->cols / be) * bb, w->cols, 0};
+}
+
+/* the weights the linear form of the pooling can read as B [K][N] (u = q_h Wk_g): float types */
+static int pool_linear_ok(const ma_vit_attn_w *a) {
+    const ma_dtype dt = a->wk.dtype;
+    return dt == MA_DT_F32 || dt == MA_DT_F16 || dt == MA_DT_BF16;
+}
+
+typedef struct pool_pass {
+    const float *x;        /* [tokens, 4, c2] slot features (invalid slots zero) */
+    const uint8_t *valid;  /* [tokens, 4] */
+    float *u;              /* [tokens, H, c2] for H heads: Wk_g^T q_h in, the weighted slot mean out */
+    int64_t tokens, c2;
+    int H, mask;
+    float scale;
+} pool_pass;
+
+/* per token and head: scores of the four slots against u, softmax, u <- sum_s p_s x_s */
+static void pool_pass_task(void *ctx, int t, int T) {
+    const pool_pass *pp = ctx;
+    const ma_vecmath *vm = ma_vecmath_get();
+    long lo, hi;
+    ma_split_range((long)pp->tokens, t, T, &lo, &hi);
+    for (long tok = lo; tok < hi; tok++) {
+        const float *xs = pp->x + (int64_t)tok * 4 * pp->c2;
+        int allowed[4], any = 0;
+        for (int s = 0; s < 4; s++) any |= allowed[s] = !pp->mask || pp->valid[tok * 4 + s];
+        if (!any) /* a fully masked row is uniform, as adding finfo.min to every score makes it */
+            for (int s = 0; s < 4; s++) allowed[s] = 1;
+        for (int h = 0; h < pp->H; h++) {
+            float *u = pp->u + ((int64_t)tok * pp->H + h) * pp->c2, sc[4], mx = -INFINITY, sum = 0.0f;
+            for (int s = 0; s < 4; s++) {
+                sc[s] = allowed[s] ? vm->dot(u, xs + s * pp->c2, pp->c2) * pp->scale : -INFINITY;
+                mx = sc[s] > mx ? sc[s] : mx;
+            }
+            for (int s = 0; s < 4; s++) { sc[s] = allowed[s] ? expf(sc[s] - mx) : 0.0f; sum += sc[s]; }
+            memset(u, 0, sizeof(float) * (size_t)pp->c2);
+            for (int s = 0; s < 4; s++)
+                if (sc[s] != 0.0f) vm->axpy(u, sc[s] / sum, xs + s * pp->c2, pp->c2);
+        }
+    }
+}
+
+/* The pooling as upstream computes it: keys and values of all four slots (the scalar path, the
+ * tests' reference for the linear form, and quantised wk). */
+static ma_status pool_attention_slots(const ma_config *cfg, const ma_vit_attn_w *a, ma_kctx *kc, const float *pool_in,
+                                      const uint8_t *valid, const float *pq, int64_t nt, float *po, ma_error *err) {
+    const int H = cfg->pool_heads, KV = cfg->pool_kv_heads, hd = cfg->pool_head_dim, grp = H / KV;
+    const int64_t qd = (int64_t)H * hd, kd = (int64_t)KV * hd;
+    float *pk = ma_malloc((size_t)(nt * 4 * kd), sizeof(float), err, "pool k");
+    float *pv = ma_malloc((size_t)(nt * 4 * kd), sizeof(float), err, "pool v");
+    ma_status s = MA_OK;
+    if (!pk || !pv) { s = MA_ERR_NOMEM; goto done; }
+    if ((s = ma_linear_fused(kc, pool_in, nt * 4, 2, (const ma_mat *[2]){&a->wk, &a->wv}, (const float *[2]){a->bk, a->bv},
+                             (float *[2]){pk, pv}, err))) goto done;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t tok = 0; tok < nt; tok++)
+        for (int hh = 0; hh < H; hh++) {
+            const float *qv = pq + tok * qd + hh * hd;
+            float sc[4], mx = -INFINITY;
+            for (int slot = 0; slot < 4; slot++) {
+                const float *kv = pk + (tok * 4 + slot) * kd + (hh / grp) * hd;
+                float acc = 0.0f;
+                for (int e = 0; e < hd; e++) acc += qv[e] * kv[e];
+                sc[slot] = (cfg->pool_mask && !valid[tok * 4 + slot]) ? -INFINITY : acc * scale;
+                mx = sc[slot] > mx ? sc[slot] : mx;
+            }
+            if (mx == -INFINITY) /* fully masked: uniform, as adding finfo.min to every score makes it */
+                for (int slot = 0; slot < 4; slot++) sc[slot] = 0.0f, mx = 0.0f;
+            float sum = 0.0f;
+            for (int slot = 0; slot < 4; slot++) { sc[slot] = expf(sc[slot] - mx); sum += sc[slot]; }
+            float *o = po + tok * qd + hh * hd;
+            for (int e = 0; e < hd; e++) o[e] = 0.0f;
+            for (int slot = 0; slot < 4; slot++) {
+                const float *vv = pv + (tok * 4 + slot) * kd + (hh / grp) * hd;
+                float p = sc[slot] / sum;
+                for (int e = 0; e < hd; e++) o[e] += p * vv[e];
+            }
+        }
+done:
+    free(pk);
+    free(pv);
+    return s;
+}
+
+#define POOL_HEADS 4 /* heads per pass: the [tokens, heads, c2] buffer of two images is 14 MB */
+
+/* The pooling's keys and values are linear in the slot features x_s, so for head h (kv head g)
+ *   score_s = q_h . (Wk_g x_s + bk_g) / sqrt(hd) = (Wk_g^T q_h) . x_s / sqrt(hd) + c, with c the same
+ *   for every slot (the softmax drops it), and
+ *   out_h = sum_s p_s (Wv_g x_s + bv_g) = Wv_g (sum_s p_s x_s) + bv_g   (sum_s p_s = 1).
+ * wk and wv are then applied to one row per token and head instead of to four slot rows: a
+ * quarter of their products (the two are most of the pooling's FLOPs). The same function in
+ * exact arithmetic; in fp32 the sums run in another order. pq [nt, H*hd] in, po [nt, H*hd] out. */
+static ma_status pool_attention_linear(const ma_config *cfg, const ma_vit_attn_w *a, const float *pool_in,
+                                       const uint8_t *valid, const float *pq, int64_t nt, float *po, ma_error *err) {
+    const int H = cfg->pool_heads, KV = cfg->pool_kv_heads, hd = cfg->pool_head_dim, grp = H / KV;
+    const int64_t c2 = a->wk.cols, qd = (int64_t)H * hd;
+    const int hg = H < POOL_HEADS ? H : POOL_HEADS;
+    float *u = ma_malloc((size_t)(nt * hg * c2), sizeof(float), err, "pool u");
+    float *o = ma_malloc((size_t)(nt * (hd + 2 * MA_GEMM_NR)), sizeof(float), err, "pool head out");
+    if (!u || !o) { free(u); free(o); return MA_ERR_NOMEM; }
+    const size_t es = ma_dtype_size(a->wk.dtype);
+    for (int h0 = 0; h0 < H; h0 += hg) {
+        const int nh = H - h0 < hg ? H - h0 : hg;
+        for (int i = 0; i < nh; i++) { /* u_h = q_h Wk_g: Wk's rows g*hd.. read as B [hd][c2] */
+            const int64_t r0 = (int64_t)((h0 + i) / grp) * hd;
+            const ma_bmat wk = a->wk.panels ? (ma_bmat){MA_B_PANELS_T, a->wk.dtype, a->wk.data, c2, r0}
+                                            : (ma_bmat){MA_B_COLS, a->wk.dtype, (const uint8_t *)a->wk.data + (size_t)(r0 * c2) * es, c2, 0};
+            ma_gemm(nt, c2, hd, pq + (int64_t)(h0 + i) * hd, qd, &wk, NULL, 0, u + (int64_t)i * c2, nh * c2);
+        }
+        pool_pass pp = {pool_in, valid, u, nt, c2, nh, cfg->pool_mask, 1.0f / sqrtf((float)hd)};
+        ma_parallel(pool_pass_task, &pp);
+        for (int i = 0; i < nh; i++) { /* out_h = Wv_g ybar_h + bv_g */
+            const int64_t r0 = (int64_t)((h0 + i) / grp) * hd;
+            int64_t cols, skip;
+            const ma_bmat wv = weight_rows(&a->wv, r0, hd, &cols, &skip);
+            ma_gemm(nt, cols, c2, u + (int64_t)i * c2, nh * c2, &wv, NULL, 0, o, cols);
+            for (int64_t t = 0; t < nt; t++) {
+                float *dst = po + t * qd + (int64_t)(h0 + i) * hd;
+                for (int e = 0; e < hd; e++) dst[e] = o[t * cols + skip + e] + a->bv[r0 + e];
+            }
+        }
+    }
+    free(u);
+    free(o);
+    return MA_OK;
+}
+
 /* ------------------------------------------------------------------------------ forward */
 
 /* multi-head attention of x [n*L, dim] over itself per image (ViT blocks); out [n*L, dim] */
@@ -169,107 +319,111 @@ done:
     return s;
 }
 
-/* The sampler reads its feature map only through averages and bilinear weights, both linear.
- * With `lift` the map holds the projector's hidden activations [H*W, Cm] instead of its output,
- * and lift (the projector's last, bias-free linear) maps the global mean and the K samples to the
- * C channels: the same features from K + 1 rows of that linear instead of H*W (in exact
- * arithmetic; in fp32 the sums are taken in another order). lift NULL: Cm == C. */
-static ma_status sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float *tokens, int Cm, const ma_mat *lift,
-                                 int H, int W, float *out, float *coords_out, ma_error *err) {
-    const int C = w->channels, K = w->tokens;
-    ma_status s = MA_OK;
-    int S = H < W ? H : W;
-    float *fmap = NULL, *hid = NULL, *cemb = NULL, *glob = NULL, *samp = NULL, *glob_m = NULL;
-    double *sums = NULL;
-    glob = ma_malloc((size_t)C, sizeof(float), err, "sampler");
-    float *coords = ma_malloc((size_t)(2 * K), sizeof(float), err, "sampler");
-    hid = ma_malloc((size_t)(w->scout_hidden > w->coord_hidden ? w->scout_hidden : w->coord_hidden), sizeof(float), err, "sampler");
-    cemb = ma_malloc((size_t)C, sizeof(float), err, "sampler");
-    if (lift) {
-        glob_m = ma_malloc((size_t)Cm, sizeof(float), err, "sampler");
-        samp = ma_malloc((size_t)K * (size_t)Cm, sizeof(float), err, "sampler");
-    }
-    if (!glob || !coords || !hid || !cemb || (lift && (!glob_m || !samp))) { s = MA_ERR_NOMEM; goto done; }
-    /* feature map [S*S, Cm] row-major cells (channels-last); non-square grids are average-pooled */
-    const float *map = tokens;
-    if (H != W) {
-        fmap = ma_calloc((size_t)S * S * Cm, sizeof(float), err, "sampler");
-        if (!fmap) { s = MA_ERR_NOMEM; goto done; }
-        for (int oi = 0; oi < S; oi++)
-            for (int oj = 0; oj < S; oj++) {
-                int h0 = (int)floor((double)oi * H / S), h1 = (int)ceil((double)(oi + 1) * H / S);
-                int w0 = (int)floor((double)oj * W / S), w1 = (int)ceil((double)(oj + 1) * W / S);
-                float *dst = fmap + ((size_t)oi * S + oj) * Cm;
-                for (int c = 0; c < Cm; c++) {
-                    double acc = 0.0;
-                    for (int i = h0; i < h1; i++)
-                        for (int j = w0; j < w1; j++) acc += tokens[((size_t)i * W + j) * Cm + c];
-                    dst[c] = (float)(acc / ((double)(h1 - h0) * (w1 - w0)));
-                }
+/* one image's feature map as a square grid [S*S, Cm] (channels last): itself when square, else
+ * average-pooled to S = min(H, W) into *fmap */
+static const float *square_map(const float *tokens, int Cm, int H, int W, float **fmap, ma_error *err) {
+    if (H == W) return tokens;
+    const int S = H < W ? H : W;
+    *fmap = ma_calloc((size_t)S * S * Cm, sizeof(float), err, "sampler");
+    if (!*fmap) return NULL;
+    for (int oi = 0; oi < S; oi++)
+        for (int oj = 0; oj < S; oj++) {
+            int h0 = (int)floor((double)oi * H / S), h1 = (int)ceil((double)(oi + 1) * H / S);
+            int w0 = (int)floor((double)oj * W / S), w1 = (int)ceil((double)(oj + 1) * W / S);
+            float *dst = *fmap + ((size_t)oi * S + oj) * Cm;
+            for (int c = 0; c < Cm; c++) {
+                double acc = 0.0;
+                for (int i = h0; i < h1; i++)
+                    for (int j = w0; j < w1; j++) acc += tokens[((size_t)i * W + j) * Cm + c];
+                dst[c] = (float)(acc / ((double)(h1 - h0) * (w1 - w0)));
             }
-        map = fmap;
-        H = W = S;
+        }
+    return *fmap;
+}
+
+/* grid_sample(bilinear, align_corners=False, zeros) of an S x S map at (x, y) in [0, 1]: pixel
+ * centres at (i + 0.5) / S */
+static void bilinear(const float *map, int S, int Cm, float x, float y, float *dst) {
+    float gx = x * 2.0f - 1.0f, gy = y * 2.0f - 1.0f;
+    float ix = ((gx + 1.0f) * (float)S - 1.0f) / 2.0f, iy = ((gy + 1.0f) * (float)S - 1.0f) / 2.0f;
+    float x0f = floorf(ix), y0f = floorf(iy);
+    int x0 = (int)x0f, y0 = (int)y0f;
+    float wx = ix - x0f, wy = iy - y0f;
+    float wts[4] = {(1 - wy) * (1 - wx), (1 - wy) * wx, wy * (1 - wx), wy * wx};
+    int xs[4] = {x0, x0 + 1, x0, x0 + 1}, ys[4] = {y0, y0, y0 + 1, y0 + 1};
+    for (int c = 0; c < Cm; c++) dst[c] = 0.0f;
+    for (int q = 0; q < 4; q++) {
+        if (xs[q] < 0 || xs[q] >= S || ys[q] < 0 || ys[q] >= S) continue;
+        const float *src = map + ((size_t)ys[q] * S + xs[q]) * Cm;
+        for (int c = 0; c < Cm; c++) dst[c] += wts[q] * src[c];
     }
+}
+
+/* The Grid Sampler over n images at once (each linear runs once over all the images' rows):
+ * tokens [n, H*W, Cm] -> out [n, K, C], coords_out [n, K, 2] (x, y) or NULL.
+ * The sampler reads its feature map only through averages and bilinear weights, both linear.
+ * With `lift` the map holds the projector's hidden activations (Cm channels) instead of its
+ * output, and lift (the projector's last, bias-free linear) maps the global mean and the K samples
+ * to the C channels: the same features from K + 1 rows of that linear instead of H*W (in exact
+ * arithmetic; in fp32 the sums are taken in another order). lift NULL: Cm == C. */
+static ma_status sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float *tokens, int n, int Cm, const ma_mat *lift,
+                                 int H, int W, float *out, float *coords_out, ma_error *err) {
+    const int C = w->channels, K = w->tokens, S = H < W ? H : W, hmax = w->scout_hidden > w->coord_hidden ? w->scout_hidden : w->coord_hidden;
+    const int64_t nk = (int64_t)n * K;
+    ma_status s = MA_OK;
+    float *fmap = NULL;
+    float *gm = ma_malloc((size_t)n * (size_t)Cm, sizeof(float), err, "sampler");
+    float *glob = lift ? ma_malloc((size_t)n * (size_t)C, sizeof(float), err, "sampler") : gm;
+    float *coords = ma_malloc((size_t)(2 * nk), sizeof(float), err, "sampler");
+    float *hid = ma_malloc((size_t)(nk > n ? nk : n) * (size_t)hmax, sizeof(float), err, "sampler");
+    float *cemb = ma_malloc((size_t)nk * (size_t)C, sizeof(float), err, "sampler");
+    float *samp = lift ? ma_malloc((size_t)nk * (size_t)Cm, sizeof(float), err, "sampler") : out;
+    double *sums = ma_malloc((size_t)Cm, sizeof(double), err, "sampler");
+    if (!gm || !glob || !coords || !hid || !cemb || !samp || !sums) { s = MA_ERR_NOMEM; goto done; }
     /* the global mean, row by row: every channel's sum in the same order as a column walk, but
      * Cm independent chains instead of one (Cm is the projector's 9728 with lift) */
-    float *gm = lift ? glob_m : glob;
-    sums = ma_calloc((size_t)Cm, sizeof(double), err, "sampler");
-    if (!sums) { s = MA_ERR_NOMEM; goto done; }
-    for (int i = 0; i < H * W; i++)
-        for (int c = 0; c < Cm; c++) sums[c] += map[(size_t)i * Cm + c];
-    for (int c = 0; c < Cm; c++) gm[c] = (float)(sums[c] / (H * W));
-    if (lift && (s = ma_linear(kc, glob_m, 1, lift, NULL, glob, err))) goto done;
+    for (int img = 0; img < n; img++) {
+        const float *map = square_map(tokens + (size_t)img * H * W * Cm, Cm, H, W, &fmap, err);
+        if (!map) { s = MA_ERR_NOMEM; goto done; }
+        memset(sums, 0, sizeof(double) * (size_t)Cm);
+        for (int i = 0; i < S * S; i++)
+            for (int c = 0; c < Cm; c++) sums[c] += map[(size_t)i * Cm + c];
+        for (int c = 0; c < Cm; c++) gm[(size_t)img * Cm + c] = (float)(sums[c] / (S * S));
+        free(fmap);
+        fmap = NULL;
+    }
+    if (lift && (s = ma_linear(kc, gm, n, lift, NULL, glob, err))) goto done;
     /* scout MLP: Linear -> ReLU -> Linear -> Sigmoid; output 2k is x (width), 2k+1 is y */
-    if ((s = ma_linear(kc, glob, 1, &w->scout0, w->scout0_b, hid, err))) goto done;
-    ma_activate_ctx(kc, hid, w->scout_hidden, MA_ACT_RELU);
-    if ((s = ma_linear(kc, hid, 1, &w->scout2, w->scout2_b, coords, err))) goto done;
-    for (int i = 0; i < 2 * K; i++) coords[i] = 1.0f / (1.0f + expf(-coords[i]));
-    for (int k = 0; k < K; k++) {
-        /* grid_sample(bilinear, align_corners=False, zeros): pixel centres at (i + 0.5) / W */
-        float gx = coords[2 * k] * 2.0f - 1.0f, gy = coords[2 * k + 1] * 2.0f - 1.0f;
-        float ix = ((gx + 1.0f) * (float)W - 1.0f) / 2.0f, iy = ((gy + 1.0f) * (float)H - 1.0f) / 2.0f;
-        float x0f = floorf(ix), y0f = floorf(iy);
-        int x0 = (int)x0f, y0 = (int)y0f;
-        float wx = ix - x0f, wy = iy - y0f;
-        float wts[4] = {(1 - wy) * (1 - wx), (1 - wy) * wx, wy * (1 - wx), wy * wx};
-        int xs[4] = {x0, x0 + 1, x0, x0 + 1}, ys[4] = {y0, y0, y0 + 1, y0 + 1};
-        float *dst = (lift ? samp : out) + (size_t)k * Cm;
-        for (int c = 0; c < Cm; c++) dst[c] = 0.0f;
-        for (int q = 0; q < 4; q++) {
-            if (xs[q] < 0 || xs[q] >= W || ys[q] < 0 || ys[q] >= H) continue;
-            const float *src = map + ((size_t)ys[q] * W + xs[q]) * Cm;
-            for (int c = 0; c < Cm; c++) dst[c] += wts[q] * src[c];
+    if ((s = ma_linear(kc, glob, n, &w->scout0, w->scout0_b, hid, err))) goto done;
+    ma_activate_ctx(kc, hid, (int64_t)n * w->scout_hidden, MA_ACT_RELU);
+    if ((s = ma_linear(kc, hid, n, &w->scout2, w->scout2_b, coords, err))) goto done;
+    for (int64_t i = 0; i < 2 * nk; i++) coords[i] = 1.0f / (1.0f + expf(-coords[i]));
+    for (int img = 0; img < n; img++) {
+        const float *map = square_map(tokens + (size_t)img * H * W * Cm, Cm, H, W, &fmap, err);
+        if (!map) { s = MA_ERR_NOMEM; goto done; }
+        for (int k = 0; k < K; k++) {
+            const int64_t r = (int64_t)img * K + k;
+            bilinear(map, S, Cm, coords[2 * r], coords[2 * r + 1], samp + r * Cm);
         }
+        free(fmap);
+        fmap = NULL;
     }
-    if (lift && (s = ma_linear(kc, samp, K, lift, NULL, out, err))) goto done;
-    for (int k = 0; k < K; k++) {
-        /* coordinate embedding of the (x, y) point in [0, 1] */
-        if ((s = ma_linear(kc, coords + 2 * k, 1, &w->coord0, w->coord0_b, hid, err))) goto done;
-        ma_activate_ctx(kc, hid, w->coord_hidden, MA_ACT_RELU);
-        if ((s = ma_linear(kc, hid, 1, &w->coord2, w->coord2_b, cemb, err))) goto done;
-        ma_add(out + (size_t)k * C, cemb, C);
-    }
-    if (coords_out) memcpy(coords_out, coords, sizeof(float) * 2 * (size_t)K);
+    if (lift && (s = ma_linear(kc, samp, nk, lift, NULL, out, err))) goto done;
+    /* coordinate embedding of each (x, y) point in [0, 1], added to its sample */
+    if ((s = ma_linear(kc, coords, nk, &w->coord0, w->coord0_b, hid, err))) goto done;
+    ma_activate_ctx(kc, hid, nk * w->coord_hidden, MA_ACT_RELU);
+    if ((s = ma_linear(kc, hid, nk, &w->coord2, w->coord2_b, cemb, err))) goto done;
+    ma_add(out, cemb, nk * C);
+    if (coords_out) memcpy(coords_out, coords, sizeof(float) * 2 * (size_t)nk);
 done:
-    free(fmap); free(glob); free(coords); free(hid); free(cemb); free(glob_m); free(samp); free(sums);
+    free(fmap); free(gm); free(coords); free(hid); free(cemb); free(sums);
+    if (lift) { free(glob); free(samp); }
     return s;
 }
 
 ma_status ma_sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float *tokens, int H, int W, float *out,
                              float *coords_out, ma_error *err) {
-    return sampler_forward(w, kc, tokens, w->channels, NULL, H, W, out, coords_out, err);
-}
-
-/* apply the sampler to every image: x [n, T, Cm] -> y [n, K, C] (Cm, lift: sampler_forward) */
-static ma_status sample_images(const ma_config *cfg, const ma_vision_w *w, ma_kctx *kc, const float *x, int Cm,
-                               const ma_mat *lift, int n, float *y, float *coords, ma_error *err) {
-    const int T = cfg->pooled_h * cfg->pooled_w, C = w->sampler.channels, K = w->sampler.tokens;
-    for (int img = 0; img < n; img++) {
-        ma_status s = sampler_forward(&w->sampler, kc, x + (size_t)img * T * Cm, Cm, lift, cfg->pooled_h, cfg->pooled_w,
-                                      y + (size_t)img * K * C, coords ? coords + (size_t)img * K * 2 : NULL, err);
-        if (s) return s;
-    }
-    return MA_OK;
+    return sampler_forward(w, kc, tokens, 1, w->channels, NULL, H, W, out, coords_out, err);
 }
 
 /* the projector's SwiGLU hidden activations: silu(x W1^T) * (x W3^T), [rows, proj_inter] */
@@ -308,7 +462,7 @@ ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx 
     const int64_t rows = (int64_t)n * P;
     ma_status s = MA_OK;
     float *px = NULL, *x = NULL, *h = NULL, *taps = NULL, *mlp = NULL, *pool_in = NULL, *query = NULL;
-    float *pq = NULL, *pk = NULL, *pv = NULL, *po = NULL, *pooled = NULL, *stage = NULL, *posrow = NULL;
+    float *pq = NULL, *po = NULL, *pooled = NULL, *stage = NULL, *posrow = NULL;
     px = ma_malloc((size_t)(rows * pp), sizeof(float), err, "pixels");
     x = ma_malloc((size_t)(rows * dv), sizeof(float), err, "vit hidden");
     h = ma_malloc((size_t)(rows * dv), sizeof(float), err, "vit hidden");
@@ -349,17 +503,14 @@ ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx 
     const int64_t nt = (int64_t)n * T;
     const int PH = cfg->pooled_h * 2, PW = cfg->pooled_w * 2;
     const int top = (PH - cfg->patch_h) / 2, left = (PW - cfg->patch_w) / 2;
-    const int Hp = cfg->pool_heads, KVp = cfg->pool_kv_heads, hdp = cfg->pool_head_dim, grp = Hp / KVp;
-    const int64_t qd = (int64_t)Hp * hdp, kd = (int64_t)KVp * hdp;
+    const int64_t qd = (int64_t)cfg->pool_heads * cfg->pool_head_dim;
     pool_in = ma_calloc((size_t)(nt * 4 * c2), sizeof(float), err, "pool input");
     query = ma_calloc((size_t)(nt * c2), sizeof(float), err, "pool query");
     pq = ma_malloc((size_t)(nt * qd), sizeof(float), err, "pool q");
-    pk = ma_malloc((size_t)(nt * 4 * kd), sizeof(float), err, "pool k");
-    pv = ma_malloc((size_t)(nt * 4 * kd), sizeof(float), err, "pool v");
     po = ma_malloc((size_t)(nt * qd), sizeof(float), err, "pool out");
     pooled = ma_malloc((size_t)(nt * dp), sizeof(float), err, "pooled");
     uint8_t *valid = ma_calloc((size_t)(nt * 4), 1, err, "pool mask");
-    if (!pool_in || !query || !pq || !pk || !pv || !po || !pooled || !valid) { free(valid); s = MA_ERR_NOMEM; goto done; }
+    if (!pool_in || !query || !pq || !po || !pooled || !valid) { free(valid); s = MA_ERR_NOMEM; goto done; }
     for (int img = 0; img < n; img++)
         for (int ti = 0; ti < cfg->pooled_h; ti++)
             for (int tj = 0; tj < cfg->pooled_w; tj++) {
@@ -377,32 +528,11 @@ ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx 
                 float denom = cfg->pool_mask ? (float)(count ? count : 1) : 4.0f;
                 for (int c = 0; c < c2; c++) qrow[c] /= denom;
             }
-    if ((s = ma_linear(kc, query, nt, &w->pool.wq, w->pool.bq, pq, err)) ||
-        (s = ma_linear_fused(kc, pool_in, nt * 4, 2, (const ma_mat *[2]){&w->pool.wk, &w->pool.wv},
-                             (const float *[2]){w->pool.bk, w->pool.bv}, (float *[2]){pk, pv}, err))) { free(valid); goto done; }
-    const float scale = 1.0f / sqrtf((float)hdp);
-    for (int64_t tok = 0; tok < nt; tok++)
-        for (int hh = 0; hh < Hp; hh++) {
-            const float *qv = pq + tok * qd + hh * hdp;
-            float sc[4], mx = -INFINITY;
-            for (int slot = 0; slot < 4; slot++) {
-                const float *kv = pk + (tok * 4 + slot) * kd + (hh / grp) * hdp;
-                float acc = 0.0f;
-                for (int e = 0; e < hdp; e++) acc += qv[e] * kv[e];
-                sc[slot] = (cfg->pool_mask && !valid[tok * 4 + slot]) ? -INFINITY : acc * scale;
-                mx = sc[slot] > mx ? sc[slot] : mx;
-            }
-            float sum = 0.0f;
-            for (int slot = 0; slot < 4; slot++) { sc[slot] = expf(sc[slot] - mx); sum += sc[slot]; }
-            float *o = po + tok * qd + hh * hdp;
-            for (int e = 0; e < hdp; e++) o[e] = 0.0f;
-            for (int slot = 0; slot < 4; slot++) {
-                const float *vv = pv + (tok * 4 + slot) * kd + (hh / grp) * hdp;
-                float p = sc[slot] / sum;
-                for (int e = 0; e < hdp; e++) o[e] += p * vv[e];
-            }
-        }
+    if ((s = ma_linear(kc, query, nt, &w->pool.wq, w->pool.bq, pq, err))) { free(valid); goto done; }
+    s = !kc->scalar && pool_linear_ok(&w->pool) ? pool_attention_linear(cfg, &w->pool, pool_in, valid, pq, nt, po, err)
+                                                : pool_attention_slots(cfg, &w->pool, kc, pool_in, valid, pq, nt, po, err);
     free(valid);
+    if (s) goto done;
     if ((s = ma_linear(kc, po, nt, &w->pool.wo, w->pool.bo, pooled, err))) goto done;
     if (trace && trace->pooled) memcpy(trace->pooled, pooled, sizeof(float) * (size_t)(nt * dp));
 
@@ -413,7 +543,7 @@ ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx 
     if (w->sampler_place == MA_SAMPLER_AFTER_POOLING) {
         stage = ma_malloc((size_t)(nk * dp), sizeof(float), err, "sampled");
         if (!stage) { s = MA_ERR_NOMEM; goto done; }
-        if ((s = sample_images(cfg, w, kc, pooled, dp, NULL, n, stage, coords, err))) goto done;
+        if ((s = sampler_forward(&w->sampler, kc, pooled, n, dp, NULL, cfg->pooled_h, cfg->pooled_w, stage, coords, err))) goto done;
         if ((s = projector(cfg, w, kc, stage, nk, features, err))) goto done;
         if (trace && trace->projected) memcpy(trace->projected, features, sizeof(float) * (size_t)(nk * cfg->d));
     } else if (w->sampler_place == MA_SAMPLER_AFTER_PROJECTOR) {
@@ -423,13 +553,13 @@ ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx 
         if (!stage) { s = MA_ERR_NOMEM; goto done; }
         if ((s = projector_hidden(cfg, w, kc, pooled, nt, stage, err))) goto done;
         if (trace && trace->projected && (s = ma_linear(kc, stage, nt, &w->proj_w2, NULL, trace->projected, err))) goto done;
-        if ((s = sample_images(cfg, w, kc, stage, cfg->proj_inter, &w->proj_w2, n, features, coords, err))) goto done;
+        if ((s = sampler_forward(&w->sampler, kc, stage, n, cfg->proj_inter, &w->proj_w2, cfg->pooled_h, cfg->pooled_w, features, coords, err))) goto done;
     } else {
         if ((s = projector(cfg, w, kc, pooled, nt, features, err))) goto done;
         if (trace && trace->projected) memcpy(trace->projected, features, sizeof(float) * (size_t)(nt * cfg->d));
     }
 done:
     free(px); free(x); free(h); free(taps); free(mlp); free(pool_in); free(query); free(posrow);
-    free(pq); free(pk); free(pv); free(po); free(pooled); free(stage);
+    free(pq); free(po); free(pooled); free(stage);
     return s;
 }

@@ -105,7 +105,7 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
         const char *kname = ma_gemm_kernel_name(ks);
         float *first = NULL;
         for (int layout = 0; layout < 2; layout++) {
-            ma_bmat b = {layout ? MA_B_PANELS : MA_B_ROWS, dt, layout ? (const void *)panels : (const void *)rows, K};
+            ma_bmat b = {layout ? MA_B_PANELS : MA_B_ROWS, dt, layout ? (const void *)panels : (const void *)rows, K, 0};
             float *out = layout ? C2 : C;
             memcpy(out, C0, sizeof(float) * M * N);
             ma_gemm(M, N, K, A, K, &b, with_bias ? bias : NULL, accumulate, out, N);
@@ -174,7 +174,7 @@ static void check_fused(int64_t M) {
         ma_convert_from_f32(dts[i], W, Ns[i] * K, rows);
         ma_pack_panels(dts[i], rows, Ns[i], K, st[i]);
         free(rows);
-        b[i] = (ma_bmat){MA_B_PANELS, dts[i], st[i], K};
+        b[i] = (ma_bmat){MA_B_PANELS, dts[i], st[i], K, 0};
         fused[i] = malloc(sizeof(float) * M * Ns[i]);
         single[i] = malloc(sizeof(float) * M * Ns[i]);
         parts[i] = (ma_gemm_part){&b[i], Ns[i], i == 1 ? NULL : bias, fused[i], Ns[i]};
@@ -235,12 +235,58 @@ static void test_gemm_cols_layout(void **state) {
     reference(M, N, K, A, Bt, NULL, NULL, ref, mag);
     for (int ks = 0; ks < ma_gemm_kernel_count(); ks++) {
         ma_gemm_select(ks);
-        ma_bmat b = {MA_B_COLS, MA_DT_F32, B, N};
+        ma_bmat b = {MA_B_COLS, MA_DT_F32, B, N, 0};
         ma_gemm(M, N, K, A, K, &b, NULL, 0, C, N);
         expect_close(C, ref, mag, M * N, kernel_rel(ks), "cols layout");
     }
     ma_gemm_select_portable(0);
     free(A); free(B); free(Bt); free(C); free(ref); free(mag);
+}
+
+/* a weight W [R][C] used from row r0 as B [K][N] (the pooling's q_h W_h): the rows layout
+ * (MA_B_COLS at row r0) and the panel layout (MA_B_PANELS_T, r0 not on a panel boundary), every
+ * kernel set against the double reference */
+static void test_gemm_weight_as_cols(void **state) {
+    (void)state;
+    const int64_t R = 100, Cw = 50, r0 = 13;
+    static const int64_t Ms[] = {5, 30, 150}, Ns[] = {50, 37}, Ks[] = {72, 1, 87};
+    static const ma_dtype types[] = {MA_DT_F32, MA_DT_F16, MA_DT_BF16};
+    float *W = malloc(sizeof(float) * R * Cw), *Wq = malloc(sizeof(float) * R * Cw);
+    float *A = malloc(sizeof(float) * 150 * 87), *C = malloc(sizeof(float) * 150 * 50), *Bt = malloc(sizeof(float) * 50 * 87);
+    double *ref = malloc(sizeof(double) * 150 * 50), *mag = malloc(sizeof(double) * 150 * 50);
+    uint8_t *rows = malloc(ma_panels_size(MA_DT_F32, R, Cw)), *panels = malloc(ma_panels_size(MA_DT_F32, R, Cw));
+    tu_fill(W, R * Cw, 61);
+    tu_fill(A, 150 * 87, 62);
+    char what[128];
+    for (size_t t = 0; t < 3; t++) {
+        const ma_dtype dt = types[t];
+        ma_convert_from_f32(dt, W, R * Cw, rows);
+        ma_convert_to_f32(dt, rows, 0, R * Cw, Wq);
+        ma_pack_panels(dt, rows, R, Cw, panels);
+        const size_t es = ma_dtype_size(dt);
+        for (size_t mi = 0; mi < 3; mi++)
+            for (size_t ni = 0; ni < 2; ni++)
+                for (size_t ki = 0; ki < 3; ki++) {
+                    const int64_t M = Ms[mi], N = Ns[ni], K = Ks[ki];
+                    for (int64_t n = 0; n < N; n++)
+                        for (int64_t k = 0; k < K; k++) Bt[n * K + k] = Wq[(r0 + k) * Cw + n];
+                    reference(M, N, K, A, Bt, NULL, NULL, ref, mag);
+                    for (int ks = 0; ks < ma_gemm_kernel_count(); ks++) {
+                        ma_gemm_select(ks);
+                        for (int layout = 0; layout < 2; layout++) {
+                            ma_bmat b = layout ? (ma_bmat){MA_B_PANELS_T, dt, panels, Cw, r0}
+                                               : (ma_bmat){MA_B_COLS, dt, rows + (size_t)(r0 * Cw) * es, Cw, 0};
+                            for (int64_t i = 0; i < M * N; i++) C[i] = NAN;
+                            ma_gemm(M, N, K, A, K, &b, NULL, 0, C, N);
+                            snprintf(what, sizeof what, "%s %s %s M=%lld N=%lld K=%lld", ma_dtype_name(dt), ma_gemm_kernel_name(ks),
+                                     layout ? "panels_t" : "cols", (long long)M, (long long)N, (long long)K);
+                            expect_close(C, ref, mag, M * N, kernel_rel(ks), what);
+                        }
+                    }
+                }
+    }
+    ma_gemm_select_portable(0);
+    free(W); free(Wq); free(A); free(C); free(Bt); free(ref); free(mag); free(rows); free(panels);
 }
 
 static void test_gemm_strides_and_empty(void **state) {
@@ -251,7 +297,7 @@ static void test_gemm_strides_and_empty(void **state) {
     tu_fill(A, M * lda, 3);
     tu_fill(W, N * ld, 4);
     for (int64_t i = 0; i < M * ldc; i++) C[i] = 77.0f;
-    ma_bmat b = {MA_B_ROWS, MA_DT_F32, W, ld};
+    ma_bmat b = {MA_B_ROWS, MA_DT_F32, W, ld, 0};
     ma_gemm(M, N, K, A, lda, &b, NULL, 0, C, ldc);
     for (int64_t m = 0; m < M; m++) {
         for (int64_t n = 0; n < N; n++) {
@@ -346,7 +392,7 @@ static void test_vecmath(void **state) {
         const ma_vecmath *vm = ma_vecmath_get();
         for (int i = 0; i < N; i++) x[i] = -100.0f + 200.0f * (float)i / (N - 1);
         memcpy(y, x, sizeof y);
-        float sum = vm->exp_shift_sum(y, N, 1.5f);
+        float sum = vm->exp_scaled_sum(y, N, 1.0f, 1.5f);
         double ref_sum = 0;
         for (int i = 0; i < N; i++) {
             double e = exp((double)(x[i] - 1.5f)); /* the float argument the kernels see */
@@ -356,7 +402,7 @@ static void test_vecmath(void **state) {
         }
         if (!isinf(sum)) assert_true(fabs(sum - ref_sum) <= 1e-6 * ref_sum);
         memcpy(y, x, sizeof y);
-        sum = vm->exp_shift_sum(y, N / 2, 1.5f); /* no overflow in the first half */
+        sum = vm->exp_scaled_sum(y, N / 2, 1.0f, 1.5f); /* no overflow in the first half */
         ref_sum = 0;
         for (int i = 0; i < N / 2; i++) ref_sum += exp((double)(x[i] - 1.5f));
         assert_true(fabs(sum - ref_sum) <= 1e-6 * ref_sum);
@@ -372,6 +418,23 @@ static void test_vecmath(void **state) {
             assert_true(fabs(z[i] - g) <= 1e-6 * fabs(g) + 1e-7);
         }
         assert_true(vm->max(x, N) == x[N - 1]);
+        /* dot and axpy against double sums, at every length mod 32 */
+        tu_fill(y, N, 71);
+        tu_fill(z, N, 72);
+        for (int n = 0; n < 70; n++) {
+            double d = 0, mag = 0;
+            for (int i = 0; i < n; i++) d += (double)y[i] * z[i], mag += fabs((double)y[i] * z[i]);
+            assert_true(fabs(vm->dot(y, z, n) - d) <= 1e-6 * mag + 1e-30);
+        }
+        double d = 0, mag = 0;
+        for (int i = 0; i < N; i++) d += (double)y[i] * z[i], mag += fabs((double)y[i] * z[i]);
+        assert_true(fabs(vm->dot(y, z, N) - d) <= 1e-6 * mag);
+        memcpy(x, z, sizeof x);
+        vm->axpy(x, 0.37f, y, N - 3);
+        for (int i = 0; i < N; i++) {
+            const double want = i < N - 3 ? (double)z[i] + 0.37 * y[i] : z[i];
+            assert_true(fabs(x[i] - want) <= 1e-6 * (fabs(z[i]) + fabs(y[i])) + 1e-30);
+        }
     }
     ma_vecmath_select_portable(0);
 }
@@ -416,6 +479,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_every_type_and_edge),
         cmocka_unit_test(test_gemm_fused_parts),
         cmocka_unit_test(test_gemm_cols_layout),
+        cmocka_unit_test(test_gemm_weight_as_cols),
         cmocka_unit_test(test_gemm_strides_and_empty),
         cmocka_unit_test(test_panel_packing_layout),
         cmocka_unit_test(test_attention_batched),
