@@ -207,22 +207,23 @@ static double row_sum_sq(const float *v, int64_t dim, double mean) {
     return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
 }
 
-typedef struct { float *x; int64_t rows, dim; const float *w, *b; float eps; int rms; } norm_job;
+typedef struct { const float *x; float *y; int64_t rows, dim; const float *w, *b; float eps; int rms; } norm_job;
 
 static void norm_rows(const norm_job *j, int64_t r0, int64_t r1) {
     const int64_t dim = j->dim;
     for (int64_t r = r0; r < r1; r++) {
-        float *v = j->x + r * dim;
+        const float *v = j->x + r * dim;
+        float *y = j->y + r * dim;
         if (j->rms) {
             const float inv = 1.0f / sqrtf((float)(row_sum_sq(v, dim, 0.0) / (double)dim) + j->eps);
-            for (int64_t i = 0; i < dim; i++) v[i] = j->w ? j->w[i] * (v[i] * inv) : v[i] * inv;
+            for (int64_t i = 0; i < dim; i++) y[i] = j->w ? j->w[i] * (v[i] * inv) : v[i] * inv;
         } else {
             const double mean = row_sum(v, dim) / (double)dim;
             const double var = row_sum_sq(v, dim, mean) / (double)dim;
             const float inv = (float)(1.0 / sqrt(var + (double)j->eps)), m = (float)mean;
             for (int64_t i = 0; i < dim; i++) {
-                const float y = (v[i] - m) * inv;
-                v[i] = (j->w ? y * j->w[i] : y) + (j->b ? j->b[i] : 0.0f);
+                const float t = (v[i] - m) * inv;
+                y[i] = (j->w ? t * j->w[i] : t) + (j->b ? j->b[i] : 0.0f);
             }
         }
     }
@@ -242,12 +243,20 @@ static void norm_run(const norm_job *j) {
 }
 
 void ma_layernorm(float *x, int64_t rows, int64_t dim, const float *w, const float *b, float eps) {
-    const norm_job j = {x, rows, dim, w, b, eps, 0};
+    ma_layernorm_to(x, x, rows, dim, w, b, eps);
+}
+
+void ma_layernorm_to(float *y, const float *x, int64_t rows, int64_t dim, const float *w, const float *b, float eps) {
+    const norm_job j = {x, y, rows, dim, w, b, eps, 0};
     norm_run(&j);
 }
 
 void ma_rmsnorm(float *x, int64_t rows, int64_t dim, const float *w, float eps) {
-    const norm_job j = {x, rows, dim, w, NULL, eps, 1};
+    ma_rmsnorm_to(x, x, rows, dim, w, eps);
+}
+
+void ma_rmsnorm_to(float *y, const float *x, int64_t rows, int64_t dim, const float *w, float eps) {
+    const norm_job j = {x, y, rows, dim, w, NULL, eps, 1};
     norm_run(&j);
 }
 
@@ -270,6 +279,50 @@ void ma_activate_ctx(const ma_kctx *c, float *x, int64_t n, ma_act act) {
     if (c->scalar || !fn) { activate_scalar(x, n, act); return; }
     act_job j = {x, n, fn};
     ma_parallel_n(act_task, &j, n < 32768 ? 1 : 64);
+}
+
+typedef struct {
+    float *out;
+    const float *gate, *up;
+    int64_t ldo, ldg, ldu, rows, n, blocks; /* blocks of GLU_BLOCK per row */
+    void (*fn)(float *, int64_t);
+    void (*mul)(float *, const float *, int64_t);
+} glu_job;
+
+#define GLU_BLOCK 2048
+
+static void glu_task(void *ctx, int t, int T) {
+    const glu_job *j = ctx;
+    long lo, hi;
+    ma_split_range((long)(j->rows * j->blocks), t, T, &lo, &hi);
+    for (long u = lo; u < hi; u++) {
+        const int64_t r = u / j->blocks, c0 = (u % j->blocks) * GLU_BLOCK, len = j->n - c0 < GLU_BLOCK ? j->n - c0 : GLU_BLOCK;
+        float *o = j->out + r * j->ldo + c0;
+        const float *g = j->gate + r * j->ldg + c0;
+        if (o != g) memcpy(o, g, sizeof(float) * (size_t)len);
+        j->fn(o, len);
+        j->mul(o, j->up + r * j->ldu + c0, len);
+    }
+}
+
+void ma_glu(const ma_kctx *c, float *out, int64_t ldo, const float *gate, int64_t ldg, const float *up, int64_t ldu,
+            int64_t rows, int64_t n, ma_act act) {
+    const ma_vecmath *v = ma_vecmath_get();
+    void (*fn)(float *, int64_t) = act == MA_ACT_SILU ? v->silu : act == MA_ACT_GELU_TANH ? v->gelu_tanh
+                                 : act == MA_ACT_QUICK_GELU ? v->quick_gelu : NULL;
+    if (c->scalar || !fn) {
+        for (int64_t r = 0; r < rows; r++) {
+            float *o = out + r * ldo;
+            const float *g = gate + r * ldg, *u = up + r * ldu;
+            if (o != g) memmove(o, g, sizeof(float) * (size_t)n);
+            activate_scalar(o, n, act);
+            for (int64_t i = 0; i < n; i++) o[i] *= u[i];
+        }
+        return;
+    }
+    glu_job j = {out, gate, up, ldo, ldg, ldu, rows, n, (n + GLU_BLOCK - 1) / GLU_BLOCK, fn, v->mul};
+    const int64_t units = rows * j.blocks;
+    ma_parallel_n(glu_task, &j, rows * n < 32768 ? 1 : (int)(units < 64 ? units : 64));
 }
 
 void ma_activate(float *x, int64_t n, ma_act act) {

@@ -66,11 +66,18 @@ void ma_gemm_nn(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int
 void ma_layernorm(float *x, int64_t rows, int64_t dim, const float *w, const float *b, float eps);
 /* x <- x * rsqrt(mean(x^2) + eps) (* w if w) */
 void ma_rmsnorm(float *x, int64_t rows, int64_t dim, const float *w, float eps);
+/* the same from x into y (the same numbers; no copy of x first) */
+void ma_layernorm_to(float *y, const float *x, int64_t rows, int64_t dim, const float *w, const float *b, float eps);
+void ma_rmsnorm_to(float *y, const float *x, int64_t rows, int64_t dim, const float *w, float eps);
 typedef enum { MA_ACT_SILU, MA_ACT_GELU, MA_ACT_GELU_TANH, MA_ACT_RELU, MA_ACT_QUICK_GELU } ma_act;
 void ma_activate(float *x, int64_t n, ma_act act);
 /* the same, honouring c->scalar, on the thread pool for large n */
 void ma_activate_ctx(const ma_kctx *c, float *x, int64_t n, ma_act act);
 void ma_add(float *y, const float *x, int64_t n);
+/* gated linear unit over rows: out[r][i] = act(gate[r][i]) * up[r][i] for i < n (row strides ldo,
+ * ldg, ldu; out may be gate), on the thread pool for large inputs, honouring c->scalar */
+void ma_glu(const ma_kctx *c, float *out, int64_t ldo, const float *gate, int64_t ldg, const float *up, int64_t ldu,
+            int64_t rows, int64_t n, ma_act act);
 void ma_softmax_row(float *x, int64_t n);
 
 /* ---- attention. allowed(q, k) = key_valid[k] (if given) and (!causal or k <= q or both

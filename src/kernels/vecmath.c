@@ -52,18 +52,37 @@ static void axpy_portable(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-static ma_vecmath portable_t, best_t, table;
+static ma_vecmath sets[3], table; /* portable, then what the CPU has, best last */
+static const char *set_names[3];
+static int n_sets;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void choose(void) {
-    portable_t = (ma_vecmath){silu_portable, gelu_tanh_portable, quick_gelu_portable, exp_scaled_sum_portable, max_portable,
-                              scale_portable, mul_portable, dot_portable, axpy_portable};
-    best_t = portable_t;
+    sets[0] = (ma_vecmath){silu_portable, gelu_tanh_portable, quick_gelu_portable, exp_scaled_sum_portable, max_portable,
+                           scale_portable, mul_portable, dot_portable, axpy_portable};
+    set_names[0] = "portable";
+    n_sets = 1;
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
-    if (ma_cpu_avx2_fma_f16c()) ma_vecmath_install_avx2(&best_t);
+    if (ma_cpu_avx2_fma_f16c()) {
+        sets[n_sets] = sets[0];
+        ma_vecmath_install_avx2(&sets[n_sets]);
+        set_names[n_sets++] = "avx2";
+#if defined(MA_HAVE_AVX512)
+        if (ma_cpu_avx512f()) {
+            sets[n_sets] = sets[0];
+            ma_vecmath_install_avx512(&sets[n_sets]);
+            set_names[n_sets++] = "avx512";
+        }
 #endif
+    }
+#endif
+    /* MOLMOACT_KERNELS=portable or avx2 (the GEMM kernel set of that name) keeps the vector math
+     * at that level too */
     const char *e = getenv("MOLMOACT_KERNELS");
-    table = e && !strcmp(e, "portable") ? portable_t : best_t;
+    int pick = n_sets - 1;
+    for (int i = 0; e && i < n_sets; i++)
+        if (!strcmp(e, set_names[i])) pick = i;
+    table = sets[pick];
 }
 
 const ma_vecmath *ma_vecmath_get(void) {
@@ -71,7 +90,17 @@ const ma_vecmath *ma_vecmath_get(void) {
     return &table;
 }
 
-void ma_vecmath_select_portable(int portable) {
+int ma_vecmath_count(void) {
     pthread_once(&once, choose);
-    table = portable ? portable_t : best_t;
+    return n_sets;
+}
+
+const char *ma_vecmath_name(int i) {
+    pthread_once(&once, choose);
+    return i >= 0 && i < n_sets ? set_names[i] : NULL;
+}
+
+void ma_vecmath_select(int i) {
+    pthread_once(&once, choose);
+    if (i >= 0 && i < n_sets) table = sets[i];
 }

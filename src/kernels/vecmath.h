@@ -1,5 +1,5 @@
 /* Elementwise math over float arrays: exp, the activations and the softmax, with a portable
- * version and an AVX2 + FMA one (chosen with the GEMM kernels). The SIMD exp is a degree-6
+ * version and AVX2 + FMA / AVX-512F ones (one source, vecmath_simd.h; chosen by CPU features). The SIMD exp is a degree-6
  * polynomial after range reduction (relative error about 2e-7); arguments below -87 give 0. */
 #ifndef MA_VECMATH_H
 #define MA_VECMATH_H
@@ -22,11 +22,17 @@ typedef struct ma_vecmath {
 } ma_vecmath;
 
 const ma_vecmath *ma_vecmath_get(void);
-/* tests: switch between the portable and the best versions */
-void ma_vecmath_select_portable(int portable);
+/* the versions this CPU can run, "portable" first, best last (the default); tests switch with
+ * ma_vecmath_select (not while the math runs) */
+int ma_vecmath_count(void);
+const char *ma_vecmath_name(int i);
+void ma_vecmath_select(int i);
 
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
 void ma_vecmath_install_avx2(ma_vecmath *v);
+#endif
+#if defined(__x86_64__) && defined(MA_HAVE_AVX512)
+void ma_vecmath_install_avx512(ma_vecmath *v);
 #endif
 
 #endif

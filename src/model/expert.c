@@ -208,8 +208,7 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
         const float *shift_mca = mod + 3 * d, *scale_mca = mod + 4 * d, *gate_mca = mod + 5 * d;
         const float *shift_mlp = mod + 6 * d, *scale_mlp = mod + 7 * d, *gate_mlp = mod + 8 * d;
         /* self-attention over the A action tokens */
-        memcpy(h, x, sizeof(float) * (size_t)(A * d));
-        ma_rmsnorm(h, A, d, NULL, 1e-6f);
+        ma_rmsnorm_to(h, x, A, d, NULL, 1e-6f);
         modulate(h, A, d, shift_msa, scale_msa);
         if ((s = ma_linear(kc, h, A, &b->qkv, b->qkv_b, qkv, err))) goto done;
         for (int64_t i = 0; i < A; i++) {   /* rows are [3, H, hd]: q | k | v */
@@ -230,8 +229,7 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
         if ((s = ma_linear(kc, att, A, &b->out, b->out_b, h, err))) goto done;
         gated_add(x, h, A, d, gate_msa);
         /* cross-attention to the projected LLM context of layer l */
-        memcpy(h, x, sizeof(float) * (size_t)(A * d));
-        ma_rmsnorm(h, A, d, NULL, 1e-6f);
+        ma_rmsnorm_to(h, x, A, d, NULL, 1e-6f);
         modulate(h, A, d, shift_mca, scale_mca);
         if ((s = ma_linear(kc, h, A, &b->q, b->q_b, q, err))) goto done;
         if (cfg->e_qk_norm) ma_rmsnorm(q, A * H, hd, NULL, cfg->e_qk_eps);
@@ -242,13 +240,11 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
         if ((s = ma_linear(kc, att, A, &b->cout, b->cout_b, h, err))) goto done;
         gated_add(x, h, A, d, gate_mca);
         /* SwiGLU MLP with biases */
-        memcpy(h, x, sizeof(float) * (size_t)(A * d));
-        ma_rmsnorm(h, A, d, NULL, 1e-6f);
+        ma_rmsnorm_to(h, x, A, d, NULL, 1e-6f);
         modulate(h, A, d, shift_mlp, scale_mlp);
         if ((s = ma_linear_fused(kc, h, A, 2, (const ma_mat *[2]){&b->gate, &b->up}, (const float *[2]){b->gate_b, b->up_b},
                                  (float *[2]){g, u}, err))) goto done;
-        ma_activate_ctx(kc, g, A * inner, MA_ACT_SILU);
-        for (int64_t i = 0; i < A * inner; i++) g[i] *= u[i];
+        ma_glu(kc, g, inner, g, inner, u, inner, A, inner, MA_ACT_SILU);
         if ((s = ma_linear(kc, g, A, &b->down, b->down_b, h, err))) goto done;
         gated_add(x, h, A, d, gate_mlp);
     }

@@ -99,8 +99,8 @@ ma_status ma_llm_forward(const ma_config *cfg, const ma_llm_w *w, ma_kctx *kc, f
     for (int l = w->first; l < w->last; l++) {
         const ma_llm_layer_w *lw = &w->layers[l - w->first];
         float *K = k_out + (int64_t)(l - w->first) * S * kvd, *V = v_out + (int64_t)(l - w->first) * S * kvd;
-        memcpy(h, x, sizeof(float) * (size_t)(S * D));
-        if (!cfg->norm_after) ma_rmsnorm(h, S, D, lw->attn_norm, cfg->eps);
+        if (!cfg->norm_after) ma_rmsnorm_to(h, x, S, D, lw->attn_norm, cfg->eps);
+        else memcpy(h, x, sizeof(float) * (size_t)(S * D));
         if ((s = ma_linear(kc, h, S, &lw->att_proj, lw->att_bias, qkv, err))) goto done;
         for (int64_t i = 0; i < S; i++) {
             float *row = qkv + i * qkvd;
@@ -127,17 +127,11 @@ ma_status ma_llm_forward(const ma_config *cfg, const ma_llm_w *w, ma_kctx *kc, f
         if ((s = ma_linear(kc, att, S, &lw->attn_out, NULL, h, err))) goto done;
         if (cfg->norm_after) ma_rmsnorm(h, S, D, lw->attn_norm, cfg->eps);
         ma_add(x, h, S * D);
-        memcpy(h, x, sizeof(float) * (size_t)(S * D));
-        if (!cfg->norm_after) ma_rmsnorm(h, S, D, lw->ff_norm, cfg->eps);
+        if (!cfg->norm_after) ma_rmsnorm_to(h, x, S, D, lw->ff_norm, cfg->eps);
+        else memcpy(h, x, sizeof(float) * (size_t)(S * D));
         if ((s = ma_linear(kc, h, S, &lw->ff_proj, NULL, ff, err))) goto done;
         /* OLMo order: up = first half, gate = second half */
-        for (int64_t i = 0; i < S; i++) {
-            float *g = act + i * F;
-            memcpy(g, ff + i * 2 * F + F, sizeof(float) * (size_t)F);
-            ma_activate_ctx(kc, g, F, cfg->act);
-            const float *up = ff + i * 2 * F;
-            for (int64_t j = 0; j < F; j++) g[j] *= up[j];
-        }
+        ma_glu(kc, act, F, ff + F, 2 * F, ff, 2 * F, S, F, cfg->act);
         if ((s = ma_linear(kc, act, S, &lw->ff_out, NULL, h, err))) goto done;
         if (cfg->norm_after) ma_rmsnorm(h, S, D, lw->ff_norm, cfg->eps);
         ma_add(x, h, S * D);

@@ -438,8 +438,7 @@ static ma_status projector_hidden(const ma_config *cfg, const ma_vision_w *w, ma
         float *ys[2] = {g, u};
         if ((s = ma_linear_fused(kc, x, rows, 2, ws, bs, ys, err))) goto done;
     }
-    ma_activate_ctx(kc, g, rows * cfg->proj_inter, cfg->proj_act);
-    for (int64_t i = 0; i < rows * cfg->proj_inter; i++) g[i] *= u[i];
+    ma_glu(kc, g, cfg->proj_inter, g, cfg->proj_inter, u, cfg->proj_inter, rows, cfg->proj_inter, cfg->proj_act);
 done:
     free(u);
     return s;
@@ -483,12 +482,10 @@ ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx 
     }
     for (int b = 0; b < w->n_blocks; b++) {
         const ma_vit_block_w *bw = &w->blocks[b];
-        memcpy(h, x, sizeof(float) * (size_t)(rows * dv));
-        ma_layernorm(h, rows, dv, bw->ln1_w, bw->ln1_b, cfg->vit_eps);
+        ma_layernorm_to(h, x, rows, dv, bw->ln1_w, bw->ln1_b, cfg->vit_eps);
         if ((s = vit_self_attention(cfg, &bw->attn, kc, h, n, P, mlp, err))) goto done;
         ma_add(x, mlp, rows * dv);
-        memcpy(h, x, sizeof(float) * (size_t)(rows * dv));
-        ma_layernorm(h, rows, dv, bw->ln2_w, bw->ln2_b, cfg->vit_eps);
+        ma_layernorm_to(h, x, rows, dv, bw->ln2_w, bw->ln2_b, cfg->vit_eps);
         if ((s = ma_linear(kc, h, rows, &bw->w1, bw->b1, mlp, err))) goto done;
         ma_activate_ctx(kc, mlp, rows * cfg->vit_inter, cfg->vit_act);
         if ((s = ma_linear(kc, mlp, rows, &bw->w2, bw->b2, h, err))) goto done;

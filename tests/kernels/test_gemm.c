@@ -387,8 +387,8 @@ static void test_vecmath(void **state) {
     (void)state;
     enum { N = 4099 };
     float x[N], y[N], z[N];
-    for (int portable = 0; portable < 2; portable++) {
-        ma_vecmath_select_portable(portable);
+    for (int set = 0; set < ma_vecmath_count(); set++) {
+        ma_vecmath_select(set);
         const ma_vecmath *vm = ma_vecmath_get();
         for (int i = 0; i < N; i++) x[i] = -100.0f + 200.0f * (float)i / (N - 1);
         memcpy(y, x, sizeof y);
@@ -418,6 +418,26 @@ static void test_vecmath(void **state) {
             assert_true(fabs(z[i] - g) <= 1e-6 * fabs(g) + 1e-7);
         }
         assert_true(vm->max(x, N) == x[N - 1]);
+        /* the attention's form: exp(s x - s max), masked entries (-inf) give 0 */
+        for (int i = 0; i < N; i++) y[i] = x[i] * 9.0f;
+        y[5] = -INFINITY;
+        memcpy(z, y, sizeof z);
+        const float sc = 0.11785113f, mx = vm->max(y, N);
+        sum = vm->exp_scaled_sum(z, N, sc, mx);
+        ref_sum = 0;
+        for (int i = 0; i < N; i++) {
+            const double arg = (double)sc * y[i] - (double)sc * mx, e = i == 5 ? 0.0 : exp(arg);
+            ref_sum += e;
+            /* the float argument carries a rounding of s x (and of s max): |arg| ulps of the result */
+            if (i == 5 ? z[i] != 0.0f : !(fabs(z[i] - e) <= (1e-6 + 2.4e-7 * fabs(arg)) * e + 2e-38)) fail_msg("%s exp_scaled_sum [%d] %.9g, expected %.9g", ma_vecmath_name(set), i, z[i], e);
+        }
+        assert_true(fabs(sum - ref_sum) <= 1e-6 * ref_sum);
+        memcpy(y, x, sizeof y);
+        vm->quick_gelu(y, N);
+        for (int i = 0; i < N; i++) {
+            const double q = x[i] / (1.0 + exp(-1.702 * (double)x[i]));
+            assert_true(fabs(y[i] - q) <= 1e-6 * fabs(q) + 1e-7);
+        }
         /* dot and axpy against double sums, at every length mod 32 */
         tu_fill(y, N, 71);
         tu_fill(z, N, 72);
@@ -436,7 +456,7 @@ static void test_vecmath(void **state) {
             assert_true(fabs(x[i] - want) <= 1e-6 * (fabs(z[i]) + fabs(y[i])) + 1e-30);
         }
     }
-    ma_vecmath_select_portable(0);
+    ma_vecmath_select(ma_vecmath_count() - 1);
 }
 
 /* ---- the pool: every part runs once per call; nested calls run serially */

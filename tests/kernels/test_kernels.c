@@ -189,6 +189,37 @@ static void test_norms_and_activations(void **state) {
 
 /* many rows (shared by the pool) and widths that are no multiple of the 8 partial sums: against
  * a plain double reference, and each row equal to the same row normalised alone */
+/* ma_glu: fast (pool, SIMD) against the scalar path, strided rows, out aliasing gate, every act */
+static void test_glu(void **state) {
+    (void)state;
+    const int64_t rows = 37, n = 4100, ld = 2 * n + 3;
+    const ma_act acts[] = {MA_ACT_SILU, MA_ACT_GELU_TANH, MA_ACT_QUICK_GELU, MA_ACT_RELU};
+    float *in = malloc(sizeof(float) * rows * ld), *a = malloc(sizeof(float) * rows * n), *b = malloc(sizeof(float) * rows * ld);
+    float *up = malloc(sizeof(float) * rows * n);
+    tu_fill(in, (size_t)(rows * ld), 77);
+    for (int64_t i = 0; i < rows * ld; i++) in[i] *= 8.0f;
+    for (int64_t r = 0; r < rows; r++) memcpy(up + r * n, in + r * ld, sizeof(float) * n);
+    ma_kctx fast, slow;
+    ma_kctx_init(&fast);
+    ma_kctx_init(&slow);
+    slow.scalar = 1;
+    for (size_t k = 0; k < 4; k++) {
+        /* gate = second half of each row, up = first half (the LLM's layout) */
+        ma_glu(&fast, a, n, in + n, ld, up, n, rows, n, acts[k]);
+        memcpy(b, in, sizeof(float) * rows * ld);
+        ma_glu(&slow, b + n, ld, b + n, ld, b, ld, rows, n, acts[k]); /* in place */
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t i = 0; i < n; i++) {
+                const float want = b[r * ld + n + i], got = a[r * n + i];
+                if (!(fabsf(got - want) <= 2e-6f * (fabsf(want) + 1.0f)))
+                    fail_msg("glu act %d row %lld [%lld]: %.9g, expected %.9g", (int)acts[k], (long long)r, (long long)i, got, want);
+            }
+    }
+    ma_kctx_free(&fast);
+    ma_kctx_free(&slow);
+    free(in); free(a); free(b); free(up);
+}
+
 static void test_norms_many_rows(void **state) {
     (void)state;
     static const int64_t dims[] = {1, 7, 72, 1153};
@@ -219,6 +250,11 @@ static void test_norms_many_rows(void **state) {
                                  (long long)dim, (long long)r, (long long)i, y[r * dim + i], ref);
                 }
                 if (r % 97 == 0) {
+                    /* out of place: the same bits, the input untouched */
+                    float *z = one;
+                    if (rms) ma_rmsnorm_to(z, v, 1, dim, w, 1e-6f);
+                    else ma_layernorm_to(z, v, 1, dim, w, b, 1e-6f);
+                    assert_memory_equal(z, y + r * dim, sizeof(float) * dim);
                     memcpy(one, v, sizeof(float) * dim);
                     if (rms) ma_rmsnorm(one, 1, dim, w, 1e-6f);
                     else ma_layernorm(one, 1, dim, w, b, 1e-6f);
@@ -237,6 +273,7 @@ int main(void) {
         cmocka_unit_test(test_attention_masks),
         cmocka_unit_test(test_norms_and_activations),
         cmocka_unit_test(test_norms_many_rows),
+        cmocka_unit_test(test_glu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,127 @@
+/* The SIMD elementwise math, written once over a vector of VW floats and included by
+ * vecmath_avx2.c (VW = 8) and vecmath_avx512.c (VW = 16), which define the V_* operations and
+ * INSTALL. Same polynomial and the same results per lane at either width. */
+
+/* exp(x): x = n ln2 + r, |r| <= ln2/2; exp(r) by Cephes' expf polynomial; 2^n put into the
+ * exponent as 2 * 2^(n-1) so that n = 128 (x up to ln(FLT_MAX)) stays finite. Results below
+ * 2^-125 (x < -87) are flushed to 0: they are far under every softmax weight that matters. */
+static inline VF vexp(VF x) {
+    const VF hi = V_SET1(88.72283f), lo = V_SET1(-87.0f);
+    const VF x0 = x;
+    x = V_MIN(V_MAX(x, lo), hi);
+    const VF n = V_ROUND(V_MUL(x, V_SET1(1.44269504088896341f)));
+    VF r = V_FNMADD(n, V_SET1(0.693359375f), x);
+    r = V_FNMADD(n, V_SET1(-2.12194440e-4f), r);
+    VF p = V_SET1(1.9875691500e-4f);
+    p = V_FMADD(p, r, V_SET1(1.3981999507e-3f));
+    p = V_FMADD(p, r, V_SET1(8.3334519073e-3f));
+    p = V_FMADD(p, r, V_SET1(4.1665795894e-2f));
+    p = V_FMADD(p, r, V_SET1(1.6666665459e-1f));
+    p = V_FMADD(p, r, V_SET1(5.0000001201e-1f));
+    p = V_FMADD(p, V_MUL(r, r), V_ADD(r, V_SET1(1.0f)));
+    p = V_MUL(V_ADD(p, p), V_POW2M1(n));
+    return V_ZERO_BELOW(p, x0, lo);
+}
+
+/* x / (1 + exp(-a x)) */
+static inline VF sigmoid_mul(VF x, float a) {
+    return V_DIV(x, V_ADD(V_SET1(1.0f), vexp(V_MUL(x, V_SET1(-a)))));
+}
+
+static void silu(float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) V_STORE(x + i, sigmoid_mul(V_LOAD(x + i), 1.0f));
+    for (; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+static void quick_gelu(float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) V_STORE(x + i, sigmoid_mul(V_LOAD(x + i), 1.702f));
+    for (; i < n; i++) x[i] = x[i] / (1.0f + expf(-1.702f * x[i]));
+}
+
+/* 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3) */
+static void gelu_tanh(float *x, int64_t n) {
+    const VF c = V_SET1(0.79788456080286536f), c3 = V_SET1(0.044715f), m2 = V_SET1(-2.0f), one = V_SET1(1.0f);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) {
+        const VF v = V_LOAD(x + i);
+        const VF u = V_MUL(c, V_FMADD(V_MUL(c3, v), V_MUL(v, v), v));
+        V_STORE(x + i, V_DIV(v, V_ADD(one, vexp(V_MUL(m2, u)))));
+    }
+    for (; i < n; i++) {
+        float v = x[i];
+        x[i] = 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+    }
+}
+
+static float exp_scaled_sum(float *x, int64_t n, float s, float m) {
+    const VF sv = V_SET1(s), sm = V_SET1(s * m);
+    VF acc = V_ZERO();
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) {
+        const VF e = vexp(V_FMSUB(V_LOAD(x + i), sv, sm));
+        V_STORE(x + i, e);
+        acc = V_ADD(acc, e);
+    }
+    float sum = V_HSUM(acc);
+    for (; i < n; i++) { x[i] = expf(s * x[i] - s * m); sum += x[i]; }
+    return sum;
+}
+
+static float vmax(const float *x, int64_t n) {
+    VF m = V_SET1(-INFINITY);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) m = V_MAX(m, V_LOAD(x + i));
+    float r = V_HMAX(m);
+    for (; i < n; i++) r = x[i] > r ? x[i] : r;
+    return r;
+}
+
+static void scale(float *x, int64_t n, float s) {
+    const VF v = V_SET1(s);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) V_STORE(x + i, V_MUL(V_LOAD(x + i), v));
+    for (; i < n; i++) x[i] *= s;
+}
+
+static void mul(float *y, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) V_STORE(y + i, V_MUL(V_LOAD(y + i), V_LOAD(x + i)));
+    for (; i < n; i++) y[i] *= x[i];
+}
+
+/* four independent FMA chains */
+static float dot(const float *a, const float *b, int64_t n) {
+    VF s0 = V_ZERO(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 4 * VW <= n; i += 4 * VW) {
+        s0 = V_FMADD(V_LOAD(a + i), V_LOAD(b + i), s0);
+        s1 = V_FMADD(V_LOAD(a + i + VW), V_LOAD(b + i + VW), s1);
+        s2 = V_FMADD(V_LOAD(a + i + 2 * VW), V_LOAD(b + i + 2 * VW), s2);
+        s3 = V_FMADD(V_LOAD(a + i + 3 * VW), V_LOAD(b + i + 3 * VW), s3);
+    }
+    for (; i + VW <= n; i += VW) s0 = V_FMADD(V_LOAD(a + i), V_LOAD(b + i), s0);
+    float sum = V_HSUM(V_ADD(V_ADD(s0, s1), V_ADD(s2, s3)));
+    for (; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+
+static void axpy(float *y, float a, const float *x, int64_t n) {
+    const VF av = V_SET1(a);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) V_STORE(y + i, V_FMADD(av, V_LOAD(x + i), V_LOAD(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+void INSTALL(ma_vecmath *v) {
+    v->dot = dot;
+    v->axpy = axpy;
+    v->silu = silu;
+    v->gelu_tanh = gelu_tanh;
+    v->quick_gelu = quick_gelu;
+    v->exp_scaled_sum = exp_scaled_sum;
+    v->max = vmax;
+    v->scale = scale;
+    v->mul = mul;
+}
