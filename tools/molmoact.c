@@ -732,7 +732,7 @@ int main(int argc, char **argv) {
     if (o.threads > 0) {
         char n[16];
         snprintf(n, sizeof n, "%d", o.threads);
-        setenv("OPENBLAS_NUM_THREADS", n, 1); /* for the workers */
+        setenv("MOLMOACT_THREADS", n, 1); /* for the workers */
         ma_kernel_set_threads(o.threads);
     }
     if (!strcmp(cmd, "run")) return cmd_run(&o);

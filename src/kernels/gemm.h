@@ -4,7 +4,9 @@
  * The driver follows GotoBLAS's blocking: K in chunks of MA_GEMM_KC, M in blocks of
  * MA_GEMM_MC (the A block stays in L2), N in panels of 16 columns (NR) that are converted to
  * fp32 once per (K chunk, M block) into an L1-sized buffer laid out [k][16], then a register-
- * blocked micro-kernel computes 6 x 16 tiles. Panels are shared among the pool's threads.
+ * blocked micro-kernel computes 6 x 16 tiles. Panels are shared among the pool's threads. The
+ * AVX-512 tiles (12 x 16, 12 x 32) take a group of panels per K chunk and read f16 / bf16 / f32
+ * context panels in place, converting in registers; other B are converted once per group.
  *
  * B layouts:
  *   MA_B_ROWS    row-major [N][ld] of F32 / F16 / BF16 / Q8_0 / Q4_0 (checkpoint tensors, K/V)

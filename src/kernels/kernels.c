@@ -1,6 +1,5 @@
 #include "kernels/kernels.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,10 +9,7 @@
 #include "kernels/threads.h"
 #include "kernels/vecmath.h"
 
-void ma_kernel_set_threads(int n) {
-    ma_threads_set(n);
-    openblas_set_num_threads(n);
-}
+void ma_kernel_set_threads(int n) { ma_threads_set(n); }
 int ma_kernel_threads(void) { return ma_threads(); }
 
 #define PANEL_FLOATS (1u << 20) /* 4 MiB of converted weights per sgemm call */
@@ -89,14 +85,12 @@ void ma_mat_row(const ma_mat *w, int64_t row, float *dst) {
 void ma_gemm_nt(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                 int64_t ldb, float beta, float *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return;
-    if (!c->scalar && (beta == 0.0f || beta == 1.0f)) {
-        ma_bmat b = {MA_B_ROWS, MA_DT_F32, B, ldb, 0};
-        ma_gemm(M, N, K, A, lda, &b, NULL, beta == 1.0f, C, ldc);
-        return;
-    }
     if (!c->scalar) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb,
-                    beta, C, (int)ldc);
+        if (beta != 0.0f && beta != 1.0f)
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) C[i * ldc + j] *= beta;
+        ma_bmat b = {MA_B_ROWS, MA_DT_F32, B, ldb, 0};
+        ma_gemm(M, N, K, A, lda, &b, NULL, beta != 0.0f, C, ldc);
         return;
     }
     for (int64_t i = 0; i < M; i++)

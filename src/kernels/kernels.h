@@ -2,9 +2,9 @@
  *
  * A weight matrix (ma_mat) is a row-major [rows = N out features, cols = K in features] view of
  * F32 / F16 / BF16 / Q8_0 / Q4_0 data (a mapped checkpoint or context). ma_linear computes
- * y[M, N] = x[M, K] W^T (+ bias): F32 weights go straight to sgemm; other types are converted
- * panel by panel (a few MB of rows at a time) into the context's scratch, so no fp32 copy of a
- * whole matrix ever exists.
+ * y[M, N] = x[M, K] W^T (+ bias) with the GEMM of kernels/gemm.h, which reads the weights in their
+ * stored precision (no fp32 copy of a matrix ever exists); the scalar path converts a few MB of
+ * rows at a time into the context's scratch.
  *
  * Every kernel has a plain scalar path (ctx->scalar = 1, or MOLMOACT_KERNELS=scalar in the
  * environment) that the tests compare the fast path against.
@@ -31,8 +31,8 @@ typedef struct ma_kctx {
     int scalar;     /* 1: plain C loops everywhere */
 } ma_kctx;
 
-/* threads of the GEMM backend (OpenBLAS): set for this process; workers inherit
- * OPENBLAS_NUM_THREADS */
+/* threads of the kernels' pool for this process (before its first use); worker processes read
+ * MOLMOACT_THREADS */
 void ma_kernel_set_threads(int n);
 int ma_kernel_threads(void);
 

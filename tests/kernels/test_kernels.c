@@ -189,6 +189,34 @@ static void test_norms_and_activations(void **state) {
 
 /* many rows (shared by the pool) and widths that are no multiple of the 8 partial sums: against
  * a plain double reference, and each row equal to the same row normalised alone */
+/* ma_gemm_nt (every beta) and ma_gemm_nn: the fast path against the scalar one */
+static void test_gemm_nt_nn(void **state) {
+    (void)state;
+    const int64_t M = 19, N = 23, K = 41, ld = 45;
+    float A[19 * 45], B[41 * 45], C0[19 * 45], C[2][19 * 45];
+    tu_fill(A, 19 * 45, 81);
+    tu_fill(B, 41 * 45, 82);
+    tu_fill(C0, 19 * 45, 83);
+    const float betas[] = {0.0f, 1.0f, 0.5f, -2.0f};
+    ma_kctx kc[2];
+    for (int s = 0; s < 2; s++) ma_kctx_init(&kc[s]), kc[s].scalar = s;
+    for (int b = 0; b < 4; b++) {
+        for (int s = 0; s < 2; s++) {
+            memcpy(C[s], C0, sizeof C0);
+            ma_gemm_nt(&kc[s], M, N, K, A, ld, B, ld, betas[b], C[s], ld);
+        }
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < ld; j++) {
+                const float want = j < N ? C[1][i * ld + j] : C0[i * ld + j]; /* columns past N untouched */
+                assert_true(fabsf(C[0][i * ld + j] - want) <= 1e-5f * (1.0f + fabsf(want)));
+            }
+    }
+    for (int s = 0; s < 2; s++) ma_gemm_nn(&kc[s], M, N, K, A, ld, B, ld, C[s], ld); /* B as [K][N] */
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) assert_true(fabsf(C[0][i * ld + j] - C[1][i * ld + j]) <= 1e-5f * (1.0f + fabsf(C[1][i * ld + j])));
+    for (int s = 0; s < 2; s++) ma_kctx_free(&kc[s]);
+}
+
 /* ma_glu: fast (pool, SIMD) against the scalar path, strided rows, out aliasing gate, every act */
 static void test_glu(void **state) {
     (void)state;
@@ -274,6 +302,7 @@ int main(void) {
         cmocka_unit_test(test_norms_and_activations),
         cmocka_unit_test(test_norms_many_rows),
         cmocka_unit_test(test_glu),
+        cmocka_unit_test(test_gemm_nt_nn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
