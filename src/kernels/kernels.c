@@ -399,7 +399,14 @@ typedef struct att_job {
 /* mask and unnormalised softmax of one raw score row (query qi): row <- exp(scale (row - max));
  * returns the sum, by which the caller divides the output row (hd values instead of lk) */
 static float softmax_masked(const ma_vecmath *vm, float *row, int64_t lk, int64_t qi, float scale, const ma_attn_mask *mask) {
-    if (mask && (mask->key_valid || mask->causal)) {
+    if (mask && mask->causal && !mask->key_valid) {
+        /* the LLM's mask: keys up to the query, and past it only image keys for an image query;
+         * the query's own key is always allowed, so a row is never empty */
+        if (mask->bidir && mask->bidir[qi])
+            for (int64_t j = qi + 1; j < lk; j++) row[j] = mask->bidir[j] ? row[j] : -INFINITY;
+        else
+            for (int64_t j = qi + 1; j < lk; j++) row[j] = -INFINITY;
+    } else if (mask && (mask->key_valid || mask->causal)) {
         int any = 0;
         for (int64_t j = 0; j < lk; j++) {
             int ok = !(mask->key_valid && !mask->key_valid[j]) &&
