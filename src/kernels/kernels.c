@@ -176,8 +176,21 @@ ma_status ma_linear_fused(ma_kctx *c, const float *x, int64_t M, int n, const ma
 
 /* ------------------------------------------------------------------------------ elementwise */
 
+typedef struct { float *y; const float *x; int64_t n; } add_job;
+
+static void add_task(void *ctx, int t, int T) {
+    const add_job *j = ctx;
+    long lo, hi;
+    ma_split_range((long)((j->n + 63) / 64), t, T, &lo, &hi); /* whole cache lines per thread */
+    const int64_t a = lo * 64, b = hi * 64 < j->n ? hi * 64 : j->n;
+    for (int64_t i = a; i < b; i++) j->y[i] += j->x[i];
+}
+
+/* large residual adds (the ViT's 1458 x 1152) are shared by the pool */
 void ma_add(float *y, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+    add_job j = {y, x, n};
+    if (n >= (1 << 18)) ma_parallel(add_task, &j);
+    else add_task(&j, 0, 1);
 }
 
 /* Sums of a row in double, over 8 interleaved partial sums: independent chains the compiler can

@@ -189,6 +189,19 @@ static void test_norms_and_activations(void **state) {
 
 /* many rows (shared by the pool) and widths that are no multiple of the 8 partial sums: against
  * a plain double reference, and each row equal to the same row normalised alone */
+/* ma_add on the pool (large n) is the plain sum, to the last element */
+static void test_add_large(void **state) {
+    (void)state;
+    const int64_t n = (1 << 19) + 5;
+    float *y = malloc(sizeof(float) * n), *x = malloc(sizeof(float) * n), *ref = malloc(sizeof(float) * n);
+    tu_fill(y, (size_t)n, 91);
+    tu_fill(x, (size_t)n, 92);
+    for (int64_t i = 0; i < n; i++) ref[i] = y[i] + x[i];
+    ma_add(y, x, n);
+    assert_memory_equal(y, ref, sizeof(float) * n);
+    free(y); free(x); free(ref);
+}
+
 /* ma_gemm_nt (every beta) and ma_gemm_nn: the fast path against the scalar one */
 static void test_gemm_nt_nn(void **state) {
     (void)state;
@@ -303,6 +316,7 @@ int main(void) {
         cmocka_unit_test(test_norms_many_rows),
         cmocka_unit_test(test_glu),
         cmocka_unit_test(test_gemm_nt_nn),
+        cmocka_unit_test(test_add_large),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
