@@ -58,8 +58,15 @@ int ma_cpu_amx_bf16(void) {
     if ((xgetbv0() & 0x60000) != 0x60000) return 0; /* XTILECFG and XTILEDATA enabled by the OS */
     return os_grants_tiles();
 }
+
+int ma_cpu_intel(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    return b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu; /* "Genu" "ineI" "ntel" */
+}
 #else
 int ma_cpu_avx2_fma_f16c(void) { return 0; }
+int ma_cpu_intel(void) { return 0; }
 int ma_cpu_avx512f(void) { return 0; }
 int ma_cpu_avx512_vnni_vbmi(void) { return 0; }
 int ma_cpu_amx_bf16(void) { return 0; }

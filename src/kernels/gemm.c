@@ -131,6 +131,15 @@ static ma_gemm_kernels_t sets[5], active; /* portable, then what the CPU has, be
 static int n_sets, best_set;
 static pthread_once_t active_once = PTHREAD_ONCE_INIT;
 
+static int panels_in_place = 1; /* see ma_gemm_set_in_place */
+
+static int in_place_default(void) {
+    const char *e = getenv("MOLMOACT_GEMM_PANELS");
+    if (e && !strcmp(e, "in_place")) return 1;
+    if (e && !strcmp(e, "convert")) return 0;
+    return !ma_cpu_intel();
+}
+
 static void choose_kernels(void) {
     ma_gemm_kernels_t *p = &sets[0];
     p->name = "portable";
@@ -174,6 +183,7 @@ static void choose_kernels(void) {
     }
 #endif
     best_set = n_sets - 1;
+    panels_in_place = in_place_default();
     const char *e = getenv("MOLMOACT_KERNELS");
     int pick = best_set;
     for (int i = 0; e && i < n_sets; i++)
@@ -216,6 +226,16 @@ int ma_gemm_select(int i) {
 void ma_gemm_select_portable(int portable) {
     pthread_once(&active_once, choose_kernels);
     active = sets[portable ? 0 : best_set];
+}
+
+void ma_gemm_set_in_place(int in_place) {
+    pthread_once(&active_once, choose_kernels);
+    panels_in_place = in_place < 0 ? in_place_default() : in_place != 0;
+}
+
+int ma_gemm_in_place(void) {
+    pthread_once(&active_once, choose_kernels);
+    return panels_in_place;
 }
 
 /* ------------------------------------------------------------------ driver */
@@ -528,7 +548,7 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
                 for (int64_t p = q0; p < q1; p++) {
                     const int64_t i = p - q0;
                     const gemm_seg *g = gs[i] = panel_at(j, p, &s, &n0s[i], &nrs[i]);
-                    if (g->B->layout == MA_B_PANELS && active.tile2[g->B->dtype]) {
+                    if (g->B->layout == MA_B_PANELS && active.tile2[g->B->dtype] && (panels_in_place || g->B->dtype == MA_DT_F32)) {
                         const uint8_t *src;
                         panel_span(g->B, j->K, n0s[i], k0, kc, &src);
                         bp[i] = src, bdt[i] = g->B->dtype, pstride[i] = j->K * NR;

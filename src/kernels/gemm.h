@@ -92,5 +92,13 @@ int ma_gemm_int8_activations(void);
 int ma_gemm_select(int i);
 /* tests: switch between the portable and the best kernels */
 void ma_gemm_select_portable(int portable);
+/* Where f16 / bf16 / f32 context panels are read on the grouped path (M > 12, tiles that read
+ * them): 1 = in place, converted in registers by every A tile; 0 = converted once per K chunk
+ * into an fp32 buffer in L2 that the tiles share. Same values either way, same bits. On Intel
+ * the conversion takes the FMA ports (in place measured 10-25 % slower there), on AMD it does
+ * not (in place faster: no buffer); the default follows the vendor, MOLMOACT_GEMM_PANELS=
+ * in_place|convert overrides it, and ma_gemm_set_in_place(-1) restores it. */
+void ma_gemm_set_in_place(int in_place);
+int ma_gemm_in_place(void);
 
 #endif

@@ -122,6 +122,14 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
         const int small_direct = M <= MA_GEMM_MR_MAX && (!strcmp(kname, "avx512") || !strcmp(kname, "vnni") || !strcmp(kname, "amx"));
         const int int8_panels = quant && !strcmp(kname, "vnni"); /* the rows layout stays fp32 */
         if (!small_direct && !int8_panels) assert_memory_equal(C, C2, sizeof(float) * M * N);
+        /* f16 / bf16 / f32 panels read in place or converted into a shared buffer first (the
+         * other choice than this CPU's default): the same values in the same order */
+        ma_gemm_set_in_place(!ma_gemm_in_place());
+        ma_bmat bp = {MA_B_PANELS, dt, panels, K, 0};
+        memcpy(C, C0, sizeof(float) * M * N);
+        ma_gemm(M, N, K, A, K, &bp, with_bias ? bias : NULL, accumulate, C, N);
+        ma_gemm_set_in_place(-1);
+        assert_memory_equal(C, C2, sizeof(float) * M * N);
     }
     ma_gemm_select_portable(0);
     free(qb);
