@@ -527,8 +527,9 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
         active.amx_end();
     } else if (active.tile2[MA_DT_F32]) {
         /* per K chunk, a group of panels is shared by every A tile of every M block: panels of a
-         * type the tiles read in place (f16 / bf16 / f32 context panels) are used straight from
-         * the weights, the others are converted once into Bc (L2); two panels per tile call */
+         * type the tiles read in place (f32 context panels; f16 / bf16 ones unless this CPU
+         * converts them first, ma_gemm_set_in_place) are used straight from the weights, the
+         * others are converted once into Bc (L2); two panels per tile call */
         const int64_t rows = (m_hi - m_lo + TR - 1) / TR * TR;
         /* one group, or rows past 16 MiB of packed A (none in this model): pack per M block */
         float *whole = p_hi - p_lo > GROUP && rows * KC <= (1 << 22) ? thread_abuf((size_t)rows * KC) : NULL;
