@@ -50,7 +50,7 @@ if [ -z "$model" ]; then
   model=$work/bench-model
   [ -f "$model/config.json" ] || $py reference/make_checkpoint.py --config bench --variant grid --seed 0 --dtype mixed -o "$model" > /dev/null
 fi
-for p in f16 q4_0; do
+for p in f16 q8_0 q4_0; do
   ctx=$work/ctx-$p
   if [ ! -f "$ctx/.done" ] || [ "$ctx/.done" -ot "$model/config.json" ]; then
     echo "== compiling $p context"
@@ -78,6 +78,8 @@ for line in sys.stdin:
             d["engine"] = e
         print(json.dumps(d), flush=True)' "$@"
 }
+# the read bandwidth that action_step's weight-stream times are measured against
+MOLMOACT_THREADS=$threads build/gemm_bench --bandwidth --json | tag 0 bandwidth | tee -a "$results"
 # engines take turns per component and round, so a drift of the machine's speed hits them alike
 for s in vision llm_split0 action_context action_step; do
   n=$runs
@@ -92,6 +94,14 @@ for s in vision llm_split0 action_context action_step; do
       build/molmoact bench --model "$work/ctx-$p" --session $s --inputs "$work/inputs/$s.npz" --runs "$n" --threads "$threads" --json |
         tag "$r" "molmoact_$p" | tee -a "$results"
     done
+    # action_step with its weights flushed from the caches before each run, as in the full model
+    # (36 blocks, 0.6 GB in f16: no cache holds them), against the time to stream them once
+    if [ $s = action_step ]; then
+      for p in f16 q8_0 q4_0; do
+        build/molmoact bench --model "$work/ctx-$p" --session $s --inputs "$work/inputs/$s.npz" --runs "$n" --threads "$threads" \
+          --cold --json | tag "$r" "molmoact_${p}_cold" | tee -a "$results"
+      done
+    fi
   done
 done
 
@@ -99,6 +109,8 @@ $py - "$results" "$seq" "$runs" "$threads" "$rounds" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 seq, runs, threads, rounds = sys.argv[2:6]
+bandwidth = next((r["read_bandwidth_gbs"] for r in rows if r.get("engine") == "bandwidth"), None)
+rows = [r for r in rows if r.get("engine") != "bandwidth"]
 by = {}
 for r in rows:
     by.setdefault((r["engine"], r["session"]), []).append(r)
@@ -139,6 +151,19 @@ for s in ["vision", "llm_split0", "action_context", "action_step"]:
     print(f"{names[s]:24} " + " ".join(f"{v[e]:9.2f}" if v[e] is not None else f"{'-':>9}" for e in engines) + "   " +
           ratio(v["pytorch"], v["molmoact_f16"]) + " " + ratio(v["ort"], v["molmoact_f16"]) + " " +
           f"{ratio(v['ort_q4'], v['molmoact_q4_0']):>8}")
+if bandwidth:
+    print(f"\naction_step with its weights flushed from the caches before each run, against the time to read them once"
+          f" at the measured {bandwidth:.1f} GB/s ({threads} threads; target: at most 1.5x)")
+    print(f"{'precision':10} {'weights MB':>10} {'stream ms':>9} {'cold ms':>9} {'warm ms':>9} {'cold/stream':>11}")
+    for p in ["f16", "q8_0", "q4_0"]:
+        c = by.get((f"molmoact_{p}_cold", "action_step"))
+        if not c:
+            continue
+        mb = c[0]["weight_bytes"] / 1e6
+        stream = mb / bandwidth  # MB / (GB/s) = ms
+        cold = t[(f"molmoact_{p}_cold", "action_step")]
+        warm = t.get((f"molmoact_{p}", "action_step"))
+        print(f"{p:10} {mb:10.1f} {stream:9.2f} {cold:9.2f} " + (f"{warm:9.2f}" if warm else f"{'-':>9}") + f" {cold / stream:11.2f}")
 print("\neach round's ratios (engines of one round ran within seconds of each other)")
 print(f"{'component':24} {'PT/f16':>24} {'ORT/f16':>24} {'ORTq4/q4':>24}")
 def rr(a, b, s):

@@ -29,6 +29,7 @@
 #include "runtime/engine.h"
 #include "runtime/latency.h"
 #include "runtime/request.h"
+#include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 
@@ -44,7 +45,8 @@ static void usage(FILE *f) {
             "           [--inproc] [--stream]   (--stream: IN.npz paths on stdin, one JSON result per line)\n"
             "           (no --model: the demo model and golden in assets/tiny-grid)\n"
             "  bench    [--model DIR] [--runs N] [--inputs IN.npz] [--inproc] [--json]\n"
-            "  bench    --model DIR --session NAME --inputs IO.npz [--runs N] [--json]   (one session, in process)\n"
+            "  bench    --model DIR --session NAME --inputs IO.npz [--runs N] [--cold] [--json]   (one session, in process;\n"
+            "           --cold: its weights flushed from the caches before each run)\n"
             "  parity   --model DIR --golden DIR [--gate G] [--json]\n"
             "  compile  HF_DIR -o CTX_DIR [--vision P] [--llm P] [--action P] [--suffix S] [--prompt-seq N]\n"
             "           (P: f16 (default), bf16, q8_0, q4_0)\n"
@@ -59,7 +61,7 @@ static void usage(FILE *f) {
 typedef struct {
     const char *model, *golden, *inputs, *out, *dump, *norm_tag, *image0, *image1, *task, *state, *noise, *session;
     uint64_t seed;
-    int have_seed, json, runs, stream, inproc, threads;
+    int have_seed, json, runs, stream, inproc, threads, cold;
     double gate;
 } opts;
 
@@ -87,6 +89,7 @@ static int parse_opts(int argc, char **argv, int first, opts *o) {
         else if (!strcmp(a, "--json")) o->json = 1;
         else if (!strcmp(a, "--stream")) o->stream = 1;
         else if (!strcmp(a, "--inproc")) o->inproc = 1;
+        else if (!strcmp(a, "--cold")) o->cold = 1;
         else if (!strcmp(a, "--runs") || !strcmp(a, "--threads")) {
             char *end;
             long n = v ? strtol(v, &end, 10) : 0;
@@ -336,6 +339,22 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The weights session `which` reads in one run: the bytes of its context's tensors, less the
+ * per-timestep modulation tables (one row of them per step). With --cold their mapping is flushed
+ * from the caches before each run, as in the full model, whose expert does not fit in any cache.
+ * 0 for a checkpoint directory (one mapping for every session). */
+static size_t session_weight_bytes(const ma_model *m, int which, const ma_mapfile **map) {
+    *map = NULL;
+    if (!m->from_contexts) return 0;
+    const ma_gguf *g = &m->ctx[which == 0 ? 0 : which + 1]; /* contexts: vision, embed, llm_split0..3, ... */
+    size_t bytes = 0;
+    for (size_t i = 0; i < g->n_tensors; i++)
+        if (strcmp(g->tensors[i].name, "molmoact.step_modulations") && strcmp(g->tensors[i].name, "molmoact.final_modulations"))
+            bytes += g->tensors[i].nbytes;
+    *map = &g->map;
+    return bytes;
+}
+
 /* one session on the arrays of IO.npz named as its inputs (a golden's <session>_io.npz, or the
  * inputs bench/compare.sh writes): one warm-up, then --runs timed calls; median, min, mean */
 static int cmd_bench_session(opts *o) {
@@ -358,11 +377,16 @@ static int cmd_bench_session(opts *o) {
         if (!t) { fprintf(stderr, "molmoact: %s: no array %s (input of %s)\n", o->inputs, sess->in[i].name, o->session); rc = 2; }
         else in[i] = *t;
     }
+    const ma_mapfile *map;
+    const size_t weight_bytes = session_weight_bytes(sess->model, which, &map);
+    if (o->cold && !map) { fprintf(stderr, "molmoact: bench --cold needs a context directory (molmoact compile)\n"); rc = 2; }
+    if (o->cold && map && !ma_cache_flush(map->data, 0)) { fprintf(stderr, "molmoact: bench --cold: this CPU has no cache flush\n"); rc = 2; }
     double *ms = calloc((size_t)o->runs, sizeof *ms);
     if (!ms) rc = 1;
     for (int i = 0; i <= o->runs && !rc; i++) {
         int n_out;
         double compute, transfer;
+        if (o->cold) ma_cache_flush(map->data, map->size);
         if (e.runner->link.run(e.runner->link.ctx, which, 0, in, sess->n_in, out, &n_out, &compute, &transfer, &err)) { rc = fail(&err); break; }
         for (int k = 0; k < n_out; k++) ma_tensor_free(&out[k]);
         if (i > 0) ms[i - 1] = compute;
@@ -375,11 +399,13 @@ static int cmd_bench_session(opts *o) {
         long self_kb, workers_kb;
         ma_engine_peak_rss(&e, &self_kb, &workers_kb);
         if (o->json)
-            printf("{\"session\": \"%s\", \"runs\": %d, \"threads\": %d, \"median_ms\": %.4f, \"min_ms\": %.4f, \"mean_ms\": %.4f, "
-                   "\"peak_rss_kib\": %ld}\n", o->session, o->runs, ma_kernel_threads(), median, ms[0], mean, self_kb);
+            printf("{\"session\": \"%s\", \"runs\": %d, \"threads\": %d, \"cold\": %s, \"median_ms\": %.4f, \"min_ms\": %.4f, "
+                   "\"mean_ms\": %.4f, \"weight_bytes\": %zu, \"peak_rss_kib\": %ld}\n", o->session, o->runs, ma_kernel_threads(),
+                   o->cold ? "true" : "false", median, ms[0], mean, weight_bytes, self_kb);
         else
-            printf("%s: median %.3f ms, min %.3f ms, mean %.3f ms over %d runs (%d threads, %s kernels), peak RSS %.1f MiB\n",
-                   o->session, median, ms[0], mean, o->runs, ma_kernel_threads(), ma_gemm_kernels(), self_kb / 1024.0);
+            printf("%s: median %.3f ms, min %.3f ms, mean %.3f ms over %d runs (%d threads, %s kernels%s), weights %.1f MiB, "
+                   "peak RSS %.1f MiB\n", o->session, median, ms[0], mean, o->runs, ma_kernel_threads(), ma_gemm_kernels(),
+                   o->cold ? ", cold caches" : "", weight_bytes / 1048576.0, self_kb / 1024.0);
     }
     free(ms);
     ma_npz_free(&z);

@@ -71,3 +71,20 @@ int ma_cpu_avx512f(void) { return 0; }
 int ma_cpu_avx512_vnni_vbmi(void) { return 0; }
 int ma_cpu_amx_bf16(void) { return 0; }
 #endif
+
+int ma_cache_flush(const void *p, unsigned long n) {
+    const unsigned long line = 64; /* the smallest line of the CPUs we run on; a larger one is hit more than once */
+    const char *c = (const char *)((unsigned long)p & ~(line - 1)), *end = (const char *)p + n;
+#if defined(__x86_64__)
+    for (; c < end; c += line) __asm__ volatile("clflush (%0)" ::"r"(c) : "memory");
+    __asm__ volatile("mfence" ::: "memory");
+    return 1;
+#elif defined(__aarch64__)
+    for (; c < end; c += line) __asm__ volatile("dc civac, %0" ::"r"(c) : "memory");
+    __asm__ volatile("dsb ish" ::: "memory");
+    return 1;
+#else
+    (void)c, (void)end;
+    return 0;
+#endif
+}

@@ -12,5 +12,9 @@ int ma_cpu_amx_bf16(void);
 /* the vendor is Intel: its cores convert f16 -> f32 (VCVTPH2PS) on the two FMA ports (2 uops for
  * 16 lanes), AMD's Zen 4 / Zen 5 beside them; the GEMM uses it to pick where panels are converted */
 int ma_cpu_intel(void);
+/* write back and drop [p, p + n) from every cache level (x86-64 CLFLUSH, aarch64 DC CIVAC), so a
+ * benchmark can time a pass over weights that come from memory, as they do in the full model;
+ * 0 where the CPU has no such instruction (nothing is done; n = 0 only asks) */
+int ma_cache_flush(const void *p, unsigned long n);
 
 #endif
