@@ -1,6 +1,7 @@
 #include "kernels/gemm.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,7 +15,6 @@
 #define KC MA_GEMM_KC
 #define MC MA_GEMM_MC
 #define GROUP 32 /* panels converted per K chunk on the grouped path: 32 x 384 x 16 floats = 768 KiB (L2) */
-#define QA_BLOCKS 156 /* 32-k blocks of int8 A per K chunk on the small path (4992 k, Apack's chunk) */
 #define AMX_MS 512 /* rows of A converted at a time on the AMX path: 512 x 384 x (hi, lo) bf16 = 768 KiB */
 
 /* ------------------------------------------------------------------ portable micro-kernel */
@@ -253,6 +253,9 @@ typedef struct gemm_job {
     int64_t M, K, lda, panels;
     const float *A;
     int accumulate, n_seg, split_m, small, amx;
+    const void *qa;      /* small path with int8 parts: A quantised once (K / 32 blocks) */
+    atomic_long next;    /* small path: the next chunk of panels a thread takes */
+    int64_t chunk;       /* panels per chunk */
     gemm_seg seg[MA_GEMM_MAX_PARTS];
 } gemm_job;
 
@@ -366,6 +369,25 @@ static float *thread_abuf(size_t floats) {
     return (float *)((char *)nb + ABUF_HEAD);
 }
 
+/* the small path's quantised A (small_qa): a second buffer per thread, like thread_abuf's */
+static pthread_key_t qa_key;
+static pthread_once_t qa_once = PTHREAD_ONCE_INIT;
+static int qa_ok;
+static void qa_init(void) { qa_ok = pthread_key_create(&qa_key, free) == 0; }
+
+static void *qa_buffer(size_t bytes) {
+    pthread_once(&qa_once, qa_init);
+    if (!qa_ok) return NULL;
+    abuf *b = pthread_getspecific(qa_key);
+    if (b && b->cap >= bytes) return (char *)b + ABUF_HEAD;
+    abuf *nb = aligned_alloc(64, (ABUF_HEAD + bytes + 63) / 64 * 64);
+    if (!nb) return NULL;
+    free(b);
+    nb->cap = bytes;
+    if (pthread_setspecific(qa_key, nb)) { free(nb); return NULL; }
+    return (char *)nb + ABUF_HEAD;
+}
+
 /* a part the int8 kernels take: q8_0 / q4_0 panels, where the active set has them */
 static inline int int8_part(const gemm_seg *g) {
     return active.q_panels && g->B->layout == MA_B_PANELS && quantised(g->B->dtype);
@@ -451,30 +473,23 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
     _Alignas(64) static _Thread_local float Bc[GROUP * KC * NR];
     const ma_ukernel_fn uk = active.ukernel;
     const int TR = active.mr;
-    if (j->small) { /* one A tile, weights straight from the panels; K in chunks that fill Apack */
-        _Alignas(64) static _Thread_local unsigned char QA[QA_BLOCKS * MA_GEMM_QA_BLOCK];
-        int64_t ks = (int64_t)(sizeof Apack / sizeof(float) / (size_t)TR) / 32 * 32;
-        if (active.q_panels && ks > QA_BLOCKS * 32) ks = QA_BLOCKS * 32;
+    if (j->small) { /* the whole K of each panel in one kernel call, weights straight from the panels */
         const int mr = (int)(m_hi - m_lo);
-        int need_f32 = 0; /* some part is not int8 work */
-        for (int s = 0; s < j->n_seg; s++) need_f32 |= !int8_part(&j->seg[s]);
-        for (int64_t k0 = 0; k0 < j->K; k0 += ks) {
-            const int kc = (int)(j->K - k0 < ks ? j->K - k0 : ks);
-            if (need_f32) active.pack_a(j->A, j->lda, m_lo, m_hi, k0, kc, TR, Apack);
-            int s = 0, qa_ready = 0;
-            for (int64_t p = p_lo; p < p_hi; p++) {
-                int64_t n0;
-                int nr;
-                const gemm_seg *g = panel_at(j, p, &s, &n0, &nr);
-                float *c = g->C + m_lo * g->ldc + n0;
-                const int acc = j->accumulate || k0 > 0;
-                if (int8_part(g)) {
-                    /* int8 A, quantised once per K chunk for all the quantised panels */
-                    if (!qa_ready) active.qa_pack(j->A, j->lda, m_lo, m_hi, k0, kc, QA), qa_ready = 1;
-                    active.q_panels(g->B, j->K, n0, nr, k0, kc, QA, mr, c, g->ldc, acc);
-                } else
-                    active.small_panels(g->B, j->K, n0, nr, k0, kc, Apack, mr, c, g->ldc, acc);
-            }
+        int s = 0;
+        for (int64_t p = p_lo; p < p_hi; p++) {
+            int64_t n0;
+            int nr;
+            const gemm_seg *g = panel_at(j, p, &s, &n0, &nr);
+            float *c = g->C + m_lo * g->ldc + n0;
+            const float *a = j->A + m_lo * j->lda;
+            if (int8_part(g) && j->qa) /* int8 A, quantised once for the job (small_qa) */
+                active.q_panels(g->B, j->K, n0, nr, 0, (int)j->K, j->qa, mr, c, g->ldc, j->accumulate);
+            else if (active.small_pair && p + 1 < p_hi && nr == NR && n0 + NR < g->N &&
+                     active.small_pair(g->B, j->K, n0, (int)(g->N - n0 - NR < NR ? g->N - n0 - NR : NR), 0, (int)j->K, a, j->lda,
+                                       mr, c, g->ldc, j->accumulate))
+                p++; /* the next panel of this part came along */
+            else
+                active.small_panels(g->B, j->K, n0, nr, 0, (int)j->K, a, j->lda, mr, c, g->ldc, j->accumulate);
         }
     } else if (j->amx) {
         /* per K chunk: a block of A rows is split into bf16 tiles once, then each group of
@@ -609,10 +624,20 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
 }
 
 /* Threads share the panels, except for tall A (the ViT's 1458 rows), where they take row
- * ranges instead, so none packs A rows that another one also packs. */
+ * ranges instead, so none packs A rows that another one also packs. On the small path (nothing
+ * packed, every panel its own work) they take chunks of panels as they finish the last, so a
+ * thread that runs slower (a busy sibling core, a descheduled vCPU) does less of the work
+ * instead of holding the others at the join. */
 static void gemm_task(void *ctx, int t, int T) {
-    const gemm_job *j = ctx;
+    gemm_job *j = ctx;
     long lo, hi;
+    if (j->small && T > 1) {
+        for (;;) {
+            const int64_t p0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+            if (p0 >= j->panels) return;
+            gemm_block(j, 0, j->M, p0, p0 + j->chunk < j->panels ? p0 + j->chunk : j->panels);
+        }
+    }
     if (j->split_m) {
         const int TR = j->amx ? 32 : active.mr;
         ma_split_range((long)((j->M + TR - 1) / TR), t, T, &lo, &hi);
@@ -621,6 +646,19 @@ static void gemm_task(void *ctx, int t, int T) {
     }
     ma_split_range((long)j->panels, t, T, &lo, &hi);
     gemm_block(j, 0, j->M, lo, hi);
+}
+
+/* the small path's int8 A: every row of A quantised once per job, before the threads start, into
+ * a buffer of the calling thread (read by all of them during the job). NULL without int8 parts,
+ * or when that buffer cannot grow: the quantised parts then take the fp32 small kernels. */
+static const void *small_qa(const gemm_job *j) {
+    int any = 0;
+    for (int s = 0; s < j->n_seg; s++) any |= int8_part(&j->seg[s]);
+    if (!any || j->K <= 0) return NULL;
+    const size_t bytes = (size_t)(j->K / 32) * MA_GEMM_QA_BLOCK;
+    unsigned char *qa = (unsigned char *)qa_buffer(bytes);
+    if (qa) active.qa_pack(j->A, j->lda, 0, j->M, 0, (int)j->K, qa);
+    return qa;
 }
 
 static int prepare(gemm_job *j, int64_t M, int64_t K, const float *A, int64_t lda, const ma_gemm_part *parts, int n,
@@ -642,6 +680,7 @@ static int prepare(gemm_job *j, int64_t M, int64_t K, const float *A, int64_t ld
     j->small = active.small_panels && M <= active.mr && j->n_seg > 0;
     for (int s = 0; s < j->n_seg; s++)
         if (j->seg[s].B->layout != MA_B_PANELS) j->small = 0;
+    if (j->small && M > 0) j->qa = small_qa(j);
     j->amx = active.amx_tile && !j->small && M > MA_GEMM_MR_MAX && K > 0;
     return M > 0 && j->n_seg > 0;
 }
@@ -655,6 +694,9 @@ static void run_job(gemm_job *j) {
     /* tall A, or too few panels to share out evenly (a head's 5 panels over 2 threads): rows */
     const int T = ma_threads();
     j->split_m = j->M >= 2 * MC * T || (j->panels < 8 * T && j->M >= 8 * MA_GEMM_MR_MAX * T && !j->small);
+    /* small path: about four chunks a thread, so the last one to finish waits little */
+    j->chunk = ((j->panels + 4 * T - 1) / (4 * T) + 1) / 2 * 2; /* even: panels go in pairs */
+    atomic_init(&j->next, 0);
     ma_parallel_n(gemm_task, j, max_t);
 }
 

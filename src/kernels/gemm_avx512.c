@@ -93,7 +93,9 @@ static void ukernel_avx512(int64_t kc, const float *A, const float *P, float *C,
  * For at most 12 rows of A (the action expert's 10 tokens) every weight is used only M times,
  * so converting it into a panel buffer first costs as much as the FMAs. These kernels convert
  * the 16 values of each k in registers and feed them to the FMAs at once; the weights stream
- * sequentially through the panel layout. */
+ * sequentially through the panel layout. A is read where it lies (row-major, lda apart): a
+ * broadcast load per row and k, from M short sequential streams that stay in L1, so nothing is
+ * packed. */
 
 /* bytes ahead of the weight stream to prefetch: a few lines past what the hardware prefetcher
  * has in flight at the start of each panel */
@@ -108,7 +110,7 @@ static void ukernel_avx512(int64_t kc, const float *A, const float *P, float *C,
         const float *ak_ = (ak);                                                         \
         ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7) ROW(8) ROW(9) ROW(10) ROW(11) \
     } while (0)
-#define ROW(r) if (mr > r) c##r = _mm512_fmadd_ps(_mm512_set1_ps(ak_[r]), b_, c##r);
+#define ROW(r) if (mr > r) c##r = _mm512_fmadd_ps(_mm512_set1_ps(ak_[r * lda]), b_, c##r);
 #define SMALL_STORE()                                                                    \
     do {                                                                                 \
         const __mmask16 m_ = (__mmask16)((1u << nr) - 1u);                               \
@@ -116,51 +118,51 @@ static void ukernel_avx512(int64_t kc, const float *A, const float *P, float *C,
         for (int r = 0; r < mr; r++) ma_store_row16(C + r * ldc, rows_[r], m_, accumulate);   \
     } while (0)
 
-static inline __attribute__((always_inline)) void small_f16(int mr, const uint16_t *w, int kc, const float *A, float *C,
-                                                             int64_t ldc, int nr, int accumulate) {
+static inline __attribute__((always_inline)) void small_f16(int mr, const uint16_t *w, int kc, const float *A, int64_t lda,
+                                                             float *C, int64_t ldc, int nr, int accumulate) {
     SMALL_ACC();
     for (int k = 0; k < kc; k++) {
         _mm_prefetch((const char *)(w + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
-        SMALL_FMA(A + k * MR, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + k * NR))));
+        SMALL_FMA(A + k, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + k * NR))));
     }
     SMALL_STORE();
 }
 
-static inline __attribute__((always_inline)) void small_bf16(int mr, const uint16_t *w, int kc, const float *A, float *C,
-                                                              int64_t ldc, int nr, int accumulate) {
+static inline __attribute__((always_inline)) void small_bf16(int mr, const uint16_t *w, int kc, const float *A, int64_t lda,
+                                                              float *C, int64_t ldc, int nr, int accumulate) {
     SMALL_ACC();
     for (int k = 0; k < kc; k++) {
         _mm_prefetch((const char *)(w + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
         const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + k * NR)));
-        SMALL_FMA(A + k * MR, _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
+        SMALL_FMA(A + k, _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
     }
     SMALL_STORE();
 }
 
-static inline __attribute__((always_inline)) void small_f32(int mr, const float *w, int kc, const float *A, float *C,
-                                                             int64_t ldc, int nr, int accumulate) {
+static inline __attribute__((always_inline)) void small_f32(int mr, const float *w, int kc, const float *A, int64_t lda,
+                                                             float *C, int64_t ldc, int nr, int accumulate) {
     SMALL_ACC();
-    for (int k = 0; k < kc; k++) SMALL_FMA(A + k * MR, _mm512_loadu_ps(w + k * NR));
+    for (int k = 0; k < kc; k++) SMALL_FMA(A + k, _mm512_loadu_ps(w + k * NR));
     SMALL_STORE();
 }
 
 /* blk: panel blocks of 32 k (16 f16 scales, then the values); kc a multiple of 32 */
-static inline __attribute__((always_inline)) void small_q8(int mr, const uint8_t *blk, int kc, const float *A, float *C,
-                                                            int64_t ldc, int nr, int accumulate) {
+static inline __attribute__((always_inline)) void small_q8(int mr, const uint8_t *blk, int kc, const float *A, int64_t lda,
+                                                            float *C, int64_t ldc, int nr, int accumulate) {
     SMALL_ACC();
     for (int k = 0; k < kc; k += 32, blk += 544) {
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
         for (int i = 0; i < 32; i++) {
             if (!(i & 3)) _mm_prefetch((const char *)(blk + 32 + i * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
             const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 32 + i * NR)));
-            SMALL_FMA(A + (k + i) * MR, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
+            SMALL_FMA(A + k + i, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
         }
     }
     SMALL_STORE();
 }
 
-static inline __attribute__((always_inline)) void small_q4(int mr, const uint8_t *blk, int kc, const float *A, float *C,
-                                                            int64_t ldc, int nr, int accumulate) {
+static inline __attribute__((always_inline)) void small_q4(int mr, const uint8_t *blk, int kc, const float *A, int64_t lda,
+                                                            float *C, int64_t ldc, int nr, int accumulate) {
     SMALL_ACC();
     const __m128i low = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
     for (int k = 0; k < kc; k += 32, blk += 288) {
@@ -170,37 +172,130 @@ static inline __attribute__((always_inline)) void small_q4(int mr, const uint8_t
             const __m128i v = _mm_loadu_si128((const __m128i *)(blk + 32 + j * NR));
             const __m128i lo = _mm_sub_epi8(_mm_and_si128(v, low), eight);
             const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), low), eight);
-            SMALL_FMA(A + (k + j) * MR, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)), d));
-            SMALL_FMA(A + (k + j + 16) * MR, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)), d));
+            SMALL_FMA(A + k + j, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)), d));
+            SMALL_FMA(A + k + j + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)), d));
         }
     }
     SMALL_STORE();
 }
 #undef ROW
 
-static void small_panels(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const float *A, int mr,
-                         float *C, int64_t ldc, int accumulate) {
+/* Two panels side by side (32 columns, the second pstride elements after the first): each row's
+ * A value is broadcast into a register once and feeds two FMAs, so the FMAs take register
+ * operands (no indexed memory operand, which Intel cores split into two uops) and the A loads
+ * are halved. 2 x 12 accumulators, two weight vectors and the broadcast fit in the 32 registers. */
+#define PAIR_ACC()                                                                       \
+    SMALL_ACC();                                                                         \
+    __m512 e0 = c0, e1 = c0, e2 = c0, e3 = c0, e4 = c0, e5 = c0;                         \
+    __m512 e6 = c0, e7 = c0, e8 = c0, e9 = c0, e10 = c0, e11 = c0
+#define ROW(r)                                                                           \
+    if (mr > r) {                                                                        \
+        const __m512 a_ = _mm512_set1_ps(ak_[r * lda]);                                  \
+        c##r = _mm512_fmadd_ps(a_, b0_, c##r);                                           \
+        e##r = _mm512_fmadd_ps(a_, b1_, e##r);                                           \
+    }
+#define PAIR_FMA(ak, b0, b1)                                                             \
+    do {                                                                                 \
+        const __m512 b0_ = (b0), b1_ = (b1);                                             \
+        const float *ak_ = (ak);                                                         \
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7) ROW(8) ROW(9) ROW(10) ROW(11) \
+    } while (0)
+#define PAIR_STORE()                                                                     \
+    do {                                                                                 \
+        const __mmask16 m_ = (__mmask16)((1u << nr1) - 1u);                              \
+        __m512 rows_[MR] = {c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11};            \
+        __m512 rows2_[MR] = {e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11};           \
+        for (int r = 0; r < mr; r++) {                                                   \
+            ma_store_row16(C + r * ldc, rows_[r], (__mmask16)0xffff, accumulate);        \
+            ma_store_row16(C + r * ldc + NR, rows2_[r], m_, accumulate);                 \
+        }                                                                                \
+    } while (0)
+
+static inline __attribute__((always_inline)) void pair_f16(int mr, const uint16_t *w, int64_t pstride, int kc, const float *A,
+                                                            int64_t lda, float *C, int64_t ldc, int nr1, int accumulate) {
+    PAIR_ACC();
+    const uint16_t *v = w + pstride;
+    for (int k = 0; k < kc; k++) {
+        if (!(k & 1)) {
+            _mm_prefetch((const char *)(w + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
+            _mm_prefetch((const char *)(v + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
+        }
+        PAIR_FMA(A + k, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + k * NR))),
+                 _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + k * NR))));
+    }
+    PAIR_STORE();
+}
+
+static inline __attribute__((always_inline)) void pair_bf16(int mr, const uint16_t *w, int64_t pstride, int kc, const float *A,
+                                                             int64_t lda, float *C, int64_t ldc, int nr1, int accumulate) {
+    PAIR_ACC();
+    const uint16_t *v = w + pstride;
+    for (int k = 0; k < kc; k++) {
+        if (!(k & 1)) {
+            _mm_prefetch((const char *)(w + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
+            _mm_prefetch((const char *)(v + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
+        }
+        const __m512i u0 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + k * NR)));
+        const __m512i u1 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(v + k * NR)));
+        PAIR_FMA(A + k, _mm512_castsi512_ps(_mm512_slli_epi32(u0, 16)), _mm512_castsi512_ps(_mm512_slli_epi32(u1, 16)));
+    }
+    PAIR_STORE();
+}
+
+static inline __attribute__((always_inline)) void pair_f32(int mr, const float *w, int64_t pstride, int kc, const float *A,
+                                                            int64_t lda, float *C, int64_t ldc, int nr1, int accumulate) {
+    PAIR_ACC();
+    const float *v = w + pstride;
+    for (int k = 0; k < kc; k++) PAIR_FMA(A + k, _mm512_loadu_ps(w + k * NR), _mm512_loadu_ps(v + k * NR));
+    PAIR_STORE();
+}
+#undef ROW
+
+/* panels n0 (full) and n0 + 16 (nr1 columns) of one f32 / f16 / bf16 B; 0 for other types (the
+ * caller then takes them one at a time) */
+static int small_pair(const ma_bmat *B, int64_t K, int64_t n0, int nr1, int64_t k0, int kc, const float *A, int64_t lda,
+                      int mr, float *C, int64_t ldc, int accumulate) {
+    const int64_t p = n0 / NR, pstride = K * NR;
+    switch (B->dtype) {
+    case MA_DT_F16: {
+        const uint16_t *w = (const uint16_t *)B->data + (p * K + k0) * NR;
+        MA_DISPATCH_MR12(pair_f16, w, pstride, kc, A, lda, C, ldc, nr1, accumulate)
+    } return 1;
+    case MA_DT_BF16: {
+        const uint16_t *w = (const uint16_t *)B->data + (p * K + k0) * NR;
+        MA_DISPATCH_MR12(pair_bf16, w, pstride, kc, A, lda, C, ldc, nr1, accumulate)
+    } return 1;
+    case MA_DT_F32: {
+        const float *w = (const float *)B->data + (p * K + k0) * NR;
+        MA_DISPATCH_MR12(pair_f32, w, pstride, kc, A, lda, C, ldc, nr1, accumulate)
+    } return 1;
+    default: return 0;
+    }
+}
+
+static void small_panels(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const float *A, int64_t lda,
+                         int mr, float *C, int64_t ldc, int accumulate) {
     const int64_t p = n0 / NR;
     switch (B->dtype) {
     case MA_DT_F16: {
         const uint16_t *w = (const uint16_t *)B->data + (p * K + k0) * NR;
-        MA_DISPATCH_MR12(small_f16, w, kc, A, C, ldc, nr, accumulate)
+        MA_DISPATCH_MR12(small_f16, w, kc, A, lda, C, ldc, nr, accumulate)
     } break;
     case MA_DT_BF16: {
         const uint16_t *w = (const uint16_t *)B->data + (p * K + k0) * NR;
-        MA_DISPATCH_MR12(small_bf16, w, kc, A, C, ldc, nr, accumulate)
+        MA_DISPATCH_MR12(small_bf16, w, kc, A, lda, C, ldc, nr, accumulate)
     } break;
     case MA_DT_F32: {
         const float *w = (const float *)B->data + (p * K + k0) * NR;
-        MA_DISPATCH_MR12(small_f32, w, kc, A, C, ldc, nr, accumulate)
+        MA_DISPATCH_MR12(small_f32, w, kc, A, lda, C, ldc, nr, accumulate)
     } break;
     case MA_DT_Q8_0: {
         const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 544;
-        MA_DISPATCH_MR12(small_q8, blk, kc, A, C, ldc, nr, accumulate)
+        MA_DISPATCH_MR12(small_q8, blk, kc, A, lda, C, ldc, nr, accumulate)
     } break;
     default: {
         const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 288;
-        MA_DISPATCH_MR12(small_q4, blk, kc, A, C, ldc, nr, accumulate)
+        MA_DISPATCH_MR12(small_q4, blk, kc, A, lda, C, ldc, nr, accumulate)
     } break;
     }
 }
@@ -210,6 +305,7 @@ void ma_gemm_install_avx512(ma_gemm_kernels_t *k) {
     k->ukernel = ukernel_avx512;
     k->mr = MR;
     k->small_panels = small_panels;
+    k->small_pair = small_pair;
     k->tile1[MA_DT_F32] = tile1_f32;
     k->tile2[MA_DT_F32] = tile2_f32;
     k->tile1[MA_DT_F16] = tile1_f16;

@@ -12,10 +12,11 @@ typedef void (*ma_ukernel_fn)(int64_t kc, const float *A, const float *P, float 
 /* P[kc][16] = columns n0..n0+nr-1 of B for k = k0..k0+kc-1, fp32; columns >= nr are zero */
 typedef void (*ma_panel_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P);
 
-/* C[mr, nr] (+)= A x B for mr <= the kernel's mr, A packed as for the micro-kernel, straight
- * from B in the panel layout (any weight type); kc a multiple of 32 for quantised B */
-typedef void (*ma_small_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const float *A, int mr,
-                            float *C, int64_t ldc, int accumulate);
+/* C[mr, nr] (+)= A x B for mr <= the kernel's mr, straight from B in the panel layout (any
+ * weight type); A row-major (row r at A + r * lda, its column k0 first); kc a multiple of 32 for
+ * quantised B */
+typedef void (*ma_small_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const float *A,
+                            int64_t lda, int mr, float *C, int64_t ldc, int accumulate);
 
 /* the grouped path's tiles on panels [kc][16] of one weight type read in place: fp32 (converted
  * panels, or f32 context panels) or f16 / bf16 context panels converted in registers.
@@ -33,6 +34,10 @@ typedef struct ma_gemm_kernels_t {
     ma_ukernel_fn ukernel;
     ma_panel_fn load[MA_B_LAYOUTS][MA_DT_COUNT]; /* [layout][dtype]; NULL = not supported */
     ma_small_fn small_panels;         /* optional: M <= mr on panel-layout B */
+    /* optional: as small_panels on panels n0 (full) and n0 + 16 (nr1 columns) of one B at once;
+     * returns 0 (nothing done) for a weight type it does not take */
+    int (*small_pair)(const ma_bmat *B, int64_t K, int64_t n0, int nr1, int64_t k0, int kc, const float *A, int64_t lda,
+                      int mr, float *C, int64_t ldc, int accumulate);
     ma_pack_fn pack_a;
     /* optional (then B is used a group of panels at a time, each converted once per K chunk unless
      * tile2 has its type, which is then read from the panels in place): [dtype], F32 required */
@@ -58,7 +63,7 @@ typedef struct ma_gemm_kernels_t {
                      float *C, int64_t ldc, int accumulate);
 } ma_gemm_kernels_t;
 
-#define MA_GEMM_QA_BLOCK 480 /* 12 rows x 32 int8, 12 float scales, 12 int32 sums */
+#define MA_GEMM_QA_BLOCK 528 /* 12 rows x 32 int8, 12 float scales, 2 x 12 int32 offset corrections */
 
 /* one instantiation per row count (1..12) of an always-inline tile function fn(mr, ...), so the
  * accumulators stay in registers (the AVX-512 and int8 kernels) */

@@ -20,11 +20,12 @@
 #define NR MA_GEMM_NR
 #define MR 12
 
-/* the quantised A of one 32-k block: int8 q[row][32], then the scales and the sums of q */
+/* the quantised A of one 32-k block: int8 q[row][32], the scales, and each row's sum of q times
+ * minus the weights' offsets (q4_0: 8, q8_0: 128), the starting value of its block sum */
 typedef struct qa_block {
     int8_t q[MR][32];
     float d[MR];
-    int32_t s[MR];
+    int32_t neg8[MR], neg128[MR];
 } qa_block;
 
 _Static_assert(sizeof(qa_block) == MA_GEMM_QA_BLOCK, "qa block size");
@@ -36,7 +37,7 @@ static void qa_pack(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t
             if (m0 + r >= m1) {
                 memset(blk->q[r], 0, 32);
                 blk->d[r] = 0.0f;
-                blk->s[r] = 0;
+                blk->neg8[r] = blk->neg128[r] = 0;
                 continue;
             }
             const float *a = A + (m0 + r) * lda + k0 + b * 32;
@@ -48,7 +49,9 @@ static void qa_pack(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t
             _mm_storeu_si128((__m128i *)blk->q[r], _mm512_cvtsepi32_epi8(q0));
             _mm_storeu_si128((__m128i *)(blk->q[r] + 16), _mm512_cvtsepi32_epi8(q1));
             blk->d[r] = amax / 127.0f;
-            blk->s[r] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            blk->neg8[r] = -8 * sum;
+            blk->neg128[r] = -128 * sum;
         }
     }
 }
@@ -66,11 +69,12 @@ static inline __m512i k4_transpose(__m512i v) {
 #define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 
 /* one block's 8 weight vectors W[i] (k = 4i..4i+3 of the block) are ready: for every row,
- * eight VPDPBUSD, then the scaled block sum into the row's fp32 accumulator */
+ * eight VPDPBUSD from the offset correction (a broadcast load, no ALU work), then the scaled
+ * block sum into the row's fp32 accumulator */
 #define ROW_DOT(r)                                                                               \
     if (mr > r) {                                                                                \
         const int32_t *aq = (const int32_t *)qa->q[r];                                           \
-        __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, _mm512_set1_epi32(aq[0])); \
+        __m512i acc = _mm512_dpbusd_epi32(_mm512_set1_epi32(neg[r]), w0, _mm512_set1_epi32(aq[0])); \
         acc = _mm512_dpbusd_epi32(acc, w1, _mm512_set1_epi32(aq[1]));                            \
         acc = _mm512_dpbusd_epi32(acc, w2, _mm512_set1_epi32(aq[2]));                            \
         acc = _mm512_dpbusd_epi32(acc, w3, _mm512_set1_epi32(aq[3]));                            \
@@ -78,7 +82,6 @@ static inline __m512i k4_transpose(__m512i v) {
         acc = _mm512_dpbusd_epi32(acc, w5, _mm512_set1_epi32(aq[5]));                            \
         acc = _mm512_dpbusd_epi32(acc, w6, _mm512_set1_epi32(aq[6]));                            \
         acc = _mm512_dpbusd_epi32(acc, w7, _mm512_set1_epi32(aq[7]));                            \
-        acc = _mm512_sub_epi32(acc, _mm512_set1_epi32(offset * qa->s[r]));                       \
         c##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dw, _mm512_set1_ps(qa->d[r])), c##r); \
     }
 #define ACC_DECL(r) __m512 c##r = _mm512_setzero_ps();
@@ -88,12 +91,12 @@ static inline __m512i k4_transpose(__m512i v) {
 static inline __attribute__((always_inline)) void dot_q8(int mr, const uint8_t *blk, const qa_block *qa, int nb, float *C,
                                                           int64_t ldc, int nr, int accumulate) {
     ROWS(ACC_DECL)
-    const int32_t offset = 128;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     for (int b = 0; b < nb; b++, blk += 544, qa++) {
         _mm_prefetch((const char *)blk + 1024, _MM_HINT_T0);
         _mm_prefetch((const char *)blk + 1088, _MM_HINT_T0);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        const int32_t *neg = qa->neg128;
         const uint8_t *q = blk + 32;
         const __m512i w0 = k4_transpose(_mm512_xor_si512(_mm512_loadu_si512(q), flip));
         const __m512i w1 = k4_transpose(_mm512_xor_si512(_mm512_loadu_si512(q + 64), flip));
@@ -113,11 +116,11 @@ static inline __attribute__((always_inline)) void dot_q8(int mr, const uint8_t *
 static inline __attribute__((always_inline)) void dot_q4(int mr, const uint8_t *blk, const qa_block *qa, int nb, float *C,
                                                           int64_t ldc, int nr, int accumulate) {
     ROWS(ACC_DECL)
-    const int32_t offset = 8;
     const __m512i low = _mm512_set1_epi8(0x0f);
     for (int b = 0; b < nb; b++, blk += 288, qa++) {
         _mm_prefetch((const char *)blk + 1024, _MM_HINT_T0);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        const int32_t *neg = qa->neg8;
         const uint8_t *q = blk + 32;
         const __m512i v0 = _mm512_loadu_si512(q), v1 = _mm512_loadu_si512(q + 64);
         const __m512i v2 = _mm512_loadu_si512(q + 128), v3 = _mm512_loadu_si512(q + 192);
