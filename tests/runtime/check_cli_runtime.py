@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """The resident runtime from the command line: `run --stream` (one JSON line per observation, bad
-ones reported without stopping the stream), `run --json --runs N` and `bench --json`.
+ones reported without stopping the stream), `run --json --runs N`, `bench --json` and `bench
+--session` on a compiled context, with and without `--cold`.
 
 usage: check_cli_runtime.py MOLMOACT_BINARY SOURCE_DIR WORK_DIR"""
 import json
@@ -67,7 +68,28 @@ def main():
     assert b["latency"]["runs"] == 2 and all(m[k] > 0 for k in parts)
     assert abs(sum(m[k] for k in parts) - m["inference"]) < 1e-2 * m["inference"]
     assert m["total"] >= m["inference"]
-    print("stream, run --json, --inproc and bench --json: ok")
+
+    # bench --session on a compiled context: the weights it reads, and --cold (flushed caches)
+    ctx = os.path.join(work, "ctx-f16")
+    p = subprocess.run([binary, "compile", model, "-o", ctx, "--vision", "f16", "--llm", "f16", "--action", "f16"],
+                       capture_output=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    g = np.load(os.path.join(golden, "action_step_io.npz"))  # all ten steps: take the first
+    io = os.path.join(work, "action_step_in.npz")
+    np.savez(io, x=g["x"][0], t=g["t"][:1], ctx_k=g["ctx_k"], ctx_v=g["ctx_v"], cross_mask=g["cross_mask"])
+    stored = os.path.getsize(os.path.join(ctx, "action_step.gguf"))
+    for cold in ([], ["--cold"]):
+        p = subprocess.run([binary, "bench", "--model", ctx, "--session", "action_step", "--inputs", io, "--runs", "3",
+                            "--json"] + cold, capture_output=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        b = json.loads(p.stdout)
+        assert b["cold"] == bool(cold) and b["runs"] == 3 and b["median_ms"] > 0, b
+        # every matrix of the step, less the modulation tables (one row of them per step)
+        assert 0.5 * stored < b["weight_bytes"] < stored, (b["weight_bytes"], stored)
+    p = subprocess.run([binary, "bench", "--model", model, "--session", "action_step", "--inputs", io, "--cold"],
+                       capture_output=True, timeout=600)
+    assert p.returncode == 2 and b"--cold needs a context directory" in p.stderr, (p.returncode, p.stderr)
+    print("stream, run --json, --inproc, bench --json and bench --session [--cold]: ok")
 
 
 if __name__ == "__main__":
