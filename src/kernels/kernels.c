@@ -402,7 +402,6 @@ ma_status ma_attention_head(ma_kctx *c, const float *q, int64_t q_stride, const 
 /* ------------------------------------------------------------------------------ batched attention */
 
 #define ATT_QB 256 /* queries per block: K and V are converted for the GEMM once per block */
-#define ATT_FEW 16 /* up to this many queries in a block: no GEMM (see att_task) */
 
 typedef struct att_job {
     const ma_attn_args *a;
@@ -452,25 +451,11 @@ static void att_task(void *ctx, int t, int T) {
         const float *k = a->k + seq * a->k_seq + (h / grp) * a->hd;
         const float *v = a->v + seq * a->v_seq + (h / grp) * a->hd;
         float *o = a->out + seq * a->out_seq + h * a->hd + q0 * a->out_row;
+        ma_bmat kb = {MA_B_ROWS, MA_DT_F32, k, a->k_row, 0}, vb = {MA_B_COLS, MA_DT_F32, v, a->v_row, 0};
+        ma_gemm_serial(qb, a->lk, a->hd, q, a->q_row, &kb, NULL, 0, S, a->lk);
         float sums[ATT_QB];
-        if (qb <= ATT_FEW) {
-            /* a few queries (the action expert's 10): dot products and axpys straight on the rows;
-             * the GEMM would first convert all of K and V into panels for only qb rows of use */
-            for (int64_t i = 0; i < qb; i++)
-                for (int64_t jk = 0; jk < a->lk; jk++) S[i * a->lk + jk] = vm->dot(q + i * a->q_row, k + jk * a->k_row, a->hd);
-            for (int64_t i = 0; i < qb; i++) {
-                sums[i] = softmax_masked(vm, S + i * a->lk, a->lk, q0 + i, scale, a->mask);
-                float *oi = o + i * a->out_row;
-                memset(oi, 0, sizeof(float) * (size_t)a->hd);
-                for (int64_t jk = 0; jk < a->lk; jk++)
-                    if (S[i * a->lk + jk] != 0.0f) vm->axpy(oi, S[i * a->lk + jk], v + jk * a->v_row, a->hd);
-            }
-        } else {
-            ma_bmat kb = {MA_B_ROWS, MA_DT_F32, k, a->k_row, 0}, vb = {MA_B_COLS, MA_DT_F32, v, a->v_row, 0};
-            ma_gemm_serial(qb, a->lk, a->hd, q, a->q_row, &kb, NULL, 0, S, a->lk);
-            for (int64_t i = 0; i < qb; i++) sums[i] = softmax_masked(vm, S + i * a->lk, a->lk, q0 + i, scale, a->mask);
-            ma_gemm_serial(qb, a->hd, a->lk, S, a->lk, &vb, NULL, 0, o, a->out_row);
-        }
+        for (int64_t i = 0; i < qb; i++) sums[i] = softmax_masked(vm, S + i * a->lk, a->lk, q0 + i, scale, a->mask);
+        ma_gemm_serial(qb, a->hd, a->lk, S, a->lk, &vb, NULL, 0, o, a->out_row);
         for (int64_t i = 0; i < qb; i++) vm->scale(o + i * a->out_row, a->hd, 1.0f / sums[i]);
     }
     free(S);

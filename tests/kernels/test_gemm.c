@@ -377,8 +377,8 @@ static void check_attention(int n_seq, int heads, int kv, int64_t lq, int64_t lk
 static void test_attention_batched(void **state) {
     (void)state;
     check_attention(2, 4, 2, 150, 150, 24, NULL, 1);             /* 2 images, GQA, 3 query blocks */
-    check_attention(1, 3, 3, 10, 77, 16, NULL, 2);               /* expert cross attention (few queries: no GEMM) */
-    check_attention(1, 2, 2, 260, 40, 24, NULL, 6);              /* a block of 256 (GEMM), then one of 4 (few) */
+    check_attention(1, 3, 3, 10, 77, 16, NULL, 2);               /* expert cross attention */
+    check_attention(1, 2, 2, 260, 40, 24, NULL, 6);              /* a block of 256, then one of 4 */
     check_attention(1, 8, 8, 10, 10, 96, NULL, 7);               /* expert self attention, real head width */
     uint8_t valid[77], bidir[130];
     for (int i = 0; i < 77; i++) valid[i] = i % 5 != 0;
