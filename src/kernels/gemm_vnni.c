@@ -68,22 +68,22 @@ static inline __m512i k4_transpose(__m512i v) {
 
 #define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 
-/* one block's 8 weight vectors W[i] (k = 4i..4i+3 of the block) are ready: for every row,
- * eight VPDPBUSD from the offset correction (a broadcast load, no ALU work), then the scaled
- * block sum into the row's fp32 accumulator */
-#define ROW_DOT(r)                                                                               \
-    if (mr > r) {                                                                                \
-        const int32_t *aq = (const int32_t *)qa->q[r];                                           \
-        __m512i acc = _mm512_dpbusd_epi32(_mm512_set1_epi32(neg[r]), w0, _mm512_set1_epi32(aq[0])); \
-        acc = _mm512_dpbusd_epi32(acc, w1, _mm512_set1_epi32(aq[1]));                            \
-        acc = _mm512_dpbusd_epi32(acc, w2, _mm512_set1_epi32(aq[2]));                            \
-        acc = _mm512_dpbusd_epi32(acc, w3, _mm512_set1_epi32(aq[3]));                            \
-        acc = _mm512_dpbusd_epi32(acc, w4, _mm512_set1_epi32(aq[4]));                            \
-        acc = _mm512_dpbusd_epi32(acc, w5, _mm512_set1_epi32(aq[5]));                            \
-        acc = _mm512_dpbusd_epi32(acc, w6, _mm512_set1_epi32(aq[6]));                            \
-        acc = _mm512_dpbusd_epi32(acc, w7, _mm512_set1_epi32(aq[7]));                            \
-        c##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dw, _mm512_set1_ps(qa->d[r])), c##r); \
-    }
+/* one block's 8 weight vectors W[i] (k = 4i..4i+3 of the block) are ready: every row's int32
+ * sum starts from its offset correction (a broadcast load, no ALU work) and takes eight
+ * VPDPBUSD, issued k-group by k-group across the rows (each row's chain is 8 deep at 5 cycles a
+ * step: interleaved, the rows' chains overlap from the first step); then each block sum is
+ * scaled into the row's fp32 accumulator */
+#define SUM_INIT(r) __m512i s##r = _mm512_setzero_si512(); if (mr > r) s##r = _mm512_set1_epi32(neg[r]);
+#define SUM_STEP(r, i) if (mr > r) s##r = _mm512_dpbusd_epi32(s##r, w##i, _mm512_set1_epi32(((const int32_t *)qa->q[r])[i]));
+#define SUM_FINISH(r) if (mr > r) c##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s##r), _mm512_mul_ps(dw, _mm512_set1_ps(qa->d[r])), c##r);
+#define STEP_ALL(i) SUM_STEP(0, i) SUM_STEP(1, i) SUM_STEP(2, i) SUM_STEP(3, i) SUM_STEP(4, i) SUM_STEP(5, i) \
+    SUM_STEP(6, i) SUM_STEP(7, i) SUM_STEP(8, i) SUM_STEP(9, i) SUM_STEP(10, i) SUM_STEP(11, i)
+#define ROW_DOTS()                                                                               \
+    do {                                                                                         \
+        ROWS(SUM_INIT)                                                                           \
+        STEP_ALL(0) STEP_ALL(1) STEP_ALL(2) STEP_ALL(3) STEP_ALL(4) STEP_ALL(5) STEP_ALL(6) STEP_ALL(7) \
+        ROWS(SUM_FINISH)                                                                         \
+    } while (0)
 #define ACC_DECL(r) __m512 c##r = _mm512_setzero_ps();
 #define ACC_STORE(r) \
     if (mr > r) ma_store_row16(C + r * ldc, c##r, m, accumulate);
@@ -106,7 +106,7 @@ static inline __attribute__((always_inline)) void dot_q8(int mr, const uint8_t *
         const __m512i w5 = k4_transpose(_mm512_xor_si512(_mm512_loadu_si512(q + 320), flip));
         const __m512i w6 = k4_transpose(_mm512_xor_si512(_mm512_loadu_si512(q + 384), flip));
         const __m512i w7 = k4_transpose(_mm512_xor_si512(_mm512_loadu_si512(q + 448), flip));
-        ROWS(ROW_DOT)
+        ROW_DOTS();
     }
     const __mmask16 m = (__mmask16)((1u << nr) - 1u);
     ROWS(ACC_STORE)
@@ -132,7 +132,7 @@ static inline __attribute__((always_inline)) void dot_q4(int mr, const uint8_t *
         const __m512i w5 = k4_transpose(_mm512_and_si512(_mm512_srli_epi16(v1, 4), low));
         const __m512i w6 = k4_transpose(_mm512_and_si512(_mm512_srli_epi16(v2, 4), low));
         const __m512i w7 = k4_transpose(_mm512_and_si512(_mm512_srli_epi16(v3, 4), low));
-        ROWS(ROW_DOT)
+        ROW_DOTS();
     }
     const __mmask16 m = (__mmask16)((1u << nr) - 1u);
     ROWS(ACC_STORE)
