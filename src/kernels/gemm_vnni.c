@@ -66,6 +66,11 @@ static inline __m512i k4_transpose(__m512i v) {
     return _mm512_permutexvar_epi8(_mm512_loadu_si512(idx), v);
 }
 
+/* bytes ahead of the block being computed whose every line is prefetched: the weights stream
+ * from memory (the full model's expert is 36 of these blocks' layers, no cache holds it); with
+ * one prefetch per block, as before, most lines waited on the hardware prefetcher, and a cold
+ * action_step took 25 % longer */
+#define Q_AHEAD 4096
 #define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 
 /* one block's 8 weight vectors W[i] (k = 4i..4i+3 of the block) are ready: every row's int32
@@ -93,8 +98,7 @@ static inline __attribute__((always_inline)) void dot_q8(int mr, const uint8_t *
     ROWS(ACC_DECL)
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     for (int b = 0; b < nb; b++, blk += 544, qa++) {
-        _mm_prefetch((const char *)blk + 1024, _MM_HINT_T0);
-        _mm_prefetch((const char *)blk + 1088, _MM_HINT_T0);
+        for (int off = 0; off < 544; off += 64) _mm_prefetch((const char *)blk + Q_AHEAD + off, _MM_HINT_T0);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
         const int32_t *neg = qa->neg128;
         const uint8_t *q = blk + 32;
@@ -118,7 +122,7 @@ static inline __attribute__((always_inline)) void dot_q4(int mr, const uint8_t *
     ROWS(ACC_DECL)
     const __m512i low = _mm512_set1_epi8(0x0f);
     for (int b = 0; b < nb; b++, blk += 288, qa++) {
-        _mm_prefetch((const char *)blk + 1024, _MM_HINT_T0);
+        for (int off = 0; off < 288; off += 64) _mm_prefetch((const char *)blk + Q_AHEAD + off, _MM_HINT_T0);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
         const int32_t *neg = qa->neg8;
         const uint8_t *q = blk + 32;
