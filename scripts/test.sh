@@ -43,10 +43,16 @@ targets="safetensors npz gguf json tokenizer_json bpe image"
 cmake --build build-fuzz -j"$jobs" --target $(for f in $targets; do printf 'fuzz_%s ' "$f"; done) > /dev/null
 for f in $targets; do
   work=$(mktemp -d)
+  log="$work.log"
   ./build-fuzz/fuzz/fuzz_$f -max_total_time="${MOLMOACT_FUZZ_SECONDS:-12}" -rss_limit_mb=2048 -max_len=65536 \
-    -print_final_stats=0 "$work" fuzz/corpus/$f 2>&1 | grep -E "^Done|ERROR|SUMMARY" || true
-  # libFuzzer exits non-zero and leaves crash-* files on a finding
-  if ls crash-* leak-* timeout-* oom-* > /dev/null 2>&1; then echo "fuzz_$f found a failure"; exit 1; fi
+    -print_final_stats=0 "$work" fuzz/corpus/$f > "$log" 2>&1 || true
+  grep -E "^Done|ERROR|SUMMARY|runtime error" "$log" || true
+  # libFuzzer exits non-zero and leaves crash-* files on a finding; a sanitizer report that did
+  # not stop the run (UBSan's, where it recovers) fails the step too
+  if ls crash-* leak-* timeout-* oom-* > /dev/null 2>&1 || grep -qE "SUMMARY: |runtime error:" "$log"; then
+    echo "fuzz_$f found a failure"; exit 1
+  fi
+  rm -f "$log"
   rm -rf "$work"
 done
 echo "== all tests passed"

@@ -256,10 +256,18 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     get_bool(&c, ex, "causal_attn", 0, &cfg->e_causal);
     get_num(&c, ex, "qk_norm_eps", 1e-6, &d); cfg->e_qk_eps = (float)d;
     if (!c.s) {
+        /* int() truncation as upstream, then up to the multiple; checked in doubles and int64
+         * before anything becomes an int (a hostile hidden_size x mlp_ratio overflows it) */
+        const double want = (double)cfg->e_hidden * ratio;
+        int64_t inner = 0;
         if (!(ratio > 0) || ratio > 64) c.s = ma_fail(err, MA_ERR_FORMAT, "%s: action_expert_config.mlp_ratio out of range", label);
-        int inner = (int)((double)cfg->e_hidden * ratio);   /* int() truncation as upstream */
-        if (multiple > 0) inner = (inner + multiple - 1) / multiple * multiple;
-        cfg->e_inner = inner;
+        else if (want < 1 || want > (double)(1 << 24)) c.s = ma_fail(err, MA_ERR_FORMAT, "%s: action_expert_config.hidden_size x mlp_ratio out of range", label);
+        else {
+            inner = (int64_t)want;
+            if (multiple > 0) inner = (inner + multiple - 1) / multiple * multiple;
+            if (inner > (1 << 24)) c.s = ma_fail(err, MA_ERR_FORMAT, "%s: action_expert_config.ffn_multiple_of out of range", label);
+            else cfg->e_inner = (int)inner;
+        }
     }
     /* ---- top */
     c.where = "";

@@ -68,6 +68,13 @@ static void test_refusals_name_the_field(void **state) {
     assert_fails_naming(parse(buf, &err), err, "enable_depth_reasoning");
     snprintf(buf, sizeof buf, base, "", ", \"action_expert_config\": {\"num_layers\": 3}");
     assert_fails_naming(parse(buf, &err), err, "num_layers");
+    /* the expert's inner width: a hostile hidden_size x mlp_ratio or multiple must not overflow */
+    snprintf(buf, sizeof buf, base, "", ", \"action_expert_config\": {\"hidden_size\": 2000000000, \"num_heads\": 1}");
+    assert_fails_naming(parse(buf, &err), err, "hidden_size x mlp_ratio");
+    snprintf(buf, sizeof buf, base, "", ", \"action_expert_config\": {\"mlp_ratio\": 1e300}");
+    assert_fails_naming(parse(buf, &err), err, "mlp_ratio");
+    snprintf(buf, sizeof buf, base, "", ", \"action_expert_config\": {\"ffn_multiple_of\": 2147483647}");
+    assert_fails_naming(parse(buf, &err), err, "ffn_multiple_of");
     snprintf(buf, sizeof buf, base, "", ", \"adapter_config\": {\"vit_layers\": [-30]}");
     assert_fails_naming(parse(buf, &err), err, "vit_layers");
     assert_fails_naming(parse("{not json", &err), err, "JSON");
