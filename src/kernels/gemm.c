@@ -345,48 +345,34 @@ static void ahead_next(ahead *a, const gemm_job *j, int64_t q1, int64_t p_lo, in
     ahead_plan(a, j, nq0, nq1, nk0, (int)(j->K - nk0 < KC ? j->K - nk0 : KC), calls);
 }
 
-/* A packed for a whole K chunk of a thread's rows, so the grouped path packs each A element
- * once per K chunk instead of once per group of panels: a buffer per thread, grown on demand and
- * freed when the thread exits. NULL when memory is short (the caller packs per M block). */
-typedef struct abuf { size_t cap; } abuf;
-#define ABUF_HEAD 64 /* the header's bytes: keeps the floats 64-byte aligned */
-static pthread_key_t abuf_key;
-static pthread_once_t abuf_once = PTHREAD_ONCE_INIT;
-static int abuf_ok;
-static void abuf_init(void) { abuf_ok = pthread_key_create(&abuf_key, free) == 0; }
-
-static float *thread_abuf(size_t floats) {
-    pthread_once(&abuf_once, abuf_init);
-    if (!abuf_ok) return NULL;
-    abuf *b = pthread_getspecific(abuf_key);
-    if (b && b->cap >= floats) return (float *)((char *)b + ABUF_HEAD);
-    const size_t bytes = (ABUF_HEAD + floats * sizeof(float) + 63) / 64 * 64;
-    abuf *nb = aligned_alloc(64, bytes);
-    if (!nb) return NULL;
-    free(b);
-    nb->cap = floats;
-    if (pthread_setspecific(abuf_key, nb)) { free(nb); return NULL; }
-    return (float *)((char *)nb + ABUF_HEAD);
+/* Buffers per thread, grown on demand and freed when the thread exits; NULL when memory is short.
+ * abuf_key: A packed for a whole K chunk of a thread's rows, so the grouped path packs each A
+ * element once per K chunk instead of once per group of panels (without it, per M block).
+ * qa_key: the small path's quantised A (small_qa). */
+typedef struct abuf { size_t cap; } abuf; /* bytes after the header */
+#define ABUF_HEAD 64 /* the header's bytes: keeps the data 64-byte aligned */
+static pthread_key_t abuf_key, qa_key;
+static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
+static int keys_ok;
+static void keys_init(void) {
+    keys_ok = pthread_key_create(&abuf_key, free) == 0;
+    keys_ok = keys_ok && pthread_key_create(&qa_key, free) == 0;
 }
 
-/* the small path's quantised A (small_qa): a second buffer per thread, like thread_abuf's */
-static pthread_key_t qa_key;
-static pthread_once_t qa_once = PTHREAD_ONCE_INIT;
-static int qa_ok;
-static void qa_init(void) { qa_ok = pthread_key_create(&qa_key, free) == 0; }
-
-static void *qa_buffer(size_t bytes) {
-    pthread_once(&qa_once, qa_init);
-    if (!qa_ok) return NULL;
-    abuf *b = pthread_getspecific(qa_key);
+static void *thread_buffer(pthread_key_t *key, size_t bytes) {
+    pthread_once(&keys_once, keys_init);
+    if (!keys_ok) return NULL;
+    abuf *b = pthread_getspecific(*key);
     if (b && b->cap >= bytes) return (char *)b + ABUF_HEAD;
     abuf *nb = aligned_alloc(64, (ABUF_HEAD + bytes + 63) / 64 * 64);
     if (!nb) return NULL;
     free(b);
     nb->cap = bytes;
-    if (pthread_setspecific(qa_key, nb)) { free(nb); return NULL; }
+    if (pthread_setspecific(*key, nb)) { free(nb); return NULL; }
     return (char *)nb + ABUF_HEAD;
 }
+
+static float *thread_abuf(size_t floats) { return thread_buffer(&abuf_key, floats * sizeof(float)); }
 
 /* a part the int8 kernels take: q8_0 / q4_0 panels, where the active set has them */
 static inline int int8_part(const gemm_seg *g) {
@@ -475,13 +461,13 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
     const int TR = active.mr;
     if (j->small) { /* the whole K of each panel in one kernel call, weights straight from the panels */
         const int mr = (int)(m_hi - m_lo);
+        const float *a = j->A + m_lo * j->lda;
         int s = 0;
         for (int64_t p = p_lo; p < p_hi; p++) {
             int64_t n0;
             int nr;
             const gemm_seg *g = panel_at(j, p, &s, &n0, &nr);
             float *c = g->C + m_lo * g->ldc + n0;
-            const float *a = j->A + m_lo * j->lda;
             if (int8_part(g) && j->qa) /* int8 A, quantised once for the job (small_qa) */
                 active.q_panels(g->B, j->K, n0, nr, 0, (int)j->K, j->qa, mr, c, g->ldc, j->accumulate);
             else if (active.small_pair && p + 1 < p_hi && nr == NR && n0 + NR < g->N &&
@@ -656,7 +642,7 @@ static const void *small_qa(const gemm_job *j) {
     for (int s = 0; s < j->n_seg; s++) any |= int8_part(&j->seg[s]);
     if (!any || j->K <= 0) return NULL;
     const size_t bytes = (size_t)(j->K / 32) * MA_GEMM_QA_BLOCK;
-    unsigned char *qa = (unsigned char *)qa_buffer(bytes);
+    unsigned char *qa = thread_buffer(&qa_key, bytes);
     if (qa) active.qa_pack(j->A, j->lda, 0, j->M, 0, (int)j->K, qa);
     return qa;
 }

@@ -211,23 +211,16 @@ static inline __attribute__((always_inline)) void small_q4(int mr, const uint8_t
         }                                                                                \
     } while (0)
 
-static inline __attribute__((always_inline)) void pair_f16(int mr, const uint16_t *w, int64_t pstride, int kc, const float *A,
-                                                            int64_t lda, float *C, int64_t ldc, int nr1, int accumulate) {
-    PAIR_ACC();
-    const uint16_t *v = w + pstride;
-    for (int k = 0; k < kc; k++) {
-        if (!(k & 1)) {
-            _mm_prefetch((const char *)(w + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
-            _mm_prefetch((const char *)(v + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
-        }
-        PAIR_FMA(A + k, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + k * NR))),
-                 _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + k * NR))));
-    }
-    PAIR_STORE();
+/* 16 f16 (bf16: nonzero) values from p as floats; bf16 is a constant at every call, so each
+ * instantiation keeps one conversion */
+static inline __attribute__((always_inline)) __m512 half16_to_f32(int bf16, const uint16_t *p) {
+    const __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
 }
 
-static inline __attribute__((always_inline)) void pair_bf16(int mr, const uint16_t *w, int64_t pstride, int kc, const float *A,
-                                                             int64_t lda, float *C, int64_t ldc, int nr1, int accumulate) {
+static inline __attribute__((always_inline)) void pair_half(int mr, int bf16, const uint16_t *w, int64_t pstride, int kc,
+                                                             const float *A, int64_t lda, float *C, int64_t ldc, int nr1,
+                                                             int accumulate) {
     PAIR_ACC();
     const uint16_t *v = w + pstride;
     for (int k = 0; k < kc; k++) {
@@ -235,9 +228,7 @@ static inline __attribute__((always_inline)) void pair_bf16(int mr, const uint16
             _mm_prefetch((const char *)(w + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
             _mm_prefetch((const char *)(v + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
         }
-        const __m512i u0 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + k * NR)));
-        const __m512i u1 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(v + k * NR)));
-        PAIR_FMA(A + k, _mm512_castsi512_ps(_mm512_slli_epi32(u0, 16)), _mm512_castsi512_ps(_mm512_slli_epi32(u1, 16)));
+        PAIR_FMA(A + k, half16_to_f32(bf16, w + k * NR), half16_to_f32(bf16, v + k * NR));
     }
     PAIR_STORE();
 }
@@ -259,11 +250,11 @@ static int small_pair(const ma_bmat *B, int64_t K, int64_t n0, int nr1, int64_t 
     switch (B->dtype) {
     case MA_DT_F16: {
         const uint16_t *w = (const uint16_t *)B->data + (p * K + k0) * NR;
-        MA_DISPATCH_MR12(pair_f16, w, pstride, kc, A, lda, C, ldc, nr1, accumulate)
+        MA_DISPATCH_MR12(pair_half, 0, w, pstride, kc, A, lda, C, ldc, nr1, accumulate)
     } return 1;
     case MA_DT_BF16: {
         const uint16_t *w = (const uint16_t *)B->data + (p * K + k0) * NR;
-        MA_DISPATCH_MR12(pair_bf16, w, pstride, kc, A, lda, C, ldc, nr1, accumulate)
+        MA_DISPATCH_MR12(pair_half, 1, w, pstride, kc, A, lda, C, ldc, nr1, accumulate)
     } return 1;
     case MA_DT_F32: {
         const float *w = (const float *)B->data + (p * K + k0) * NR;
