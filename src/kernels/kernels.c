@@ -461,6 +461,28 @@ static void att_task(void *ctx, int t, int T) {
     free(S);
 }
 
+/* few queries (the action expert's 10 over its 10 or S keys): one unit per (sequence, head),
+ * vecmath's attend_few reading K and V in place; packing them for the GEMM cost more than the
+ * products themselves */
+static void few_task(void *ctx, int t, int T) {
+    att_job *j = ctx;
+    const ma_attn_args *a = j->a;
+    const ma_vecmath *vm = ma_vecmath_get();
+    float *work = malloc(sizeof(float) * (size_t)ma_few_attn_work(a->lk, a->hd));
+    if (!work) { j->failed = 1; return; }
+    const int grp = a->heads / a->kv_heads;
+    const ma_attn_mask *mask = a->mask;
+    for (int64_t u = t; u < j->units; u += T) {
+        const int h = (int)(u % a->heads), seq = (int)(u / a->heads);
+        const ma_few_attn f = {a->q + seq * a->q_seq + h * a->hd, a->k + seq * a->k_seq + (h / grp) * a->hd,
+                               a->v + seq * a->v_seq + (h / grp) * a->hd, a->out + seq * a->out_seq + h * a->hd,
+                               a->q_row, a->k_row, a->v_row, a->out_row, (int)a->lq, (int)a->hd, a->lk, 0,
+                               1.0f / sqrtf((float)a->hd), mask ? mask->key_valid : NULL, mask ? mask->causal : 0, work};
+        vm->attend_few(&f);
+    }
+    free(work);
+}
+
 ma_status ma_attention(ma_kctx *c, const ma_attn_args *a, ma_error *err) {
     if (a->lq <= 0 || a->lk <= 0 || a->n_seq <= 0) return MA_OK;
     if (a->kv_heads <= 0 || a->heads % a->kv_heads) return ma_fail(err, MA_ERR_ARG, "attention: %d heads over %d kv heads", a->heads, a->kv_heads);
@@ -474,6 +496,12 @@ ma_status ma_attention(ma_kctx *c, const ma_attn_args *a, ma_error *err) {
                                                  a->out + s * a->out_seq + h * a->hd, a->out_row, a->lq, a->lk, a->hd, a->mask, err);
                 if (st) return st;
             }
+        return MA_OK;
+    }
+    if (a->lq <= MA_FEW_Q && a->hd <= INT32_MAX && !(a->mask && a->mask->bidir)) {
+        att_job j = {a, 1, (int64_t)a->n_seq * a->heads, 0};
+        ma_parallel_n(few_task, &j, (int)(j.units < 64 ? j.units : 64));
+        if (j.failed) return ma_fail(err, MA_ERR_NOMEM, "attention: out of memory for %lld keys", (long long)a->lk);
         return MA_OK;
     }
     att_job j = {a, (a->lq + ATT_QB - 1) / ATT_QB, 0, 0};

@@ -97,7 +97,9 @@ ma_status ma_attention_head(ma_kctx *c, const float *q, int64_t q_stride, const 
 /* Many heads (and sequences) at once: head h of sequence s reads q + s*q_seq + h*hd (rows
  * q_row apart), k and v at s*k_seq + (h / (heads / kv_heads))*hd, writes out likewise. The work
  * is split over the thread pool by (sequence, head, block of 256 queries); a block's scores
- * (256 x lk) are the only ones held at a time. ctx->scalar runs ma_attention_head instead. */
+ * (256 x lk) are the only ones held at a time. At most MA_FEW_Q queries without an image block
+ * (the action expert) go to vecmath's attend_few, which reads K and V in place instead of
+ * packing them for the GEMM. ctx->scalar runs ma_attention_head instead. */
 typedef struct ma_attn_args {
     int n_seq, heads, kv_heads;
     int64_t lq, lk, hd;

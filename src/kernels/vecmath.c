@@ -52,6 +52,32 @@ static void axpy_portable(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+/* query by query, as ma_attention_head does it */
+static void attend_few_portable(const ma_few_attn *a) {
+    float *e = a->work;
+    for (int i = 0; i < a->nq; i++) {
+        const float *q = a->q + i * a->q_row;
+        float m = -INFINITY;
+        for (int64_t j = 0; j < a->lk; j++) {
+            const float *k = a->k + j * a->k_row;
+            float s = 0.0f;
+            for (int d = 0; d < a->hd; d++) s += q[d] * k[d];
+            if ((a->key_valid && !a->key_valid[j]) || (a->causal && j > a->q0 + i)) s = -INFINITY;
+            e[j] = s;
+            m = s > m ? s : m;
+        }
+        if (m == -INFINITY) { /* no visible key: uniform weights */
+            for (int64_t j = 0; j < a->lk; j++) e[j] = 0.0f;
+            m = 0.0f;
+        }
+        const float sum = exp_scaled_sum_portable(e, a->lk, a->scale, m), inv = 1.0f / sum;
+        float *o = a->out + i * a->out_row;
+        for (int d = 0; d < a->hd; d++) o[d] = 0.0f;
+        for (int64_t j = 0; j < a->lk; j++) axpy_portable(o, e[j], a->v + j * a->v_row, a->hd);
+        for (int d = 0; d < a->hd; d++) o[d] *= inv;
+    }
+}
+
 static ma_vecmath sets[3], table; /* portable, then what the CPU has, best last */
 static const char *set_names[3];
 static int n_sets;
@@ -59,7 +85,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void choose(void) {
     sets[0] = (ma_vecmath){silu_portable, gelu_tanh_portable, quick_gelu_portable, exp_scaled_sum_portable, max_portable,
-                           scale_portable, mul_portable, dot_portable, axpy_portable};
+                           scale_portable, mul_portable, dot_portable, axpy_portable, attend_few_portable};
     set_names[0] = "portable";
     n_sets = 1;
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)

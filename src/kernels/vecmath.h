@@ -1,10 +1,30 @@
 /* Elementwise math over float arrays: exp, the activations and the softmax, with a portable
  * version and AVX2 + FMA / AVX-512F ones (one source, vecmath_simd.h; chosen by CPU features). The SIMD exp is a degree-6
- * polynomial after range reduction (relative error about 2e-7); arguments below -87 give 0. */
+ * polynomial after range reduction (relative error about 2e-7); arguments below -87 give 0.
+ * Also the attention of a few queries (the action expert's 10), written over the same vectors. */
 #ifndef MA_VECMATH_H
 #define MA_VECMATH_H
 
 #include <stdint.h>
+
+/* One head's attention for at most MA_FEW_Q queries: out[i] = softmax(scale q_i K^T + mask) V,
+ * rows the given strides apart. Masked keys: key_valid[j] == 0, and with causal, j > q0 + i (q0:
+ * the first query's position). A query with no visible key gets uniform weights, as in
+ * ma_attention_head. work: ma_few_attn_work(lk, hd) floats. */
+#define MA_FEW_Q 16
+typedef struct ma_few_attn {
+    const float *q, *k, *v;
+    float *out;
+    int64_t q_row, k_row, v_row, out_row;
+    int nq, hd;
+    int64_t lk, q0;
+    float scale;
+    const uint8_t *key_valid;
+    int causal;
+    float *work;
+} ma_few_attn;
+
+static inline int64_t ma_few_attn_work(int64_t lk, int64_t hd) { return MA_FEW_Q * (lk + hd + 8); }
 
 typedef struct ma_vecmath {
     void (*silu)(float *x, int64_t n);
@@ -19,6 +39,7 @@ typedef struct ma_vecmath {
     float (*dot)(const float *a, const float *b, int64_t n);
     /* y[i] += a x[i] */
     void (*axpy)(float *y, float a, const float *x, int64_t n);
+    void (*attend_few)(const ma_few_attn *a);
 } ma_vecmath;
 
 const ma_vecmath *ma_vecmath_get(void);

@@ -114,9 +114,101 @@ static void axpy(float *y, float a, const float *x, int64_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* Attention of a few queries with the queries in the lanes (see ma_few_attn). A key's scores for
+ * all the queries are one vector, sum over d of k_j[d] times the queries' dim d (a broadcast of
+ * k_j[d]), so K is read where it lies, row by row, with no transpose or packing; the softmax
+ * runs down the keys for every query at once; and out^T[d] = sum over j of v_j[d] times the
+ * weights p_j likewise, V read in place. Eight keys (then eight dims) at a time: eight
+ * independent FMA chains. Lanes past the last query hold zero queries and are not stored. */
+#define FEW8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define FEW_ZERO(u) VF acc##u = V_ZERO();
+#define FEW_SCORE(u) acc##u = V_FMADD(V_SET1(kr[(u) * a->k_row + d]), qv, acc##u);
+#define FEW_SCORE_STORE(u) V_STORE(e + (j + (u)) * VW, acc##u);
+#define FEW_PV(u) acc##u = V_FMADD(V_SET1(vr[u]), p, acc##u);
+#define FEW_PV_STORE(u) V_STORE(ot + (u) * VW, V_MUL(acc##u, inv));
+
+/* every line of rows [j, j + n) of one head (hd floats each): K and V rows are a whole model
+ * width apart, so each head row sits in its own page, where the hardware prefetchers do not
+ * follow; and K and V come from memory (the expert's weights stream through the caches) */
+static inline void prefetch_rows(const float *base, int64_t stride, int64_t j, int64_t n, int hd) {
+    for (int64_t r = j; r < j + n; r++)
+        for (int off = 0; off < hd; off += 16) __builtin_prefetch(base + r * stride + off);
+}
+
+static void attend_few(const ma_few_attn *a) {
+    const int64_t lk = a->lk;
+    const int hd = a->hd;
+    float *qt = a->work, *e = qt + (int64_t)hd * VW, *ot = e + lk * VW; /* hd x VW, lk x VW, 8 x VW */
+    for (int g = 0; g < a->nq; g += VW) {
+        const int nl = a->nq - g < VW ? a->nq - g : VW;
+        for (int d = 0; d < hd; d++)
+            for (int l = 0; l < VW; l++) qt[d * VW + l] = l < nl ? a->q[(g + l) * a->q_row + d] : 0.0f;
+        int64_t j = 0;
+        prefetch_rows(a->k, a->k_row, 0, lk < 16 ? lk : 16, hd);
+        for (; j + 8 <= lk; j += 8) {
+            const float *kr = a->k + j * a->k_row;
+            if (j + 24 <= lk) prefetch_rows(a->k, a->k_row, j + 16, 8, hd);
+            prefetch_rows(a->v, a->v_row, j, 8, hd); /* for the products with p below */
+            FEW8(FEW_ZERO)
+            for (int d = 0; d < hd; d++) {
+                const VF qv = V_LOAD(qt + d * VW);
+                FEW8(FEW_SCORE)
+            }
+            FEW8(FEW_SCORE_STORE)
+        }
+        prefetch_rows(a->v, a->v_row, j, lk - j, hd);
+        for (; j < lk; j++) {
+            const float *kr = a->k + j * a->k_row;
+            VF s = V_ZERO();
+            for (int d = 0; d < hd; d++) s = V_FMADD(V_SET1(kr[d]), V_LOAD(qt + d * VW), s);
+            V_STORE(e + j * VW, s);
+        }
+        if (a->key_valid || a->causal)
+            for (j = 0; j < lk; j++)
+                for (int l = 0; l < VW; l++)
+                    if ((a->key_valid && !a->key_valid[j]) || (a->causal && j > a->q0 + g + l)) e[j * VW + l] = -INFINITY;
+        VF m = V_SET1(-INFINITY);
+        for (j = 0; j < lk; j++) m = V_MAX(m, V_LOAD(e + j * VW));
+        float mv[VW];
+        V_STORE(mv, m);
+        for (int l = 0; l < VW; l++)
+            if (mv[l] == -INFINITY) { /* no visible key: uniform weights */
+                for (j = 0; j < lk; j++) e[j * VW + l] = 0.0f;
+                mv[l] = 0.0f;
+            }
+        const VF sv = V_SET1(a->scale), sm = V_MUL(V_LOAD(mv), sv);
+        VF sum = V_ZERO();
+        for (j = 0; j < lk; j++) {
+            const VF p = vexp(V_FMSUB(V_LOAD(e + j * VW), sv, sm));
+            V_STORE(e + j * VW, p);
+            sum = V_ADD(sum, p);
+        }
+        const VF inv = V_DIV(V_SET1(1.0f), sum);
+        int d = 0;
+        for (; d + 8 <= hd; d += 8) {
+            FEW8(FEW_ZERO)
+            for (j = 0; j < lk; j++) {
+                const VF p = V_LOAD(e + j * VW);
+                const float *vr = a->v + j * a->v_row + d;
+                FEW8(FEW_PV)
+            }
+            FEW8(FEW_PV_STORE)
+            for (int l = 0; l < nl; l++)
+                for (int u = 0; u < 8; u++) a->out[(g + l) * a->out_row + d + u] = ot[u * VW + l];
+        }
+        for (; d < hd; d++) {
+            VF o = V_ZERO();
+            for (j = 0; j < lk; j++) o = V_FMADD(V_SET1(a->v[j * a->v_row + d]), V_LOAD(e + j * VW), o);
+            V_STORE(ot, V_MUL(o, inv));
+            for (int l = 0; l < nl; l++) a->out[(g + l) * a->out_row + d] = ot[l];
+        }
+    }
+}
+
 void INSTALL(ma_vecmath *v) {
     v->dot = dot;
     v->axpy = axpy;
+    v->attend_few = attend_few;
     v->silu = silu;
     v->gelu_tanh = gelu_tanh;
     v->quick_gelu = quick_gelu;

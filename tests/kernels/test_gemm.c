@@ -374,8 +374,7 @@ static void check_attention(int n_seq, int heads, int kv, int64_t lq, int64_t lk
     free(q); free(k); free(v); free(o1); free(o2);
 }
 
-static void test_attention_batched(void **state) {
-    (void)state;
+static void attention_cases(void) {
     check_attention(2, 4, 2, 150, 150, 24, NULL, 1);             /* 2 images, GQA, 3 query blocks */
     check_attention(1, 3, 3, 10, 77, 16, NULL, 2);               /* expert cross attention */
     check_attention(1, 2, 2, 260, 40, 24, NULL, 6);              /* a block of 256, then one of 4 */
@@ -390,6 +389,33 @@ static void test_attention_batched(void **state) {
     uint8_t none[12] = {0};
     ma_attn_mask all_masked = {none, 0, NULL};                   /* uniform rows, as PyTorch */
     check_attention(1, 2, 2, 5, 12, 8, &all_masked, 5);
+    /* the few-query path (lq <= MA_FEW_Q): edge sizes of queries, keys and head width */
+    check_attention(1, 2, 2, 1, 1, 8, NULL, 8);                  /* one query, one key */
+    check_attention(2, 4, 2, 16, 130, 72, NULL, 9);              /* 16 queries (two AVX2 groups), GQA, 72 wide */
+    check_attention(1, 3, 3, 7, 9, 100, NULL, 10);               /* 9 keys: one block of 8 and one; 100 = 12 x 8 + 4 */
+    check_attention(1, 2, 2, 17, 20, 8, NULL, 11);               /* 17: the GEMM path again */
+    check_attention(1, 1, 1, 3, 5, 3, NULL, 12);                 /* head narrower than a block of 8 */
+    ma_attn_mask causal_only = {NULL, 1, NULL};
+    check_attention(1, 2, 1, 10, 10, 96, &causal_only, 13);      /* a causal expert */
+    uint8_t some[20];
+    for (int i = 0; i < 20; i++) some[i] = i >= 3 && i % 4 != 1;
+    ma_attn_mask key_causal = {some, 1, NULL};                   /* queries 0..2 see no key: uniform */
+    check_attention(1, 2, 2, 12, 20, 24, &key_causal, 14);
+    check_attention(1, 2, 2, 12, 12, 16, &all_masked, 15);
+    ma_attn_mask key_only = {some, 0, NULL};
+    check_attention(3, 2, 1, 4, 20, 40, &key_only, 16);
+}
+
+/* every vector-math set (portable, avx2, avx512 where the CPU has them): the few-query path
+ * is written once per set */
+static void test_attention_batched(void **state) {
+    (void)state;
+    const int n = ma_vecmath_count();
+    for (int set = 0; set < n; set++) {
+        ma_vecmath_select(set);
+        attention_cases();
+    }
+    ma_vecmath_select(n - 1);
 }
 
 /* ---- vector math against libm */
