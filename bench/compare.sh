@@ -32,6 +32,21 @@ work=$root/out/compare
 mkdir -p "$work"
 [ -x build/molmoact ] || { echo "compare.sh: build/molmoact missing: run scripts/setup.sh first" >&2; exit 1; }
 
+# ---- OpenBLAS: PyTorch's BLAS here and gemm_bench's peer. It picks its kernels by CPU model, and
+# Debian 12's 0.3.21 does not know the newer ones: on an Emerald Rapids VM it fell back to
+# "Prescott" (SSE3), 5x slower than its AVX-512 kernels, which made PyTorch look 5x slower than
+# it is. Name the closest core it knows (OPENBLAS_CORETYPE set by the caller is kept).
+[ -x build/gemm_bench ] || { echo "compare.sh: build/gemm_bench missing: run scripts/setup.sh first" >&2; exit 1; }
+blas_core=$(build/gemm_bench --openblas-core)
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  case "$blas_core" in
+    Prescott|Core2|Penryn|Dunnington|Nehalem|Atom|Sandybridge|Katmai|Coppermine|Northwood|Banias)
+      if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+      elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi ;;
+  esac
+fi
+echo "== OpenBLAS core: $blas_core${OPENBLAS_CORETYPE:+ -> OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE ($(build/gemm_bench --openblas-core))}"
+
 # ---- peers
 if ! $py -c "import onnx" 2> /dev/null; then
   sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo

@@ -195,7 +195,8 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--bandwidth")) bw_only = 1;
-        else { fprintf(stderr, "usage: gemm_bench [--quick] [--json] [--bandwidth]\n"); return 2; }
+        else if (!strcmp(argv[i], "--openblas-core")) { printf("%s\n", openblas_get_corename()); return 0; }
+        else { fprintf(stderr, "usage: gemm_bench [--quick] [--json] [--bandwidth | --openblas-core]\n"); return 2; }
     }
     if (bw_only) { /* only the read bandwidth (bench/compare.sh's stream times) */
         const double bw = read_bandwidth_gbs();
@@ -215,10 +216,11 @@ int main(int argc, char **argv) {
     static const ma_dtype types[] = {MA_DT_F32, MA_DT_F16, MA_DT_BF16, MA_DT_Q8_0, MA_DT_Q4_0};
     const double min_s = quick ? 0.05 : 0.3;
     if (json) printf("{\"kernels\": \"%s\", \"threads\": %d, \"fma_peak_gflops\": %.1f, \"amx_split_peak_gflops\": %.1f, "
-                     "\"read_bandwidth_gbs\": %.2f, \"rows\": [",
-                     ma_gemm_kernels(), ma_threads(), peak, amx_peak, bw);
+                     "\"read_bandwidth_gbs\": %.2f, \"openblas_core\": \"%s\", \"rows\": [",
+                     ma_gemm_kernels(), ma_threads(), peak, amx_peak, bw, openblas_get_corename());
     else {
-        printf("kernels %s, %d threads; FMA peak %.1f GFLOP/s", ma_gemm_kernels(), ma_threads(), peak);
+        printf("kernels %s, %d threads, OpenBLAS core %s; FMA peak %.1f GFLOP/s", ma_gemm_kernels(), ma_threads(),
+               openblas_get_corename(), peak);
         if (amx_peak > 0) printf(", AMX split peak %.1f GFLOP/s", amx_peak);
         printf(", read bandwidth %.1f GB/s\n", bw);
         printf("%-20s %5s %5s %5s | %9s | %9s %9s %9s %9s %9s | %6s %6s %6s\n", "layer", "M", "K", "N", "openblas", "f32", "f16",
