@@ -329,7 +329,7 @@ void ma_glu(const ma_kctx *c, float *out, int64_t ldo, const float *gate, int64_
     }
     glu_job j = {out, gate, up, ldo, ldg, ldu, rows, n, (n + GLU_BLOCK - 1) / GLU_BLOCK, fn, v->mul};
     const int64_t units = rows * j.blocks;
-    ma_parallel_n(glu_task, &j, rows * n < 32768 ? 1 : (int)(units < 64 ? units : 64));
+    ma_parallel_n(glu_task, &j, rows * n < 4096 ? 1 : (int)(units < 64 ? units : 64));
 }
 
 void ma_activate(float *x, int64_t n, ma_act act) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/threads.h"
 #include "model/model.h"
 
 #define AE "model.action_expert."
@@ -88,18 +89,6 @@ ma_status ma_expert_context(const ma_config *cfg, const ma_expert_w *w, ma_kctx 
     return MA_OK;
 }
 
-/* x*(1 + scale) + shift, row by row */
-static void modulate(float *x, int64_t rows, int d, const float *shift, const float *scale) {
-    for (int64_t r = 0; r < rows; r++)
-        for (int j = 0; j < d; j++) x[r * d + j] = x[r * d + j] * (1.0f + scale[j]) + shift[j];
-}
-
-/* y <- y + gate * x */
-static void gated_add(float *y, const float *x, int64_t rows, int d, const float *gate) {
-    for (int64_t r = 0; r < rows; r++)
-        for (int j = 0; j < d; j++) y[r * d + j] += gate[j] * x[r * d + j];
-}
-
 /* half-split RoPE for the expert: inv_freq_j = base^(-j/half) */
 /* cos and sin of pos / 10000^(j / half) for pos < A, j < half: [A][half] each */
 static void expert_rope_table(int64_t A, int hd, float *cs, float *sn) {
@@ -111,16 +100,6 @@ static void expert_rope_table(int64_t A, int hd, float *cs, float *sn) {
             cs[pos * half + j] = cosf(f);
             sn[pos * half + j] = sinf(f);
         }
-}
-
-/* rotate the two halves of one head by its position's row of the table */
-static void expert_rope(float *x, int hd, const float *cs, const float *sn) {
-    const int half = hd / 2;
-    for (int j = 0; j < half; j++) {
-        float a = x[j], b = x[j + half];
-        x[j] = a * cs[j] - b * sn[j];
-        x[j + half] = a * sn[j] + b * cs[j];
-    }
 }
 
 /* conditioning c(t) = L2(SiLU(L1([sin(t f), cos(t f)]))), f_j = exp(-ln(1e4) j / (half-1)) */
@@ -157,6 +136,76 @@ ma_status ma_expert_modulations(const ma_config *cfg, const ma_expert_w *w, ma_k
     if (!s) s = ma_linear(kc, c, 1, &w->final_mod, w->final_mod_b, final, err);
     free(c);
     return s;
+}
+
+/* The work between the GEMMs, row by row (each action token's row is independent), on the
+ * pool: the residual add, the norm and the modulation of a row in one pass while it is in L1,
+ * and the per-head q / k norms and rotation. Serial, they left the second core idle for about
+ * a seventh of a q4_0 step. Every row's arithmetic is the same whichever thread runs it. */
+typedef struct rows_job {
+    int64_t rows;
+    int d;
+    float *x;                       /* x += gate * y (when gate) */
+    const float *y, *gate;
+    float *h;                       /* then h = RMS(x) * (1 + scale) + shift (when h; h may be x) */
+    const float *shift, *scale;
+    /* or, with heads: q and k heads of rows `stride` apart normed (qk_eps > 0) and rotated (cs, sn) */
+    float *q, *k;
+    int64_t stride;
+    int heads, hd;
+    float qk_eps;
+    const float *cs, *sn;           /* [rows][hd/2] each, or NULL */
+} rows_job;
+
+static void rows_task(void *ctx, int t, int T) {
+    const rows_job *j = ctx;
+    long lo, hi;
+    ma_split_range((long)j->rows, t, T, &lo, &hi);
+    const int d = j->d, hd = j->hd, half = hd / 2;
+    for (int64_t r = lo; r < hi; r++) {
+        if (j->heads) {
+            for (int hh = 0; hh < j->heads; hh++) {
+                float *heads2[2] = {j->q + r * j->stride + hh * hd, j->k ? j->k + r * j->stride + hh * hd : NULL};
+                for (int w = 0; w < 2 && heads2[w]; w++) {
+                    float *x = heads2[w];
+                    if (j->qk_eps > 0) ma_rmsnorm(x, 1, hd, NULL, j->qk_eps);
+                    if (j->cs)   /* half-split rotation by this position's angles */
+                        for (int i = 0; i < half; i++) {
+                            const float a = x[i], b = x[i + half], c = j->cs[r * half + i], sn = j->sn[r * half + i];
+                            x[i] = a * c - b * sn;
+                            x[i + half] = a * sn + b * c;
+                        }
+                }
+            }
+            continue;
+        }
+        float *x = j->x + r * d;
+        if (j->gate) {
+            const float *y = j->y + r * d;
+            for (int i = 0; i < d; i++) x[i] += j->gate[i] * y[i];
+        }
+        if (j->h) {
+            float *h = j->h + r * d;
+            ma_rmsnorm_to(h, x, 1, d, NULL, 1e-6f);
+            for (int i = 0; i < d; i++) h[i] = h[i] * (1.0f + j->scale[i]) + j->shift[i];
+        }
+    }
+}
+
+static void run_rows(rows_job *j) { ma_parallel_n(rows_task, j, (int)(j->rows < 64 ? j->rows : 64)); }
+
+/* x += gate * y (gate may be NULL), then h = RMS(x) * (1 + scale) + shift (h may be NULL) */
+static void residual_norm(int64_t A, int d, float *x, const float *y, const float *gate, float *h, const float *shift,
+                          const float *scale) {
+    rows_job j = {A, d, x, y, gate, h, shift, scale, NULL, NULL, 0, 0, 0, 0.0f, NULL, NULL};
+    run_rows(&j);
+}
+
+/* q (and k) heads of each row normed when eps > 0 and rotated when cs */
+static void heads_norm_rope(int64_t A, float *q, float *k, int64_t stride, int heads, int hd, float eps, const float *cs,
+                            const float *sn) {
+    rows_job j = {A, 0, NULL, NULL, NULL, NULL, NULL, NULL, q, k, stride, heads, hd, eps, cs, sn};
+    run_rows(&j);
 }
 
 /* the precomputed row for t when t is one of the table's timesteps, else -1 */
@@ -204,52 +253,40 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
     for (int l = 0; l < w->n_blocks; l++) {
         const ma_expert_block_w *b = &w->blocks[l];
         const float *mod = mod_all + (size_t)l * 9 * d;
-        const float *shift_msa = mod, *scale_msa = mod + d, *gate_msa = mod + 2 * d;
+        const float *shift_msa = mod, *scale_msa = mod + d;
         const float *shift_mca = mod + 3 * d, *scale_mca = mod + 4 * d, *gate_mca = mod + 5 * d;
-        const float *shift_mlp = mod + 6 * d, *scale_mlp = mod + 7 * d, *gate_mlp = mod + 8 * d;
-        /* self-attention over the A action tokens */
-        ma_rmsnorm_to(h, x, A, d, NULL, 1e-6f);
-        modulate(h, A, d, shift_msa, scale_msa);
+        const float *shift_mlp = mod + 6 * d, *scale_mlp = mod + 7 * d;
+        const float *gate_prev = l ? mod_all + (size_t)(l - 1) * 9 * d + 8 * d : NULL; /* the last block's MLP gate */
+        /* self-attention over the A action tokens (after the last block's MLP residual) */
+        residual_norm(A, d, x, h, gate_prev, h, shift_msa, scale_msa);
         if ((s = ma_linear(kc, h, A, &b->qkv, b->qkv_b, qkv, err))) goto done;
-        for (int64_t i = 0; i < A; i++) {   /* rows are [3, H, hd]: q | k | v */
-            float *row = qkv + i * 3 * d;
-            for (int hh = 0; hh < H; hh++) {
-                float *qh = row + hh * hd, *kh = row + d + hh * hd;
-                if (cfg->e_qk_norm) { ma_rmsnorm(qh, 1, hd, NULL, cfg->e_qk_eps); ma_rmsnorm(kh, 1, hd, NULL, cfg->e_qk_eps); }
-                if (cfg->e_rope) {
-                    const float *cs = rope + i * half, *sn = rope + A * half + i * half;
-                    expert_rope(qh, hd, cs, sn);
-                    expert_rope(kh, hd, cs, sn);
-                }
-            }
-        }
+        /* rows are [3, H, hd]: q | k | v */
+        if (cfg->e_qk_norm || cfg->e_rope)
+            heads_norm_rope(A, qkv, qkv + d, 3 * d, H, hd, cfg->e_qk_norm ? cfg->e_qk_eps : 0.0f, cfg->e_rope ? rope : NULL,
+                            rope + A * half);
         ma_attn_args sa = {1, H, H, A, A, hd, qkv, qkv + d, qkv + 2 * d, att, 3 * d, 3 * d, 3 * d, d, 0, 0, 0, 0, &self_mask};
         s = ma_attention(kc, &sa, err);
         if (s) goto done;
         if ((s = ma_linear(kc, att, A, &b->out, b->out_b, h, err))) goto done;
-        gated_add(x, h, A, d, gate_msa);
         /* cross-attention to the projected LLM context of layer l */
-        ma_rmsnorm_to(h, x, A, d, NULL, 1e-6f);
-        modulate(h, A, d, shift_mca, scale_mca);
+        residual_norm(A, d, x, h, mod + 2 * d, h, shift_mca, scale_mca);
         if ((s = ma_linear(kc, h, A, &b->q, b->q_b, q, err))) goto done;
-        if (cfg->e_qk_norm) ma_rmsnorm(q, A * H, hd, NULL, cfg->e_qk_eps);
+        if (cfg->e_qk_norm) heads_norm_rope(A, q, NULL, d, H, hd, cfg->e_qk_eps, NULL, NULL);
         const float *Kc = ctx_k + (int64_t)l * ctx_layer, *Vc = ctx_v + (int64_t)l * ctx_layer;
         ma_attn_args ca = {1, H, H, A, S, hd, q, Kc, Vc, att, d, (int64_t)H * hd, (int64_t)H * hd, d, 0, 0, 0, 0, &cross_mask};
         s = ma_attention(kc, &ca, err);
         if (s) goto done;
         if ((s = ma_linear(kc, att, A, &b->cout, b->cout_b, h, err))) goto done;
-        gated_add(x, h, A, d, gate_mca);
         /* SwiGLU MLP with biases */
-        ma_rmsnorm_to(h, x, A, d, NULL, 1e-6f);
-        modulate(h, A, d, shift_mlp, scale_mlp);
+        residual_norm(A, d, x, h, gate_mca, h, shift_mlp, scale_mlp);
         if ((s = ma_linear_fused(kc, h, A, 2, (const ma_mat *[2]){&b->gate, &b->up}, (const float *[2]){b->gate_b, b->up_b},
                                  (float *[2]){g, u}, err))) goto done;
         ma_glu(kc, g, inner, g, inner, u, inner, A, inner, MA_ACT_SILU);
         if ((s = ma_linear(kc, g, A, &b->down, b->down_b, h, err))) goto done;
-        gated_add(x, h, A, d, gate_mlp);
     }
-    ma_rmsnorm(x, A, d, NULL, 1e-6f);
-    modulate(x, A, d, final_mod, final_mod + d);
+    /* the last MLP residual, then the final norm and modulation in place */
+    residual_norm(A, d, x, h, w->n_blocks ? mod_all + (size_t)(w->n_blocks - 1) * 9 * d + 8 * d : NULL, x, final_mod,
+                  final_mod + d);
     s = ma_linear(kc, x, A, &w->final_lin, w->final_lin_b, velocity, err);
 done:
     free(mods); free(fin); free(x); free(h); free(qkv); free(q); free(att); free(g); free(u); free(rope);
