@@ -253,7 +253,9 @@ typedef struct gemm_job {
     int64_t M, K, lda, panels;
     const float *A;
     int accumulate, n_seg, split_m, small, amx;
-    const void *qa;      /* small path with int8 parts: A quantised once (K / 32 blocks) */
+    void *qa;            /* small path with int8 parts: A quantised once (K / 32 blocks) */
+    int qa_todo;         /* qa not yet filled: the job's threads each quantise a share of it first */
+    atomic_int qa_done;  /* threads that have */
     atomic_long next;    /* small path: the next chunk of panels a thread takes */
     int64_t chunk;       /* panels per chunk */
     gemm_seg seg[MA_GEMM_MAX_PARTS];
@@ -614,9 +616,21 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
  * packed, every panel its own work) they take chunks of panels as they finish the last, so a
  * thread that runs slower (a busy sibling core, a descheduled vCPU) does less of the work
  * instead of holding the others at the join. */
+/* thread t's share of the K blocks of the small path's int8 A */
+static void quantise_a(gemm_job *j, int t, int T) {
+    long lo, hi;
+    ma_split_range((long)(j->K / 32), t, T, &lo, &hi);
+    if (hi > lo) active.qa_pack(j->A, j->lda, 0, j->M, lo * 32, (int)((hi - lo) * 32), (unsigned char *)j->qa + (size_t)lo * MA_GEMM_QA_BLOCK);
+}
+
 static void gemm_task(void *ctx, int t, int T) {
     gemm_job *j = ctx;
     long lo, hi;
+    if (j->qa_todo) { /* every thread quantises its share of A, then waits for the others' */
+        quantise_a(j, t, T);
+        atomic_fetch_add_explicit(&j->qa_done, 1, memory_order_acq_rel);
+        while (atomic_load_explicit(&j->qa_done, memory_order_acquire) < T) ma_cpu_relax();
+    }
     if (j->small && T > 1) {
         for (;;) {
             const int64_t p0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
@@ -634,17 +648,15 @@ static void gemm_task(void *ctx, int t, int T) {
     gemm_block(j, 0, j->M, lo, hi);
 }
 
-/* the small path's int8 A: every row of A quantised once per job, before the threads start, into
- * a buffer of the calling thread (read by all of them during the job). NULL without int8 parts,
- * or when that buffer cannot grow: the quantised parts then take the fp32 small kernels. */
-static const void *small_qa(const gemm_job *j) {
+/* the small path's int8 A: every row of A quantised once per job, into a buffer of the calling
+ * thread (read by all of them during the job), by the job's threads, each a share of the K blocks
+ * (quantise_a), before any of them starts on the panels. NULL without int8 parts, or when that
+ * buffer cannot grow: the quantised parts then take the fp32 small kernels. */
+static void *small_qa(const gemm_job *j) {
     int any = 0;
     for (int s = 0; s < j->n_seg; s++) any |= int8_part(&j->seg[s]);
     if (!any || j->K <= 0) return NULL;
-    const size_t bytes = (size_t)(j->K / 32) * MA_GEMM_QA_BLOCK;
-    unsigned char *qa = thread_buffer(&qa_key, bytes);
-    if (qa) active.qa_pack(j->A, j->lda, 0, j->M, 0, (int)j->K, qa);
-    return qa;
+    return thread_buffer(&qa_key, (size_t)(j->K / 32) * MA_GEMM_QA_BLOCK);
 }
 
 static int prepare(gemm_job *j, int64_t M, int64_t K, const float *A, int64_t lda, const ma_gemm_part *parts, int n,
@@ -667,6 +679,8 @@ static int prepare(gemm_job *j, int64_t M, int64_t K, const float *A, int64_t ld
     for (int s = 0; s < j->n_seg; s++)
         if (j->seg[s].B->layout != MA_B_PANELS) j->small = 0;
     if (j->small && M > 0) j->qa = small_qa(j);
+    j->qa_todo = j->qa != NULL;
+    atomic_init(&j->qa_done, 0);
     j->amx = active.amx_tile && !j->small && M > MA_GEMM_MR_MAX && K > 0;
     return M > 0 && j->n_seg > 0;
 }
@@ -702,7 +716,10 @@ void ma_gemm_serial(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda
                     int accumulate, float *C, int64_t ldc) {
     gemm_job j;
     const ma_gemm_part part = {B, N, bias, C, ldc};
-    if (prepare(&j, M, K, A, lda, &part, 1, accumulate)) gemm_block(&j, 0, M, 0, j.panels);
+    if (prepare(&j, M, K, A, lda, &part, 1, accumulate)) {
+        if (j.qa_todo) quantise_a(&j, 0, 1);
+        gemm_block(&j, 0, M, 0, j.panels);
+    }
 }
 
 /* ------------------------------------------------------------------ packing */

@@ -24,14 +24,6 @@ static struct {
 } pool = {PTHREAD_ONCE_INIT, 1, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
           0, 0, NULL, NULL, 0, ATOMIC_FLAG_INIT};
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 static void *helper(void *arg) {
     const int t = (int)(long)arg;
     unsigned long seen = 0;
@@ -39,7 +31,7 @@ static void *helper(void *arg) {
         unsigned long g;
         int spins = 0;
         while ((g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen && spins < SPIN_ROUNDS) {
-            cpu_relax();
+            ma_cpu_relax();
             spins++;
         }
         if (g == seen) {
@@ -112,7 +104,7 @@ void ma_parallel_n(ma_task_fn fn, void *ctx, int max_threads) {
     /* wait for the helpers: spin a little (they usually finish together), then sleep */
     int spins = 0;
     while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0 && spins < SPIN_ROUNDS) {
-        cpu_relax();
+        ma_cpu_relax();
         spins++;
     }
     if (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0) {

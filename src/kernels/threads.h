@@ -18,6 +18,14 @@ void ma_parallel_n(ma_task_fn fn, void *ctx, int max_threads);
 int ma_threads(void);
 void ma_threads_set(int n);
 
+/* one step of a spin-wait loop (a hint to the core, and on a hyperthread to its sibling) */
+static inline void ma_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 /* split [0, n) into T near-equal ranges; range t is [*lo, *hi) */
 static inline void ma_split_range(long n, int t, int T, long *lo, long *hi) {
     long q = n / T, r = n % T;
