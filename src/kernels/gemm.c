@@ -304,6 +304,19 @@ static inline void ahead_step(ahead *a) {
     }
 }
 
+/* this call's share of the fetch, for a tile kernel to spread over its k (at most to the end of
+ * the current panel's run; the rest comes with the next call) */
+static inline ma_tile_pf ahead_take(ahead *a) {
+    ma_tile_pf pf = {NULL, 0};
+    if (a->i >= a->n) return pf;
+    size_t left = a->bytes[a->i] - a->off, want = a->step < left ? a->step : left;
+    pf.p = (const char *)a->p[a->i] + a->off;
+    pf.lines = (int)((want + 63) / 64);
+    a->off += (size_t)pf.lines * 64;
+    if (a->off >= a->bytes[a->i]) a->off = 0, a->i++;
+    return pf;
+}
+
 /* rows x 32 floats of C at c */
 static inline void prefetch_c(const float *c, int64_t ldc, int rows) {
     for (int r = 0; r < rows; r++) {
@@ -574,13 +587,13 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
                         for (int64_t i = 0; i < q1 - q0;) {
                             const gemm_seg *g = gs[i];
                             float *c = g->C + m * g->ldc + n0s[i];
-                            ahead_step(&next);
+                            const ma_tile_pf pf = ahead_take(&next);
                             /* a pair: the next panel continues the same output */
                             if (i + 1 < q1 - q0 && gs[i + 1] == g && nrs[i] == NR) {
-                                active.tile2[bdt[i]](kc, at, bp[i], pstride[i], c, g->ldc, mr, nrs[i + 1], acc);
+                                active.tile2[bdt[i]](kc, at, bp[i], pstride[i], c, g->ldc, mr, nrs[i + 1], acc, pf);
                                 i += 2;
                             } else {
-                                active.tile1[bdt[i]](kc, at, bp[i], pstride[i], c, g->ldc, mr, nrs[i], acc);
+                                active.tile1[bdt[i]](kc, at, bp[i], pstride[i], c, g->ldc, mr, nrs[i], acc, pf);
                                 i += 1;
                             }
                         }

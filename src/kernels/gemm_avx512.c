@@ -1,7 +1,7 @@
 /* AVX-512F micro-kernel (compiled with -mavx512f -mfma -mf16c; used only when the CPU has it):
  * 12 x 16 tiles, one zmm accumulator per row, so twelve independent FMA chains hide the FMA
- * latency on both ports. The panel loaders are the AVX2 ones: converting a panel is a few
- * percent of the work it feeds. */
+ * latency on both ports. The panel loaders are the AVX2 ones, but for f16 / bf16 panels, which
+ * convert 16 values an instruction here. */
 #include <immintrin.h>
 
 #include "kernels/gemm_impl.h"
@@ -20,15 +20,26 @@ static inline __attribute__((always_inline)) __m512 load_w16(ma_dtype dt, const 
     return _mm512_loadu_ps((const float *)P + i);
 }
 
+/* one line of the next group's weights every `every` k (pf_step) */
+#define PF_INIT(pf) int64_t pf_next = 0; const int64_t pf_every = (pf).lines > 0 ? (kc / (pf).lines > 0 ? kc / (pf).lines : 1) : kc + 1; \
+    const char *pf_p = (pf).p; int pf_left = (pf).lines;
+#define PF_STEP(k)                                                    \
+    if ((k) == pf_next && pf_left > 0) {                              \
+        _mm_prefetch(pf_p, _MM_HINT_T1);                              \
+        pf_p += 64, pf_left--, pf_next += pf_every;                   \
+    }
+
 static inline __attribute__((always_inline)) void tile(int mr, ma_dtype dt, int64_t kc, const float *A, const void *P,
-                                                        float *C, int64_t ldc, int nr, int accumulate) {
+                                                        float *C, int64_t ldc, int nr, int accumulate, ma_tile_pf pf) {
     /* the C rows are read back at the end (K chunks after the first): fetch them meanwhile */
     if (accumulate)
         for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(C + r * ldc), _MM_HINT_T0);
     __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
     __m512 c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+    PF_INIT(pf)
     for (int64_t k = 0; k < kc; k++) {
         const float *ak = A + k * MR;
+        PF_STEP(k)
         const __m512 b = load_w16(dt, P, k * NR);
 #define ROW(r) if (mr > r) c##r = _mm512_fmadd_ps(_mm512_set1_ps(ak[r]), b, c##r);
         ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7) ROW(8) ROW(9) ROW(10) ROW(11)
@@ -42,13 +53,16 @@ static inline __attribute__((always_inline)) void tile(int mr, ma_dtype dt, int6
 /* 12 x 32 over two panels, the second pstride elements after the first: 24 accumulators, per k
  * two panel loads and twelve broadcasts for 24 FMAs (half the loads per FMA of the 12 x 16 tile) */
 static inline __attribute__((always_inline)) void tile2(int mr, ma_dtype dt, int64_t kc, const float *A, const void *P,
-                                                         int64_t pstride, float *C, int64_t ldc, int nr1, int accumulate) {
+                                                         int64_t pstride, float *C, int64_t ldc, int nr1, int accumulate,
+                                                         ma_tile_pf pf) {
     if (accumulate)
         for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(C + r * ldc), _MM_HINT_T0), _mm_prefetch((const char *)(C + r * ldc + 16), _MM_HINT_T0);
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
     __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0, b4 = a0, b5 = a0, b6 = a0, b7 = a0, b8 = a0, b9 = a0, b10 = a0, b11 = a0;
+    PF_INIT(pf)
     for (int64_t k = 0; k < kc; k++) {
         const float *ak = A + k * MR;
+        PF_STEP(k)
         const __m512 p0 = load_w16(dt, P, k * NR), p1 = load_w16(dt, P, pstride + k * NR);
 #define ROW(r)                                            \
         if (mr > r) {                                     \
@@ -71,13 +85,13 @@ static inline __attribute__((always_inline)) void tile2(int mr, ma_dtype dt, int
 /* one function per weight type, each with the row count dispatched to a constant */
 #define TILE_FNS(suffix, DT)                                                                                         \
     static void tile1_##suffix(int64_t kc, const float *A, const void *P, int64_t pstride, float *C, int64_t ldc,   \
-                               int mr, int nr, int accumulate) {                                                     \
+                               int mr, int nr, int accumulate, ma_tile_pf pf) {                                      \
         (void)pstride;                                                                                               \
-        MA_DISPATCH_MR12(tile, DT, kc, A, P, C, ldc, nr, accumulate)                                                 \
+        MA_DISPATCH_MR12(tile, DT, kc, A, P, C, ldc, nr, accumulate, pf)                                             \
     }                                                                                                                \
     static void tile2_##suffix(int64_t kc, const float *A, const void *P, int64_t pstride, float *C, int64_t ldc,   \
-                               int mr, int nr1, int accumulate) {                                                    \
-        MA_DISPATCH_MR12(tile2, DT, kc, A, P, pstride, C, ldc, nr1, accumulate)                                      \
+                               int mr, int nr1, int accumulate, ma_tile_pf pf) {                                     \
+        MA_DISPATCH_MR12(tile2, DT, kc, A, P, pstride, C, ldc, nr1, accumulate, pf)                                  \
     }
 TILE_FNS(f32, MA_DT_F32)
 TILE_FNS(f16, MA_DT_F16)
@@ -86,7 +100,7 @@ TILE_FNS(bf16, MA_DT_BF16)
 
 static void ukernel_avx512(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr,
                            int accumulate) {
-    MA_DISPATCH_MR12(tile, MA_DT_F32, kc, A, P, C, ldc, nr, accumulate)
+    MA_DISPATCH_MR12(tile, MA_DT_F32, kc, A, P, C, ldc, nr, accumulate, (ma_tile_pf){NULL, 0})
 }
 
 /* ---------------------------------------------------------------- small M: straight from panels
@@ -291,6 +305,20 @@ static void small_panels(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_
     }
 }
 
+/* f16 / bf16 context panels into the fp32 panel buffer, 16 values per instruction (the AVX2
+ * loaders take two conversions and a lane extract for the same 16) */
+static void load_panels_f16(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P) {
+    (void)nr;
+    const uint16_t *s = (const uint16_t *)B->data + (n0 / NR) * K * NR + k0 * NR;
+    for (int64_t i = 0; i < (int64_t)kc * NR; i += 16) _mm512_store_ps(P + i, load_w16(MA_DT_F16, s, i));
+}
+
+static void load_panels_bf16(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P) {
+    (void)nr;
+    const uint16_t *s = (const uint16_t *)B->data + (n0 / NR) * K * NR + k0 * NR;
+    for (int64_t i = 0; i < (int64_t)kc * NR; i += 16) _mm512_store_ps(P + i, load_w16(MA_DT_BF16, s, i));
+}
+
 void ma_gemm_install_avx512(ma_gemm_kernels_t *k) {
     k->name = "avx512";
     k->ukernel = ukernel_avx512;
@@ -303,4 +331,6 @@ void ma_gemm_install_avx512(ma_gemm_kernels_t *k) {
     k->tile2[MA_DT_F16] = tile2_f16;
     k->tile1[MA_DT_BF16] = tile1_bf16;
     k->tile2[MA_DT_BF16] = tile2_bf16;
+    k->load[MA_B_PANELS][MA_DT_F16] = load_panels_f16;
+    k->load[MA_B_PANELS][MA_DT_BF16] = load_panels_bf16;
 }

@@ -21,9 +21,12 @@ typedef void (*ma_small_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int
 /* the grouped path's tiles on panels [kc][16] of one weight type read in place: fp32 (converted
  * panels, or f32 context panels) or f16 / bf16 context panels converted in registers.
  * tile1: C[mr, nr] (+)= A x P; tile2: two panels, the second pstride elements after the first,
- * C[mr, 16 + nr1] (+)= A x [P | P + pstride] (the first panel full) */
+ * C[mr, 16 + nr1] (+)= A x [P | P + pstride] (the first panel full). Both also prefetch pf.lines
+ * lines from pf.p (the next group's weights) towards L2, one every kc / lines k: issued in a
+ * burst before the call, they filled the core's miss buffers and the FMAs waited behind them */
+typedef struct ma_tile_pf { const char *p; int lines; } ma_tile_pf; /* lines to prefetch towards L2, spread over k */
 typedef void (*ma_tile_fn)(int64_t kc, const float *A, const void *P, int64_t pstride, float *C, int64_t ldc, int mr,
-                           int nr, int accumulate);
+                           int nr, int accumulate, ma_tile_pf pf);
 
 /* A[m0..m1) x [k0, k0 + kc) -> tiles of TR rows, each [kc][TR], rows past m1 zero */
 typedef void (*ma_pack_fn)(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, int TR, float *out);
