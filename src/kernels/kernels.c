@@ -193,40 +193,22 @@ void ma_add(float *y, const float *x, int64_t n) {
     else add_task(&j, 0, 1);
 }
 
-/* Sums of a row in double, over 8 interleaved partial sums: independent chains the compiler can
- * keep in vector registers (one running double sum is a chain of dependent adds, 4 cycles per
- * element), combined in a fixed order so the result does not depend on the thread count. */
-static double row_sum(const float *v, int64_t dim) {
-    double p[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= dim; i += 8)
-        for (int j = 0; j < 8; j++) p[j] += (double)v[i + j];
-    for (; i < dim; i++) p[0] += (double)v[i];
-    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-}
-
-static double row_sum_sq(const float *v, int64_t dim, double mean) {
-    double p[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= dim; i += 8)
-        for (int j = 0; j < 8; j++) { const double d = (double)v[i + j] - mean; p[j] += d * d; }
-    for (; i < dim; i++) { const double d = (double)v[i] - mean; p[0] += d * d; }
-    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-}
-
+/* row sums in double: vecmath's sum / sum_sq (8 interleaved partial sums in a fixed order, so
+ * the result depends neither on the thread count nor on the vector width) */
 typedef struct { const float *x; float *y; int64_t rows, dim; const float *w, *b; float eps; int rms; } norm_job;
 
 static void norm_rows(const norm_job *j, int64_t r0, int64_t r1) {
     const int64_t dim = j->dim;
+    const ma_vecmath *vm = ma_vecmath_get();
     for (int64_t r = r0; r < r1; r++) {
         const float *v = j->x + r * dim;
         float *y = j->y + r * dim;
         if (j->rms) {
-            const float inv = 1.0f / sqrtf((float)(row_sum_sq(v, dim, 0.0) / (double)dim) + j->eps);
+            const float inv = 1.0f / sqrtf((float)(vm->sum_sq(v, dim, 0.0) / (double)dim) + j->eps);
             for (int64_t i = 0; i < dim; i++) y[i] = j->w ? j->w[i] * (v[i] * inv) : v[i] * inv;
         } else {
-            const double mean = row_sum(v, dim) / (double)dim;
-            const double var = row_sum_sq(v, dim, mean) / (double)dim;
+            const double mean = vm->sum(v, dim) / (double)dim;
+            const double var = vm->sum_sq(v, dim, mean) / (double)dim;
             const float inv = (float)(1.0 / sqrt(var + (double)j->eps)), m = (float)mean;
             for (int64_t i = 0; i < dim; i++) {
                 const float t = (v[i] - m) * inv;

@@ -78,6 +78,24 @@ static void attend_few_portable(const ma_few_attn *a) {
     }
 }
 
+static double sum_portable(const float *v, int64_t n) {
+    double p[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) p[j] += (double)v[i + j];
+    for (; i < n; i++) p[0] += (double)v[i];
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+static double sum_sq_portable(const float *v, int64_t n, double mean) {
+    double p[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) { const double d = (double)v[i + j] - mean; p[j] += d * d; }
+    for (; i < n; i++) { const double d = (double)v[i] - mean; p[0] += d * d; }
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
 static ma_vecmath sets[3], table; /* portable, then what the CPU has, best last */
 static const char *set_names[3];
 static int n_sets;
@@ -85,7 +103,8 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void choose(void) {
     sets[0] = (ma_vecmath){silu_portable, gelu_tanh_portable, quick_gelu_portable, exp_scaled_sum_portable, max_portable,
-                           scale_portable, mul_portable, dot_portable, axpy_portable, attend_few_portable};
+                           scale_portable, mul_portable, dot_portable, axpy_portable, attend_few_portable,
+                           sum_portable, sum_sq_portable};
     set_names[0] = "portable";
     n_sets = 1;
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)

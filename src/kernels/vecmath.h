@@ -40,6 +40,10 @@ typedef struct ma_vecmath {
     /* y[i] += a x[i] */
     void (*axpy)(float *y, float a, const float *x, int64_t n);
     void (*attend_few)(const ma_few_attn *a);
+    /* sum of x, and of (x - mean)^2, in double over 8 interleaved partial sums (lane j: elements
+     * j, j + 8, ...) combined in a fixed order: the same bits in every set */
+    double (*sum)(const float *x, int64_t n);
+    double (*sum_sq)(const float *x, int64_t n, double mean);
 } ma_vecmath;
 
 const ma_vecmath *ma_vecmath_get(void);

@@ -38,4 +38,14 @@ static inline float V_HMAX(__m256 m) {
     return _mm_cvtss_f32(s);
 }
 
+/* eight doubles as two vectors (lanes 0-3, 4-7) */
+typedef struct { __m256d lo, hi; } D8;
+static inline D8 D8_ZERO(void) { return (D8){_mm256_setzero_pd(), _mm256_setzero_pd()}; }
+static inline D8 D8_SET1(double x) { return (D8){_mm256_set1_pd(x), _mm256_set1_pd(x)}; }
+static inline D8 D8_ADD(D8 a, D8 b) { return (D8){_mm256_add_pd(a.lo, b.lo), _mm256_add_pd(a.hi, b.hi)}; }
+static inline D8 D8_SUB(D8 a, D8 b) { return (D8){_mm256_sub_pd(a.lo, b.lo), _mm256_sub_pd(a.hi, b.hi)}; }
+static inline D8 D8_MUL(D8 a, D8 b) { return (D8){_mm256_mul_pd(a.lo, b.lo), _mm256_mul_pd(a.hi, b.hi)}; }
+static inline D8 D8_FROM_F32(const float *p) { return (D8){_mm256_cvtps_pd(_mm_loadu_ps(p)), _mm256_cvtps_pd(_mm_loadu_ps(p + 4))}; }
+static inline void D8_STORE(double *p, D8 v) { _mm256_storeu_pd(p, v.lo), _mm256_storeu_pd(p + 4, v.hi); }
+
 #include "kernels/vecmath_simd.h"

@@ -26,5 +26,13 @@
 #define V_HSUM _mm512_reduce_add_ps
 #define V_HMAX _mm512_reduce_max_ps
 #define INSTALL ma_vecmath_install_avx512
+#define D8 __m512d
+#define D8_ZERO _mm512_setzero_pd
+#define D8_SET1 _mm512_set1_pd
+#define D8_ADD _mm512_add_pd
+#define D8_SUB _mm512_sub_pd
+#define D8_MUL _mm512_mul_pd
+#define D8_FROM_F32(p) _mm512_cvtps_pd(_mm256_loadu_ps(p))
+#define D8_STORE _mm512_storeu_pd
 
 #include "kernels/vecmath_simd.h"

@@ -205,10 +205,39 @@ static void attend_few(const ma_few_attn *a) {
     }
 }
 
+/* The portable row sums lane for lane: eight doubles (D8, one or two vectors), lane j summing
+ * elements j, j + 8, ..., with a separate multiply and add (no FMA), then the same tail and the
+ * same order of combining: the same bits. */
+static double sum8(const float *v, int64_t n) {
+    D8 acc = D8_ZERO();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = D8_ADD(acc, D8_FROM_F32(v + i));
+    double p[8];
+    D8_STORE(p, acc);
+    for (; i < n; i++) p[0] += (double)v[i];
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+static double sum_sq8(const float *v, int64_t n, double mean) {
+    const D8 m = D8_SET1(mean);
+    D8 acc = D8_ZERO();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const D8 d = D8_SUB(D8_FROM_F32(v + i), m);
+        acc = D8_ADD(acc, D8_MUL(d, d));
+    }
+    double p[8];
+    D8_STORE(p, acc);
+    for (; i < n; i++) { const double d = (double)v[i] - mean; p[0] += d * d; }
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
 void INSTALL(ma_vecmath *v) {
     v->dot = dot;
     v->axpy = axpy;
     v->attend_few = attend_few;
+    v->sum = sum8;
+    v->sum_sq = sum_sq8;
     v->silu = silu;
     v->gelu_tanh = gelu_tanh;
     v->quick_gelu = quick_gelu;

@@ -423,6 +423,24 @@ static void test_vecmath(void **state) {
     (void)state;
     enum { N = 4099 };
     float x[N], y[N], z[N];
+    /* the row sums of every set: the portable set's bits, at every length mod 8, and near a
+     * double sum */
+    tu_fill(x, N, 77);
+    for (int i = 0; i < N; i++) x[i] = (x[i] + 0.1f) * (float)(1 << (i * 7 % 23)); /* magnitudes 1..4e6: rounding shows order */
+    ma_vecmath_select(0);
+    double s0[80], q0[80];
+    for (int n = 0; n < 80; n++) s0[n] = ma_vecmath_get()->sum(x, n), q0[n] = ma_vecmath_get()->sum_sq(x + 3, n, 2.5);
+    double ref = 0, refq = 0;
+    for (int i = 0; i < 79; i++) ref += x[i], refq += ((double)x[i + 3] - 2.5) * ((double)x[i + 3] - 2.5);
+    assert_true(fabs(s0[79] - ref) <= 1e-12 * fabs(ref) + 1e-3);
+    assert_true(fabs(q0[79] - refq) <= 1e-12 * refq);
+    for (int set = 1; set < ma_vecmath_count(); set++) {
+        ma_vecmath_select(set);
+        for (int n = 0; n < 80; n++) {
+            if (ma_vecmath_get()->sum(x, n) != s0[n]) fail_msg("%s sum of %d: %.17g vs %.17g", ma_vecmath_name(set), n, ma_vecmath_get()->sum(x, n), s0[n]);
+            if (ma_vecmath_get()->sum_sq(x + 3, n, 2.5) != q0[n]) fail_msg("%s sum_sq of %d differs", ma_vecmath_name(set), n);
+        }
+    }
     for (int set = 0; set < ma_vecmath_count(); set++) {
         ma_vecmath_select(set);
         const ma_vecmath *vm = ma_vecmath_get();
