@@ -387,7 +387,7 @@ static int cmd_bench_session(opts *o) {
         int n_out;
         double compute, transfer;
         if (o->cold) ma_cache_flush(map->data, map->size);
-        if (e.runner->link.run(e.runner->link.ctx, which, 0, in, sess->n_in, out, &n_out, &compute, &transfer, &err)) { rc = fail(&err); break; }
+        if (e.runner->link.run(e.runner->link.ctx, which, 0, 0, in, sess->n_in, out, &n_out, &compute, &transfer, &err)) { rc = fail(&err); break; }
         for (int k = 0; k < n_out; k++) ma_tensor_free(&out[k]);
         if (i > 0) ms[i - 1] = compute;
     }

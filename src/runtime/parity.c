@@ -100,7 +100,7 @@ ma_status ma_parity_run_e2e(const ma_model *m, const char *dir, double gate, ma_
 static ma_status call(ma_runner *r, int which, const ma_tensor *in, int n_in, ma_tensor *out, ma_error *err) {
     int n_out;
     double c, t;
-    return r->link.run(r->link.ctx, which, 0, in, n_in, out, &n_out, &c, &t, err);
+    return r->link.run(r->link.ctx, which, 0, 0, in, n_in, out, &n_out, &c, &t, err);
 }
 
 static ma_status parity_with(ma_runner *rp, const char *dir, double gate, int e2e_only, ma_parity_report *rep, ma_error *err);

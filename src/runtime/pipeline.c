@@ -15,13 +15,13 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static ma_status local_run(void *ctx, int which, int debug, const ma_tensor *in, int n_in, ma_tensor *out, int *n_out,
-                           double *compute_ms, double *transfer_ms, ma_error *err) {
+static ma_status local_run(void *ctx, int which, int debug, unsigned kept, const ma_tensor *in, int n_in, ma_tensor *out,
+                           int *n_out, double *compute_ms, double *transfer_ms, ma_error *err) {
     ma_runner *r = ctx;
     ma_session *s = r->sess[which];
     (void)n_in;
     ma_session_set_debug(s, debug);
-    ma_status st = ma_session_run(s, in, out, err);
+    ma_status st = ma_session_run_kept(s, in, out, kept, err);
     *n_out = s->n_out;
     *compute_ms = s->last_ms;
     *transfer_ms = 0.0;
@@ -95,7 +95,7 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     static const char *VISION_DEBUG[4] = {"image_features", "pooled", "projected", "sample_coords"};
     int n_vout = 0;
     double cms = 0, tms = 0;
-    if ((s = r->link.run(r->link.ctx, 0, trace != NULL, &px, 1, vout, &n_vout, &cms, &tms, err))) goto done;
+    if ((s = r->link.run(r->link.ctx, 0, trace != NULL, 0, &px, 1, vout, &n_vout, &cms, &tms, err))) goto done;
     r->last.vision = cms;
     r->last.transfer += tms;
     t_sessions += cms + tms;
@@ -126,7 +126,7 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     for (int i = 0; i < MA_NUM_SPLITS; i++) {
         ma_tensor lin[3] = {hidden, img, pos};
         int n_lout = 0;
-        if ((s = r->link.run(r->link.ctx, 1 + i, 0, lin, 3, lout, &n_lout, &cms, &tms, err))) goto done;
+        if ((s = r->link.run(r->link.ctx, 1 + i, 0, 0, lin, 3, lout, &n_lout, &cms, &tms, err))) goto done;
         r->last.llm[i] = cms;
         r->last.transfer += tms;
         t_sessions += cms + tms;
@@ -147,7 +147,7 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     /* ---- action_context */
     ma_tensor cin[2] = {kall, vall};
     int n_cout = 0;
-    if ((s = r->link.run(r->link.ctx, 5, 0, cin, 2, cout, &n_cout, &cms, &tms, err))) goto done;
+    if ((s = r->link.run(r->link.ctx, 5, 0, 0, cin, 2, cout, &n_cout, &cms, &tms, err))) goto done;
     r->last.action_context = cms;
     r->last.transfer += tms;
     t_sessions += cms + tms;
@@ -176,7 +176,9 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
         if (vel) memcpy(vel + (size_t)(steps + i) * A * Da, xv, x.nbytes);
         ma_tensor sin_[5] = {x, tt, cout[0], cout[1], enc};
         int n_sout = 0;
-        if ((s = r->link.run(r->link.ctx, 6, 0, sin_, 5, sout, &n_sout, &cms, &tms, err))) goto done;
+        /* the context and its mask are the same for every step: sent and scanned once */
+        const unsigned kept = i > 0 ? (1u << 2) | (1u << 3) | (1u << 4) : 0u;
+        if ((s = r->link.run(r->link.ctx, 6, 0, kept, sin_, 5, sout, &n_sout, &cms, &tms, err))) goto done;
         r->last.action_step += cms;
         r->last.transfer += tms;
         t_sessions += cms + tms;

@@ -36,8 +36,10 @@ typedef struct ma_timing {
  * and fills owned output tensors (out has room for MA_SESSION_MAX_IO); debug asks vision for its
  * debugging outputs. */
 typedef struct ma_session_link {
-    ma_status (*run)(void *ctx, int which, int debug, const ma_tensor *in, int n_in, ma_tensor *out, int *n_out,
-                     double *compute_ms, double *transfer_ms, ma_error *err);
+    /* kept: bit i set when in[i] is the previous call's input i of this session, unchanged at the
+     * same address (the link need not send it again, nor the session scan it again) */
+    ma_status (*run)(void *ctx, int which, int debug, unsigned kept, const ma_tensor *in, int n_in, ma_tensor *out,
+                     int *n_out, double *compute_ms, double *transfer_ms, ma_error *err);
     void *ctx;
 } ma_session_link;
 

@@ -31,6 +31,7 @@ typedef struct {
 typedef struct {
     uint32_t magic, op;
     int32_t which, debug, n, status;
+    uint32_t kept; /* OP_RUN: inputs left in place by the previous request to the same session */
     uint64_t need, shm_size;
     double compute_ms;
     wire_tensor t[MA_SESSION_MAX_IO];
@@ -106,7 +107,15 @@ static int recv_msg(int fd, wire_msg *m, int *got_fd) {
 
 /* ------------------------------------------------------------------------------ orchestrator */
 
+/* nothing the worker holds may be taken as sent (a new worker, new memory, a failed request) */
+static void forget_sent(ma_worker *w) {
+    memset(w->sent, 0, sizeof w->sent);
+    memset(w->sent_bytes, 0, sizeof w->sent_bytes);
+    memset(w->sent_off, 0, sizeof w->sent_off);
+}
+
 static void shm_release(ma_worker *w) {
+    forget_sent(w);
     if (w->shm) munmap(w->shm, w->shm_size);
     if (w->shm_fd >= 0) close(w->shm_fd);
     w->shm = NULL;
@@ -237,8 +246,8 @@ static int idle_dead(const ma_worker *w) {
     return n != 0;
 }
 
-static ma_status remote_run(void *ctx, int which, int debug, const ma_tensor *in, int n_in, ma_tensor *out, int *n_out,
-                            double *compute_ms, double *transfer_ms, ma_error *err) {
+static ma_status remote_run(void *ctx, int which, int debug, unsigned kept, const ma_tensor *in, int n_in, ma_tensor *out,
+                            int *n_out, double *compute_ms, double *transfer_ms, ma_error *err) {
     ma_resident *r = ctx;
     const int wi = worker_of(which);
     ma_worker *w = &r->w[wi];
@@ -279,9 +288,18 @@ static ma_status remote_run(void *ctx, int which, int debug, const ma_tensor *in
             memcpy(m.t[i].shape, in[i].shape, sizeof m.t[i].shape);
             m.t[i].off = off;
             m.t[i].nbytes = in[i].nbytes;
-            memcpy((uint8_t *)w->shm + off, in[i].data, in[i].nbytes);
+            /* kept, and still where the last request put it: the same bytes at the same offset
+             * (earlier inputs of another size would have moved it; a request to the other
+             * session of this worker leaves its own inputs on record instead) */
+            const int in_place = ((kept >> i) & 1u) && w->sent[i] == in[i].data &&
+                                 w->sent_bytes[i] == in[i].nbytes && w->sent_off[i] == off;
+            if (in_place) m.kept |= 1u << i;
+            else memcpy((uint8_t *)w->shm + off, in[i].data, in[i].nbytes);
             off += align64(in[i].nbytes);
         }
+        uint64_t m_off[MA_SESSION_MAX_IO];
+        for (int i = 0; i < n_in; i++) m_off[i] = m.t[i].off;
+        forget_sent(w); /* until the reply: a failure leaves the memory in an unknown state */
         if (send_msg(w->sock, &m, -1) != 0) return fault(r, wi, "died before the request", err);
         if (r->opts.on_sent) r->opts.on_sent(r->opts.hook_ctx, wi, w->pid);
         int rd = wait_readable(w->sock, r->opts.deadline_ms);
@@ -292,7 +310,8 @@ static ma_status remote_run(void *ctx, int which, int debug, const ma_tensor *in
         }
         int got = rd > 0 ? recv_msg(w->sock, &m, NULL) : -1;
         if (got != 1) return fault(r, wi, "died during the request", err);
-        if (m.op == OP_NEED) {
+        const int grew = m.op == OP_NEED;
+        if (grew) {
             ma_status s = grow(r, wi, (size_t)m.need, &m, err);
             if (s) return s;
         }
@@ -310,6 +329,11 @@ static ma_status remote_run(void *ctx, int which, int debug, const ma_tensor *in
                 return s;
             }
             memcpy(out[i].data, (uint8_t *)w->shm + t->off, t->nbytes);
+        }
+        /* the inputs are where they were put unless the worker needed more memory (its outputs
+         * then went to the start of the new one) */
+        if (!grew) {
+            for (int i = 0; i < n_in; i++) w->sent[i] = in[i].data, w->sent_bytes[i] = in[i].nbytes, w->sent_off[i] = (size_t)m_off[i];
         }
         *n_out = m.n;
         *compute_ms = m.compute_ms;
@@ -341,6 +365,7 @@ ma_status ma_resident_open(const ma_model *host, const char *dir, const char *ta
         r->w[i].parts = worker_parts(i);
         r->w[i].sock = -1;
         r->w[i].shm_fd = -1;
+        forget_sent(&r->w[i]);
     }
     for (int i = 0; i < MA_NUM_WORKERS; i++) {
         ma_status s = spawn(r, i, err);
@@ -473,6 +498,7 @@ int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int
             shm = p;
             shm_size = (size_t)m.shm_size;
             shm_fd = passed;
+            for (int i = 0; i < 7; i++) ma_session_forget_inputs(sess[i]); /* new memory behind every input */
             rep.op = OP_REPLY;
             if (pending && !place_outputs(&rep, pending, out, shm, shm_size, 0)) {
                 rep.op = OP_ERROR;
@@ -508,7 +534,7 @@ int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int
         if (!s && delay_ms > 0) sleep_ms(delay_ms);
         if (!s) {
             ma_session_set_debug(se, m.debug);
-            s = ma_session_run(se, in, out, &err);
+            s = ma_session_run_kept(se, in, out, m.kept, &err);
         }
         if (s) {
             rep.op = OP_ERROR;

@@ -42,6 +42,10 @@ typedef struct ma_worker {
     void *shm;
     size_t shm_size;
     int restarts;
+    /* what the last request left in its shared memory: per input, the host data copied there and
+     * where (an input the next request keeps, the same buffer at the same place, is not copied) */
+    const void *sent[MA_SESSION_MAX_IO];
+    size_t sent_bytes[MA_SESSION_MAX_IO], sent_off[MA_SESSION_MAX_IO];
 } ma_worker;
 
 typedef struct ma_resident {

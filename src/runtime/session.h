@@ -37,6 +37,8 @@ typedef struct ma_session {
     int n_in, n_out;
     ma_io in[MA_SESSION_MAX_IO], out[MA_SESSION_MAX_IO];
     double last_ms; /* wall time of the last run's compute */
+    const void *checked[MA_SESSION_MAX_IO]; /* each input's data as last found finite (address, bytes) */
+    size_t checked_bytes[MA_SESSION_MAX_IO];
     int debug;      /* vision: also output pooled, projected (and sample_coords with a sampler) */
 } ma_session;
 
@@ -44,6 +46,12 @@ typedef struct ma_session {
 ma_status ma_session_open(const ma_model *m, const char *name, ma_session **out, ma_error *err);
 /* inputs in io-spec order; outputs[n_out] receive owned tensors */
 ma_status ma_session_run(ma_session *s, const ma_tensor *inputs, ma_tensor *outputs, ma_error *err);
+/* the same, where bit i of `kept` says input i holds the data of this session's previous call,
+ * unchanged, at the same address (action_step's context over the ten Euler steps): its values
+ * are not scanned again when they were found finite there (its shape always is checked) */
+ma_status ma_session_run_kept(ma_session *s, const ma_tensor *inputs, ma_tensor *outputs, unsigned kept, ma_error *err);
+/* forget what was checked (the memory behind the inputs was replaced) */
+void ma_session_forget_inputs(ma_session *s);
 void ma_session_close(ma_session *s);
 /* vision only: add the debugging outputs pooled [n, T, Dp], projected [n, T or K, D] and, with
  * a Grid Sampler, sample_coords [n, K, 2] */

@@ -2,7 +2,8 @@
  * stopped mid-request fails that request with an error naming it and comes back (one that dies
  * between requests is replaced before the next, which succeeds); 100 requests
  * with 10 faults leak no descriptor, memfd or child; 1000 requests do not grow RSS; a bad
- * context stops the start with an error naming the worker.
+ * context stops the start with an error naming the worker; action_step's context, kept over the
+ * Euler steps, is neither sent nor scanned again, and only when it is the same buffer.
  *
  * MOLMOACT_RESIDENT_REQUESTS scales the request counts down (the sanitizer build uses it). */
 #define _GNU_SOURCE
@@ -14,6 +15,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "io/npz.h"
 #include "runtime/compile.h"
 #include "runtime/engine.h"
 #include "runtime/parity.h"
@@ -215,6 +217,80 @@ static void test_resident_equals_inproc(void **state) {
     tu_rmdir(dir);
 }
 
+/* one action_step call through the engine's link: velocity into v (10 x 32 floats) */
+static ma_status step_call(ma_engine *e, const ma_tensor *in, unsigned kept, float *v, ma_error *err) {
+    ma_tensor out[MA_SESSION_MAX_IO];
+    int n_out = 0;
+    double c, t;
+    ma_status s = e->runner->link.run(e->runner->link.ctx, 6, 0, kept, in, 5, out, &n_out, &c, &t, err);
+    if (!s) memcpy(v, out[0].data, out[0].nbytes);
+    for (int i = 0; i < n_out; i++) ma_tensor_free(&out[i]);
+    return s;
+}
+
+static void kept_context(int inproc) {
+    ma_engine e;
+    open_engine(TINY, inproc, NULL, &e);
+    ma_npz z = {0}, zc = {0};
+    ma_error err = {0};
+    if (ma_npz_read(TINY_GOLDEN "/action_step_io.npz", &z, &err) || ma_npz_read(TINY_GOLDEN "/action_context_io.npz", &zc, &err))
+        fail_msg("%s", err.msg);
+    const ma_tensor *x = ma_npz_get(&z, "x"), *t = ma_npz_get(&z, "t"), *ck = ma_npz_get(&z, "ctx_k");
+    const ma_tensor *cv = ma_npz_get(&z, "ctx_v"), *mask = ma_npz_get(&z, "cross_mask");
+    assert_non_null(x); assert_non_null(t); assert_non_null(ck); assert_non_null(cv); assert_non_null(mask);
+    const int64_t xs[2] = {x->shape[1], x->shape[2]}, ts[1] = {1};
+    const int64_t step = xs[0] * xs[1];
+    const unsigned KEPT = (1u << 2) | (1u << 3) | (1u << 4);
+    float v0[10 * 32], v1[10 * 32], v1k[10 * 32], again[10 * 32];
+    assert_true(step <= 10 * 32);
+    ma_tensor in[5] = {ma_tensor_view(MA_DT_F32, 2, xs, x->data), ma_tensor_view(MA_DT_F32, 1, ts, t->data), *ck, *cv, *mask};
+    if (step_call(&e, in, 0, v0, &err)) fail_msg("%s", err.msg);
+    /* the next step keeps the context: the same bits as sending it again */
+    in[0].data = (float *)x->data + step;
+    in[1].data = (float *)t->data + 1;
+    if (step_call(&e, in, KEPT, v1k, &err) || step_call(&e, in, 0, v1, &err)) fail_msg("%s", err.msg);
+    assert_memory_equal(v1, v1k, sizeof(float) * (size_t)step);
+    assert_memory_not_equal(v0, v1, sizeof(float) * (size_t)step);
+    /* "kept" with another buffer is no promise: it is sent and scanned, and its NaN refused */
+    ma_tensor bad;
+    if (ma_tensor_alloc(&bad, MA_DT_F32, ck->ndim, ck->shape, &err)) fail_msg("%s", err.msg);
+    memcpy(bad.data, ck->data, ck->nbytes);
+    ((float *)bad.data)[5] = NAN;
+    in[2] = bad;
+    assert_int_equal(step_call(&e, in, KEPT, again, &err), MA_ERR_RANGE);
+    if (!strstr(err.msg, "ctx_k") || !strstr(err.msg, "NaN")) fail_msg("unexpected error: %s", err.msg);
+    ma_tensor_free(&bad);
+    /* after the refusal, and after another session's request (in the action worker, over the
+     * same shared memory), the kept context is still read right */
+    in[2] = *ck;
+    if (step_call(&e, in, KEPT, again, &err)) fail_msg("%s", err.msg);
+    assert_memory_equal(v1, again, sizeof(float) * (size_t)step);
+    ma_tensor cin[2] = {*ma_npz_get(&zc, "k"), *ma_npz_get(&zc, "v")}, cout[MA_SESSION_MAX_IO];
+    int n_cout = 0;
+    double c, tm;
+    if (e.runner->link.run(e.runner->link.ctx, 5, 0, 0, cin, 2, cout, &n_cout, &c, &tm, &err)) fail_msg("%s", err.msg);
+    for (int i = 0; i < n_cout; i++) ma_tensor_free(&cout[i]);
+    if (step_call(&e, in, KEPT, again, &err)) fail_msg("%s", err.msg);
+    assert_memory_equal(v1, again, sizeof(float) * (size_t)step);
+    /* fewer action rows: x takes less room, so the context sits elsewhere in shared memory and
+     * must be sent again although kept; the result matches a fresh send */
+    const int64_t xs5[2] = {5, xs[1]};
+    in[0] = ma_tensor_view(MA_DT_F32, 2, xs5, x->data);
+    float v5k[10 * 32], v5[10 * 32];
+    if (step_call(&e, in, KEPT, v5k, &err) || step_call(&e, in, 0, v5, &err)) fail_msg("%s", err.msg);
+    assert_memory_equal(v5, v5k, sizeof(float) * 5 * (size_t)xs[1]);
+    ma_npz_free(&z);
+    ma_npz_free(&zc);
+    if (!inproc) assert_int_equal(e.resident->faults, 0);
+    assert_int_equal(ma_engine_close(&e), 0);
+}
+
+static void test_kept_context(void **state) {
+    (void)state;
+    kept_context(1);
+    kept_context(0);
+}
+
 static void test_kill_each_worker(void **state) {
     (void)state;
     injector inj = {-1, 0, 0, 0};
@@ -406,6 +482,7 @@ int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resident_equals_inproc),
+        cmocka_unit_test(test_kept_context),
         cmocka_unit_test(test_kill_each_worker),
         cmocka_unit_test(test_stopped_worker_hits_deadline),
         cmocka_unit_test(test_faults_leak_nothing),
