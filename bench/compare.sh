@@ -93,8 +93,6 @@ for line in sys.stdin:
             d["engine"] = e
         print(json.dumps(d), flush=True)' "$@"
 }
-# the read bandwidth that action_step's weight-stream times are measured against
-MOLMOACT_THREADS=$threads build/gemm_bench --bandwidth --json | tag 0 bandwidth | tee -a "$results"
 # engines take turns per component and round, so a drift of the machine's speed hits them alike
 for s in vision llm_split0 action_context action_step; do
   n=$runs
@@ -111,7 +109,10 @@ for s in vision llm_split0 action_context action_step; do
     done
     # action_step with its weights flushed from the caches before each run, as in the full model
     # (36 blocks, 0.6 GB in f16: no cache holds them), against the time to stream them once
+    # the read bandwidth the stream times are taken at, measured in each round beside the cold
+    # runs (it drifts with the machine: 13.5 and 20.2 GB/s in two runs of one afternoon)
     if [ $s = action_step ]; then
+      MOLMOACT_THREADS=$threads build/gemm_bench --bandwidth --json | tag "$r" bandwidth | tee -a "$results"
       for p in f16 q8_0 q4_0; do
         build/molmoact bench --model "$work/ctx-$p" --session $s --inputs "$work/inputs/$s.npz" --runs "$n" --threads "$threads" \
           --cold --json | tag "$r" "molmoact_${p}_cold" | tee -a "$results"
@@ -124,7 +125,8 @@ $py - "$results" "$seq" "$runs" "$threads" "$rounds" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 seq, runs, threads, rounds = sys.argv[2:6]
-bandwidth = next((r["read_bandwidth_gbs"] for r in rows if r.get("engine") == "bandwidth"), None)
+bw_round = {r["round"]: r["read_bandwidth_gbs"] for r in rows if r.get("engine") == "bandwidth" and r["read_bandwidth_gbs"] > 0}
+bandwidth = statistics.median(bw_round.values()) if bw_round else None
 rows = [r for r in rows if r.get("engine") != "bandwidth"]
 by = {}
 for r in rows:
@@ -168,17 +170,20 @@ for s in ["vision", "llm_split0", "action_context", "action_step"]:
           f"{ratio(v['ort_q4'], v['molmoact_q4_0']):>8}")
 if bandwidth:
     print(f"\naction_step with its weights flushed from the caches before each run, against the time to read them once"
-          f" at the measured {bandwidth:.1f} GB/s ({threads} threads; target: at most 1.5x)")
-    print(f"{'precision':10} {'weights MB':>10} {'stream ms':>9} {'cold ms':>9} {'warm ms':>9} {'cold/stream':>11}")
+          f" at the read bandwidth measured in the same round (median {bandwidth:.1f} GB/s, rounds "
+          + " ".join(f"{bw_round[k]:.1f}" for k in sorted(bw_round)) + f"; {threads} threads; target: at most 1.5x)")
+    print(f"{'precision':10} {'weights MB':>10} {'stream ms':>9} {'cold ms':>9} {'warm ms':>9} {'cold/stream':>11}   by round")
     for p in ["f16", "q8_0", "q4_0"]:
         c = by.get((f"molmoact_{p}_cold", "action_step"))
         if not c:
             continue
         mb = c[0]["weight_bytes"] / 1e6
-        stream = mb / bandwidth  # MB / (GB/s) = ms
+        stream = mb / bandwidth  # MB / (GB/s) = ms, at the median bandwidth
         cold = t[(f"molmoact_{p}_cold", "action_step")]
         warm = t.get((f"molmoact_{p}", "action_step"))
-        print(f"{p:10} {mb:10.1f} {stream:9.2f} {cold:9.2f} " + (f"{warm:9.2f}" if warm else f"{'-':>9}") + f" {cold / stream:11.2f}")
+        per = [x["median_ms"] / (mb / bw_round[x["round"]]) for x in sorted(c, key=lambda x: x["round"]) if x["round"] in bw_round]
+        print(f"{p:10} {mb:10.1f} {stream:9.2f} {cold:9.2f} " + (f"{warm:9.2f}" if warm else f"{'-':>9}") +
+              f" {statistics.median(per) if per else cold / stream:11.2f}   " + " ".join(f"{v:.2f}" for v in per))
 print("\neach round's ratios (engines of one round ran within seconds of each other)")
 print(f"{'component':24} {'PT/f16':>24} {'ORT/f16':>24} {'ORTq4/q4':>24}")
 def rr(a, b, s):

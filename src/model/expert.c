@@ -149,10 +149,10 @@ typedef struct rows_job {
     const float *y, *gate;
     float *h;                       /* then h = RMS(x) * (1 + scale) + shift (when h; h may be x) */
     const float *shift, *scale;
-    /* or, with heads: q and k heads of rows `stride` apart normed (qk_eps > 0) and rotated (cs, sn) */
+    /* or, with heads: q and k heads of rows `stride` apart normed (qk_norm) and rotated (cs, sn) */
     float *q, *k;
     int64_t stride;
-    int heads, hd;
+    int heads, hd, qk_norm;
     float qk_eps;
     const float *cs, *sn;           /* [rows][hd/2] each, or NULL */
 } rows_job;
@@ -168,7 +168,7 @@ static void rows_task(void *ctx, int t, int T) {
                 float *heads2[2] = {j->q + r * j->stride + hh * hd, j->k ? j->k + r * j->stride + hh * hd : NULL};
                 for (int w = 0; w < 2 && heads2[w]; w++) {
                     float *x = heads2[w];
-                    if (j->qk_eps > 0) ma_rmsnorm(x, 1, hd, NULL, j->qk_eps);
+                    if (j->qk_norm) ma_rmsnorm(x, 1, hd, NULL, j->qk_eps);
                     if (j->cs)   /* half-split rotation by this position's angles */
                         for (int i = 0; i < half; i++) {
                             const float a = x[i], b = x[i + half], c = j->cs[r * half + i], sn = j->sn[r * half + i];
@@ -197,14 +197,14 @@ static void run_rows(rows_job *j) { ma_parallel_n(rows_task, j, (int)(j->rows < 
 /* x += gate * y (gate may be NULL), then h = RMS(x) * (1 + scale) + shift (h may be NULL) */
 static void residual_norm(int64_t A, int d, float *x, const float *y, const float *gate, float *h, const float *shift,
                           const float *scale) {
-    rows_job j = {A, d, x, y, gate, h, shift, scale, NULL, NULL, 0, 0, 0, 0.0f, NULL, NULL};
+    rows_job j = {A, d, x, y, gate, h, shift, scale, NULL, NULL, 0, 0, 0, 0, 0.0f, NULL, NULL};
     run_rows(&j);
 }
 
-/* q (and k) heads of each row normed when eps > 0 and rotated when cs */
-static void heads_norm_rope(int64_t A, float *q, float *k, int64_t stride, int heads, int hd, float eps, const float *cs,
-                            const float *sn) {
-    rows_job j = {A, 0, NULL, NULL, NULL, NULL, NULL, NULL, q, k, stride, heads, hd, eps, cs, sn};
+/* q (and k) heads of each row normed (with eps) when norm, and rotated when cs */
+static void heads_norm_rope(int64_t A, float *q, float *k, int64_t stride, int heads, int hd, int norm, float eps,
+                            const float *cs, const float *sn) {
+    rows_job j = {A, 0, NULL, NULL, NULL, NULL, NULL, NULL, q, k, stride, heads, hd, norm, eps, cs, sn};
     run_rows(&j);
 }
 
@@ -262,7 +262,7 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
         if ((s = ma_linear(kc, h, A, &b->qkv, b->qkv_b, qkv, err))) goto done;
         /* rows are [3, H, hd]: q | k | v */
         if (cfg->e_qk_norm || cfg->e_rope)
-            heads_norm_rope(A, qkv, qkv + d, 3 * d, H, hd, cfg->e_qk_norm ? cfg->e_qk_eps : 0.0f, cfg->e_rope ? rope : NULL,
+            heads_norm_rope(A, qkv, qkv + d, 3 * d, H, hd, cfg->e_qk_norm, cfg->e_qk_eps, cfg->e_rope ? rope : NULL,
                             rope + A * half);
         ma_attn_args sa = {1, H, H, A, A, hd, qkv, qkv + d, qkv + 2 * d, att, 3 * d, 3 * d, 3 * d, d, 0, 0, 0, 0, &self_mask};
         s = ma_attention(kc, &sa, err);
@@ -271,7 +271,7 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
         /* cross-attention to the projected LLM context of layer l */
         residual_norm(A, d, x, h, mod + 2 * d, h, shift_mca, scale_mca);
         if ((s = ma_linear(kc, h, A, &b->q, b->q_b, q, err))) goto done;
-        if (cfg->e_qk_norm) heads_norm_rope(A, q, NULL, d, H, hd, cfg->e_qk_eps, NULL, NULL);
+        if (cfg->e_qk_norm) heads_norm_rope(A, q, NULL, d, H, hd, 1, cfg->e_qk_eps, NULL, NULL);
         const float *Kc = ctx_k + (int64_t)l * ctx_layer, *Vc = ctx_v + (int64_t)l * ctx_layer;
         ma_attn_args ca = {1, H, H, A, S, hd, q, Kc, Vc, att, d, (int64_t)H * hd, (int64_t)H * hd, d, 0, 0, 0, 0, &cross_mask};
         s = ma_attention(kc, &ca, err);
