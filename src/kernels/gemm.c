@@ -624,11 +624,6 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
     }
 }
 
-/* Threads share the panels, except for tall A (the ViT's 1458 rows), where they take row
- * ranges instead, so none packs A rows that another one also packs. On the small path (nothing
- * packed, every panel its own work) they take chunks of panels as they finish the last, so a
- * thread that runs slower (a busy sibling core, a descheduled vCPU) does less of the work
- * instead of holding the others at the join. */
 /* thread t's share of the K blocks of the small path's int8 A */
 static void quantise_a(gemm_job *j, int t, int T) {
     long lo, hi;
@@ -636,6 +631,11 @@ static void quantise_a(gemm_job *j, int t, int T) {
     if (hi > lo) active.qa_pack(j->A, j->lda, 0, j->M, lo * 32, (int)((hi - lo) * 32), (unsigned char *)j->qa + (size_t)lo * MA_GEMM_QA_BLOCK);
 }
 
+/* Threads share the panels, except for tall A (the ViT's 1458 rows), where they take row
+ * ranges instead, so none packs A rows that another one also packs. On the small path (nothing
+ * packed, every panel its own work) they take chunks of panels as they finish the last, so a
+ * thread that runs slower (a busy sibling core, a descheduled vCPU) does less of the work
+ * instead of holding the others at the join. */
 static void gemm_task(void *ctx, int t, int T) {
     gemm_job *j = ctx;
     long lo, hi;

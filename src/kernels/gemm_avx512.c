@@ -132,31 +132,15 @@ static void ukernel_avx512(int64_t kc, const float *A, const float *P, float *C,
         for (int r = 0; r < mr; r++) ma_store_row16(C + r * ldc, rows_[r], m_, accumulate);   \
     } while (0)
 
-static inline __attribute__((always_inline)) void small_f16(int mr, const uint16_t *w, int kc, const float *A, int64_t lda,
-                                                             float *C, int64_t ldc, int nr, int accumulate) {
+/* f32 / f16 / bf16 panels (dt a constant at every call): 16 weights of each k converted in
+ * registers; the half types, read at half the bytes, are prefetched ahead of the stream */
+static inline __attribute__((always_inline)) void small_float(int mr, ma_dtype dt, const void *w, int kc, const float *A,
+                                                               int64_t lda, float *C, int64_t ldc, int nr, int accumulate) {
     SMALL_ACC();
     for (int k = 0; k < kc; k++) {
-        _mm_prefetch((const char *)(w + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
-        SMALL_FMA(A + k, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + k * NR))));
+        if (dt != MA_DT_F32) _mm_prefetch((const char *)((const uint16_t *)w + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
+        SMALL_FMA(A + k, load_w16(dt, w, k * NR));
     }
-    SMALL_STORE();
-}
-
-static inline __attribute__((always_inline)) void small_bf16(int mr, const uint16_t *w, int kc, const float *A, int64_t lda,
-                                                              float *C, int64_t ldc, int nr, int accumulate) {
-    SMALL_ACC();
-    for (int k = 0; k < kc; k++) {
-        _mm_prefetch((const char *)(w + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
-        const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + k * NR)));
-        SMALL_FMA(A + k, _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
-    }
-    SMALL_STORE();
-}
-
-static inline __attribute__((always_inline)) void small_f32(int mr, const float *w, int kc, const float *A, int64_t lda,
-                                                             float *C, int64_t ldc, int nr, int accumulate) {
-    SMALL_ACC();
-    for (int k = 0; k < kc; k++) SMALL_FMA(A + k, _mm512_loadu_ps(w + k * NR));
     SMALL_STORE();
 }
 
@@ -225,33 +209,18 @@ static inline __attribute__((always_inline)) void small_q4(int mr, const uint8_t
         }                                                                                \
     } while (0)
 
-/* 16 f16 (bf16: nonzero) values from p as floats; bf16 is a constant at every call, so each
- * instantiation keeps one conversion */
-static inline __attribute__((always_inline)) __m512 half16_to_f32(int bf16, const uint16_t *p) {
-    const __m256i h = _mm256_loadu_si256((const __m256i *)p);
-    return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
-}
-
-static inline __attribute__((always_inline)) void pair_half(int mr, int bf16, const uint16_t *w, int64_t pstride, int kc,
-                                                             const float *A, int64_t lda, float *C, int64_t ldc, int nr1,
-                                                             int accumulate) {
+/* f32 / f16 / bf16 panels (dt a constant at every call), as small_float */
+static inline __attribute__((always_inline)) void pair_float(int mr, ma_dtype dt, const void *w, int64_t pstride, int kc,
+                                                              const float *A, int64_t lda, float *C, int64_t ldc, int nr1,
+                                                              int accumulate) {
     PAIR_ACC();
-    const uint16_t *v = w + pstride;
     for (int k = 0; k < kc; k++) {
-        if (!(k & 1)) {
-            _mm_prefetch((const char *)(w + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
-            _mm_prefetch((const char *)(v + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
+        if (dt != MA_DT_F32 && !(k & 1)) {
+            _mm_prefetch((const char *)((const uint16_t *)w + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
+            _mm_prefetch((const char *)((const uint16_t *)w + pstride + k * NR) + PREFETCH_AHEAD, _MM_HINT_T0);
         }
-        PAIR_FMA(A + k, half16_to_f32(bf16, w + k * NR), half16_to_f32(bf16, v + k * NR));
+        PAIR_FMA(A + k, load_w16(dt, w, k * NR), load_w16(dt, w, pstride + k * NR));
     }
-    PAIR_STORE();
-}
-
-static inline __attribute__((always_inline)) void pair_f32(int mr, const float *w, int64_t pstride, int kc, const float *A,
-                                                            int64_t lda, float *C, int64_t ldc, int nr1, int accumulate) {
-    PAIR_ACC();
-    const float *v = w + pstride;
-    for (int k = 0; k < kc; k++) PAIR_FMA(A + k, _mm512_loadu_ps(w + k * NR), _mm512_loadu_ps(v + k * NR));
     PAIR_STORE();
 }
 #undef ROW
@@ -264,15 +233,15 @@ static int small_pair(const ma_bmat *B, int64_t K, int64_t n0, int nr1, int64_t 
     switch (B->dtype) {
     case MA_DT_F16: {
         const uint16_t *w = (const uint16_t *)B->data + (p * K + k0) * NR;
-        MA_DISPATCH_MR12(pair_half, 0, w, pstride, kc, A, lda, C, ldc, nr1, accumulate)
+        MA_DISPATCH_MR12(pair_float, MA_DT_F16, w, pstride, kc, A, lda, C, ldc, nr1, accumulate)
     } return 1;
     case MA_DT_BF16: {
         const uint16_t *w = (const uint16_t *)B->data + (p * K + k0) * NR;
-        MA_DISPATCH_MR12(pair_half, 1, w, pstride, kc, A, lda, C, ldc, nr1, accumulate)
+        MA_DISPATCH_MR12(pair_float, MA_DT_BF16, w, pstride, kc, A, lda, C, ldc, nr1, accumulate)
     } return 1;
     case MA_DT_F32: {
         const float *w = (const float *)B->data + (p * K + k0) * NR;
-        MA_DISPATCH_MR12(pair_f32, w, pstride, kc, A, lda, C, ldc, nr1, accumulate)
+        MA_DISPATCH_MR12(pair_float, MA_DT_F32, w, pstride, kc, A, lda, C, ldc, nr1, accumulate)
     } return 1;
     default: return 0;
     }
@@ -284,15 +253,15 @@ static void small_panels(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_
     switch (B->dtype) {
     case MA_DT_F16: {
         const uint16_t *w = (const uint16_t *)B->data + (p * K + k0) * NR;
-        MA_DISPATCH_MR12(small_f16, w, kc, A, lda, C, ldc, nr, accumulate)
+        MA_DISPATCH_MR12(small_float, MA_DT_F16, w, kc, A, lda, C, ldc, nr, accumulate)
     } break;
     case MA_DT_BF16: {
         const uint16_t *w = (const uint16_t *)B->data + (p * K + k0) * NR;
-        MA_DISPATCH_MR12(small_bf16, w, kc, A, lda, C, ldc, nr, accumulate)
+        MA_DISPATCH_MR12(small_float, MA_DT_BF16, w, kc, A, lda, C, ldc, nr, accumulate)
     } break;
     case MA_DT_F32: {
         const float *w = (const float *)B->data + (p * K + k0) * NR;
-        MA_DISPATCH_MR12(small_f32, w, kc, A, lda, C, ldc, nr, accumulate)
+        MA_DISPATCH_MR12(small_float, MA_DT_F32, w, kc, A, lda, C, ldc, nr, accumulate)
     } break;
     case MA_DT_Q8_0: {
         const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 544;

@@ -60,8 +60,7 @@ static void attend_few_portable(const ma_few_attn *a) {
         float m = -INFINITY;
         for (int64_t j = 0; j < a->lk; j++) {
             const float *k = a->k + j * a->k_row;
-            float s = 0.0f;
-            for (int d = 0; d < a->hd; d++) s += q[d] * k[d];
+            float s = dot_portable(q, k, a->hd);
             if ((a->key_valid && !a->key_valid[j]) || (a->causal && j > a->q0 + i)) s = -INFINITY;
             e[j] = s;
             m = s > m ? s : m;
@@ -74,7 +73,7 @@ static void attend_few_portable(const ma_few_attn *a) {
         float *o = a->out + i * a->out_row;
         for (int d = 0; d < a->hd; d++) o[d] = 0.0f;
         for (int64_t j = 0; j < a->lk; j++) axpy_portable(o, e[j], a->v + j * a->v_row, a->hd);
-        for (int d = 0; d < a->hd; d++) o[d] *= inv;
+        scale_portable(o, a->hd, inv);
     }
 }
 

@@ -31,7 +31,7 @@ typedef struct {
 typedef struct {
     uint32_t magic, op;
     int32_t which, debug, n, status;
-    uint32_t kept; /* OP_RUN: inputs left in place by the previous request to the same session */
+    uint32_t kept; /* OP_RUN: inputs left in place by the previous request, not copied again */
     uint64_t need, shm_size;
     double compute_ms;
     wire_tensor t[MA_SESSION_MAX_IO];
@@ -281,8 +281,9 @@ static ma_status remote_run(void *ctx, int which, int debug, unsigned kept, cons
         m.which = which;
         m.debug = debug;
         m.n = n_in;
-        size_t off = 0;
+        size_t off = 0, offs[MA_SESSION_MAX_IO];
         for (int i = 0; i < n_in; i++) {
+            offs[i] = off;
             m.t[i].dtype = (uint32_t)in[i].dtype;
             m.t[i].ndim = (uint32_t)in[i].ndim;
             memcpy(m.t[i].shape, in[i].shape, sizeof m.t[i].shape);
@@ -297,8 +298,6 @@ static ma_status remote_run(void *ctx, int which, int debug, unsigned kept, cons
             else memcpy((uint8_t *)w->shm + off, in[i].data, in[i].nbytes);
             off += align64(in[i].nbytes);
         }
-        uint64_t m_off[MA_SESSION_MAX_IO];
-        for (int i = 0; i < n_in; i++) m_off[i] = m.t[i].off;
         forget_sent(w); /* until the reply: a failure leaves the memory in an unknown state */
         if (send_msg(w->sock, &m, -1) != 0) return fault(r, wi, "died before the request", err);
         if (r->opts.on_sent) r->opts.on_sent(r->opts.hook_ctx, wi, w->pid);
@@ -333,7 +332,7 @@ static ma_status remote_run(void *ctx, int which, int debug, unsigned kept, cons
         /* the inputs are where they were put unless the worker needed more memory (its outputs
          * then went to the start of the new one) */
         if (!grew) {
-            for (int i = 0; i < n_in; i++) w->sent[i] = in[i].data, w->sent_bytes[i] = in[i].nbytes, w->sent_off[i] = (size_t)m_off[i];
+            for (int i = 0; i < n_in; i++) w->sent[i] = in[i].data, w->sent_bytes[i] = in[i].nbytes, w->sent_off[i] = offs[i];
         }
         *n_out = m.n;
         *compute_ms = m.compute_ms;
