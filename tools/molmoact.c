@@ -356,7 +356,9 @@ static size_t session_weight_bytes(const ma_model *m, int which, const ma_mapfil
 }
 
 /* one session on the arrays of IO.npz named as its inputs (a golden's <session>_io.npz, or the
- * inputs bench/compare.sh writes): one warm-up, then --runs timed calls; median, min, mean */
+ * inputs bench/compare.sh writes): one warm-up, then --runs timed calls; median, min, mean.
+ * action_step runs as steps 1..9 of the pipeline's Euler loop do: its context kept from the
+ * warm-up (not sent or scanned again, so not brought back into the caches by the scan either) */
 static int cmd_bench_session(opts *o) {
     ma_error err = {0};
     if (!o->model || !o->inputs) { fprintf(stderr, "molmoact: bench --session needs --model DIR and --inputs IO.npz\n"); return 2; }
@@ -387,7 +389,8 @@ static int cmd_bench_session(opts *o) {
         int n_out;
         double compute, transfer;
         if (o->cold) ma_cache_flush(map->data, map->size);
-        if (e.runner->link.run(e.runner->link.ctx, which, 0, 0, in, sess->n_in, out, &n_out, &compute, &transfer, &err)) { rc = fail(&err); break; }
+        const unsigned kept = which == 6 && i > 0 ? MA_STEP_KEPT_INPUTS : 0u;
+        if (e.runner->link.run(e.runner->link.ctx, which, 0, kept, in, sess->n_in, out, &n_out, &compute, &transfer, &err)) { rc = fail(&err); break; }
         for (int k = 0; k < n_out; k++) ma_tensor_free(&out[k]);
         if (i > 0) ms[i - 1] = compute;
     }

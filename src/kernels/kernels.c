@@ -1,6 +1,7 @@
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,6 +192,28 @@ void ma_add(float *y, const float *x, int64_t n) {
     add_job j = {y, x, n};
     if (n >= (1 << 18)) ma_parallel(add_task, &j);
     else add_task(&j, 0, 1);
+}
+
+typedef struct { const float *x; int64_t n; _Atomic int64_t first; } finite_job;
+
+static void finite_task(void *ctx, int t, int T) {
+    finite_job *j = ctx;
+    long lo, hi;
+    ma_split_range((long)((j->n + 1023) / 1024), t, T, &lo, &hi); /* whole blocks per thread */
+    const int64_t a = lo * 1024, b = hi * 1024 < j->n ? hi * 1024 : j->n;
+    if (a >= b) return;
+    const int64_t k = a + ma_vecmath_get()->first_nonfinite(j->x + a, b - a);
+    if (k == b) return;
+    int64_t cur = atomic_load(&j->first); /* the smallest index any thread found */
+    while (k < cur && !atomic_compare_exchange_weak(&j->first, &cur, k)) {}
+}
+
+int64_t ma_first_nonfinite(const float *x, int64_t n) {
+    finite_job j = {.x = x, .n = n};
+    atomic_init(&j.first, n);
+    if (n >= (1 << 18)) ma_parallel(finite_task, &j);
+    else finite_task(&j, 0, 1);
+    return atomic_load(&j.first);
 }
 
 /* row sums in double: vecmath's sum / sum_sq (8 interleaved partial sums in a fixed order, so

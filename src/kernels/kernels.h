@@ -74,6 +74,9 @@ void ma_activate(float *x, int64_t n, ma_act act);
 /* the same, honouring c->scalar, on the thread pool for large n */
 void ma_activate_ctx(const ma_kctx *c, float *x, int64_t n, ma_act act);
 void ma_add(float *y, const float *x, int64_t n);
+/* the index of the first NaN or infinity in x, or n when every element is finite (inputs are
+ * checked with it: the action context is 1.2 MB a layer, shared by the pool) */
+int64_t ma_first_nonfinite(const float *x, int64_t n);
 /* gated linear unit over rows: out[r][i] = act(gate[r][i]) * up[r][i] for i < n (row strides ldo,
  * ldg, ldu; out may be gate), on the thread pool for large inputs, honouring c->scalar */
 void ma_glu(const ma_kctx *c, float *out, int64_t ldo, const float *gate, int64_t ldg, const float *up, int64_t ldu,

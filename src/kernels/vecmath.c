@@ -95,6 +95,24 @@ static double sum_sq_portable(const float *v, int64_t n, double mean) {
     return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
 }
 
+/* an all-ones exponent, branch-free over blocks (vectorised by the compiler); the element is
+ * looked for only in a block that has one */
+static int64_t first_nonfinite_portable(const float *x, int64_t n) {
+    for (int64_t b = 0; b < n; b += 1024) {
+        const int64_t e = n - b < 1024 ? n : b + 1024;
+        uint32_t bad = 0;
+        for (int64_t k = b; k < e; k++) {
+            uint32_t u;
+            memcpy(&u, x + k, 4);
+            bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+        }
+        if (bad)
+            for (int64_t k = b; k < e; k++)
+                if (!isfinite(x[k])) return k;
+    }
+    return n;
+}
+
 static ma_vecmath sets[3], table; /* portable, then what the CPU has, best last */
 static const char *set_names[3];
 static int n_sets;
@@ -103,7 +121,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void choose(void) {
     sets[0] = (ma_vecmath){silu_portable, gelu_tanh_portable, quick_gelu_portable, exp_scaled_sum_portable, max_portable,
                            scale_portable, mul_portable, dot_portable, axpy_portable, attend_few_portable,
-                           sum_portable, sum_sq_portable};
+                           sum_portable, sum_sq_portable, first_nonfinite_portable};
     set_names[0] = "portable";
     n_sets = 1;
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)

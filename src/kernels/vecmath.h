@@ -44,6 +44,8 @@ typedef struct ma_vecmath {
      * j, j + 8, ...) combined in a fixed order: the same bits in every set */
     double (*sum)(const float *x, int64_t n);
     double (*sum_sq)(const float *x, int64_t n, double mean);
+    /* the index of the first NaN or infinity in x, or n when there is none */
+    int64_t (*first_nonfinite)(const float *x, int64_t n);
 } ma_vecmath;
 
 const ma_vecmath *ma_vecmath_get(void);

@@ -177,7 +177,7 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
         ma_tensor sin_[5] = {x, tt, cout[0], cout[1], enc};
         int n_sout = 0;
         /* the context and its mask are the same for every step: sent and scanned once */
-        const unsigned kept = i > 0 ? (1u << 2) | (1u << 3) | (1u << 4) : 0u;
+        const unsigned kept = i > 0 ? MA_STEP_KEPT_INPUTS : 0u;
         if ((s = r->link.run(r->link.ctx, 6, 0, kept, sin_, 5, sout, &n_sout, &cms, &tms, err))) goto done;
         r->last.action_step += cms;
         r->last.transfer += tms;

@@ -43,6 +43,10 @@ typedef struct ma_session_link {
     void *ctx;
 } ma_session_link;
 
+/* action_step's inputs that are the same for every Euler step of an observation (ctx_k, ctx_v,
+ * the context mask): kept on steps 1..9 */
+#define MA_STEP_KEPT_INPUTS ((1u << 2) | (1u << 3) | (1u << 4))
+
 typedef struct ma_runner {
     const ma_model *model;
     ma_session *sess[7]; /* vision, llm_split0..3, action_context, action_step (local link) */

@@ -127,21 +127,8 @@ static ma_status check_input(ma_session *s, int i, const ma_tensor *t, int kept,
     s->checked[i] = NULL;
     if (io->dtype == MA_DT_F32) {
         const float *p = t->data;
-        const int64_t n = ma_tensor_numel(t);
-        /* branch-free scan (vectorised by the compiler) for an all-ones exponent, in blocks;
-         * the element is looked up only in a block that has one */
-        for (int64_t b = 0; b < n; b += 4096) {
-            const int64_t e = n - b < 4096 ? n : b + 4096;
-            uint32_t bad = 0;
-            for (int64_t k = b; k < e; k++) {
-                uint32_t u;
-                memcpy(&u, p + k, 4);
-                bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
-            }
-            if (bad)
-                for (int64_t k = b; k < e; k++)
-                    if (!isfinite(p[k])) return ma_fail(err, MA_ERR_RANGE, "%s: element %lld is %s", label, (long long)k, isnan(p[k]) ? "NaN" : "infinite");
-        }
+        const int64_t n = ma_tensor_numel(t), k = ma_first_nonfinite(p, n);
+        if (k < n) return ma_fail(err, MA_ERR_RANGE, "%s: element %lld is %s", label, (long long)k, isnan(p[k]) ? "NaN" : "infinite");
     }
     s->checked[i] = t->data;
     s->checked_bytes[i] = t->nbytes;

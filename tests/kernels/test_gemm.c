@@ -513,6 +513,52 @@ static void test_vecmath(void **state) {
     ma_vecmath_select(ma_vecmath_count() - 1);
 }
 
+/* ---- the scan for NaN / infinity that checks every float input: each set, each position of the
+ * first bad element (before, inside and after a 64-vector block and the tail), the smallest of
+ * two, large finite values and -0 (not bad); then the pool's version on 1.5 M floats, with bad
+ * elements near the threads' boundaries */
+static void test_first_nonfinite(void **state) {
+    (void)state;
+    enum { N = 2200 };
+    static float x[N];
+    const float bad[3] = {NAN, INFINITY, -INFINITY};
+    for (int set = 0; set < ma_vecmath_count(); set++) {
+        ma_vecmath_select(set);
+        const ma_vecmath *vm = ma_vecmath_get();
+        for (int i = 0; i < N; i++) x[i] = i % 7 == 0 ? -0.0f : (i % 2 ? 3.4e38f : -1e-40f * (float)i);
+        for (int n = 0; n <= 80; n++) assert_int_equal(vm->first_nonfinite(x, n), n);
+        assert_int_equal(vm->first_nonfinite(x, N), N);
+        for (int pos = 0; pos < N; pos += (pos < 80 || (pos > 1000 && pos < 1060) || pos > 2120) ? 1 : 37) {
+            const float keep = x[pos];
+            x[pos] = bad[pos % 3];
+            if (vm->first_nonfinite(x, N) != pos) fail_msg("%s: bad element at %d found at %lld", ma_vecmath_name(set), pos, (long long)vm->first_nonfinite(x, N));
+            assert_int_equal(vm->first_nonfinite(x, pos), pos);             /* just past the end: not seen */
+            assert_int_equal(vm->first_nonfinite(x + pos, N - pos), 0);
+            if (pos + 500 < N) {
+                x[pos + 500] = NAN;
+                assert_int_equal(vm->first_nonfinite(x, N), pos);
+                x[pos + 500] = 1.0f;
+            }
+            x[pos] = keep;
+        }
+    }
+    ma_vecmath_select(ma_vecmath_count() - 1);
+    const int64_t big = 3 << 19;
+    float *y = calloc((size_t)big, sizeof *y);
+    assert_non_null(y);
+    assert_int_equal(ma_first_nonfinite(y, big), big);
+    const int64_t at[] = {0, 1023, 1024, big / 2 - 1, big / 2, big / 2 + 1, big - 1};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        y[at[i]] = INFINITY;
+        assert_int_equal(ma_first_nonfinite(y, big), at[i]);
+        y[big - 1] = NAN; /* a later one in another thread's share does not win */
+        assert_int_equal(ma_first_nonfinite(y, big), at[i]);
+        y[big - 1] = 0.0f;
+        y[at[i]] = 0.0f;
+    }
+    free(y);
+}
+
 /* ---- the pool: every part runs once per call; nested calls run serially */
 typedef struct { atomic_int hits[64]; atomic_int nested; int T; } pool_probe;
 
@@ -558,6 +604,7 @@ int main(void) {
         cmocka_unit_test(test_panel_packing_layout),
         cmocka_unit_test(test_attention_batched),
         cmocka_unit_test(test_vecmath),
+        cmocka_unit_test(test_first_nonfinite),
         cmocka_unit_test(test_thread_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
