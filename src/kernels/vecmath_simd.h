@@ -163,10 +163,15 @@ static void attend_few(const ma_few_attn *a) {
             for (int d = 0; d < hd; d++) s = V_FMADD(V_SET1(kr[d]), V_LOAD(qt + d * VW), s);
             V_STORE(e + j * VW, s);
         }
-        if (a->key_valid || a->causal)
+        /* a masked key: its whole row of scores; causal: the keys past a lane's query, only
+         * from the group's first query on */
+        if (a->key_valid)
             for (j = 0; j < lk; j++)
+                if (!a->key_valid[j]) V_STORE(e + j * VW, V_SET1(-INFINITY));
+        if (a->causal)
+            for (j = a->q0 + g + 1 > 0 ? a->q0 + g + 1 : 0; j < lk; j++)
                 for (int l = 0; l < VW; l++)
-                    if ((a->key_valid && !a->key_valid[j]) || (a->causal && j > a->q0 + g + l)) e[j * VW + l] = -INFINITY;
+                    if (j > a->q0 + g + l) e[j * VW + l] = -INFINITY;
         VF m = V_SET1(-INFINITY);
         for (j = 0; j < lk; j++) m = V_MAX(m, V_LOAD(e + j * VW));
         float mv[VW];
