@@ -408,11 +408,17 @@ ma_status ma_attention_head(ma_kctx *c, const float *q, int64_t q_stride, const 
 
 #define ATT_QB 256 /* queries per block: K and V are converted for the GEMM once per block */
 
+/* units (a head, or a head's block of queries) go to the threads as they finish the last: a
+ * thread slowed by its sibling or the hypervisor does fewer, and no thread waits at the join
+ * for another's fixed share (the expert's 8 heads: one thread was idle a quarter of the time) */
 typedef struct att_job {
     const ma_attn_args *a;
     int64_t q_blocks, units;
     int failed;
+    atomic_llong next;
 } att_job;
+
+static int64_t next_unit(att_job *j) { return (int64_t)atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed); }
 
 /* mask and unnormalised softmax of one raw score row (query qi): row <- exp(scale (row - max));
  * returns the sum, by which the caller divides the output row (hd values instead of lk) */
@@ -448,7 +454,8 @@ static void att_task(void *ctx, int t, int T) {
     if (!S) { j->failed = 1; return; }
     const int grp = a->heads / a->kv_heads;
     const float scale = 1.0f / sqrtf((float)a->hd);
-    for (int64_t u = t; u < j->units; u += T) {
+    (void)t, (void)T;
+    for (int64_t u = next_unit(j); u < j->units; u = next_unit(j)) {
         const int64_t blk = u % j->q_blocks, sh = u / j->q_blocks;
         const int h = (int)(sh % a->heads), seq = (int)(sh / a->heads);
         const int64_t q0 = blk * ATT_QB, qb = a->lq - q0 < ATT_QB ? a->lq - q0 : ATT_QB;
@@ -477,7 +484,8 @@ static void few_task(void *ctx, int t, int T) {
     if (!work) { j->failed = 1; return; }
     const int grp = a->heads / a->kv_heads;
     const ma_attn_mask *mask = a->mask;
-    for (int64_t u = t; u < j->units; u += T) {
+    (void)t, (void)T;
+    for (int64_t u = next_unit(j); u < j->units; u = next_unit(j)) {
         const int h = (int)(u % a->heads), seq = (int)(u / a->heads);
         const ma_few_attn f = {a->q + seq * a->q_seq + h * a->hd, a->k + seq * a->k_seq + (h / grp) * a->hd,
                                a->v + seq * a->v_seq + (h / grp) * a->hd, a->out + seq * a->out_seq + h * a->hd,
@@ -504,12 +512,14 @@ ma_status ma_attention(ma_kctx *c, const ma_attn_args *a, ma_error *err) {
         return MA_OK;
     }
     if (a->lq <= MA_FEW_Q && a->hd <= INT32_MAX && !(a->mask && a->mask->bidir)) {
-        att_job j = {a, 1, (int64_t)a->n_seq * a->heads, 0};
+        att_job j = {.a = a, .q_blocks = 1, .units = (int64_t)a->n_seq * a->heads};
+        atomic_init(&j.next, 0);
         ma_parallel_n(few_task, &j, (int)(j.units < 64 ? j.units : 64));
         if (j.failed) return ma_fail(err, MA_ERR_NOMEM, "attention: out of memory for %lld keys", (long long)a->lk);
         return MA_OK;
     }
-    att_job j = {a, (a->lq + ATT_QB - 1) / ATT_QB, 0, 0};
+    att_job j = {.a = a, .q_blocks = (a->lq + ATT_QB - 1) / ATT_QB};
+    atomic_init(&j.next, 0);
     j.units = (int64_t)a->n_seq * a->heads * j.q_blocks;
     ma_parallel_n(att_task, &j, (int)(j.units < 64 ? j.units : 64));
     if (j.failed) return ma_fail(err, MA_ERR_NOMEM, "attention: out of memory for %lld x %lld scores", (long long)ATT_QB, (long long)a->lk);
