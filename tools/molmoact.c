@@ -363,10 +363,9 @@ typedef struct { const char *p; unsigned long n; } flush_job;
 
 static void flush_task(void *ctx, int t, int T) {
     const flush_job *f = ctx;
-    long lo, hi;
-    ma_split_range((long)((f->n + 4095) / 4096), t, T, &lo, &hi);
-    const unsigned long a = (unsigned long)lo * 4096, b = (unsigned long)hi * 4096 < f->n ? (unsigned long)hi * 4096 : f->n;
-    if (a < b) ma_cache_flush(f->p + a, b - a);
+    int64_t a, b;
+    ma_split_blocks((int64_t)f->n, 4096, t, T, &a, &b); /* whole pages per thread */
+    if (a < b) ma_cache_flush(f->p + a, (unsigned long)(b - a));
 }
 
 static void flush_weights(const void *p, unsigned long n) {

@@ -181,9 +181,8 @@ typedef struct { float *y; const float *x; int64_t n; } add_job;
 
 static void add_task(void *ctx, int t, int T) {
     const add_job *j = ctx;
-    long lo, hi;
-    ma_split_range((long)((j->n + 63) / 64), t, T, &lo, &hi); /* whole cache lines per thread */
-    const int64_t a = lo * 64, b = hi * 64 < j->n ? hi * 64 : j->n;
+    int64_t a, b;
+    ma_split_blocks(j->n, 64, t, T, &a, &b); /* whole cache lines per thread */
     for (int64_t i = a; i < b; i++) j->y[i] += j->x[i];
 }
 
@@ -198,9 +197,8 @@ typedef struct { const float *x; int64_t n; _Atomic int64_t first; } finite_job;
 
 static void finite_task(void *ctx, int t, int T) {
     finite_job *j = ctx;
-    long lo, hi;
-    ma_split_range((long)((j->n + 1023) / 1024), t, T, &lo, &hi); /* whole blocks per thread */
-    const int64_t a = lo * 1024, b = hi * 1024 < j->n ? hi * 1024 : j->n;
+    int64_t a, b;
+    ma_split_blocks(j->n, 1024, t, T, &a, &b); /* whole blocks of the scan per thread */
     if (a >= b) return;
     const int64_t k = a + ma_vecmath_get()->first_nonfinite(j->x + a, b - a);
     if (k == b) return;
@@ -276,9 +274,8 @@ typedef struct { float *x; int64_t n; void (*fn)(float *, int64_t); } act_job;
 
 static void act_task(void *ctx, int t, int T) {
     act_job *j = ctx;
-    long lo, hi;
-    ma_split_range((long)((j->n + 63) / 64), t, T, &lo, &hi); /* whole cache lines per thread */
-    int64_t a = lo * 64, b = hi * 64 < j->n ? hi * 64 : j->n;
+    int64_t a, b;
+    ma_split_blocks(j->n, 64, t, T, &a, &b); /* whole cache lines per thread */
     if (a < b) j->fn(j->x + a, b - a);
 }
 

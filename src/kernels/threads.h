@@ -10,6 +10,8 @@
 #ifndef MA_THREADS_H
 #define MA_THREADS_H
 
+#include <stdint.h>
+
 typedef void (*ma_task_fn)(void *ctx, int t, int T);
 
 void ma_parallel(ma_task_fn fn, void *ctx);
@@ -31,6 +33,13 @@ static inline void ma_split_range(long n, int t, int T, long *lo, long *hi) {
     long q = n / T, r = n % T;
     *lo = t * q + (t < r ? t : r);
     *hi = *lo + q + (t < r ? 1 : 0);
+}
+/* the same over whole blocks of `block` elements (cache lines, pages): elements [*a, *b) of n */
+static inline void ma_split_blocks(int64_t n, int64_t block, int t, int T, int64_t *a, int64_t *b) {
+    long lo, hi;
+    ma_split_range((long)((n + block - 1) / block), t, T, &lo, &hi);
+    *a = lo * block;
+    *b = hi * block < n ? hi * block : n;
 }
 
 #endif
