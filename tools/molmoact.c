@@ -66,13 +66,26 @@ typedef struct {
     double gate;
 } opts;
 
+/* every option once; contradictions refused (--seed with --noise, --inputs with raw-frame
+ * options or --stream) rather than one silently winning */
 static int parse_opts(int argc, char **argv, int first, opts *o) {
+    static const char *names[] = {"--model", "-o", "--golden", "--inputs", "--out", "--dump", "--norm-tag", "--image0",
+                                  "--image1", "--task", "--state", "--noise", "--session", "--json", "--stream", "--inproc",
+                                  "--cold", "--runs", "--threads", "--seed", "--gate", NULL};
+    unsigned long seen = 0;
     memset(o, 0, sizeof *o);
     o->gate = 0;
     o->norm_tag = "libero";
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        for (int k = 0; names[k]; k++)
+            if (!strcmp(a, names[k])) {
+                /* -o and --out are one option */
+                const int id = !strcmp(a, "-o") ? 4 : k;
+                if (seen & (1ul << id)) { fprintf(stderr, "molmoact: %s is given twice\n", a); return -1; }
+                seen |= 1ul << id;
+            }
 #define TAKE(field) do { if (!v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return -1; } o->field = v; i++; } while (0)
         if (!strcmp(a, "--model")) TAKE(model);
         else if (!strcmp(a, "-o")) TAKE(out);
@@ -93,8 +106,13 @@ static int parse_opts(int argc, char **argv, int first, opts *o) {
         else if (!strcmp(a, "--cold")) o->cold = 1;
         else if (!strcmp(a, "--runs") || !strcmp(a, "--threads")) {
             char *end;
+            errno = 0;
             long n = v ? strtol(v, &end, 10) : 0;
-            if (!v || *end || n < 1 || n > 1000000) { fprintf(stderr, "molmoact: %s needs a positive integer\n", a); return -1; }
+            const long max = !strcmp(a, "--runs") ? 1000000 : 64;
+            if (!v || !*v || *end || errno || n < 1 || n > max) {
+                fprintf(stderr, "molmoact: %s needs an integer in [1, %ld]\n", a, max);
+                return -1;
+            }
             if (!strcmp(a, "--runs")) o->runs = (int)n;
             else o->threads = (int)n;
             i++;
@@ -105,7 +123,7 @@ static int parse_opts(int argc, char **argv, int first, opts *o) {
             errno = 0;
             if (!strcmp(a, "--seed")) {
                 unsigned long long s = strtoull(v, &end, 10);
-                if (errno || *end || v[0] == '-') { fprintf(stderr, "molmoact: --seed %s is not a non-negative integer\n", v); return -1; }
+                if (errno || !*v || *end || v[0] == '-' || v[0] == '+') { fprintf(stderr, "molmoact: --seed %s is not a non-negative integer\n", v); return -1; }
                 o->seed = s;
                 o->have_seed = 1;
             } else {
@@ -115,6 +133,16 @@ static int parse_opts(int argc, char **argv, int first, opts *o) {
             i++;
         } else { fprintf(stderr, "molmoact: unknown option %s\n", a); return -1; }
 #undef TAKE
+    }
+    if (o->have_seed && o->noise) { fprintf(stderr, "molmoact: --seed and --noise contradict each other (give one)\n"); return -1; }
+    if (o->inputs && (o->image0 || o->image1 || o->task || o->state)) {
+        fprintf(stderr, "molmoact: --inputs and --image0/--image1/--task/--state contradict each other (give one observation)\n");
+        return -1;
+    }
+    if (o->stream && (o->inputs || o->image0 || o->image1 || o->task || o->state || o->out || o->dump || o->golden)) {
+        fprintf(stderr, "molmoact: --stream reads its observations and output paths from stdin: it takes no --inputs, "
+                        "--image0/--image1/--task/--state, --out, --dump or --golden\n");
+        return -1;
     }
     return 0;
 }
@@ -216,19 +244,58 @@ static int run_parity(ma_engine *e, const opts *o) {
     return rc;
 }
 
+/* one line of at most cap - 1 bytes into buf, without its newline. Returns its length, -1 at end
+ * of input, or -2 for a longer line (read to its end and dropped; buf keeps its first bytes). */
+#define MA_STREAM_LINE_MAX (2 * PATH_MAX + 2)
+static long read_line(FILE *f, char *buf, size_t cap) {
+    size_t n = 0;
+    int c, over = 0, any = 0;
+    while ((c = getc(f)) != EOF) {
+        any = 1;
+        if (c == '\n') break;
+        if (n + 1 < cap) buf[n++] = (char)c;
+        else over = 1;
+    }
+    buf[n] = '\0';
+    if (!any) return -1;
+    return over ? -2 : (long)n;
+}
+
+static void stream_error(long index, const char *input, size_t input_len, const char *msg) {
+    printf("{\"index\": %ld, \"input\": ", index);
+    ma_json_write_string(stdout, input, input_len);
+    printf(", \"error\": ");
+    ma_json_write_string(stdout, msg, strlen(msg));
+    printf("}\n");
+    fflush(stdout);
+}
+
 /* --stream: one IN.npz path per line on stdin (optionally a tab and an OUT.npz path); one JSON
- * line per observation on stdout. A bad observation gets an error line; the stream goes on. */
+ * line per observation on stdout. A bad observation gets an error line; the stream goes on.
+ * Lines are at most 2 x PATH_MAX bytes: a longer one is refused (its first 64 bytes echoed). */
 static int run_stream(ma_engine *e, const opts *o) {
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
+    static char line[MA_STREAM_LINE_MAX];
+    long n;
     int failures = 0;
     long index = 0;
-    while ((n = getline(&line, &cap, stdin)) >= 0) {
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+    while ((n = read_line(stdin, line, sizeof line)) != -1) {
+        if (n == -2) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "line longer than %d bytes (IN.npz [TAB OUT.npz] expected)", MA_STREAM_LINE_MAX - 1);
+            stream_error(index++, line, 64, msg);
+            failures++;
+            continue;
+        }
+        while (n > 0 && line[n - 1] == '\r') line[--n] = '\0';
         if (n == 0) continue;
         char *out_path = strchr(line, '\t');
         if (out_path) *out_path++ = '\0';
+        if (out_path && strchr(out_path, '\t')) {
+            out_path[-1] = '\t';
+            stream_error(index++, line, strlen(line), "more than two tab-separated fields (IN.npz [TAB OUT.npz] expected)");
+            failures++;
+            continue;
+        }
         ma_request_src src;
         request_src_of(o, &src);
         src.inputs = line;
@@ -237,37 +304,109 @@ static int run_stream(ma_engine *e, const opts *o) {
         ma_request q;
         ma_result res;
         memset(&res, 0, sizeof res);
-        ma_status s = ma_request_load(&e->host, &src, &q, &err);
+        ma_status s = out_path && !*out_path ? ma_fail(&err, MA_ERR_ARG, "empty output path after the tab") : MA_OK;
+        if (!s) s = ma_request_load(&e->host, &src, &q, &err);
         if (!s) {
             s = ma_engine_run(e, &q.obs, &res, NULL, &err);
             ma_request_free(&q);
         }
         if (!s && out_path) s = write_result(out_path, &res, &err);
+        if (s) {
+            stream_error(index++, line, strlen(line), err.msg);
+            failures++;
+            ma_result_free(&res);
+            continue;
+        }
         printf("{\"index\": %ld, \"input\": ", index++);
         ma_json_write_string(stdout, line, strlen(line));
-        if (s) {
-            printf(", \"error\": ");
-            ma_json_write_string(stdout, err.msg, strlen(err.msg));
-            failures++;
-        } else {
-            const ma_timing *t = &e->runner->last;
-            printf(", ");
-            print_actions_json(&res);
-            printf(", \"latency_ms\": {\"inference\": %.4f, \"transfer\": %.4f, \"host\": %.4f, \"total\": %.4f}",
-                   t->vision + t->llm[0] + t->llm[1] + t->llm[2] + t->llm[3] + t->action_context + t->action_step,
-                   t->transfer, t->host, t->total);
-        }
+        const ma_timing *t = &e->runner->last;
+        printf(", ");
+        print_actions_json(&res);
+        printf(", \"latency_ms\": {\"inference\": %.4f, \"transfer\": %.4f, \"host\": %.4f, \"total\": %.4f}",
+               t->vision + t->llm[0] + t->llm[1] + t->llm[2] + t->llm[3] + t->action_context + t->action_step,
+               t->transfer, t->host, t->total);
         printf("}\n");
         fflush(stdout);
         ma_result_free(&res);
     }
-    free(line);
     return failures ? 3 : 0;
+}
+
+/* --out and --dump are checked before anything runs, written together at the end, and committed
+ * only when both are complete: a failing run leaves no new output */
+static int check_outputs(const opts *o) {
+    struct stat st;
+    if (o->out && (!o->out[0] || (stat(o->out, &st) == 0 && S_ISDIR(st.st_mode)))) {
+        fprintf(stderr, "molmoact: --out %s: %s\n", o->out, o->out[0] ? "is a directory" : "empty path");
+        return 1;
+    }
+    if (o->dump && (!o->dump[0] || (stat(o->dump, &st) == 0 && !S_ISDIR(st.st_mode)))) {
+        fprintf(stderr, "molmoact: --dump %s: %s\n", o->dump, o->dump[0] ? "exists and is not a directory" : "empty path");
+        return 1;
+    }
+    return 0;
+}
+
+static ma_status render_result(const ma_result *res, uint8_t **buf, size_t *len, ma_error *err) {
+    ma_npz_writer w;
+    ma_npz_writer_init(&w);
+    int64_t as[2] = {res->n_steps, res->action_dim}, ts[2] = {res->horizon, res->max_action_dim};
+    ma_status s = ma_npz_add_f32(&w, "actions", 2, as, res->actions, err);
+    if (!s) s = ma_npz_add_f32(&w, "trajectory", 2, ts, res->trajectory, err);
+    if (!s) s = ma_npz_render(&w, 0, buf, len, err);
+    ma_npz_writer_free(&w);
+    return s;
+}
+
+static ma_status write_outputs(const opts *o, const ma_result *res, const ma_trace *trace, ma_error *err) {
+    uint8_t *ob = NULL, *db = NULL;
+    size_t ol = 0, dl = 0;
+    ma_outfile of, df;
+    int have_of = 0, have_df = 0, made_dir = 0;
+    char *dpath = NULL;
+    ma_status s = MA_OK;
+    if (o->out) s = render_result(res, &ob, &ol, err);
+    if (!s && o->dump) {
+        ma_npz_writer w;
+        ma_npz_writer_init(&w);
+        for (size_t i = 0; i < trace->count && !s; i++) s = ma_npz_add(&w, trace->names[i], &trace->tensors[i], err);
+        if (!s) s = ma_npz_render(&w, 1, &db, &dl, err);
+        ma_npz_writer_free(&w);
+    }
+    if (!s && o->out && !(s = ma_out_open(&of, o->out, err))) {
+        have_of = 1;
+        ma_out_write(&of, ob, ol);
+        s = ma_out_finish(&of, err);
+        if (s) have_of = 0;
+    }
+    if (!s && o->dump) {
+        if (!ma_is_dir(o->dump)) {
+            if (mkdir(o->dump, 0777) != 0) s = ma_fail(err, MA_ERR_IO, "--dump %s: cannot create: %s", o->dump, strerror(errno));
+            else made_dir = 1;
+        }
+        if (!s && !(dpath = ma_path_join(o->dump, "intermediates.npz"))) s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
+        if (!s && !(s = ma_out_open(&df, dpath, err))) {
+            have_df = 1;
+            ma_out_write(&df, db, dl);
+            s = ma_out_finish(&df, err);
+            if (s) have_df = 0;
+        }
+    }
+    if (!s && have_df) { s = ma_out_commit(&df, err); have_df = 0; }
+    if (!s && have_of) { s = ma_out_commit(&of, err); have_of = 0; }
+    if (have_df) ma_out_abort(&df);
+    if (have_of) ma_out_abort(&of);
+    if (s && made_dir) rmdir(o->dump);
+    free(dpath);
+    free(ob);
+    free(db);
+    return s;
 }
 
 static int cmd_run(opts *o) {
     ma_error err = {0};
     ma_request_src src;
+    if (check_outputs(o)) return 1;
     if (request_setup(o, &src, 1) && !o->json && !o->stream) printf("demo: model %s\n", o->model);
     if (o->runs < 1) o->runs = 5;
     ma_engine e;
@@ -309,16 +448,9 @@ static int cmd_run(opts *o) {
         if (ma_trace_add(&trace, "resized_u8", &rt, &err) || ma_trace_add(&trace, "state_bins", &bt, &err) ||
             ma_trace_add_f32(&trace, "state_normalized", 1, bs, q.prep.prompt.state_norm, &err)) { fail(&err); goto out; }
     }
+    if ((o->out || o->dump) && write_outputs(o, &first, &trace, &err)) { fail(&err); goto out; }
     if (o->json) { printf("{"); print_actions_json(&first); }
     else print_actions(&first);
-    if (o->out && write_result(o->out, &first, &err)) { fail(&err); goto out; }
-    if (o->dump) {
-        mkdir(o->dump, 0755);
-        char *p = ma_path_join(o->dump, "intermediates.npz");
-        ma_status s = p ? ma_trace_write_npz(&trace, p, &err) : MA_ERR_NOMEM;
-        free(p);
-        if (s) { fail(&err); goto out; }
-    }
     if (o->json) { printf(", \"latency\": "); ma_latency_print_json(&lat, e.inproc ? "inproc" : "resident", e.host.cfg.flow_steps, stdout); }
     else { printf("\n"); ma_latency_print(&lat, mode_name(&e), e.host.cfg.flow_steps, stdout); }
     print_memory(&e, o->json);
@@ -673,28 +805,47 @@ static int cmd_preprocess(opts *o) {
 
 /* ---------------------------------------------------------------------------------- compile */
 
+static int parse_prompt_seq(const char *what, const char *v, int *out) {
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (!*v || *end || errno || n < 1 || n > MA_MAX_PROMPT_SEQ) {
+        fprintf(stderr, "molmoact: %s %s: must be an integer in [1, %d]\n", what, v, MA_MAX_PROMPT_SEQ);
+        return -1;
+    }
+    *out = (int)n;
+    return 0;
+}
+
 static int cmd_compile(int argc, char **argv) {
     ma_compile_opts co = {"f16", "f16", "f16", "", 128};
     const char *src = NULL, *out = NULL;
     const char *env = getenv("MOLMOACT2_PROMPT_SEQ");
-    if (env && *env) co.prompt_seq = atoi(env);
+    if (env && *env && parse_prompt_seq("MOLMOACT2_PROMPT_SEQ", env, &co.prompt_seq)) return 1;
+    static const char *valued[] = {"-o", "--vision", "--llm", "--action", "--suffix", "--prompt-seq", NULL};
+    unsigned seen = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if ((!strcmp(a, "-o") || !strcmp(a, "--vision") || !strcmp(a, "--llm") || !strcmp(a, "--action") ||
-             !strcmp(a, "--suffix") || !strcmp(a, "--prompt-seq")) && !v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return 1; }
+        int k = 0;
+        while (valued[k] && strcmp(a, valued[k])) k++;
+        if (valued[k]) {
+            if (!v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return 1; }
+            if (seen & (1u << k)) { fprintf(stderr, "molmoact: %s is given twice\n", a); return 1; }
+            seen |= 1u << k;
+        }
         if (!strcmp(a, "-o")) out = argv[++i];
         else if (!strcmp(a, "--vision")) co.vision = argv[++i];
         else if (!strcmp(a, "--llm")) co.llm = argv[++i];
         else if (!strcmp(a, "--action")) co.action = argv[++i];
         else if (!strcmp(a, "--suffix")) co.suffix = argv[++i];
-        else if (!strcmp(a, "--prompt-seq")) co.prompt_seq = atoi(argv[++i]);
+        else if (!strcmp(a, "--prompt-seq")) { if (parse_prompt_seq("--prompt-seq", argv[++i], &co.prompt_seq)) return 1; }
         else if (a[0] == '-') { fprintf(stderr, "molmoact: compile: unknown option %s\n", a); return 1; }
         else if (!src) src = a;
         else { fprintf(stderr, "molmoact: compile: unexpected argument %s\n", a); return 1; }
     }
     if (!src || !out) { fprintf(stderr, "molmoact: compile needs HF_DIR and -o CTX_DIR\n"); return 1; }
     ma_error err = {0};
-    if (ma_compile(src, out, &co, &err)) return fail(&err);
+    if (ma_env_check(&err) || ma_compile(src, out, &co, &err)) return fail(&err);
     printf("compiled %s -> %s (vision %s, llm %s, action %s, prompt length %d%s%s)\n", src, out, co.vision, co.llm, co.action,
            co.prompt_seq, co.suffix[0] ? ", suffix " : "", co.suffix);
     return 0;
@@ -725,13 +876,15 @@ static int cmd_tokenize(int argc, char **argv) {
         while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
         if (!len) continue;
         if (!decode) {
-            char *text;
+            char *text = NULL;
             size_t tl;
             int64_t *ids;
             size_t n;
             if (ma_json_parse_string(line, len, &text, &tl, &err) || ma_tokenizer_encode(tok, text, tl, &ids, &n, &err)) {
                 fprintf(stderr, "molmoact: tokenize: line %ld: %s\n", lineno, err.msg);
                 printf("null\n");
+                free(text);
+                text = NULL;
                 rc = 1;
                 if (err.code != MA_ERR_NOMEM) { memset(&err, 0, sizeof err); continue; }
                 break;
@@ -742,13 +895,14 @@ static int cmd_tokenize(int argc, char **argv) {
             free(ids);
             free(text);
         } else {
-            int64_t *ids;
+            int64_t *ids = NULL;
             size_t n;
             char *text;
             size_t tl;
             if (ma_json_parse_int_array(line, len, &ids, &n, &err) || ma_tokenizer_decode(tok, ids, n, &text, &tl, &err)) {
                 fprintf(stderr, "molmoact: tokenize --decode: line %ld: %s\n", lineno, err.msg);
                 printf("null\n");
+                free(ids);
                 rc = 1;
                 continue;
             }
@@ -767,6 +921,10 @@ int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) { usage(argc < 2 ? stderr : stdout); return argc < 2; }
     const char *cmd = argv[1];
     ma_keep_freed_memory();
+    if (strcmp(cmd, "__worker")) {
+        ma_error err = {0};
+        if (ma_env_check(&err)) return fail(&err);
+    }
     if (!strcmp(cmd, "__worker")) { /* a resident worker process, started by the orchestrator */
         if (argc != 7) { fprintf(stderr, "molmoact: __worker is started by molmoact run, not by hand\n"); return 2; }
         return ma_worker_main(atoi(argv[2]), argv[3], argv[4], (unsigned)strtoul(argv[5], NULL, 10), atoi(argv[6]));

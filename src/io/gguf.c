@@ -1,5 +1,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "io/gguf.h"
+#include "io/mapfile.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -434,17 +435,12 @@ ma_status ma_gguf_add_tensor(ma_gguf_writer *w, const char *name, ma_dtype dt, i
 
 ma_status ma_gguf_write(ma_gguf_writer *w, const char *path, ma_error *err) {
     const size_t align = 32;
-    size_t pl = strlen(path);
-    char *tmp = malloc(pl + 5);
-    if (!tmp) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
-    memcpy(tmp, path, pl);
-    memcpy(tmp + pl, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) { ma_status s = ma_fail(err, MA_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno)); free(tmp); return s; }
+    ma_outfile f;
+    ma_status s = ma_out_open(&f, path, err);
+    if (s) return s;
     uint8_t b[16];
     size_t pos = 0;
-    int ok = 1;
-#define W(ptr, n) do { if (ok && (n) && fwrite((ptr), 1, (n), f) != (n)) ok = 0; pos += (n); } while (0)
+#define W(ptr, n) do { ma_out_write(&f, (ptr), (n)); pos += (n); } while (0)
     put_le(b, 0x46554747u, 4); put_le(b + 4, 3, 4); W(b, 8);
     put_le(b, w->n_t, 8); put_le(b + 8, w->n_kv + 1, 8); W(b, 16);
     { /* alignment first, so readers know it before the data */
@@ -479,9 +475,5 @@ ma_status ma_gguf_write(ma_gguf_writer *w, const char *path, ma_error *err) {
         W(zeros, pad);
     }
 #undef W
-    if (fclose(f) != 0) ok = 0;
-    ma_status s = MA_OK;
-    if (!ok || rename(tmp, path) != 0) { remove(tmp); s = ma_fail(err, MA_ERR_IO, "%s: write failed", path); }
-    free(tmp);
-    return s;
+    return ma_out_commit(&f, err);
 }

@@ -1,5 +1,7 @@
 #include "io/jsonline.h"
 
+#include <cjson/cJSON.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,4 +117,25 @@ void ma_json_write_string(FILE *f, const char *s, size_t len) {
         else fputc(c, f);
     }
     fputc('"', f);
+}
+
+ma_status ma_json_parse_object(const char *text, size_t len, const char *label, cJSON **out, ma_error *err) {
+    const char *end = NULL;
+    *out = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!*out) {
+        size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+        long line = 1, col = 1;
+        for (size_t i = 0; i < at; i++) {
+            if (text[i] == '\n') { line++; col = 1; }
+            else col++;
+        }
+        if (at >= len) return ma_fail(err, MA_ERR_FORMAT, "%s: JSON syntax error: unexpected end of the document (line %ld, column %ld)", label, line, col);
+        return ma_fail(err, MA_ERR_FORMAT, "%s: JSON syntax error at line %ld, column %ld", label, line, col);
+    }
+    if (!cJSON_IsObject(*out)) {
+        cJSON_Delete(*out);
+        *out = NULL;
+        return ma_fail(err, MA_ERR_FORMAT, "%s: not a JSON object", label);
+    }
+    return MA_OK;
 }

@@ -25,8 +25,9 @@ static const char *dict_value(const char *h, const char *end, const char *key) {
     for (const char *p = h; p + kl + 2 < end; p++) {
         if ((*p == '\'' || *p == '"') && p[kl + 1] == *p && memcmp(p + 1, key, kl) == 0) {
             const char *q = skip_ws(p + kl + 2, end);
-            if (q < end && *q == ':') return skip_ws(q + 1, end);
-            return NULL;
+            if (q >= end || *q != ':') return NULL;
+            q = skip_ws(q + 1, end);
+            return q < end ? q : NULL;   /* a key right at the header's end has no value */
         }
     }
     return NULL;
@@ -67,7 +68,9 @@ ma_status ma_npy_parse(const uint8_t *buf, size_t len, const char *label, ma_ten
     if (dt == MA_DT_COUNT && descr[0] == '<' && descr[1] == 'U' && descr[2]) {
         char *e;
         long w = strtol(descr + 2, &e, 10);
-        if (*e == '\0' && w > 0 && w <= 65536) { dt = MA_DT_STR32; esz = (size_t)w * 4; }
+        if (*e == '\0' && w > 65536)
+            return ma_fail(err, MA_ERR_RANGE, "%s: a string of %ld characters exceeds the limit of 65536", label, w);
+        if (*e == '\0' && w > 0) { dt = MA_DT_STR32; esz = (size_t)w * 4; }
     }
     if (dt == MA_DT_COUNT) return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: numpy dtype '%s' is not supported", label, descr);
     if (*sh != '(') return ma_fail(err, MA_ERR_FORMAT, "%s: bad shape in .npy header", label);
@@ -165,7 +168,7 @@ ma_status ma_npz_parse(const uint8_t *buf, size_t len, const char *label, ma_npz
     if ((n_entries == 0xffff || cd_off == 0xffffffffu || cd_size == 0xffffffffu) && eocd >= 20 &&
         rd32(buf + eocd - 20) == 0x07064b50u) {
         uint64_t z64 = rd64(buf + eocd - 20 + 8);
-        if (z64 > len - 56 || rd32(buf + z64) != 0x06064b50u)
+        if (len < 56 || z64 > len - 56 || rd32(buf + z64) != 0x06064b50u)
             return ma_fail(err, MA_ERR_FORMAT, "%s: bad zip64 end record", label);
         n_entries = rd64(buf + z64 + 32);
         cd_size = rd64(buf + z64 + 40);
@@ -339,7 +342,10 @@ ma_status ma_npz_add_f32(ma_npz_writer *w, const char *name, int ndim, const int
 static void put16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
 static void put32(uint8_t *p, uint32_t v) { put16(p, v & 0xffff); put16(p + 2, v >> 16); }
 
-ma_status ma_npz_write(ma_npz_writer *w, const char *path, int compress, ma_error *err) {
+ma_status ma_npz_render(ma_npz_writer *w, int compress, uint8_t **out, size_t *out_len, ma_error *err) {
+    const char *path = "npz";
+    *out = NULL;
+    *out_len = 0;
     /* worst case sizes: each entry data (deflate bound) + headers */
     size_t cap = 22;
     for (size_t i = 0; i < w->count; i++) {
@@ -427,11 +433,23 @@ ma_status ma_npz_write(ma_npz_writer *w, const char *path, int compress, ma_erro
     put32(e + 16, (uint32_t)cd_start);
     pos += 22;
     if (pos > 0xffffffffu) { s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: archive exceeds 4 GiB", path); goto out; }
-    s = ma_write_file(path, buf, pos, err);
+    *out = buf;
+    *out_len = pos;
+    buf = NULL;
 out:
     free(offsets);
     free(csizes);
     free(crcs);
+    free(buf);
+    return s;
+}
+
+ma_status ma_npz_write(ma_npz_writer *w, const char *path, int compress, ma_error *err) {
+    uint8_t *buf;
+    size_t len;
+    ma_status s = ma_npz_render(w, compress, &buf, &len, err);
+    if (s) return ma_error_wrap(err, s, "%s", path);
+    s = ma_write_file(path, buf, len, err);
     free(buf);
     return s;
 }

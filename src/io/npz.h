@@ -51,6 +51,8 @@ ma_status ma_npz_add(ma_npz_writer *w, const char *name, const ma_tensor *t, ma_
 ma_status ma_npz_add_f32(ma_npz_writer *w, const char *name, int ndim, const int64_t *shape,
                          const float *data, ma_error *err);
 ma_status ma_npz_write(ma_npz_writer *w, const char *path, int compress, ma_error *err);
+/* the archive in memory (malloc'd *out), for a caller that writes it itself */
+ma_status ma_npz_render(ma_npz_writer *w, int compress, uint8_t **out, size_t *out_len, ma_error *err);
 void ma_npz_writer_free(ma_npz_writer *w);
 
 /* serialise one tensor as .npy (malloc'd) */

@@ -1,5 +1,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "io/safetensors.h"
+#include "io/jsonline.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -64,11 +65,11 @@ ma_status ma_st_parse(const uint8_t *buf, size_t len, const char *label, ma_st_t
                        (unsigned long long)hlen, len);
     const uint8_t *data = buf + 8 + hlen;
     size_t data_len = len - 8 - (size_t)hlen;
-    cJSON *root = cJSON_ParseWithLength((const char *)buf + 8, (size_t)hlen);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return ma_fail(err, MA_ERR_FORMAT, "%s: header is not a JSON object", label);
-    }
+    cJSON *root;
+    char hlabel[1100];
+    snprintf(hlabel, sizeof hlabel, "%s: header", label);
+    ma_status ps = ma_json_parse_object((const char *)buf + 8, (size_t)hlen, hlabel, &root, err);
+    if (ps) return ps;
     size_t n = 0;
     for (cJSON *e = root->child; e; e = e->next)
         if (strcmp(e->string, "__metadata__") != 0) n++;
@@ -212,8 +213,10 @@ static ma_status st_open_index(ma_safetensors *st, const char *dir, const char *
     char *text = NULL;
     ma_status s = ma_read_file(index, 64u << 20, &text, NULL, err);
     if (s) return s;
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root;
+    s = ma_json_parse_object(text, strlen(text), index, &root, err);
     free(text);
+    if (s) return s;
     const cJSON *map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (!cJSON_IsObject(map) || !map->child) {
         cJSON_Delete(root);
@@ -308,29 +311,21 @@ ma_status ma_st_write(const char *path, const ma_st_entry *entries, size_t n, ma
     char *header = s == MA_OK ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
     if (s == MA_OK && !header) s = ma_fail(err, MA_ERR_NOMEM, "%s: cannot render header", path);
-    FILE *f = NULL;
-    char *tmp = NULL;
-    if (s == MA_OK) {
+    ma_outfile f;
+    if (s == MA_OK && !(s = ma_out_open(&f, path, err))) {
         size_t hl = strlen(header), padded = (hl + 7) / 8 * 8;
-        size_t pl = strlen(path);
-        tmp = malloc(pl + 5);
-        if (tmp) { memcpy(tmp, path, pl); memcpy(tmp + pl, ".tmp", 5); }
-        f = tmp ? fopen(tmp, "wb") : NULL;
-        if (!f) s = ma_fail(err, MA_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
         uint8_t len8[8];
         for (int k = 0; k < 8; k++) len8[k] = (uint8_t)((uint64_t)padded >> (8 * k));
-        int ok = f && fwrite(len8, 1, 8, f) == 8 && fwrite(header, 1, hl, f) == hl;
-        for (size_t k = hl; ok && k < padded; k++) ok = fputc(' ', f) != EOF;
-        for (size_t i = 0; ok && i < n; i++) {
+        ma_out_write(&f, len8, 8);
+        ma_out_write(&f, header, hl);
+        for (size_t k = hl; k < padded; k++) ma_out_write(&f, " ", 1);
+        for (size_t i = 0; i < n; i++) {
             size_t nb;
             ma_shape_nbytes(order[i]->dtype, order[i]->ndim, order[i]->shape, &nb, NULL);
-            ok = nb == 0 || fwrite(order[i]->data, 1, nb, f) == nb;
+            ma_out_write(&f, order[i]->data, nb);
         }
-        if (f && fclose(f) != 0) ok = 0;
-        if (s == MA_OK && (!ok || rename(tmp, path) != 0)) s = ma_fail(err, MA_ERR_IO, "%s: write failed", path);
-        if (s != MA_OK && tmp) remove(tmp);
+        s = ma_out_commit(&f, err);
     }
-    free(tmp);
     free(header);
     free(order);
     return s;

@@ -1,11 +1,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include "model/checkpoint.h"
+#include "io/jsonline.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
+#include <zlib.h>
 
 #include "io/mapfile.h"
 
@@ -19,9 +21,10 @@ static ma_status read_processor(ma_model *m, ma_error *err) {
     char *text;
     ma_status s = ma_read_file(path, 1u << 20, &text, NULL, err);
     if (s) { free(path); return s; }
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root;
+    s = ma_json_parse_object(text, strlen(text), path, &root, err);
     free(text);
-    if (!cJSON_IsObject(root)) { cJSON_Delete(root); s = ma_fail(err, MA_ERR_FORMAT, "%s: not a JSON object", path); free(path); return s; }
+    if (s) { free(path); return s; }
     const cJSON *single = cJSON_GetObjectItemCaseSensitive(root, "use_single_crop_col_tokens");
     const cJSON *image = cJSON_GetObjectItemCaseSensitive(root, "image_use_col_tokens");
     if (cJSON_IsBool(single)) m->col_tokens = cJSON_IsTrue(single);
@@ -52,6 +55,41 @@ static ma_status build_weightset(ma_model *m, ma_error *err) {
     }
     free(names); free(dts); free(nds); free(shapes); free(datas);
     return s;
+}
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static int by_tensor_name(const void *a, const void *b) {
+    const ma_st_tensor *x = *(const ma_st_tensor *const *)a, *y = *(const ma_st_tensor *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+ma_status ma_checkpoint_fingerprint(const ma_safetensors *st, char out[17], ma_error *err) {
+    const ma_st_tensor **order = ma_calloc(st->count ? st->count : 1, sizeof *order, err, "fingerprint");
+    if (!order) return MA_ERR_NOMEM;
+    for (size_t i = 0; i < st->count; i++) order[i] = &st->tensors[i];
+    qsort(order, st->count, sizeof *order, by_tensor_name);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < st->count; i++) {
+        const ma_st_tensor *t = order[i];
+        uLong crc = crc32(0L, Z_NULL, 0);
+        for (size_t off = 0; off < t->nbytes;) {
+            const size_t chunk = t->nbytes - off > (1u << 30) ? (1u << 30) : t->nbytes - off;
+            crc = crc32(crc, (const Bytef *)t->data + off, (uInt)chunk);
+            off += chunk;
+        }
+        const int64_t desc[4] = {(int64_t)t->dtype, (int64_t)t->ndim, (int64_t)t->nbytes, (int64_t)crc};
+        h = fnv1a(h, t->name, strlen(t->name) + 1);
+        h = fnv1a(h, desc, sizeof desc);
+        h = fnv1a(h, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    }
+    free(order);
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
+    return MA_OK;
 }
 
 static const char *SLOT_BASE[8] = {"vision", "embed", "llm_split0", "llm_split1", "llm_split2", "llm_split3",
@@ -97,7 +135,7 @@ static int expected_prompt_seq(void) {
     if (!e || !*e) return 128;
     char *end;
     long v = strtol(e, &end, 10);
-    return (*end || v < 1 || v > 1 << 20) ? -1 : (int)v;
+    return (*end || v < 1 || v > MA_MAX_PROMPT_SEQ) ? -1 : (int)v;
 }
 
 static int precision_type(const char *p, ma_dtype *dt) {
@@ -112,7 +150,23 @@ static int precision_type(const char *p, ma_dtype *dt) {
 
 /* open and check one context file: format, component, precision tag against its tensors,
  * layer range, prompt length, and the embedded config (equal across files) */
-static ma_status open_context(ma_model *m, int slot, char **config_json, ma_error *err) {
+/* the set's fingerprint, and the first file that gave it (for the error naming both) */
+typedef struct { char fp[24], file[160]; char *config_json; char config_file[160]; } set_check;
+
+static ma_status check_fingerprint(set_check *sc, const ma_gguf *g, const char *file, ma_error *err) {
+    char fp[24];
+    ma_status s = ma_gguf_get_str(g, "molmoact.source_fingerprint", fp, sizeof fp, err);
+    if (s) return ma_error_wrap(err, s, "%s (compiled by an older molmoact? compile it again)", file);
+    if (!sc->fp[0]) {
+        snprintf(sc->fp, sizeof sc->fp, "%s", fp);
+        snprintf(sc->file, sizeof sc->file, "%s", file);
+    } else if (strcmp(sc->fp, fp))
+        return ma_fail(err, MA_ERR_FORMAT, "%s and %s were compiled from different checkpoints (fingerprints %s and %s); "
+                       "every context of a directory must come from one checkpoint", sc->file, file, sc->fp, fp);
+    return MA_OK;
+}
+
+static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *err) {
     char name[160], label[64], comp[64], prec[16];
     ma_context_name(slot, NULL, name, sizeof name);
     char *path = ma_path_join(m->dir, name);
@@ -140,15 +194,17 @@ static ma_status open_context(ma_model *m, int slot, char **config_json, ma_erro
     }
     int which = slot == 0 ? 0 : (slot <= 5 ? 1 : 2);
     if (slot != 1) snprintf(m->precision[which], sizeof m->precision[which], "%s", prec);
+    if ((s = check_fingerprint(sc, g, label, err))) return s;
     const ma_gguf_kv *cj = ma_gguf_find_kv(g, "molmoact.config_json");
     if (!cj || cj->type != MA_GGUF_STRING) return ma_fail(err, MA_ERR_FORMAT, "%s: metadata key molmoact.config_json is missing", label);
-    if (!*config_json) {
-        *config_json = malloc((size_t)cj->v.s.len + 1);
-        if (!*config_json) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
-        memcpy(*config_json, cj->v.s.p, (size_t)cj->v.s.len);
-        (*config_json)[cj->v.s.len] = '\0';
-    } else if (strlen(*config_json) != cj->v.s.len || memcmp(*config_json, cj->v.s.p, (size_t)cj->v.s.len))
-        return ma_fail(err, MA_ERR_FORMAT, "%s: was compiled from a different model than the other contexts", label);
+    if (!sc->config_json) {
+        sc->config_json = malloc((size_t)cj->v.s.len + 1);
+        if (!sc->config_json) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+        memcpy(sc->config_json, cj->v.s.p, (size_t)cj->v.s.len);
+        sc->config_json[cj->v.s.len] = '\0';
+        snprintf(sc->config_file, sizeof sc->config_file, "%s", label);
+    } else if (strlen(sc->config_json) != cj->v.s.len || memcmp(sc->config_json, cj->v.s.p, (size_t)cj->v.s.len))
+        return ma_fail(err, MA_ERR_FORMAT, "%s and %s embed different configs (compiled from different models)", sc->config_file, label);
     return MA_OK;
 }
 
@@ -211,30 +267,36 @@ ma_status ma_model_open(const char *dir, const char *norm_tag, ma_model *m, ma_e
 ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned parts, ma_model *m, ma_error *err) {
     memset(m, 0, sizeof *m);
     ma_status s;
-    char *config_json = NULL;
+    set_check sc;
+    memset(&sc, 0, sizeof sc);
     m->dir = strdup(dir);
     m->parts = parts;
     if (!m->dir) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
     m->from_contexts = ma_is_context_dir(dir);
     if (m->from_contexts) {
         for (int slot = 0; slot < 8; slot++)
-            if ((parts & slot_parts(slot)) && (s = open_context(m, slot, &config_json, err))) goto fail;
-        if (!config_json) { s = ma_fail(err, MA_ERR_ARG, "%s: no context requested", dir); goto fail; }
-        /* the precision tags of the contexts this process does not open (for parity gates, reports) */
+            if ((parts & slot_parts(slot)) && (s = open_context(m, slot, &sc, err))) goto fail;
+        if (!sc.config_json) { s = ma_fail(err, MA_ERR_ARG, "%s: no context requested", dir); goto fail; }
+        /* the contexts this process does not open: their precision tags (for parity gates,
+         * reports) and their fingerprints, so that every process refuses a mixed set (a file
+         * that cannot be read is left to the process that opens it) */
         for (int slot = 0; slot < 8; slot++) {
             int which = slot == 0 ? 0 : (slot <= 5 ? 1 : 2);
-            if (slot == 1 || (parts & slot_parts(slot)) || m->precision[which][0]) continue;
+            if (parts & slot_parts(slot)) continue;
             char name[160];
             ma_context_name(slot, NULL, name, sizeof name);
             char *path = ma_path_join(dir, name);
             ma_gguf g;
             if (path && ma_gguf_open(&g, path, NULL) == MA_OK) {
-                ma_gguf_get_str(&g, "molmoact.precision", m->precision[which], sizeof m->precision[which], NULL);
+                if (slot != 1 && !m->precision[which][0])
+                    ma_gguf_get_str(&g, "molmoact.precision", m->precision[which], sizeof m->precision[which], NULL);
+                s = check_fingerprint(&sc, &g, name, err);
                 ma_gguf_close(&g);
             }
             free(path);
+            if (s) goto fail;
         }
-        if ((s = ma_config_parse(config_json, dir, &m->cfg, err))) goto fail;
+        if ((s = ma_config_parse(sc.config_json, dir, &m->cfg, err))) goto fail;
     } else {
         char *cfg_path = ma_path_join(dir, "config.json");
         if (!cfg_path) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
@@ -287,14 +349,20 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
     if ((parts & MA_PART_EMBED) && ma_is_file(tok_path)) s = ma_tokenizer_load(tok_path, &m->tok, err);
     free(tok_path);
     if (s) goto fail;
-    if (m->ns.action.dim > c->max_action_dim) {
-        s = ma_fail(err, MA_ERR_FORMAT, "%s: norm_stats action dim %d exceeds max_action_dim %d", dir, m->ns.action.dim, c->max_action_dim);
+    if (m->ns.action.dim > c->max_action_dim || m->ns.action_dim > c->max_action_dim) {
+        s = ma_fail(err, MA_ERR_RANGE, "%s: norm_stats action_dim %d exceeds max_action_dim %d", c->norm_stats_filename,
+                    m->ns.action_dim > c->max_action_dim ? m->ns.action_dim : m->ns.action.dim, c->max_action_dim);
         goto fail;
     }
-    free(config_json);
+    if (m->ns.action_horizon > c->max_action_horizon) {
+        s = ma_fail(err, MA_ERR_RANGE, "%s: norm_stats action_horizon %d exceeds max_action_horizon %d", c->norm_stats_filename,
+                    m->ns.action_horizon, c->max_action_horizon);
+        goto fail;
+    }
+    free(sc.config_json);
     return MA_OK;
 fail:
-    free(config_json);
+    free(sc.config_json);
     ma_model_close(m);
     return s;
 }

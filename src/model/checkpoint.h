@@ -24,7 +24,8 @@ enum {
 #define MA_PART_LLM(i) (MA_PART_LLM0 << (i))
 
 /* 2: matrices with a multiple of 16 rows are stored in the GEMM panel layout (kernels/gemm.h) */
-#define MA_CONTEXT_FORMAT 2
+#define MA_MAX_PROMPT_SEQ 65536 /* the longest prompt a context may be shaped for */
+#define MA_CONTEXT_FORMAT 3 /* 3: molmoact.source_fingerprint in every context */
 
 typedef struct ma_model {
     char *dir;
@@ -58,5 +59,12 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
 void ma_context_name(int slot, const char *suffix, char *out, size_t cap);
 int ma_is_context_dir(const char *dir);
 void ma_model_close(ma_model *m);
+
+/* The fingerprint of a checkpoint: 16 hex digits over every tensor's name, dtype, shape and data
+ * (zlib's CRC-32 of each tensor's bytes, folded with its description into a 64-bit FNV-1a hash,
+ * in name order, so resharding does not change it). `molmoact compile` writes it into every
+ * context; opening refuses contexts that disagree, naming both files (contexts of one
+ * checkpoint in several precisions agree). */
+ma_status ma_checkpoint_fingerprint(const ma_safetensors *st, char out[17], ma_error *err);
 
 #endif

@@ -1,4 +1,5 @@
 #include "model/config.h"
+#include "io/jsonline.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -67,7 +68,9 @@ typedef struct { const char *label, *where; ma_error *err; ma_status s; } ctx;
 
 static const cJSON *get(const cJSON *o, const char *k) { return o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL; }
 
-static void get_int(ctx *c, const cJSON *o, const char *k, int def, int *out, int min) {
+/* an integer field in [min, max]; sizes are bounded by what the model and memory allow, so a
+ * hostile config cannot make a later allocation or loop explode */
+static void get_int(ctx *c, const cJSON *o, const char *k, int def, int *out, int min, int max) {
     const cJSON *j = get(o, k);
     *out = def;
     if (c->s || !j || cJSON_IsNull(j)) goto check;
@@ -77,7 +80,8 @@ static void get_int(ctx *c, const cJSON *o, const char *k, int def, int *out, in
     }
     *out = (int)j->valuedouble;
 check:
-    if (!c->s && *out < min) c->s = ma_fail(c->err, MA_ERR_FORMAT, "%s: %s%s must be >= %d, got %d", c->label, c->where, k, min, *out);
+    if (!c->s && (*out < min || *out > max))
+        c->s = ma_fail(c->err, MA_ERR_RANGE, "%s: %s%s must be in [%d, %d], got %d", c->label, c->where, k, min, max, *out);
 }
 
 static void get_id(ctx *c, const cJSON *o, const char *k, int64_t *out) {
@@ -105,6 +109,12 @@ static void get_num(ctx *c, const cJSON *o, const char *k, double def, double *o
     if (c->s || !j || cJSON_IsNull(j)) return;
     if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble)) { c->s = ma_fail(c->err, MA_ERR_FORMAT, "%s: %s%s must be a number", c->label, c->where, k); return; }
     *out = j->valuedouble;
+}
+
+/* an epsilon or a frequency base: > 0 and finite as a float (0 or less surfaces later as NaN) */
+static void positive(ctx *c, const char *field, double v) {
+    if (!c->s && !(v > 0 && v < 3e38 && (float)v > 0))
+        c->s = ma_fail(c->err, MA_ERR_RANGE, "%s: %s must be > 0, got %g", c->label, field, v);
 }
 
 static void get_act(ctx *c, const cJSON *o, const char *k, const char *def, ma_act *out) {
@@ -136,11 +146,9 @@ static void check_attn_impl(ctx *c, const cJSON *o, const char *where) {
 
 ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, ma_error *err) {
     memset(cfg, 0, sizeof *cfg);
-    cJSON *root = cJSON_Parse(json);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return ma_fail(err, MA_ERR_FORMAT, "%s: not a JSON object", label);
-    }
+    cJSON *root;
+    ma_status ps = ma_json_parse_object(json, strlen(json), label, &root, err);
+    if (ps) return ps;
     const cJSON *vit = get(root, "vit_config"), *ad = get(root, "adapter_config"), *tx = get(root, "text_config"),
                 *ex = get(root, "action_expert_config");
     ctx c = {label, "", err, MA_OK};
@@ -157,16 +165,17 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
 
     /* ---- vit */
     c.where = "vit_config.";
-    get_int(&c, vit, "hidden_size", 1152, &cfg->vit_hidden, 1);
-    get_int(&c, vit, "intermediate_size", 4304, &cfg->vit_inter, 1);
-    get_int(&c, vit, "num_hidden_layers", 27, &cfg->vit_layers, 1);
-    get_int(&c, vit, "num_attention_heads", 16, &cfg->vit_heads, 1);
-    get_int(&c, vit, "num_key_value_heads", 16, &cfg->vit_kv_heads, 1);
-    get_int(&c, vit, "head_dim", 72, &cfg->vit_head_dim, 1);
-    get_int(&c, vit, "image_patch_size", 14, &cfg->patch, 1);
-    get_int(&c, vit, "image_num_pos", 577, &cfg->num_pos, 1);
+    get_int(&c, vit, "hidden_size", 1152, &cfg->vit_hidden, 1, 1 << 15);
+    get_int(&c, vit, "intermediate_size", 4304, &cfg->vit_inter, 1, 1 << 18);
+    get_int(&c, vit, "num_hidden_layers", 27, &cfg->vit_layers, 1, 512);
+    get_int(&c, vit, "num_attention_heads", 16, &cfg->vit_heads, 1, 1024);
+    get_int(&c, vit, "num_key_value_heads", 16, &cfg->vit_kv_heads, 1, 1024);
+    get_int(&c, vit, "head_dim", 72, &cfg->vit_head_dim, 1, 4096);
+    get_int(&c, vit, "image_patch_size", 14, &cfg->patch, 1, 1024);
+    get_int(&c, vit, "image_num_pos", 577, &cfg->num_pos, 1, 1 << 20);
     double d;
     get_num(&c, vit, "layer_norm_eps", 1e-6, &d); cfg->vit_eps = (float)d;
+    positive(&c, "vit_config.layer_norm_eps", d);
     get_act(&c, vit, "hidden_act", "gelu_pytorch_tanh", &cfg->vit_act);
     check_attn_impl(&c, vit, "vit_config.");
     cfg->image_h = cfg->image_w = 378;
@@ -179,12 +188,12 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     }
     /* ---- adapter */
     c.where = "adapter_config.";
-    get_int(&c, ad, "hidden_size", 1152, &cfg->pool_hidden, 1);
-    get_int(&c, ad, "num_attention_heads", 16, &cfg->pool_heads, 1);
-    get_int(&c, ad, "num_key_value_heads", 16, &cfg->pool_kv_heads, 1);
-    get_int(&c, ad, "head_dim", 72, &cfg->pool_head_dim, 1);
-    get_int(&c, ad, "intermediate_size", 18944, &cfg->proj_inter, 1);
-    get_int(&c, ad, "text_hidden_size", 3584, &cfg->text_hidden, 1);
+    get_int(&c, ad, "hidden_size", 1152, &cfg->pool_hidden, 1, 1 << 15);
+    get_int(&c, ad, "num_attention_heads", 16, &cfg->pool_heads, 1, 1024);
+    get_int(&c, ad, "num_key_value_heads", 16, &cfg->pool_kv_heads, 1, 1024);
+    get_int(&c, ad, "head_dim", 72, &cfg->pool_head_dim, 1, 4096);
+    get_int(&c, ad, "intermediate_size", 18944, &cfg->proj_inter, 1, 1 << 18);
+    get_int(&c, ad, "text_hidden_size", 3584, &cfg->text_hidden, 1, 1 << 15);
     get_bool(&c, ad, "pooling_attention_mask", 0, &cfg->pool_mask);
     get_act(&c, ad, "hidden_act", "silu", &cfg->proj_act);
     check_attn_impl(&c, ad, "adapter_config.");
@@ -213,20 +222,22 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     }
     /* ---- text */
     c.where = "text_config.";
-    get_int(&c, tx, "hidden_size", 3584, &cfg->d, 1);
-    get_int(&c, tx, "num_attention_heads", 28, &cfg->heads, 1);
-    get_int(&c, tx, "num_key_value_heads", 4, &cfg->kv_heads, 1);
+    get_int(&c, tx, "hidden_size", 3584, &cfg->d, 1, 1 << 15);
+    get_int(&c, tx, "num_attention_heads", 28, &cfg->heads, 1, 1024);
+    get_int(&c, tx, "num_key_value_heads", 4, &cfg->kv_heads, 1, 1024);
     if (!c.s && get(tx, "num_key_value_heads") && cJSON_IsNull(get(tx, "num_key_value_heads"))) cfg->kv_heads = cfg->heads;
-    get_int(&c, tx, "head_dim", 128, &cfg->head_dim, 1);
-    get_int(&c, tx, "vocab_size", 152064, &cfg->vocab, 1);
-    get_int(&c, tx, "additional_vocab_size", 128, &cfg->extra_vocab, 0);
-    get_int(&c, tx, "num_hidden_layers", 48, &cfg->layers, 1);
-    get_int(&c, tx, "intermediate_size", 18944, &cfg->inter, 1);
+    get_int(&c, tx, "head_dim", 128, &cfg->head_dim, 1, 4096);
+    get_int(&c, tx, "vocab_size", 152064, &cfg->vocab, 1, 1 << 23);
+    get_int(&c, tx, "additional_vocab_size", 128, &cfg->extra_vocab, 0, 1 << 20);
+    get_int(&c, tx, "num_hidden_layers", 48, &cfg->layers, 1, 512);
+    get_int(&c, tx, "intermediate_size", 18944, &cfg->inter, 1, 1 << 18);
     get_bool(&c, tx, "qkv_bias", 1, &cfg->qkv_bias);
     get_bool(&c, tx, "use_qk_norm", 0, &cfg->qk_norm);
     get_bool(&c, tx, "norm_after", 0, &cfg->norm_after);
     get_num(&c, tx, "layer_norm_eps", 1e-6, &d); cfg->eps = (float)d;
+    positive(&c, "text_config.layer_norm_eps", d);
     get_num(&c, tx, "rope_theta", 1000000.0, &cfg->rope_theta);
+    positive(&c, "text_config.rope_theta", cfg->rope_theta);
     get_act(&c, tx, "hidden_act", "silu", &cfg->act);
     check_attn_impl(&c, tx, "text_config.");
     if (!c.s) {
@@ -242,12 +253,12 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     /* ---- expert */
     c.where = "action_expert_config.";
     int have_expert = ex && !cJSON_IsNull(ex);
-    get_int(&c, ex, "hidden_size", 1024, &cfg->e_hidden, 1);
-    get_int(&c, ex, "num_layers", have_expert ? 32 : cfg->layers, &cfg->e_layers, 1);
-    get_int(&c, ex, "num_heads", 16, &cfg->e_heads, 1);
-    get_int(&c, ex, "timestep_embed_dim", 256, &cfg->e_time_dim, 1);
+    get_int(&c, ex, "hidden_size", 1024, &cfg->e_hidden, 1, 1 << 15);
+    get_int(&c, ex, "num_layers", have_expert ? 32 : cfg->layers, &cfg->e_layers, 1, 512);
+    get_int(&c, ex, "num_heads", 16, &cfg->e_heads, 1, 1024);
+    get_int(&c, ex, "timestep_embed_dim", 256, &cfg->e_time_dim, 1, 1 << 15);
     int multiple;
-    get_int(&c, ex, "ffn_multiple_of", 256, &multiple, 0);
+    get_int(&c, ex, "ffn_multiple_of", 256, &multiple, 0, 1 << 16);
     double ratio;
     get_num(&c, ex, "mlp_ratio", 8.0 / 3.0, &ratio);
     get_bool(&c, ex, "context_layer_norm", 1, &cfg->e_ctx_norm);
@@ -255,6 +266,7 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     get_bool(&c, ex, "rope", 1, &cfg->e_rope);
     get_bool(&c, ex, "causal_attn", 0, &cfg->e_causal);
     get_num(&c, ex, "qk_norm_eps", 1e-6, &d); cfg->e_qk_eps = (float)d;
+    if (!c.s && !(d >= 0 && d < 1)) c.s = ma_fail(err, MA_ERR_RANGE, "%s: action_expert_config.qk_norm_eps must be in [0, 1), got %g", label, d);
     if (!c.s) {
         /* int() truncation as upstream, then up to the multiple; checked in doubles and int64
          * before anything becomes an int (a hostile hidden_size x mlp_ratio overflows it) */
@@ -271,13 +283,15 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     }
     /* ---- top */
     c.where = "";
-    get_int(&c, root, "max_action_dim", 32, &cfg->max_action_dim, 1);
-    get_int(&c, root, "max_action_horizon", 30, &cfg->max_action_horizon, 1);
-    get_int(&c, root, "n_obs_steps", 30, &cfg->n_obs_steps, 1);
-    get_int(&c, root, "flow_matching_num_steps", 10, &cfg->flow_steps, 1);
-    get_int(&c, root, "num_state_tokens", 256, &cfg->num_state_tokens, 1);
-    get_int(&c, root, "grid_token_sampler_num_tokens", 16, &cfg->grid_tokens, 1);
+    get_int(&c, root, "max_action_dim", 32, &cfg->max_action_dim, 1, MA_MAX_ACTION_DIM);
+    get_int(&c, root, "max_action_horizon", 30, &cfg->max_action_horizon, 1, MA_MAX_ACTION_HORIZON);
+    get_int(&c, root, "n_obs_steps", 30, &cfg->n_obs_steps, 1, MA_MAX_ACTION_HORIZON);
+    get_int(&c, root, "flow_matching_num_steps", 10, &cfg->flow_steps, 1, MA_MAX_FLOW_STEPS);
+    get_int(&c, root, "num_state_tokens", 256, &cfg->num_state_tokens, 1, 1 << 16);
+    get_int(&c, root, "grid_token_sampler_num_tokens", 16, &cfg->grid_tokens, 1, 4096);
     get_bool(&c, root, "use_grid_token_sampler", 0, &cfg->use_grid_sampler);
+    cfg->use_grid_sampler_set = get(root, "use_grid_token_sampler") && !cJSON_IsNull(get(root, "use_grid_token_sampler"));
+    cfg->grid_tokens_set = get(root, "grid_token_sampler_num_tokens") && !cJSON_IsNull(get(root, "grid_token_sampler_num_tokens"));
     get_bool(&c, root, "mask_action_dim_padding", 1, &cfg->mask_action_dim_padding);
     get_bool(&c, root, "add_setup_tokens", 1, &cfg->add_setup_tokens);
     get_bool(&c, root, "add_control_tokens", 1, &cfg->add_control_tokens);

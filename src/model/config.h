@@ -13,6 +13,11 @@
 #include "kernels/kernels.h"
 
 #define MA_MAX_TAPS 8
+/* upper bounds of the size-like fields that no weight shape checks (each multiplies memory or
+ * time: the full model's 36 expert blocks x 256 steps of modulation tables are 170 MB) */
+#define MA_MAX_ACTION_DIM 256
+#define MA_MAX_ACTION_HORIZON 1024
+#define MA_MAX_FLOW_STEPS 256
 
 typedef struct ma_config {
     /* vit_config */
@@ -42,7 +47,8 @@ typedef struct ma_config {
     int64_t image_patch_id, image_col_id, image_start_id, image_end_id, low_res_start_id, image_low_res_id;
     int64_t frame_start_id, frame_end_id, eos_id, bos_id, pad_id;
     int64_t action_start_id, action_end_id, action_output_id, state_start_id, state_end_id, state_token_start_id;
-    int use_grid_sampler, grid_tokens; /* as written in config.json; the checkpoint decides */
+    int use_grid_sampler, grid_tokens; /* as written in config.json; they must agree with the weights */
+    int use_grid_sampler_set, grid_tokens_set; /* 1 when config.json sets them (not the defaults) */
     /* derived */
     int patch_h, patch_w, pooled_h, pooled_w;
     char norm_stats_filename[256];

@@ -43,6 +43,14 @@ static void png_on_error(png_structp png, png_const_charp msg) {
 static void png_on_warning(png_structp png, png_const_charp msg) { (void)png; (void)msg; }
 
 static ma_status decode_png(const uint8_t *buf, size_t len, const char *label, ma_image *out, ma_error *err) {
+    /* the size from IHDR first, so an oversized image gets the same message as a JPEG does
+     * (libpng's own limit would call it "Invalid IHDR data") */
+    if (len >= 24 && !memcmp(buf + 12, "IHDR", 4)) {
+        const uint32_t w = (uint32_t)buf[16] << 24 | (uint32_t)buf[17] << 16 | (uint32_t)buf[18] << 8 | buf[19];
+        const uint32_t h = (uint32_t)buf[20] << 24 | (uint32_t)buf[21] << 16 | (uint32_t)buf[22] << 8 | buf[23];
+        ma_status s = check_size(h, w, label, err);
+        if (s) return s;
+    }
     png_err pe;
     pe.msg[0] = '\0';
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &pe, png_on_error, png_on_warning);

@@ -1,4 +1,5 @@
 #include "model/normstats.h"
+#include "io/jsonline.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -64,6 +65,20 @@ static ma_status parse_normalizer(const cJSON *stats, ma_norm_mode mode, const c
         return ma_fail(err, MA_ERR_FORMAT, "%s: norm_mode needs %s and %s", where, lowk, highk);
     if (mode == MA_NORM_MIN_MAX && (!n->has_min || !n->has_max)) return ma_fail(err, MA_ERR_FORMAT, "%s: norm_mode min_max needs min and max", where);
     if (mode == MA_NORM_MEAN_STD && (!n->has_mean || !n->has_std)) return ma_fail(err, MA_ERR_FORMAT, "%s: norm_mode mean_std needs mean and std", where);
+    /* ranges that map nothing to [-1, 1]: min == max is a constant dimension (mapped to 0), an
+     * inverted range is a broken file; quantiles must be strictly ordered where they are used */
+    for (int i = 0; i < n->dim; i++) {
+        const int used = !n->has_mask || n->mask[i];
+        if (n->has_min && n->has_max && n->min[i] > n->max[i])
+            return ma_fail(err, MA_ERR_RANGE, "%s: min[%d] = %g exceeds max[%d] = %g", where, i, n->min[i], i, n->max[i]);
+        /* equal quantiles only for a constant dimension (min == max given: normalised to 0) */
+        const int constant = n->has_min && n->has_max && n->min[i] == n->max[i];
+        if (used && (mode == MA_NORM_Q01_Q99 || mode == MA_NORM_Q10_Q90) && !(n->low[i] < n->high[i]) &&
+            !(constant && n->low[i] == n->high[i]))
+            return ma_fail(err, MA_ERR_RANGE, "%s: %s[%d] = %g is not below %s[%d] = %g", where, lowk, i, n->low[i], highk, i, n->high[i]);
+        if (used && mode == MA_NORM_MEAN_STD && !(n->std[i] >= 0))
+            return ma_fail(err, MA_ERR_RANGE, "%s: std[%d] = %g is negative", where, i, n->std[i]);
+    }
     return MA_OK;
 }
 
@@ -73,16 +88,22 @@ static void copy_str(char *dst, size_t cap, const cJSON *o, const char *key) {
     if (cJSON_IsString(j)) snprintf(dst, cap, "%s", j->valuestring);
 }
 
-static int opt_int(const cJSON *o, const char *key) {
+/* an optional positive integer of the tag's metadata (0 when absent); anything else is refused */
+static ma_status opt_int(const cJSON *o, const char *key, int max, int *out, const char *where, ma_error *err) {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > 1e6) return 0;
-    return (int)j->valuedouble;
+    *out = 0;
+    if (!j || cJSON_IsNull(j)) return MA_OK;
+    if (!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble) || j->valuedouble < 1 || j->valuedouble > max)
+        return ma_fail(err, MA_ERR_RANGE, "%s.%s must be an integer in [1, %d]", where, key, max);
+    *out = (int)j->valuedouble;
+    return MA_OK;
 }
 
 ma_status ma_normstats_parse(const char *json, const char *label, const char *tag, ma_normstats *ns, ma_error *err) {
     memset(ns, 0, sizeof *ns);
-    cJSON *root = cJSON_Parse(json);
-    ma_status s = MA_OK;
+    cJSON *root = NULL;
+    ma_status s = ma_json_parse_object(json, strlen(json), label, &root, err);
+    if (s) return s;
     const cJSON *fmt = root ? cJSON_GetObjectItemCaseSensitive(root, "format") : NULL;
     if (!cJSON_IsObject(root) || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "molmoact2_norm_stats.v1") != 0) {
         s = ma_fail(err, MA_ERR_FORMAT, "%s: format must be \"molmoact2_norm_stats.v1\"", label);
@@ -108,8 +129,13 @@ ma_status ma_normstats_parse(const char *json, const char *label, const char *ta
         if ((s = parse_normalizer(st, ns->mode, where, &ns->state, err))) goto done;
         ns->has_state = 1;
     }
-    ns->action_horizon = opt_int(meta, "action_horizon");
-    ns->n_action_steps = opt_int(meta, "n_action_steps");
+    snprintf(where, sizeof where, "%s: %s", label, tag);
+    int action_dim;
+    if ((s = opt_int(meta, "action_horizon", 1 << 20, &ns->action_horizon, where, err)) ||
+        (s = opt_int(meta, "n_action_steps", 1 << 20, &ns->n_action_steps, where, err)) ||
+        (s = opt_int(meta, "action_dim", 1 << 20, &action_dim, where, err)))
+        goto done;
+    ns->action_dim = action_dim;
     copy_str(ns->setup_type, sizeof ns->setup_type, meta, "setup_type");
     copy_str(ns->control_mode, sizeof ns->control_mode, meta, "control_mode");
 done:

@@ -1,5 +1,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "model/tokenizer.h"
+#include "io/jsonline.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -338,8 +339,9 @@ static ma_status set_id(ma_tokenizer *t, int64_t id, const char *s, size_t n, co
 
 ma_status ma_tokenizer_parse(const char *json, size_t len, const char *label, ma_tokenizer **out, ma_error *err) {
     *out = NULL;
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (!cJSON_IsObject(root)) { cJSON_Delete(root); return ma_fail(err, MA_ERR_FORMAT, "%s: not a JSON object", label); }
+    cJSON *root;
+    ma_status ps = ma_json_parse_object(json, len, label, &root, err);
+    if (ps) return ps;
     ma_tokenizer *t = calloc(1, sizeof *t);
     ma_status s = MA_OK;
     if (!t) { cJSON_Delete(root); return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label); }

@@ -71,6 +71,12 @@ static ma_status bind_sampler(ma_weightset *ws, const ma_config *cfg, ma_vision_
     sw->channels = (int)s0->shape[1];
     sw->scout_hidden = (int)s0->shape[0];
     sw->tokens = (int)s2->shape[0] / 2;
+    if (cfg->use_grid_sampler_set && !cfg->use_grid_sampler)
+        return ma_fail(err, MA_ERR_FORMAT, "%s: config.json sets use_grid_token_sampler false but the checkpoint has a "
+                       "token sampler (%sscout_mlp.0.weight)", ws->label, prefix);
+    if (cfg->grid_tokens_set && sw->tokens != cfg->grid_tokens)
+        return ma_fail(err, MA_ERR_SHAPE, "%s: config.json grid_token_sampler_num_tokens is %d but the token sampler "
+                       "(%sscout_mlp.2.weight) samples %d", ws->label, cfg->grid_tokens, prefix, sw->tokens);
     sw->coord_hidden = (int)c0->shape[0];
     if (sw->channels == cfg->d) w->sampler_place = MA_SAMPLER_AFTER_PROJECTOR;
     else if (sw->channels == cfg->pool_hidden) w->sampler_place = MA_SAMPLER_AFTER_POOLING;

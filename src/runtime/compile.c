@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "io/gguf.h"
 #include "io/mapfile.h"
@@ -56,8 +58,8 @@ static ma_status copy_host_file(const char *from_dir, const char *to_dir, const 
     return s;
 }
 
-static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, const char *config_json, const char *prec,
-                            ma_dtype mat_type, const ma_compile_opts *o, ma_error *err) {
+static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, const char *config_json, const char *fingerprint,
+                            const char *prec, ma_dtype mat_type, const ma_compile_opts *o, ma_error *err) {
     static const char *COMPONENT[8] = {"vision", "embed", "llm", "llm", "llm", "llm", "action_context", "action_step"};
     ma_gguf_writer *w = ma_gguf_writer_new();
     if (!w) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
@@ -70,6 +72,7 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
     if (!s) s = ma_gguf_set_str(w, "molmoact.component", COMPONENT[slot], err);
     if (!s) s = ma_gguf_set_str(w, "molmoact.precision", prec, err);
     if (!s) s = ma_gguf_set_str(w, "molmoact.config_json", config_json, err);
+    if (!s) s = ma_gguf_set_str(w, "molmoact.source_fingerprint", fingerprint, err);
     if (!s && slot >= 2 && slot <= 5) {
         s = ma_gguf_set_i64(w, "molmoact.layer_first", m->split_first[slot - 2], err);
         if (!s) s = ma_gguf_set_i64(w, "molmoact.layer_last", m->split_last[slot - 2], err);
@@ -144,27 +147,90 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
     return s;
 }
 
+/* remove the staging directory and what it holds (files only: compile writes no subdirectory) */
+static void remove_staging(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char *p = ma_path_join(dir, e->d_name);
+            if (p) unlink(p);
+            free(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* move every file of the staging directory into out_dir (which exists) */
+static ma_status publish_staging(const char *staging, const char *out_dir, ma_error *err) {
+    DIR *d = opendir(staging);
+    if (!d) return ma_fail(err, MA_ERR_IO, "%s: cannot read: %s", staging, strerror(errno));
+    ma_status s = MA_OK;
+    struct dirent *e;
+    while (!s && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char *from = ma_path_join(staging, e->d_name), *to = ma_path_join(out_dir, e->d_name);
+        if (!from || !to) s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
+        else if (rename(from, to) != 0) s = ma_fail(err, MA_ERR_IO, "%s: cannot write: %s", to, strerror(errno));
+        free(from);
+        free(to);
+    }
+    closedir(d);
+    return s;
+}
+
 ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_opts *o, ma_error *err) {
     ma_dtype tv, tl, ta;
     if (!parse_precision(o->vision, &tv)) return ma_fail(err, MA_ERR_ARG, "--vision %s: precision must be f16, bf16, q8_0 or q4_0", o->vision);
     if (!parse_precision(o->llm, &tl)) return ma_fail(err, MA_ERR_ARG, "--llm %s: precision must be f16, bf16, q8_0 or q4_0", o->llm);
     if (!parse_precision(o->action, &ta)) return ma_fail(err, MA_ERR_ARG, "--action %s: precision must be f16, bf16, q8_0 or q4_0", o->action);
-    if (o->prompt_seq < 1) return ma_fail(err, MA_ERR_ARG, "prompt length %d", o->prompt_seq);
+    if (o->prompt_seq < 1 || o->prompt_seq > MA_MAX_PROMPT_SEQ)
+        return ma_fail(err, MA_ERR_ARG, "--prompt-seq %d: must be in [1, %d]", o->prompt_seq, MA_MAX_PROMPT_SEQ);
+    if (o->suffix && (strchr(o->suffix, '/') || strlen(o->suffix) > 64))
+        return ma_fail(err, MA_ERR_ARG, "--suffix %s: at most 64 characters, no '/'", o->suffix);
+    if (!out_dir[0]) return ma_fail(err, MA_ERR_ARG, "-o: empty output directory");
     if (ma_is_context_dir(hf_dir)) return ma_fail(err, MA_ERR_ARG, "%s is already a context directory", hf_dir);
-    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) return ma_fail(err, MA_ERR_IO, "%s: cannot create: %s", out_dir, strerror(errno));
+    struct stat st;
+    const int exists = stat(out_dir, &st) == 0;
+    if (exists && !S_ISDIR(st.st_mode)) return ma_fail(err, MA_ERR_IO, "%s: exists and is not a directory", out_dir);
     ma_model m;
     ma_status s = ma_model_open(hf_dir, "libero", &m, err);
     if (s) return s;
+    /* everything is written into a staging directory beside out_dir and moved there only when
+     * every file is complete: a failed compile leaves nothing new behind */
+    size_t ol = strlen(out_dir);
+    while (ol > 1 && out_dir[ol - 1] == '/') ol--;
+    char *staging = malloc(ol + 32);
+    if (!staging) { ma_model_close(&m); return ma_fail(err, MA_ERR_NOMEM, "out of memory"); }
+    snprintf(staging, ol + 32, "%.*s.compile-XXXXXX", (int)ol, out_dir);
+    if (!mkdtemp(staging)) {
+        s = ma_fail(err, MA_ERR_IO, "%.*s: cannot create a directory beside it: %s", (int)ol, out_dir, strerror(errno));
+        free(staging);
+        ma_model_close(&m);
+        return s;
+    }
+    char fingerprint[17];
     char *cfg_path = ma_path_join(hf_dir, "config.json"), *config_json = NULL;
     s = cfg_path ? ma_read_file(cfg_path, 16u << 20, &config_json, NULL, err) : MA_ERR_NOMEM;
     free(cfg_path);
-    const char *precs[8] = {o->vision, o->llm == NULL ? "f16" : "f16", o->llm, o->llm, o->llm, o->llm, o->action, o->action};
+    if (!s) s = ma_checkpoint_fingerprint(&m.st, fingerprint, err);
+    const char *precs[8] = {o->vision, "f16", o->llm, o->llm, o->llm, o->llm, o->action, o->action};
     /* the host embedding table stays f16 (bf16 when the LLM is bf16): a lookup reads one row */
     ma_dtype types[8] = {tv, tl == MA_DT_BF16 ? MA_DT_BF16 : MA_DT_F16, tl, tl, tl, tl, ta, ta};
     precs[1] = tl == MA_DT_BF16 ? "bf16" : "f16";
-    for (int slot = 0; slot < 8 && !s; slot++) s = write_slot(&m, slot, out_dir, config_json, precs[slot], types[slot], o, err);
+    for (int slot = 0; slot < 8 && !s; slot++)
+        s = write_slot(&m, slot, staging, config_json, fingerprint, precs[slot], types[slot], o, err);
     const char *host[] = {m.cfg.norm_stats_filename, "tokenizer.json", "processor_config.json", "config.json"};
-    for (int i = 0; i < 4 && !s; i++) s = copy_host_file(hf_dir, out_dir, host[i], i == 0, err);
+    for (int i = 0; i < 4 && !s; i++) s = copy_host_file(hf_dir, staging, host[i], i == 0, err);
+    if (!s) {
+        if (!exists && rename(staging, out_dir) != 0 && !(errno == EEXIST || errno == ENOTEMPTY))
+            s = ma_fail(err, MA_ERR_IO, "%s: cannot create: %s", out_dir, strerror(errno));
+        else if (exists || ma_is_dir(staging)) s = publish_staging(staging, out_dir, err);
+    }
+    if (ma_is_dir(staging)) remove_staging(staging);
+    free(staging);
     free(config_json);
     ma_model_close(&m);
     return s;

@@ -3,10 +3,15 @@
  * embedding table, norm_stats.json, tokenizer.json, processor_config.json, config.json).
  *
  * Every context carries: molmoact.format, molmoact.component, molmoact.precision, the full
- * config.json (molmoact.config_json), and per component the layer range (llm) or the prompt length
+ * config.json (molmoact.config_json), the fingerprint of the source checkpoint
+ * (molmoact.source_fingerprint: opening refuses contexts of different checkpoints), and per component the layer range (llm) or the prompt length
  * the action context is shaped for (molmoact.prompt_seq). Tensors keep their checkpoint names;
  * matrices are stored in the component's precision (f16, bf16, q8_0, q4_0; rows that do not fill
- * 32-value blocks fall back to f16), vectors in f32. */
+ * 32-value blocks fall back to f16), vectors in f32.
+ *
+ * Files are written into a staging directory beside out_dir (out_dir.compile-XXXXXX) and moved
+ * into out_dir (created, or an existing directory: other precisions may already be there) only
+ * when all are complete; a failed compile leaves nothing new behind. */
 #ifndef MA_COMPILE_H
 #define MA_COMPILE_H
 

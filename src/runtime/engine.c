@@ -1,14 +1,58 @@
 #include "runtime/engine.h"
 
+#include "kernels/gemm.h"
+
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+
+/* an environment variable that must be a positive integer up to max, when set */
+static ma_status env_positive(const char *name, long max, ma_error *err) {
+    const char *e = getenv(name);
+    if (!e) return MA_OK;
+    char *end;
+    errno = 0;
+    long v = strtol(e, &end, 10);
+    if (!*e || *end || errno || v < 1 || v > max)
+        return ma_fail(err, MA_ERR_ARG, "%s=%s: must be an integer in [1, %ld]", name, e, max);
+    return MA_OK;
+}
+
+ma_status ma_env_check(ma_error *err) {
+    static const char *known[] = {"portable", "avx2", "avx512", "vnni", "amx", "scalar", NULL};
+    const char *k = getenv("MOLMOACT_KERNELS");
+    if (k) {
+        int available = !strcmp(k, "scalar"), is_known = 0;
+        char list[128] = "scalar";
+        for (int i = 0; i < ma_gemm_kernel_count(); i++) {
+            const char *n = ma_gemm_kernel_name(i);
+            available |= !strcmp(k, n);
+            snprintf(list + strlen(list), sizeof list - strlen(list), ", %s", n);
+        }
+        for (int i = 0; known[i]; i++) is_known |= !strcmp(k, known[i]);
+        if (!available)
+            return ma_fail(err, MA_ERR_ARG, "MOLMOACT_KERNELS=%s: %s (this CPU and build have: %s)", k,
+                           is_known ? "not supported by this CPU or build" : "unknown kernel set", list);
+    }
+    const char *p = getenv("MOLMOACT_GEMM_PANELS");
+    if (p && strcmp(p, "in_place") && strcmp(p, "convert"))
+        return ma_fail(err, MA_ERR_ARG, "MOLMOACT_GEMM_PANELS=%s: must be in_place or convert", p);
+    ma_status s;
+    if ((s = env_positive("MOLMOACT_THREADS", 64, err)) || (s = env_positive("MOLMOACT_WORKER_DEADLINE_MS", 86400000L, err)) ||
+        (s = env_positive("MOLMOACT2_PROMPT_SEQ", MA_MAX_PROMPT_SEQ, err)))
+        return s;
+    return MA_OK;
+}
 
 ma_status ma_engine_open(const char *dir, const char *norm_tag, int inproc, const ma_resident_opts *ropts, ma_engine *e,
                          ma_error *err) {
     memset(e, 0, sizeof *e);
     e->inproc = inproc;
-    ma_status s = inproc ? ma_model_open(dir, norm_tag, &e->host, err)
+    ma_status s = ma_env_check(err);
+    if (s) return s;
+    s = inproc ? ma_model_open(dir, norm_tag, &e->host, err)
                          : ma_model_open_parts(dir, norm_tag, MA_PART_EMBED, &e->host, err);
     if (s) return s;
     if (inproc) {

@@ -14,6 +14,10 @@ typedef struct ma_engine {
     int inproc;
 } ma_engine;
 
+/* the MOLMOACT_* environment variables, checked (unknown or unavailable kernel sets, thread
+ * counts and deadlines that are not positive integers are refused by name); ma_engine_open calls it */
+ma_status ma_env_check(ma_error *err);
+
 ma_status ma_engine_open(const char *dir, const char *norm_tag, int inproc, const ma_resident_opts *ropts, ma_engine *e,
                          ma_error *err);
 ma_status ma_engine_run(ma_engine *e, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err);

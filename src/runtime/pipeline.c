@@ -1,5 +1,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/pipeline.h"
+#include "io/mapfile.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -224,6 +225,8 @@ done:
     r->last.total = now_ms() - t_start;
     r->last.host = r->last.total - t_sessions;
     if (r->last.host < 0) r->last.host = 0;
+    /* the host's own mappings (embed.gguf) truncated during the request: refuse its result */
+    if (!s) s = ma_mapfile_check(err);
     if (s) ma_result_free(res);
     return s;
 }

@@ -1,5 +1,6 @@
 #include "runtime/request.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,16 +19,37 @@ void ma_request_free(ma_request *q) {
     memset(q, 0, sizeof *q);
 }
 
+/* --state: comma-separated decimal numbers (no hex, inf or nan, no empty field) */
+static int decimal_token(const char *p, const char *end) {
+    if (p < end && (*p == '+' || *p == '-')) p++;
+    int digits = 0;
+    while (p < end && *p >= '0' && *p <= '9') { p++; digits++; }
+    if (p < end && *p == '.') { p++; while (p < end && *p >= '0' && *p <= '9') { p++; digits++; } }
+    if (!digits) return 0;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || *p < '0' || *p > '9') return 0;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    }
+    return p == end;
+}
+
 static ma_status parse_state(const char *csv, float *state, int *dim, ma_error *err) {
     const char *p = csv;
     *dim = 0;
-    while (*p) {
+    for (;;) {
+        const char *end = strchr(p, ',');
+        if (!end) end = p + strlen(p);
         if (*dim == MA_NORM_MAX_DIM) return ma_fail(err, MA_ERR_ARG, "--state: more than %d values", MA_NORM_MAX_DIM);
-        char *end;
-        state[(*dim)++] = strtof(p, &end);
-        if (end == p || (*end && *end != ','))
-            return ma_fail(err, MA_ERR_ARG, "--state: %s is not a comma-separated list of numbers", csv);
-        p = *end ? end + 1 : end;
+        if (!decimal_token(p, end))
+            return ma_fail(err, MA_ERR_ARG, "--state: value %d (\"%.*s\") is not a decimal number (%s)", *dim + 1,
+                           (int)(end - p > 32 ? 32 : end - p), p, "a comma-separated list of numbers expected");
+        const float v = strtof(p, NULL);
+        if (!isfinite(v)) return ma_fail(err, MA_ERR_RANGE, "--state: value %d is out of the float range", *dim + 1);
+        state[(*dim)++] = v;
+        if (!*end) break;
+        p = end + 1;
     }
     return MA_OK;
 }

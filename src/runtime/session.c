@@ -1,5 +1,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/session.h"
+#include "io/mapfile.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -206,6 +207,9 @@ ma_status ma_session_run_kept(ma_session *s, const ma_tensor *in, ma_tensor *out
     } break;
     }
     s->last_ms = now_ms() - t0;
+    /* a weight file truncated under us (now or before): its pages read as zeros, so every
+     * result from then on is refused */
+    if (!st) st = ma_mapfile_check(err);
     if (st)
         for (int i = 0; i < s->n_out; i++) ma_tensor_free(&out[i]);
     return st;

@@ -103,6 +103,29 @@ static void test_hostile_archives(void **state) {
     npy[8] = (uint8_t)hl;
     memcpy(npy + 10, obj, hl);
     assert_fails_naming(ma_npy_parse(npy, 10 + hl + 8, "object", &out, &err), err, "|O");
+    /* a header that ends right after a key's colon: no value to read (was a 1-byte over-read) */
+    const char *cut = "{'fortran_order': False, 'shape': (2,), 'descr':";
+    hl = strlen(cut);
+    uint8_t *exact = malloc(10 + hl);  /* nothing after the header: ASan sees any over-read */
+    memcpy(exact, "\x93NUMPY\x01\x00", 8);
+    exact[8] = (uint8_t)hl;
+    exact[9] = 0;
+    memcpy(exact + 10, cut, hl);
+    assert_fails_naming(ma_npy_parse(exact, 10 + hl, "cut", &out, &err), err, "descr");
+    free(exact);
+    /* a string wider than the limit is named as such, not as an unknown dtype */
+    const char *wide = "{'descr': '<U1054000', 'fortran_order': False, 'shape': (), }";
+    hl = strlen(wide);
+    npy[8] = (uint8_t)hl;
+    memcpy(npy + 10, wide, hl);
+    assert_fails_naming(ma_npy_parse(npy, 10 + hl, "task", &out, &err), err, "string of 1054000 characters exceeds");
+    /* a 48-byte file whose zip64 locator points past a file shorter than the zip64 record (the
+     * bound len - 56 wrapped: segfault) */
+    static const char *hex48 = "934eade403504b0607864c204e06a40102010000782e6e7079504b0506060000000003ffffffff7120200320003c003c";
+    uint8_t *z48 = malloc(48);
+    for (int i = 0; i < 48; i++) sscanf(hex48 + 2 * i, "%2hhx", &z48[i]);
+    assert_fails_naming(ma_npz_parse(z48, 48, "z48", &z, &err), err, "zip64");
+    free(z48);
     free(buf);
     tu_rmdir(dir);
 }

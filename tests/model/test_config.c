@@ -70,7 +70,7 @@ static void test_refusals_name_the_field(void **state) {
     assert_fails_naming(parse(buf, &err), err, "num_layers");
     /* the expert's inner width: a hostile hidden_size x mlp_ratio or multiple must not overflow */
     snprintf(buf, sizeof buf, base, "", ", \"action_expert_config\": {\"hidden_size\": 2000000000, \"num_heads\": 1}");
-    assert_fails_naming(parse(buf, &err), err, "hidden_size x mlp_ratio");
+    assert_fails_naming(parse(buf, &err), err, "action_expert_config.hidden_size must be in");
     snprintf(buf, sizeof buf, base, "", ", \"action_expert_config\": {\"mlp_ratio\": 1e300}");
     assert_fails_naming(parse(buf, &err), err, "mlp_ratio");
     snprintf(buf, sizeof buf, base, "", ", \"action_expert_config\": {\"ffn_multiple_of\": 2147483647}");
@@ -79,6 +79,31 @@ static void test_refusals_name_the_field(void **state) {
     assert_fails_naming(parse(buf, &err), err, "vit_layers");
     assert_fails_naming(parse("{not json", &err), err, "JSON");
     assert_fails_naming(parse("{\"vit_config\": 3}", &err), err, "vit_config");
+    /* size-like fields are bounded (a huge flow_matching_num_steps hung run and made compile
+     * allocate 512 GB), epsilons and the RoPE base must be positive */
+    snprintf(buf, sizeof buf, base, "", ", \"flow_matching_num_steps\": 100000");
+    assert_fails_naming(parse(buf, &err), err, "flow_matching_num_steps must be in [1, 256]");
+    snprintf(buf, sizeof buf, base, "", ", \"flow_matching_num_steps\": 1e9");
+    assert_fails_naming(parse(buf, &err), err, "flow_matching_num_steps");
+    snprintf(buf, sizeof buf, base, "", ", \"max_action_horizon\": 5000000");
+    assert_fails_naming(parse(buf, &err), err, "max_action_horizon");
+    snprintf(buf, sizeof buf, base, "", ", \"max_action_dim\": 100000");
+    assert_fails_naming(parse(buf, &err), err, "max_action_dim");
+    snprintf(buf, sizeof buf, base, ", \"vocab_size\": 2000000000", "");
+    assert_fails_naming(parse(buf, &err), err, "text_config.vocab_size");
+    snprintf(buf, sizeof buf, base, ", \"rope_theta\": 0", "");
+    assert_fails_naming(parse(buf, &err), err, "text_config.rope_theta must be > 0");
+    snprintf(buf, sizeof buf, base, ", \"rope_theta\": -5", "");
+    assert_fails_naming(parse(buf, &err), err, "rope_theta");
+    snprintf(buf, sizeof buf, base, ", \"layer_norm_eps\": 0", "");
+    assert_fails_naming(parse(buf, &err), err, "text_config.layer_norm_eps must be > 0");
+    assert_fails_naming(parse("{\"image_patch_id\": 5, \"eos_token_id\": 1, \"vit_config\": {\"image_num_pos\": 729, "
+                              "\"layer_norm_eps\": -1e-6}}", &err), err, "vit_config.layer_norm_eps");
+    snprintf(buf, sizeof buf, base, "", ", \"grid_token_sampler_num_tokens\": -3");
+    assert_fails_naming(parse(buf, &err), err, "grid_token_sampler_num_tokens");
+    /* a syntax error gives its line and column */
+    assert_fails_naming(parse("{\n  \"a\": 1,\n  \"b\" 2\n}", &err), err, "line 3, column 7");
+    assert_fails_naming(parse("[1, 2]", &err), err, "not a JSON object");
     /* upstream's default image_num_pos (577) does not fit the 27x27 patch grid */
     assert_fails_naming(parse("{\"image_patch_id\": 5, \"eos_token_id\": 1}", &err), err, "image_num_pos");
 }

@@ -84,6 +84,26 @@ static void test_normstats_formulas(void **state) {
     const char *bad = "{\"format\": \"molmoact2_norm_stats.v1\", \"norm_mode\": \"q01_q99\", \"metadata_by_tag\": {\"libero\": {"
                       "\"action_stats\": {\"q01\": [0.0, 1.0], \"q99\": [1.0]}}}}";
     assert_fails_naming(ma_normstats_parse(bad, "ns", "libero", &ns, &err), err, "q99");
+    /* inverted or empty ranges, a negative horizon, a declared action dim, are refused by name */
+    const char *tmpl = "{\"format\": \"molmoact2_norm_stats.v1\", \"norm_mode\": \"q01_q99\", \"metadata_by_tag\": {\"libero\": {"
+                       "%s \"action_stats\": {\"q01\": [%s], \"q99\": [1.0, 1.0]%s}}}}";
+    char b[512];
+    snprintf(b, sizeof b, tmpl, "", "-1.0, 1.0", "");
+    assert_fails_naming(ma_normstats_parse(b, "ns", "libero", &ns, &err), err, "q01[1] = 1 is not below q99[1] = 1");
+    snprintf(b, sizeof b, tmpl, "", "-1.0, 2.0", "");
+    assert_fails_naming(ma_normstats_parse(b, "ns", "libero", &ns, &err), err, "q01[1]");
+    snprintf(b, sizeof b, tmpl, "", "-1.0, 2.0", ", \"mask\": [true, false]");   /* unused dimension */
+    assert_int_equal(ma_normstats_parse(b, "ns", "libero", &ns, &err), MA_OK);
+    snprintf(b, sizeof b, tmpl, "", "-1.0, 0.0", ", \"min\": [0, 3], \"max\": [1, 2]");
+    assert_fails_naming(ma_normstats_parse(b, "ns", "libero", &ns, &err), err, "min[1] = 3 exceeds max[1] = 2");
+    snprintf(b, sizeof b, tmpl, "\"action_horizon\": -10,", "-1.0, 0.0", "");
+    assert_fails_naming(ma_normstats_parse(b, "ns", "libero", &ns, &err), err, "action_horizon");
+    snprintf(b, sizeof b, tmpl, "\"n_action_steps\": 2.5,", "-1.0, 0.0", "");
+    assert_fails_naming(ma_normstats_parse(b, "ns", "libero", &ns, &err), err, "n_action_steps");
+    snprintf(b, sizeof b, tmpl, "\"action_dim\": 64,", "-1.0, 0.0", "");
+    assert_int_equal(ma_normstats_parse(b, "ns", "libero", &ns, &err), MA_OK);
+    assert_int_equal(ns.action_dim, 64);       /* checked against max_action_dim by ma_model_open */
+    assert_fails_naming(ma_normstats_parse("{\"format\": ", "ns.json", "libero", &ns, &err), err, "ns.json: JSON syntax error");
 }
 
 int main(void) {
