@@ -224,6 +224,11 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
         s = write_slot(&m, slot, staging, config_json, fingerprint, precs[slot], types[slot], o, err);
     const char *host[] = {m.cfg.norm_stats_filename, "tokenizer.json", "processor_config.json", "config.json"};
     for (int i = 0; i < 4 && !s; i++) s = copy_host_file(hf_dir, staging, host[i], i == 0, err);
+    if (!s && !exists) { /* mkdtemp made it 0700: the mode mkdir would have given */
+        mode_t um = umask(022);
+        umask(um);
+        chmod(staging, 0777 & ~um);
+    }
     if (!s) {
         if (!exists && rename(staging, out_dir) != 0 && !(errno == EEXIST || errno == ENOTEMPTY))
             s = ma_fail(err, MA_ERR_IO, "%s: cannot create: %s", out_dir, strerror(errno));

@@ -145,10 +145,56 @@ static void test_broken_checkpoints_are_named(void **state) {
     assert_fails_naming(ma_model_open(MA_SOURCE_DIR "/assets", "libero", &m, &e2), e2, "config.json");
 }
 
+/* the tiny checkpoint with one string of a JSON file replaced */
+static void patched_copy(const char *dir, const char *file, const char *from, const char *to) {
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "cp -r '%s/.' '%s/'", SRC, dir);
+    assert_int_equal(system(cmd), 0);
+    char *p = ma_path_join(dir, file), *buf;
+    size_t len;
+    ma_error err = {0};
+    assert_int_equal(ma_read_file(p, 1u << 20, &buf, &len, &err), MA_OK);
+    char *at = strstr(buf, from);
+    assert_non_null(at);
+    size_t fl = strlen(from), tl = strlen(to);
+    char *out = malloc(len - fl + tl + 1);
+    memcpy(out, buf, (size_t)(at - buf));
+    memcpy(out + (at - buf), to, tl);
+    memcpy(out + (at - buf) + tl, at + fl, len - (size_t)(at - buf) - fl + 1);
+    assert_int_equal(ma_write_file(p, out, strlen(out), &err), MA_OK);
+    free(out);
+    free(buf);
+    free(p);
+}
+
+/* config.json and norm_stats.json fields that contradict the weights or the config */
+static void test_contradicting_fields_refused(void **state) {
+    (void)state;
+    struct { const char *file, *from, *to, *needle; } cases[] = {
+        {"config.json", "\"use_grid_token_sampler\": true", "\"use_grid_token_sampler\": false", "use_grid_token_sampler false"},
+        {"config.json", "\"grid_token_sampler_num_tokens\": 16", "\"grid_token_sampler_num_tokens\": 8",
+         "grid_token_sampler_num_tokens is 8 but the token sampler"},
+        {"norm_stats.json", "\"action_dim\": 32", "\"action_dim\": 33", "action_dim 33 exceeds max_action_dim 32"},
+        {"norm_stats.json", "\"action_horizon\": 10", "\"action_horizon\": 31", "action_horizon 31 exceeds max_action_horizon 10"},
+        {"norm_stats.json", "\"action_horizon\": 10", "\"action_horizon\": -1", "action_horizon must be an integer"},
+        {"config.json", "\"flow_matching_num_steps\": 10", "\"flow_matching_num_steps\": 100000", "flow_matching_num_steps"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[1024];
+        tu_tmpdir(dir, sizeof dir, "contradict");
+        patched_copy(dir, cases[i].file, cases[i].from, cases[i].to);
+        ma_model m;
+        ma_error err = {0};
+        assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, cases[i].needle);
+        tu_rmdir(dir);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layouts),
         cmocka_unit_test(test_broken_checkpoints_are_named),
+        cmocka_unit_test(test_contradicting_fields_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,13 @@
 /* GGUF contexts: compile, open (suffixes, prompt length), parity equal to the checkpoint's in
  * f16, documented gates in q8_0 / q4_0, refusal of corrupt or mismatched contexts. */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
 #include "../test_util.h"
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "kernels/gemm.h"
 
@@ -192,7 +198,8 @@ static void test_bad_contexts_refused(void **state) {
     snprintf(q, sizeof q, "%s/vision.gguf", other);
     snprintf(p, sizeof p, "%s/vision.gguf", dir);
     copy(q, p);
-    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "different model");
+    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "were compiled from different checkpoints");
+    assert_true(strstr(err.msg, "vision.gguf") && strstr(err.msg, "embed.gguf")); /* both files named */
     compile(TINY, dir, "bf16", "bf16", "bf16", "");
     /* truncated, then corrupted contexts */
     snprintf(p, sizeof p, "%s/llm_split3.gguf", dir);
@@ -205,8 +212,121 @@ static void test_bad_contexts_refused(void **state) {
     tu_rmdir(other);
 }
 
+/* a copy of the tiny checkpoint with one weight value changed: a "fine-tune" with the same config */
+static void make_finetune(const char *to) {
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "cp -r '%s/.' '%s/'", TINY, to);
+    assert_int_equal(system(cmd), 0);
+    char st[1200];
+    snprintf(st, sizeof st, "%s/model.safetensors", to);
+    FILE *f = fopen(st, "r+b");
+    assert_non_null(f);
+    fseek(f, -3, SEEK_END); /* inside the last tensor's data */
+    int c = fgetc(f);
+    fseek(f, -3, SEEK_END);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+static void test_fingerprint_refuses_mixed_checkpoints(void **state) {
+    (void)state;
+    char dir[1024], tuned[1024], tuned_ctx[1024], p[1200], q[1200];
+    ma_model m;
+    ma_error err = {0};
+    tu_tmpdir(dir, sizeof dir, "ctx-fp");
+    tu_tmpdir(tuned, sizeof tuned, "ckpt-tuned");
+    tu_tmpdir(tuned_ctx, sizeof tuned_ctx, "ctx-tuned");
+    make_finetune(tuned);
+    compile(TINY, dir, "f16", "f16", "f16", "");
+    compile(tuned, tuned_ctx, "f16", "f16", "f16", "");
+    /* one llm_split of the fine-tune among the original's: same config, refused, both files named */
+    snprintf(q, sizeof q, "%s/llm_split2.gguf", tuned_ctx);
+    snprintf(p, sizeof p, "%s/llm_split2.gguf", dir);
+    copy(q, p);
+    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "compiled from different checkpoints");
+    assert_true(strstr(err.msg, "llm_split2.gguf") && strstr(err.msg, "vision.gguf"));
+    /* every process refuses it, also one that opens only another part (a resident worker) */
+    assert_fails_naming(ma_model_open_parts(dir, "libero", MA_PART_LLM(0), &m, &err), err, "llm_split2.gguf");
+    assert_fails_naming(ma_model_open_parts(dir, "libero", MA_PART_EMBED, &m, &err), err, "different checkpoints");
+    /* contexts of one checkpoint in several precisions agree */
+    compile(TINY, dir, "f16", "f16", "f16", "");
+    compile(TINY, dir, "f16", "q4_0", "f16", "_w4a16");
+    setenv("LLM_CTX_SUFFIX", "_w4a16", 1);
+    assert_int_equal(ma_model_open(dir, "libero", &m, &err), MA_OK);
+    ma_model_close(&m);
+    /* ... but a quantised split of the fine-tune does not */
+    compile(tuned, tuned_ctx, "f16", "q4_0", "f16", "_w4a16");
+    snprintf(q, sizeof q, "%s/llm_split1_w4a16.gguf", tuned_ctx);
+    snprintf(p, sizeof p, "%s/llm_split1_w4a16.gguf", dir);
+    copy(q, p);
+    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "llm_split1_w4a16.gguf");
+    unsetenv("LLM_CTX_SUFFIX");
+    tu_rmdir(dir);
+    tu_rmdir(tuned);
+    tu_rmdir(tuned_ctx);
+}
+
+static int count_entries(const char *parent, const char *prefix) {
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "exit $(ls -A '%s' | grep -c '^%s')", parent, prefix);
+    int rc = system(cmd);
+    return WEXITSTATUS(rc);
+}
+
+/* compile in a child whose files may not exceed 1 MB: vision.gguf (0.4 MB) is written, then
+ * embed.gguf (20 MB) fails with EFBIG, as a full disk would. 0 when compile failed naming it. */
+static int compile_with_file_limit(const char *src, const char *out) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit rl = {1u << 20, 1u << 20};
+        signal(SIGXFSZ, SIG_IGN);
+        setrlimit(RLIMIT_FSIZE, &rl);
+        ma_compile_opts o = {"f16", "f16", "f16", "", 128};
+        ma_error err = {0};
+        ma_status s = ma_compile(src, out, &o, &err);
+        _exit(s != MA_OK && strstr(err.msg, "embed.gguf") && strstr(err.msg, "File too large") ? 0 : 1);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+}
+
+static void test_failed_compile_leaves_nothing(void **state) {
+    (void)state;
+    char parent[1024], out[1200], p[1200];
+    ma_error err = {0};
+    tu_tmpdir(parent, sizeof parent, "compile-out");
+    snprintf(out, sizeof out, "%s/ctx", parent);
+    assert_int_equal(compile_with_file_limit(TINY, out), 0);
+    assert_int_equal(count_entries(parent, ""), 0); /* no ctx, no ctx.compile-* */
+    /* into an existing directory: what was there stays, nothing is added */
+    assert_int_equal(mkdir(out, 0755), 0);
+    snprintf(p, sizeof p, "%s/keep.txt", out);
+    assert_int_equal(ma_write_file(p, "k", 1, &err), MA_OK);
+    assert_int_equal(compile_with_file_limit(TINY, out), 0);
+    assert_int_equal(count_entries(out, ""), 1);
+    assert_int_equal(count_entries(parent, "ctx.compile"), 0);
+    /* a successful compile into a new directory gives it the usual mode */
+    tu_rmdir(out);
+    compile(TINY, out, "f16", "f16", "f16", "");
+    struct stat st;
+    assert_int_equal(stat(out, &st), 0);
+    mode_t um = umask(0);
+    umask(um);
+    assert_int_equal(st.st_mode & 0777, 0777 & ~um);
+    /* prompt length and suffix are checked */
+    ma_compile_opts o = {"f16", "f16", "f16", "", 0};
+    assert_fails_naming(ma_compile(TINY, out, &o, &err), err, "--prompt-seq 0");
+    o.prompt_seq = 128;
+    o.suffix = "/../../x";
+    assert_fails_naming(ma_compile(TINY, out, &o, &err), err, "--suffix");
+    tu_rmdir(parent);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fingerprint_refuses_mixed_checkpoints),
+        cmocka_unit_test(test_failed_compile_leaves_nothing),
         cmocka_unit_test(test_f16_contexts_equal_checkpoint),
         cmocka_unit_test(test_quantised_gates),
         cmocka_unit_test(test_suffixes_and_prompt_length),
