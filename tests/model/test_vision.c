@@ -6,6 +6,7 @@
 #include "../test_util.h"
 
 #include "io/npz.h"
+#include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -24,7 +25,10 @@ static void run_vision(const ma_model *m, const float *pixels, int n, int scalar
 static void expect_near(const char *what, const float *got, const float *ref, size_t n) {
     const double cs = tu_cosine(got, ref, n), mr = tu_maxrel(got, ref, n);
     printf("  %-24s cosine %.9f, max|diff|/rms %.2e\n", what, cs, mr);
-    if (cs < 0.999999 || mr > 1e-4) fail_msg("%s: cosine %.9f, max|diff|/rms %.2e", what, cs, mr);
+    /* the AMX set's split-bf16 products keep about 2^-16 of each product (vs fp32 rounding for
+     * the FMA kernels): measured 3.3e-4 for the image features after the ViT, 2.2e-5 on AVX-512 */
+    const double tol = strcmp(ma_gemm_kernels(), "amx") ? 1e-4 : 1e-3;
+    if (cs < 0.999999 || mr > tol) fail_msg("%s: cosine %.9f, max|diff|/rms %.2e", what, cs, mr);
 }
 
 static void check_model(const char *name, int pool_mask) {
