@@ -29,6 +29,7 @@
 #include "runtime/engine.h"
 #include "runtime/latency.h"
 #include "runtime/request.h"
+#include "api/internal.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
@@ -244,6 +245,76 @@ static int run_parity(ma_engine *e, const opts *o) {
     return rc;
 }
 
+/* ------------------------------------------------------------------ inference through the API */
+
+/* run, bench and the stream infer through the public API (include/molmoact.h), linked
+ * statically; the engine behind a handle serves the parity table and the memory report */
+static int api_open(const opts *o, molmoact **out) {
+    molmoact_options opt;
+    molmoact_options_init(&opt);
+    opt.model_dir = o->model;
+    opt.inproc = o->inproc;
+    opt.norm_tag = o->norm_tag;
+    opt.worker_exe = "/proc/self/exe"; /* this program, whatever its name */
+    molmoact_error err;
+    if (molmoact_open(&opt, out, &err)) {
+        fprintf(stderr, "molmoact: %s\n", err.message);
+        return 1;
+    }
+    return 0;
+}
+
+/* a request (npz, files, or synthetic) as an API observation: its prepared pixels and prompt,
+ * and its noise or seed */
+static void api_observation(molmoact *api, const ma_request *q, molmoact_observation *obs) {
+    const ma_model *m = &molmoact_internal_engine(api)->host;
+    molmoact_observation_init(obs);
+    obs->pixels = q->obs.pixels;
+    obs->n_pixel_images = q->obs.n_images;
+    obs->input_ids = q->obs.input_ids;
+    obs->seq_len = q->obs.seq_len;
+    if (q->obs.noise) {
+        int action_dim, A, n_steps;
+        ma_action_plan(m, &action_dim, &A, &n_steps, NULL);
+        obs->noise = q->obs.noise;
+        obs->noise_len = (size_t)A * (size_t)m->cfg.max_action_dim;
+    } else {
+        obs->have_seed = 1;
+        obs->seed = q->obs.seed;
+    }
+}
+
+static ma_timing timing_of(const molmoact_timing *t) {
+    ma_timing r = {t->vision, {t->llm_split[0], t->llm_split[1], t->llm_split[2], t->llm_split[3]}, t->action_context,
+                   t->action_step, t->transfer, t->host, t->total};
+    return r;
+}
+
+/* one inference through the API (with a trace: the internal run that also records it) */
+static ma_status api_run(molmoact *api, const ma_request *q, ma_result *out, ma_timing *t, ma_trace *trace, ma_error *err) {
+    molmoact_observation obs;
+    api_observation(api, q, &obs);
+    molmoact_result r;
+    memset(out, 0, sizeof *out);
+    ma_status s;
+    if (trace) s = molmoact_internal_run(api, &obs, &r, trace, err);
+    else {
+        molmoact_error pe;
+        s = molmoact_infer(api, &obs, &r, &pe) ? ma_fail(err, (ma_status)pe.code, "%s", pe.message) : MA_OK;
+    }
+    if (s) return s;
+    out->actions = r.actions;
+    out->n_steps = r.n_steps;
+    out->action_dim = r.action_dim;
+    out->trajectory = r.trajectory;
+    out->horizon = r.horizon;
+    out->max_action_dim = r.max_action_dim;
+    if (t) *t = timing_of(&r.timing);
+    return MA_OK;
+}
+
+static int api_close(molmoact **api) { return molmoact_close(api) != MOLMOACT_OK; }
+
 /* one line of at most cap - 1 bytes into buf, without its newline. Returns its length, -1 at end
  * of input, or -2 for a longer line (read to its end and dropped; buf keeps its first bytes). */
 #define MA_STREAM_LINE_MAX (2 * PATH_MAX + 2)
@@ -273,7 +344,8 @@ static void stream_error(long index, const char *input, size_t input_len, const 
 /* --stream: one IN.npz path per line on stdin (optionally a tab and an OUT.npz path); one JSON
  * line per observation on stdout. A bad observation gets an error line; the stream goes on.
  * Lines are at most 2 x PATH_MAX bytes: a longer one is refused (its first 64 bytes echoed). */
-static int run_stream(ma_engine *e, const opts *o) {
+static int run_stream(molmoact *api, const opts *o) {
+    ma_engine *e = molmoact_internal_engine(api);
     static char line[MA_STREAM_LINE_MAX];
     long n;
     int failures = 0;
@@ -305,9 +377,10 @@ static int run_stream(ma_engine *e, const opts *o) {
         ma_result res;
         memset(&res, 0, sizeof res);
         ma_status s = out_path && !*out_path ? ma_fail(&err, MA_ERR_ARG, "empty output path after the tab") : MA_OK;
+        ma_timing tm;
         if (!s) s = ma_request_load(&e->host, &src, &q, &err);
         if (!s) {
-            s = ma_engine_run(e, &q.obs, &res, NULL, &err);
+            s = api_run(api, &q, &res, &tm, NULL, &err);
             ma_request_free(&q);
         }
         if (!s && out_path) s = write_result(out_path, &res, &err);
@@ -319,7 +392,7 @@ static int run_stream(ma_engine *e, const opts *o) {
         }
         printf("{\"index\": %ld, \"input\": ", index++);
         ma_json_write_string(stdout, line, strlen(line));
-        const ma_timing *t = &e->runner->last;
+        const ma_timing *t = &tm;
         printf(", ");
         print_actions_json(&res);
         printf(", \"latency_ms\": {\"inference\": %.4f, \"transfer\": %.4f, \"host\": %.4f, \"total\": %.4f}",
@@ -409,15 +482,14 @@ static int cmd_run(opts *o) {
     if (check_outputs(o)) return 1;
     if (request_setup(o, &src, 1) && !o->json && !o->stream) printf("demo: model %s\n", o->model);
     if (o->runs < 1) o->runs = 5;
-    ma_engine e;
-    ma_resident_opts ro;
-    memset(&ro, 0, sizeof ro);
-    if (ma_engine_open(o->model, o->norm_tag, o->inproc, &ro, &e, &err)) return fail(&err);
+    molmoact *api;
+    if (api_open(o, &api)) return 1;
     if (o->stream) {
-        int rc = run_stream(&e, o);
-        if (ma_engine_close(&e) && !rc) rc = 1;
+        int rc = run_stream(api, o);
+        if (api_close(&api) && !rc) rc = 1;
         return rc;
     }
+    ma_engine *ep = molmoact_internal_engine(api);
     int rc = 1;
     ma_request q;
     ma_result res, first;
@@ -427,12 +499,13 @@ static int cmd_run(opts *o) {
     ma_trace_init(&trace);
     ma_latency lat;
     ma_latency_init(&lat);
-    if (ma_request_load(&e.host, &src, &q, &err)) { fail(&err); goto out; }
+    if (ma_request_load(&ep->host, &src, &q, &err)) { fail(&err); goto out; }
     /* N runs of the same observation on the resident sessions; all must give the same chunk */
     for (int i = 0; i < o->runs; i++) {
         ma_result_free(&res);
-        if (ma_engine_run(&e, &q.obs, &res, o->dump && i == 0 ? &trace : NULL, &err)) { fail(&err); goto out; }
-        ma_latency_add(&lat, &e.runner->last);
+        ma_timing tm;
+        if (api_run(api, &q, &res, &tm, o->dump && i == 0 ? &trace : NULL, &err)) { fail(&err); goto out; }
+        ma_latency_add(&lat, &tm);
         if (i == 0) { first = res; memset(&res, 0, sizeof res); continue; }
         if (memcmp(first.actions, res.actions, sizeof(float) * (size_t)res.n_steps * res.action_dim) != 0) {
             fprintf(stderr, "molmoact: run %d gave a different action chunk than run 1 (the pipeline is not deterministic)\n", i + 1);
@@ -440,7 +513,7 @@ static int cmd_run(opts *o) {
         }
     }
     if (o->dump && q.prep.resized) {
-        int64_t rs[4] = {q.obs.n_images, e.host.cfg.image_h, e.host.cfg.image_w, 3}, bs[1] = {q.prep.prompt.state_dim};
+        int64_t rs[4] = {q.obs.n_images, ep->host.cfg.image_h, ep->host.cfg.image_w, 3}, bs[1] = {q.prep.prompt.state_dim};
         ma_tensor rt = ma_tensor_view(MA_DT_U8, 4, rs, q.prep.resized);
         int64_t bins[MA_NORM_MAX_DIM];
         for (int i = 0; i < q.prep.prompt.state_dim; i++) bins[i] = q.prep.prompt.state_bins[i];
@@ -451,17 +524,17 @@ static int cmd_run(opts *o) {
     if ((o->out || o->dump) && write_outputs(o, &first, &trace, &err)) { fail(&err); goto out; }
     if (o->json) { printf("{"); print_actions_json(&first); }
     else print_actions(&first);
-    if (o->json) { printf(", \"latency\": "); ma_latency_print_json(&lat, e.inproc ? "inproc" : "resident", e.host.cfg.flow_steps, stdout); }
-    else { printf("\n"); ma_latency_print(&lat, mode_name(&e), e.host.cfg.flow_steps, stdout); }
-    print_memory(&e, o->json);
-    rc = o->golden ? run_parity(&e, o) : 0;
+    if (o->json) { printf(", \"latency\": "); ma_latency_print_json(&lat, ep->inproc ? "inproc" : "resident", ep->host.cfg.flow_steps, stdout); }
+    else { printf("\n"); ma_latency_print(&lat, mode_name(ep), ep->host.cfg.flow_steps, stdout); }
+    print_memory(ep, o->json);
+    rc = o->golden ? run_parity(ep, o) : 0;
     if (o->json) printf("}\n");
 out:
     ma_request_free(&q);
     ma_result_free(&res);
     ma_result_free(&first);
     ma_trace_free(&trace);
-    if (ma_engine_close(&e) && !rc) rc = 1; /* a worker that did not shut down cleanly fails the run */
+    if (api_close(&api) && !rc) rc = 1; /* a worker that did not shut down cleanly fails the run */
     return rc;
 }
 
@@ -573,48 +646,50 @@ static int cmd_bench(opts *o) {
     ma_request_src src;
     request_setup(o, &src, 0); /* the demo model, but a synthetic observation */
     if (o->runs < 1) o->runs = 5;
-    ma_engine e;
+    molmoact *api;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (ma_engine_open(o->model, o->norm_tag, o->inproc, NULL, &e, &err)) return fail(&err);
+    if (api_open(o, &api)) return 1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    ma_engine *ep = molmoact_internal_engine(api);
     /* opening: workers started, contexts mapped and checked (files already in the page cache
      * after the first run, so this is the cost beyond reading them) */
     const double open_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
     ma_request q;
-    ma_status s = src.inputs || src.image0 ? ma_request_load(&e.host, &src, &q, &err) : ma_request_synthetic(&e.host, o->seed, &q, &err);
-    if (s) { ma_engine_close(&e); return fail(&err); }
+    ma_status s = src.inputs || src.image0 ? ma_request_load(&ep->host, &src, &q, &err) : ma_request_synthetic(&ep->host, o->seed, &q, &err);
+    if (s) { api_close(&api); return fail(&err); }
     ma_latency lat;
     ma_latency_init(&lat);
     int rc = 0;
     for (int i = 0; i <= o->runs && !rc; i++) {
         ma_result res;
-        if (ma_engine_run(&e, &q.obs, &res, NULL, &err)) { rc = fail(&err); break; }
-        if (i > 0) ma_latency_add(&lat, &e.runner->last); /* run 0 warms caches and page mappings */
+        ma_timing tm;
+        if (api_run(api, &q, &res, &tm, NULL, &err)) { rc = fail(&err); break; }
+        if (i > 0) ma_latency_add(&lat, &tm); /* run 0 warms caches and page mappings */
         ma_result_free(&res);
     }
     if (!rc) {
-        const char *prec[3] = {e.host.precision[0][0] ? e.host.precision[0] : "checkpoint",
-                               e.host.precision[1][0] ? e.host.precision[1] : "checkpoint",
-                               e.host.precision[2][0] ? e.host.precision[2] : "checkpoint"};
+        const char *prec[3] = {ep->host.precision[0][0] ? ep->host.precision[0] : "checkpoint",
+                               ep->host.precision[1][0] ? ep->host.precision[1] : "checkpoint",
+                               ep->host.precision[2][0] ? ep->host.precision[2] : "checkpoint"};
         if (o->json) {
             printf("{\"model\": ");
             ma_json_write_string(stdout, o->model, strlen(o->model));
             printf(", \"precision\": {\"vision\": \"%s\", \"llm\": \"%s\", \"action\": \"%s\"}, \"prompt_tokens\": %lld, \"latency\": ",
                    prec[0], prec[1], prec[2], (long long)q.obs.seq_len);
-            ma_latency_print_json(&lat, e.inproc ? "inproc" : "resident", e.host.cfg.flow_steps, stdout);
-            print_memory(&e, 1);
+            ma_latency_print_json(&lat, ep->inproc ? "inproc" : "resident", ep->host.cfg.flow_steps, stdout);
+            print_memory(ep, 1);
             printf(", \"open_ms\": %.3f}\n", open_ms);
         } else {
             printf("bench: %s (vision %s, llm %s, action %s), prompt %lld tokens, %d threads\n", o->model, prec[0], prec[1],
                    prec[2], (long long)q.obs.seq_len, ma_kernel_threads());
-            ma_latency_print(&lat, mode_name(&e), e.host.cfg.flow_steps, stdout);
-            print_memory(&e, 0);
+            ma_latency_print(&lat, mode_name(ep), ep->host.cfg.flow_steps, stdout);
+            print_memory(ep, 0);
             printf("open %.1f ms (sessions started, contexts mapped and checked)\n", open_ms);
         }
     }
     ma_request_free(&q);
-    if (ma_engine_close(&e) && !rc) rc = 1;
+    if (api_close(&api) && !rc) rc = 1;
     return rc;
 }
 

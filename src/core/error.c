@@ -46,6 +46,7 @@ const char *ma_status_name(ma_status s) {
     case MA_ERR_UNSUPPORTED: return "unsupported";
     case MA_ERR_RANGE: return "out of range";
     case MA_ERR_PARITY: return "parity failure";
+    case MA_ERR_WORKER: return "worker failure";
     }
     return "unknown error";
 }

@@ -19,6 +19,7 @@ typedef enum {
     MA_ERR_UNSUPPORTED, /* valid, but not implemented here */
     MA_ERR_RANGE,       /* a value is out of its allowed range (NaN, bad id, ...) */
     MA_ERR_PARITY,      /* a parity gate failed */
+    MA_ERR_WORKER,      /* a resident worker died or missed its deadline (it is restarted) */
 } ma_status;
 
 typedef struct ma_error {

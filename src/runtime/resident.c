@@ -202,7 +202,7 @@ static ma_status fault(ma_resident *r, int wi, const char *what, ma_error *err) 
     w->restarts++;
     ma_error e2 = {0};
     ma_status sp = spawn(r, wi, &e2);
-    return ma_fail(err, MA_ERR_IO, "worker %s (pid %d) %s (%s); %s", w->name, (int)pid, what, how,
+    return ma_fail(err, MA_ERR_WORKER, "worker %s (pid %d) %s (%s); %s", w->name, (int)pid, what, how,
                    sp ? e2.msg : "it was restarted");
 }
 

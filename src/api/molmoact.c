@@ -1,0 +1,390 @@
+/* libmolmoact: the public C API (include/molmoact.h) over the engine (runtime/engine.h).
+ *
+ * An engine is the resident runtime (or the in-process one) plus a mutex: molmoact_infer holds it
+ * for the whole call, so concurrent callers are served one after the other. Observations are
+ * validated field by field before anything runs, and turned into the pipeline's inputs exactly
+ * as the command line does (frames -> torch-exact resize -> pixels; task + state -> prompt ->
+ * tokens; noise or torch.randn(seed)), so the API and `molmoact run` give the same bits. */
+#define _GNU_SOURCE /* dladdr */
+#include "molmoact.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/internal.h"
+#include "kernels/kernels.h"
+#include "model/image.h"
+#include "model/normstats.h"
+#include "runtime/observation.h"
+
+#define TASK_MAX_BYTES 65536
+
+struct molmoact {
+    pthread_mutex_t lock;
+    ma_engine engine;
+    char *dir, *tag, *exe;
+};
+
+const char *molmoact_version(void) { return MOLMOACT_VERSION; }
+
+const char *molmoact_status_name(molmoact_status s) {
+    switch (s) {
+    case MOLMOACT_OK: return "MOLMOACT_OK";
+    case MOLMOACT_ERR_ARG: return "MOLMOACT_ERR_ARG";
+    case MOLMOACT_ERR_IO: return "MOLMOACT_ERR_IO";
+    case MOLMOACT_ERR_FORMAT: return "MOLMOACT_ERR_FORMAT";
+    case MOLMOACT_ERR_SHAPE: return "MOLMOACT_ERR_SHAPE";
+    case MOLMOACT_ERR_NOMEM: return "MOLMOACT_ERR_NOMEM";
+    case MOLMOACT_ERR_UNSUPPORTED: return "MOLMOACT_ERR_UNSUPPORTED";
+    case MOLMOACT_ERR_RANGE: return "MOLMOACT_ERR_RANGE";
+    case MOLMOACT_ERR_WORKER: return "MOLMOACT_ERR_WORKER";
+    }
+    return "MOLMOACT_ERR_UNKNOWN";
+}
+
+static molmoact_status to_public(ma_status s) {
+    switch (s) {
+    case MA_OK: return MOLMOACT_OK;
+    case MA_ERR_ARG: return MOLMOACT_ERR_ARG;
+    case MA_ERR_IO: return MOLMOACT_ERR_IO;
+    case MA_ERR_FORMAT: return MOLMOACT_ERR_FORMAT;
+    case MA_ERR_SHAPE: return MOLMOACT_ERR_SHAPE;
+    case MA_ERR_NOMEM: return MOLMOACT_ERR_NOMEM;
+    case MA_ERR_UNSUPPORTED: return MOLMOACT_ERR_UNSUPPORTED;
+    case MA_ERR_RANGE: return MOLMOACT_ERR_RANGE;
+    case MA_ERR_PARITY: return MOLMOACT_ERR_RANGE;
+    case MA_ERR_WORKER: return MOLMOACT_ERR_WORKER;
+    }
+    return MOLMOACT_ERR_ARG;
+}
+
+/* fill the public error from an internal one; returns the public status */
+static molmoact_status report(molmoact_error *out, ma_status s, const ma_error *e) {
+    const molmoact_status p = to_public(s);
+    if (out) {
+        out->code = p;
+        snprintf(out->message, sizeof out->message, "%s", p == MOLMOACT_OK ? "" : e->msg);
+    }
+    return p;
+}
+
+static molmoact_status fail(molmoact_error *out, molmoact_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static molmoact_status fail(molmoact_error *out, molmoact_status code, const char *fmt, ...) {
+    if (out) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(out->message, sizeof out->message, fmt, ap);
+        va_end(ap);
+        out->code = code;
+    }
+    return code;
+}
+
+void molmoact_options_init(molmoact_options *opt) {
+    if (!opt) return;
+    memset(opt, 0, sizeof *opt);
+    opt->struct_size = sizeof *opt;
+}
+
+void molmoact_observation_init(molmoact_observation *obs) {
+    if (!obs) return;
+    memset(obs, 0, sizeof *obs);
+    obs->struct_size = sizeof *obs;
+}
+
+/* the molmoact program for the workers: next to this library (LIBDIR/molmoact, LIBDIR/../bin/
+ * molmoact: the build tree and an installed prefix), then MOLMOACT_WORKER_EXE, then this process
+ * when it is molmoact itself. NULL when none is found. */
+static char *find_worker_exe(void) {
+    const char *env = getenv("MOLMOACT_WORKER_EXE");
+    if (env && *env) return strdup(env);
+    Dl_info info;
+    char dir[PATH_MAX], cand[PATH_MAX + 32];
+    if (dladdr((void *)molmoact_open, &info) && info.dli_fname && realpath(info.dli_fname, dir)) {
+        char *slash = strrchr(dir, '/');
+        if (slash) {
+            *slash = '\0';
+            const char *rel[] = {"/molmoact", "/../bin/molmoact"};
+            for (int i = 0; i < 2; i++) {
+                snprintf(cand, sizeof cand, "%s%s", dir, rel[i]);
+                if (access(cand, X_OK) == 0 && ma_is_file(cand)) return strdup(cand);
+            }
+        }
+    }
+    return NULL;
+}
+
+/* context-suffix options become the variables the context loader and the workers read */
+static void set_suffix(const char *var, const char *value) {
+    if (value) setenv(var, value, 1);
+}
+
+molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmoact_error *err) {
+    if (out) *out = NULL;
+    if (err) { err->code = MOLMOACT_OK; err->message[0] = '\0'; }
+    if (!opt || !out) return fail(err, MOLMOACT_ERR_ARG, "molmoact_open: %s is NULL", opt ? "out" : "options");
+    if (opt->struct_size < offsetof(molmoact_options, deadline_ms) + sizeof(int) || opt->struct_size > 4096)
+        return fail(err, MOLMOACT_ERR_ARG, "options.struct_size is %u (call molmoact_options_init)", opt->struct_size);
+    if (!opt->model_dir || !*opt->model_dir) return fail(err, MOLMOACT_ERR_ARG, "options.model_dir is not set");
+    if (opt->backend && strcmp(opt->backend, "cpu"))
+        return fail(err, MOLMOACT_ERR_UNSUPPORTED, "options.backend \"%s\": this build has the cpu backend", opt->backend);
+    if (opt->threads < 0 || opt->threads > 64) return fail(err, MOLMOACT_ERR_ARG, "options.threads %d: 0..64", opt->threads);
+    if (opt->deadline_ms < 0) return fail(err, MOLMOACT_ERR_ARG, "options.deadline_ms %d is negative", opt->deadline_ms);
+    if (opt->inproc != 0 && opt->inproc != 1) return fail(err, MOLMOACT_ERR_ARG, "options.inproc must be 0 or 1");
+    const char *sfx[3] = {opt->vision_suffix, opt->llm_suffix, opt->action_suffix};
+    for (int i = 0; i < 3; i++)
+        if (sfx[i] && (strlen(sfx[i]) > 64 || strchr(sfx[i], '/')))
+            return fail(err, MOLMOACT_ERR_ARG, "options.%s_suffix: at most 64 characters, no '/'",
+                        i == 0 ? "vision" : i == 1 ? "llm" : "action");
+    if (!ma_is_dir(opt->model_dir)) return fail(err, MOLMOACT_ERR_IO, "options.model_dir %s is not a directory", opt->model_dir);
+    molmoact *e = calloc(1, sizeof *e);
+    if (!e) return fail(err, MOLMOACT_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&e->lock, NULL);
+    e->dir = strdup(opt->model_dir);
+    e->tag = strdup(opt->norm_tag ? opt->norm_tag : "libero");
+    if (!opt->inproc) e->exe = opt->worker_exe ? strdup(opt->worker_exe) : find_worker_exe();
+    if (!e->dir || !e->tag) {
+        molmoact_close(&e);
+        return fail(err, MOLMOACT_ERR_NOMEM, "out of memory");
+    }
+    if (!opt->inproc && !e->exe) {
+        molmoact_close(&e);
+        return fail(err, MOLMOACT_ERR_IO, "the molmoact program for the resident workers was not found next to the library "
+                    "(LIBDIR/molmoact or LIBDIR/../bin/molmoact): set options.worker_exe or MOLMOACT_WORKER_EXE, or use inproc");
+    }
+    set_suffix("VISION_CTX_SUFFIX", opt->vision_suffix);
+    set_suffix("LLM_CTX_SUFFIX", opt->llm_suffix);
+    set_suffix("ACTION_CTX_SUFFIX", opt->action_suffix);
+    if (opt->threads > 0) {
+        char n[16];
+        snprintf(n, sizeof n, "%d", opt->threads);
+        setenv("MOLMOACT_THREADS", n, 1); /* for the workers */
+        ma_kernel_set_threads(opt->threads);
+    }
+    ma_resident_opts ro;
+    memset(&ro, 0, sizeof ro);
+    ro.exe = e->exe;
+    ro.deadline_ms = opt->deadline_ms;
+    ma_error me = {0};
+    ma_status s = ma_engine_open(e->dir, e->tag, opt->inproc, &ro, &e->engine, &me);
+    if (s) {
+        e->engine.runner = NULL;
+        molmoact_close(&e);
+        return report(err, s, &me);
+    }
+    *out = e;
+    return MOLMOACT_OK;
+}
+
+molmoact_status molmoact_close(molmoact **engine) {
+    if (!engine || !*engine) return MOLMOACT_OK;
+    molmoact *e = *engine;
+    *engine = NULL;
+    int bad = e->engine.runner ? ma_engine_close(&e->engine) : 0;
+    pthread_mutex_destroy(&e->lock);
+    free(e->dir);
+    free(e->tag);
+    free(e->exe);
+    free(e);
+    return bad ? MOLMOACT_ERR_WORKER : MOLMOACT_OK;
+}
+
+void molmoact_result_free(molmoact_result *res) {
+    if (!res) return;
+    free(res->actions);
+    free(res->trajectory);
+    memset(res, 0, sizeof *res);
+}
+
+/* one camera frame -> an owned contiguous RGB image */
+static ma_status take_image(const molmoact_image *im, int i, ma_image *out, ma_error *err) {
+    char label[48];
+    snprintf(label, sizeof label, "observation.images[%d]", i);
+    memset(out, 0, sizeof *out);
+    if (im->encoded) {
+        if (im->data) return ma_fail(err, MA_ERR_ARG, "%s: give data or encoded, not both", label);
+        if (!im->encoded_len) return ma_fail(err, MA_ERR_FORMAT, "%s: encoded image is empty", label);
+        return ma_image_decode(im->encoded, im->encoded_len, label, out, err);
+    }
+    if (!im->data) return ma_fail(err, MA_ERR_ARG, "%s: no frame (data and encoded are NULL)", label);
+    if (im->height <= 0 || im->width <= 0)
+        return ma_fail(err, MA_ERR_SHAPE, "%s: frame is %d x %d pixels (empty)", label, im->height, im->width);
+    if (im->height > MA_IMAGE_MAX_SIDE || im->width > MA_IMAGE_MAX_SIDE ||
+        (uint64_t)im->height * (uint64_t)im->width > MA_IMAGE_MAX_PIXELS)
+        return ma_fail(err, MA_ERR_NOMEM, "%s: frame %d x %d exceeds the limit (%d per side, %u pixels)", label, im->height,
+                       im->width, MA_IMAGE_MAX_SIDE, MA_IMAGE_MAX_PIXELS);
+    const size_t row = (size_t)im->width * 3, stride = im->stride ? im->stride : row;
+    if (stride < row) return ma_fail(err, MA_ERR_SHAPE, "%s: stride %zu is below 3 x width = %zu", label, stride, row);
+    out->rgb = ma_malloc((size_t)im->height, row, err, label);
+    if (!out->rgb) return MA_ERR_NOMEM;
+    for (int y = 0; y < im->height; y++) memcpy(out->rgb + (size_t)y * row, im->data + (size_t)y * stride, row);
+    out->h = im->height;
+    out->w = im->width;
+    return MA_OK;
+}
+
+/* the observation, checked field by field, as the pipeline's inputs (frames and prompt prepared
+ * as `molmoact run` prepares them) */
+typedef struct {
+    ma_obs obs;
+    ma_image imgs[2];
+    ma_prepared prep;
+} prepared_obs;
+
+static void prepared_free(prepared_obs *p) {
+    for (int i = 0; i < 2; i++) ma_image_free(&p->imgs[i]);
+    ma_prepared_free(&p->prep);
+    memset(p, 0, sizeof *p);
+}
+
+static ma_status prepare(const ma_engine *eng, const molmoact_observation *o, prepared_obs *p, ma_error *err) {
+    const ma_model *m = &eng->host;
+    const ma_config *c = &m->cfg;
+    memset(p, 0, sizeof *p);
+    if (o->struct_size < offsetof(molmoact_observation, seq_len) + sizeof(int64_t) || o->struct_size > 4096)
+        return ma_fail(err, MA_ERR_ARG, "observation.struct_size is %u (call molmoact_observation_init)", o->struct_size);
+    ma_status s;
+    const int need_prompt = !o->input_ids, need_frames = !o->pixels;
+    if (o->input_ids) {
+        if (o->seq_len < 1 || o->seq_len > (1 << 20)) return ma_fail(err, MA_ERR_SHAPE, "observation.seq_len %lld: 1..%d", (long long)o->seq_len, 1 << 20);
+        p->obs.input_ids = o->input_ids;
+        p->obs.seq_len = o->seq_len;
+    }
+    if (o->pixels) {
+        if (o->n_pixel_images < 1 || o->n_pixel_images > 16)
+            return ma_fail(err, MA_ERR_SHAPE, "observation.n_pixel_images %d: 1..16", o->n_pixel_images);
+        p->obs.pixels = o->pixels;
+        p->obs.n_images = o->n_pixel_images;
+    }
+    float state[MA_NORM_MAX_DIM];
+    if (need_prompt) {
+        if (!o->task) return ma_fail(err, MA_ERR_ARG, "observation.task is NULL");
+        const size_t tl = strnlen(o->task, TASK_MAX_BYTES + 1);
+        if (tl > TASK_MAX_BYTES) return ma_fail(err, MA_ERR_NOMEM, "observation.task exceeds %d bytes", TASK_MAX_BYTES);
+        if (!o->state) return ma_fail(err, MA_ERR_ARG, "observation.state is NULL");
+        const int want = m->ns.has_state ? m->ns.state.dim : o->state_dim;
+        if (o->state_dim < 1 || o->state_dim > MA_NORM_MAX_DIM || o->state_dim != want)
+            return ma_fail(err, MA_ERR_SHAPE, "observation.state_dim is %d, the model's state has %d values", o->state_dim, want);
+        for (int i = 0; i < o->state_dim; i++) {
+            if (!isfinite(o->state[i]))
+                return ma_fail(err, MA_ERR_RANGE, "observation.state[%d] is %s", i, isnan(o->state[i]) ? "NaN" : "infinite");
+            state[i] = o->state[i];
+        }
+    }
+    if (need_frames || need_prompt) {
+        for (int i = 0; i < 2; i++)
+            if ((s = take_image(&o->images[i], i, &p->imgs[i], err))) return s;
+        if (need_prompt) {
+            if ((s = ma_prepare_observation(m, p->imgs, 2, o->task, strlen(o->task), state, o->state_dim, &p->prep, err))) return s;
+            p->obs.input_ids = p->prep.prompt.ids;
+            p->obs.seq_len = p->prep.prompt.n;
+        } else {
+            const size_t P = (size_t)c->patch_h * c->patch_w, pp = 3u * c->patch * c->patch;
+            p->prep.pixels = ma_malloc(2 * P * pp, sizeof(float), err, "pixels");
+            if (!p->prep.pixels) return MA_ERR_NOMEM;
+            for (int i = 0; i < 2; i++)
+                if ((s = ma_preprocess_image(c, &p->imgs[i], p->prep.pixels + (size_t)i * P * pp, NULL, err))) return s;
+        }
+        if (need_frames) {
+            p->obs.pixels = p->prep.pixels;
+            p->obs.n_images = 2;
+        }
+    }
+    int action_dim, A, n_steps;
+    if ((s = ma_action_plan(m, &action_dim, &A, &n_steps, err))) return s;
+    if (o->noise) {
+        if (o->have_seed) return ma_fail(err, MA_ERR_ARG, "observation: noise and seed contradict each other (give one)");
+        const size_t want = (size_t)A * (size_t)c->max_action_dim;
+        if (o->noise_len != want)
+            return ma_fail(err, MA_ERR_SHAPE, "observation.noise has %zu values, the model needs [1, %d, %d] = %zu", o->noise_len, A,
+                           c->max_action_dim, want);
+        for (size_t i = 0; i < want; i++)
+            if (!isfinite(o->noise[i])) return ma_fail(err, MA_ERR_RANGE, "observation.noise[%zu] is not finite", i);
+        p->obs.noise = o->noise;
+    } else if (o->noise_len)
+        return ma_fail(err, MA_ERR_ARG, "observation.noise_len is %zu but noise is NULL", o->noise_len);
+    p->obs.seed = o->have_seed ? o->seed : 0;
+    return MA_OK;
+}
+
+static void copy_timing(const ma_timing *t, molmoact_timing *out) {
+    out->vision = t->vision;
+    for (int i = 0; i < 4; i++) out->llm_split[i] = t->llm[i];
+    out->action_context = t->action_context;
+    out->action_step = t->action_step;
+    out->transfer = t->transfer;
+    out->host = t->host;
+    out->total = t->total;
+}
+
+ma_status molmoact_internal_run(molmoact *e, const molmoact_observation *obs, molmoact_result *res, ma_trace *trace,
+                                ma_error *err) {
+    prepared_obs p;
+    ma_status s = prepare(&e->engine, obs, &p, err);
+    if (!s) {
+        ma_result r;
+        s = ma_engine_run(&e->engine, &p.obs, &r, trace, err);
+        if (!s) {
+            res->actions = r.actions;
+            res->n_steps = r.n_steps;
+            res->action_dim = r.action_dim;
+            res->trajectory = r.trajectory;
+            res->horizon = r.horizon;
+            res->max_action_dim = r.max_action_dim;
+            copy_timing(&e->engine.runner->last, &res->timing);
+        }
+    }
+    prepared_free(&p);
+    return s;
+}
+
+molmoact_status molmoact_infer(molmoact *engine, const molmoact_observation *obs, molmoact_result *res, molmoact_error *err) {
+    if (err) { err->code = MOLMOACT_OK; err->message[0] = '\0'; }
+    if (res) memset(res, 0, sizeof *res);
+    if (!engine) return fail(err, MOLMOACT_ERR_ARG, "molmoact_infer: the engine is NULL (closed, or never opened)");
+    if (!obs || !res) return fail(err, MOLMOACT_ERR_ARG, "molmoact_infer: %s is NULL", obs ? "result" : "observation");
+    ma_error me = {0};
+    pthread_mutex_lock(&engine->lock);
+    ma_status s = molmoact_internal_run(engine, obs, res, NULL, &me);
+    pthread_mutex_unlock(&engine->lock);
+    if (s) memset(res, 0, sizeof *res);
+    return report(err, s, &me);
+}
+
+molmoact_status molmoact_get_info(molmoact *engine, molmoact_info *info, molmoact_error *err) {
+    if (err) { err->code = MOLMOACT_OK; err->message[0] = '\0'; }
+    if (!engine) return fail(err, MOLMOACT_ERR_ARG, "molmoact_get_info: the engine is NULL (closed, or never opened)");
+    if (!info) return fail(err, MOLMOACT_ERR_ARG, "molmoact_get_info: info is NULL");
+    memset(info, 0, sizeof *info);
+    pthread_mutex_lock(&engine->lock);
+    const ma_model *m = &engine->engine.host;
+    const ma_config *c = &m->cfg;
+    ma_error me = {0};
+    int action_dim = 0, A = 0, n_steps = 0;
+    ma_status s = ma_action_plan(m, &action_dim, &A, &n_steps, &me);
+    /* the Grid Sampler's K tokens per image, or the pooled grid's */
+    snprintf(info->variant, sizeof info->variant, "%s", m->tokens_per_image != c->pooled_h * c->pooled_w ? "grid" : "original");
+    info->action_horizon = A;
+    info->action_dim = action_dim;
+    info->max_action_dim = c->max_action_dim;
+    info->n_steps = n_steps;
+    info->state_dim = m->ns.has_state ? m->ns.state.dim : 0;
+    info->flow_steps = c->flow_steps;
+    info->prompt_seq = m->prompt_seq;
+    for (int i = 0; i < 3; i++) snprintf(info->precision[i], sizeof info->precision[i], "%s", m->precision[i][0] ? m->precision[i] : "checkpoint");
+    snprintf(info->norm_tag, sizeof info->norm_tag, "%s", engine->tag);
+    info->inproc = engine->engine.inproc;
+    ma_engine_peak_rss(&engine->engine, &info->peak_rss_kib, &info->workers_peak_rss_kib);
+    pthread_mutex_unlock(&engine->lock);
+    return report(err, s, &me);
+}
+
+ma_engine *molmoact_internal_engine(molmoact *e) { return e ? &e->engine : NULL; }
