@@ -1,0 +1,306 @@
+"""molmoact: the MolmoAct2-LIBERO robot policy from Python, over libmolmoact (ctypes, numpy).
+
+    import molmoact
+    with molmoact.Policy("/data/molmoact2-libero") as policy:
+        out = policy.infer({
+            "observation/image": agent_rgb,          # uint8 [H, W, 3], any size (or PNG/JPEG bytes)
+            "observation/wrist_image": wrist_rgb,
+            "observation/state": state,              # float32 or float64 [8]
+            "prompt": "put the bowl on the plate",
+        })
+        out["actions"]                               # float32 [10, 7], de-normalised
+
+Keys: openpi's (observation/image, observation/wrist_image, observation/state, prompt) or
+MolmoAct2's (image, wrist_image, state, instruction; task is accepted too), plus optional
+`noise` (float32 [1, 10, 32]) or `seed` for reproducible runs. Errors raise MolmoActError with
+the library's message (it names the field, file or worker at fault).
+
+The library is found, in order: $MOLMOACT_LIBRARY, next to this package, the build tree of a
+source checkout (build/), then the dynamic loader's path (libmolmoact.so.0).
+"""
+import ctypes
+import os
+
+import numpy as np
+
+__all__ = ["Policy", "MolmoActError", "library_path", "version"]
+
+
+class MolmoActError(RuntimeError):
+    """A failed call: `status` is the library's status name, the message names what was wrong."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+# ---------------------------------------------------------------------------- the C declarations
+# (mirroring include/molmoact.h; struct_size fields let the library check the layout)
+
+class _Error(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_int), ("message", ctypes.c_char * 1024)]
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("model_dir", ctypes.c_char_p), ("backend", ctypes.c_char_p),
+                ("inproc", ctypes.c_int), ("threads", ctypes.c_int), ("norm_tag", ctypes.c_char_p),
+                ("vision_suffix", ctypes.c_char_p), ("llm_suffix", ctypes.c_char_p), ("action_suffix", ctypes.c_char_p),
+                ("worker_exe", ctypes.c_char_p), ("deadline_ms", ctypes.c_int)]
+
+
+class _Image(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("height", ctypes.c_int), ("width", ctypes.c_int), ("stride", ctypes.c_size_t),
+                ("encoded", ctypes.c_void_p), ("encoded_len", ctypes.c_size_t)]
+
+
+class _Observation(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("images", _Image * 2), ("state", ctypes.POINTER(ctypes.c_float)),
+                ("state_dim", ctypes.c_int), ("task", ctypes.c_char_p), ("noise", ctypes.POINTER(ctypes.c_float)),
+                ("noise_len", ctypes.c_size_t), ("have_seed", ctypes.c_int), ("seed", ctypes.c_uint64),
+                ("pixels", ctypes.POINTER(ctypes.c_float)), ("n_pixel_images", ctypes.c_int),
+                ("input_ids", ctypes.POINTER(ctypes.c_int64)), ("seq_len", ctypes.c_int64)]
+
+
+class _Timing(ctypes.Structure):
+    _fields_ = [("vision", ctypes.c_double), ("llm_split", ctypes.c_double * 4), ("action_context", ctypes.c_double),
+                ("action_step", ctypes.c_double), ("transfer", ctypes.c_double), ("host", ctypes.c_double),
+                ("total", ctypes.c_double)]
+
+
+class _Result(ctypes.Structure):
+    _fields_ = [("actions", ctypes.POINTER(ctypes.c_float)), ("n_steps", ctypes.c_int), ("action_dim", ctypes.c_int),
+                ("trajectory", ctypes.POINTER(ctypes.c_float)), ("horizon", ctypes.c_int),
+                ("max_action_dim", ctypes.c_int), ("timing", _Timing)]
+
+
+class _Info(ctypes.Structure):
+    _fields_ = [("variant", ctypes.c_char * 16), ("action_horizon", ctypes.c_int), ("action_dim", ctypes.c_int),
+                ("max_action_dim", ctypes.c_int), ("n_steps", ctypes.c_int), ("state_dim", ctypes.c_int),
+                ("flow_steps", ctypes.c_int), ("prompt_seq", ctypes.c_int), ("precision", (ctypes.c_char * 16) * 3),
+                ("norm_tag", ctypes.c_char * 64), ("inproc", ctypes.c_int), ("peak_rss_kib", ctypes.c_long),
+                ("workers_peak_rss_kib", ctypes.c_long)]
+
+
+_STATUS = {0: "MOLMOACT_OK", 1: "MOLMOACT_ERR_ARG", 2: "MOLMOACT_ERR_IO", 3: "MOLMOACT_ERR_FORMAT",
+           4: "MOLMOACT_ERR_SHAPE", 5: "MOLMOACT_ERR_NOMEM", 6: "MOLMOACT_ERR_UNSUPPORTED", 7: "MOLMOACT_ERR_RANGE",
+           9: "MOLMOACT_ERR_WORKER"}
+
+
+def _candidates():
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = os.environ.get("MOLMOACT_LIBRARY")
+    if env:
+        yield env, "$MOLMOACT_LIBRARY"
+    for name in ("libmolmoact.so.0", "libmolmoact.so"):
+        yield os.path.join(here, name), "next to the package"
+    for name in ("libmolmoact.so.0", "libmolmoact.so"):
+        yield os.path.normpath(os.path.join(here, "..", "..", "build", name)), "the source tree's build/"
+    yield "libmolmoact.so.0", "the dynamic loader's path"
+
+
+def _load():
+    tried = []
+    for path, where in _candidates():
+        if os.path.sep in path and not os.path.exists(path):
+            tried.append(f"{path} ({where}: absent)")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{path} ({where}: {e})")
+            continue
+        return lib, path
+    raise ImportError("molmoact: libmolmoact.so not found; looked at:\n  " + "\n  ".join(tried) +
+                      "\nbuild it (cmake --build build) or set MOLMOACT_LIBRARY to its path")
+
+
+_lib, library_path = _load()
+_lib.molmoact_version.restype = ctypes.c_char_p
+_lib.molmoact_options_init.argtypes = [ctypes.POINTER(_Options)]
+_lib.molmoact_observation_init.argtypes = [ctypes.POINTER(_Observation)]
+_lib.molmoact_open.argtypes = [ctypes.POINTER(_Options), ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_Error)]
+_lib.molmoact_close.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+_lib.molmoact_infer.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Observation), ctypes.POINTER(_Result), ctypes.POINTER(_Error)]
+_lib.molmoact_result_free.argtypes = [ctypes.POINTER(_Result)]
+_lib.molmoact_get_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Info), ctypes.POINTER(_Error)]
+version = _lib.molmoact_version().decode()
+
+
+def _raise(rc, err):
+    raise MolmoActError(_STATUS.get(rc, str(rc)), err.message.decode(errors="replace"))
+
+
+_OPTIONS = {"inproc", "threads", "norm_tag", "backend", "vision_suffix", "llm_suffix", "action_suffix", "worker_exe",
+            "deadline_ms"}
+_KEYS = {  # accepted request keys -> role
+    "observation/image": "image", "image": "image",
+    "observation/wrist_image": "wrist_image", "wrist_image": "wrist_image",
+    "observation/state": "state", "state": "state",
+    "prompt": "task", "instruction": "task", "task": "task",
+    "noise": "noise", "seed": "seed",
+}
+
+
+class Policy:
+    """An open engine. `Policy(model_dir, inproc=False, threads=0, norm_tag="libero", ...)`;
+    options are those of molmoact_options (include/molmoact.h)."""
+
+    def __init__(self, model_dir, **options):
+        unknown = set(options) - _OPTIONS
+        if unknown:
+            raise TypeError(f"Policy: unknown option(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(_OPTIONS))})")
+        self._h = ctypes.c_void_p()
+        opt = _Options()
+        _lib.molmoact_options_init(ctypes.byref(opt))
+        self._keep = []
+
+        def s(v):
+            if v is None:
+                return None
+            b = os.fsencode(v) if not isinstance(v, bytes) else v
+            self._keep.append(b)
+            return b
+        opt.model_dir = s(model_dir)
+        opt.inproc = 1 if options.get("inproc") else 0
+        opt.threads = int(options.get("threads", 0))
+        opt.deadline_ms = int(options.get("deadline_ms", 0))
+        for k in ("norm_tag", "backend", "vision_suffix", "llm_suffix", "action_suffix", "worker_exe"):
+            setattr(opt, k, s(options.get(k)))
+        err = _Error()
+        rc = _lib.molmoact_open(ctypes.byref(opt), ctypes.byref(self._h), ctypes.byref(err))
+        if rc:
+            _raise(rc, err)
+        self.info = self._info()
+
+    def _info(self):
+        info, err = _Info(), _Error()
+        rc = _lib.molmoact_get_info(self._h, ctypes.byref(info), ctypes.byref(err))
+        if rc:
+            _raise(rc, err)
+        return {"variant": info.variant.decode(), "action_horizon": info.action_horizon, "action_dim": info.action_dim,
+                "max_action_dim": info.max_action_dim, "n_steps": info.n_steps, "state_dim": info.state_dim,
+                "flow_steps": info.flow_steps, "prompt_seq": info.prompt_seq,
+                "precision": {k: info.precision[i].value.decode() for i, k in enumerate(("vision", "llm", "action"))},
+                "norm_tag": info.norm_tag.decode(), "inproc": bool(info.inproc)}
+
+    def memory(self):
+        """peak RSS in KiB of this process and of the live workers"""
+        info, err = _Info(), _Error()
+        rc = _lib.molmoact_get_info(self._h, ctypes.byref(info), ctypes.byref(err))
+        if rc:
+            _raise(rc, err)
+        return {"process_kib": info.peak_rss_kib, "workers_kib": info.workers_peak_rss_kib}
+
+    @staticmethod
+    def _image(key, v, keep):
+        im = _Image()
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            b = bytes(v)
+            keep.append(b)
+            im.encoded = ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p)
+            im.encoded_len = len(b)
+            return im
+        a = np.asarray(v)
+        if a.dtype != np.uint8:
+            raise ValueError(f"{key}: dtype {a.dtype}, expected uint8 [H, W, 3] (or PNG/JPEG bytes)")
+        if a.ndim != 3 or a.shape[2] != 3:
+            raise ValueError(f"{key}: shape {tuple(a.shape)}, expected [H, W, 3]")
+        if a.strides[2] != 1 or a.strides[1] != 3 or a.strides[0] < 3 * a.shape[1]:
+            a = np.ascontiguousarray(a)
+        keep.append(a)
+        im.data = a.ctypes.data
+        im.height, im.width = int(a.shape[0]), int(a.shape[1])
+        im.stride = int(a.strides[0])
+        return im
+
+    def infer(self, obs):
+        """one observation (a dict, see the module doc) -> {"actions", "trajectory", "timing"}"""
+        if not self._h:
+            raise MolmoActError("MOLMOACT_ERR_ARG", "the policy is closed")
+        if not isinstance(obs, dict):
+            raise TypeError(f"infer: expected a dict, got {type(obs).__name__}")
+        roles = {}
+        for k, v in obs.items():
+            role = _KEYS.get(k)
+            if role is None:
+                raise ValueError(f"unknown key {k!r} (expected {', '.join(sorted(_KEYS))})")
+            if role in roles:
+                raise ValueError(f"key {k!r} given twice (as {roles[role][0]!r} too)")
+            roles[role] = (k, v)
+        for role in ("image", "wrist_image", "state", "task"):
+            if role not in roles:
+                names = [k for k, r in _KEYS.items() if r == role]
+                raise ValueError(f"missing key: {' or '.join(names)}")
+        keep = []
+        o = _Observation()
+        _lib.molmoact_observation_init(ctypes.byref(o))
+        o.images[0] = self._image(*roles["image"], keep)
+        o.images[1] = self._image(*roles["wrist_image"], keep)
+        k, st = roles["state"]
+        st = np.asarray(st)
+        if st.dtype.kind not in "fiu" or st.ndim != 1:
+            raise ValueError(f"{k}: expected a 1-d float array, got {st.dtype} {tuple(st.shape)}")
+        st = np.ascontiguousarray(st, dtype=np.float32)
+        keep.append(st)
+        o.state = st.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        o.state_dim = int(st.shape[0])
+        k, task = roles["task"]
+        if isinstance(task, np.ndarray) and task.ndim == 0:
+            task = task.item()
+        if isinstance(task, bytes):
+            task = task.decode()
+        if not isinstance(task, str):
+            raise ValueError(f"{k}: expected a string, got {type(task).__name__}")
+        tb = task.encode()
+        if b"\0" in tb:
+            raise ValueError(f"{k}: contains a NUL character")
+        keep.append(tb)
+        o.task = tb
+        if "noise" in roles:
+            nz = np.asarray(roles["noise"][1])
+            if nz.dtype != np.float32:
+                raise ValueError(f"noise: dtype {nz.dtype}, expected float32 [1, horizon, max_action_dim]")
+            nz = np.ascontiguousarray(nz)
+            keep.append(nz)
+            o.noise = nz.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+            o.noise_len = int(nz.size)
+        if "seed" in roles:
+            seed = roles["seed"][1]
+            if isinstance(seed, np.ndarray):
+                seed = seed.item()
+            if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= int(seed) < 2 ** 64:
+                raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
+            o.have_seed, o.seed = 1, int(seed)
+        res, err = _Result(), _Error()
+        rc = _lib.molmoact_infer(self._h, ctypes.byref(o), ctypes.byref(res), ctypes.byref(err))
+        if rc:
+            _raise(rc, err)
+        try:
+            actions = np.ctypeslib.as_array(res.actions, shape=(res.n_steps, res.action_dim)).copy()
+            traj = np.ctypeslib.as_array(res.trajectory, shape=(res.horizon, res.max_action_dim)).copy()
+            t = res.timing
+            timing = {"vision_ms": t.vision, "llm_split_ms": list(t.llm_split), "action_context_ms": t.action_context,
+                      "action_step_ms": t.action_step, "transfer_ms": t.transfer, "host_ms": t.host, "infer_ms": t.total}
+        finally:
+            _lib.molmoact_result_free(ctypes.byref(res))
+        return {"actions": actions, "trajectory": traj, "timing": timing}
+
+    def close(self):
+        if self._h:
+            rc = _lib.molmoact_close(ctypes.byref(self._h))
+            self._h = ctypes.c_void_p()
+            if rc:
+                raise MolmoActError(_STATUS.get(rc, str(rc)), "a worker did not shut down cleanly")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            if getattr(self, "_h", None):
+                _lib.molmoact_close(ctypes.byref(self._h))
+        except Exception:
+            pass

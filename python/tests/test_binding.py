@@ -1,0 +1,149 @@
+"""The Python binding (python/molmoact) against the command line: the same actions bit for bit on
+both tiny variants, openpi's and MolmoAct2's keys, clear exceptions on bad input.
+
+    MOLMOACT=build/molmoact MOLMOACT_LIBRARY=build/libmolmoact.so /usr/bin/python3 -m pytest -q python/tests
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "python"))
+import molmoact  # noqa: E402
+
+BIN = os.environ.get("MOLMOACT", os.path.join(SRC, "build", "molmoact"))
+IMG0, IMG1 = os.path.join(SRC, "fuzz/corpus/image/rgb.png"), os.path.join(SRC, "fuzz/corpus/image/rgb.jpg")
+TASK = "put the bowl on the plate"
+STATE = np.array([0.1, -0.2, 0.9, 3.0, -0.1, 0.05, 0.03, -0.03])
+VARIANTS = ["tiny-grid", "tiny-original"]
+
+
+def model(v):
+    return os.path.join(SRC, "assets", v, "model")
+
+
+def cli(v, noise_path=None, seed=None, image0=IMG0, image1=IMG1):
+    args = [BIN, "run", "--model", model(v), "--image0", image0, "--image1", image1, "--task", TASK,
+            "--state", ",".join(repr(float(np.float32(x))) for x in STATE), "--runs", "1", "--json"]
+    args += ["--noise", noise_path] if noise_path else ["--seed", str(seed or 0)]
+    p = subprocess.run(args, capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr.decode()
+    return np.asarray(json.loads(p.stdout)["actions"], np.float32)
+
+
+@pytest.fixture(scope="module")
+def noise(tmp_path_factory):
+    nz = np.random.default_rng(5).standard_normal((1, 10, 32)).astype(np.float32)
+    path = str(tmp_path_factory.mktemp("noise") / "noise.npy")
+    np.save(path, nz)
+    return nz, path
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("inproc", [False, True])
+def test_same_actions_as_the_cli(variant, inproc, noise):
+    nz, nz_path = noise
+    want = cli(variant, noise_path=nz_path)
+    want_seed = cli(variant, seed=3)
+    with molmoact.Policy(model(variant), inproc=inproc) as p:
+        assert p.info["variant"] == ("grid" if variant == "tiny-grid" else "original")
+        # openpi's keys, images as encoded bytes, float64 state as the LIBERO example sends it
+        out = p.infer({"observation/image": read(IMG0), "observation/wrist_image": read(IMG1),
+                       "observation/state": STATE, "prompt": TASK, "noise": nz})
+        assert out["actions"].dtype == np.float32 and out["actions"].shape == (10, 7)
+        assert np.array_equal(out["actions"], want)
+        assert out["trajectory"].shape == (10, 32)
+        assert out["timing"]["infer_ms"] > 0 and out["timing"]["vision_ms"] > 0
+        # MolmoAct2's keys and a seed
+        out = p.infer({"image": read(IMG0), "wrist_image": read(IMG1), "state": STATE.astype(np.float32),
+                       "instruction": TASK, "seed": 3})
+        assert np.array_equal(out["actions"], want_seed)
+
+
+def test_raw_frames_equal_png_files(noise, tmp_path):
+    from PIL import Image
+    nz, nz_path = noise
+    a = np.asarray(Image.open(IMG0).convert("RGB"))
+    b = np.ascontiguousarray(np.asarray(Image.open(IMG0).convert("RGB"))[::-1])  # another frame
+    pb = str(tmp_path / "b.png")
+    Image.fromarray(b).save(pb)
+    want = cli("tiny-grid", noise_path=nz_path, image0=IMG0, image1=pb)
+    with molmoact.Policy(model("tiny-grid"), inproc=True) as p:
+        out = p.infer({"image": a, "wrist_image": b, "state": STATE, "task": TASK, "noise": nz})
+        assert np.array_equal(out["actions"], want)
+        # a strided view (every other column) and its contiguous copy give the same actions
+        wide = np.concatenate([a, a], axis=1)[:, ::2]
+        out1 = p.infer({"image": wide, "wrist_image": b, "state": STATE, "task": TASK, "noise": nz})
+        out2 = p.infer({"image": np.ascontiguousarray(wide), "wrist_image": b, "state": STATE, "task": TASK, "noise": nz})
+        assert np.array_equal(out1["actions"], out2["actions"])
+
+
+@pytest.mark.parametrize("obs,exc,needle", [
+    ({"image": b"x", "wrist_image": b"x", "state": STATE, "prompt": TASK}, molmoact.MolmoActError, "images[0]"),
+    ({"image": np.zeros((8, 8, 3), np.float32), "wrist_image": b"x", "state": STATE, "prompt": TASK}, ValueError, "uint8"),
+    ({"image": np.zeros((8, 8), np.uint8), "wrist_image": b"x", "state": STATE, "prompt": TASK}, ValueError, "[H, W, 3]"),
+    ({"image": np.zeros((0, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8), "state": STATE, "prompt": TASK},
+     molmoact.MolmoActError, "frame is 0 x 8"),
+    ({"image": np.zeros((8, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8),
+      "state": np.array([0, 0, np.nan, 0, 0, 0, 0, 0]), "prompt": TASK}, molmoact.MolmoActError, "state[2] is NaN"),
+    ({"image": np.zeros((8, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8),
+      "state": np.zeros(7), "prompt": TASK}, molmoact.MolmoActError, "state_dim is 7"),
+    ({"image": np.zeros((8, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8), "state": STATE},
+     ValueError, "missing key: observation/state" if False else "missing key"),
+    ({"image": np.zeros((8, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8), "state": STATE,
+      "prompt": TASK, "extra": 1}, ValueError, "unknown key 'extra'"),
+    ({"image": np.zeros((8, 8, 3), np.uint8), "observation/image": np.zeros((8, 8, 3), np.uint8),
+      "wrist_image": np.zeros((8, 8, 3), np.uint8), "state": STATE, "prompt": TASK}, ValueError, "given twice"),
+    ({"image": np.zeros((8, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8), "state": STATE,
+      "prompt": TASK, "noise": np.zeros((1, 10, 31), np.float32)}, molmoact.MolmoActError, "noise has 310 values"),
+    ({"image": np.zeros((8, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8), "state": STATE,
+      "prompt": TASK, "seed": -1}, ValueError, "seed"),
+    ({"image": np.zeros((8, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8), "state": STATE,
+      "prompt": 5}, ValueError, "prompt: expected a string"),
+])
+def test_bad_input_raises_clearly(obs, exc, needle):
+    with molmoact.Policy(model("tiny-grid"), inproc=True) as p:
+        with pytest.raises(exc) as e:
+            p.infer(obs)
+        assert needle in str(e.value), str(e.value)
+        # and the policy still serves
+        ok = p.infer({"image": np.zeros((8, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8),
+                      "state": STATE, "prompt": TASK})
+        assert np.isfinite(ok["actions"]).all()
+
+
+def test_open_errors_and_close():
+    with pytest.raises(molmoact.MolmoActError) as e:
+        molmoact.Policy(os.path.join(SRC, "no-such-model"))
+    assert "no-such-model" in str(e.value) and e.value.status == "MOLMOACT_ERR_IO"
+    with pytest.raises(TypeError) as e:
+        molmoact.Policy(model("tiny-grid"), bogus=1)
+    assert "bogus" in str(e.value)
+    p = molmoact.Policy(model("tiny-grid"))
+    p.close()
+    p.close()  # twice is fine
+    with pytest.raises(molmoact.MolmoActError) as e:
+        p.infer({})
+    assert "closed" in str(e.value)
+
+
+def test_import_without_a_library_says_where_it_looked(tmp_path):
+    pkg = tmp_path / "pkg" / "molmoact"
+    shutil.copytree(os.path.join(SRC, "python", "molmoact"), pkg)
+    env = dict(os.environ, MOLMOACT_LIBRARY=str(tmp_path / "missing.so"), LD_LIBRARY_PATH="")
+    p = subprocess.run([sys.executable, "-c", "import molmoact"], cwd=str(tmp_path / "pkg"), env=env,
+                       capture_output=True, timeout=60)
+    err = p.stderr.decode()
+    assert p.returncode != 0 and "libmolmoact.so not found" in err, err
+    assert "missing.so" in err and "next to the package" in err and "dynamic loader" in err, err
