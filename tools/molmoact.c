@@ -30,6 +30,7 @@
 #include "runtime/latency.h"
 #include "runtime/request.h"
 #include "api/internal.h"
+#include "server/server.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
@@ -56,6 +57,9 @@ static void usage(FILE *f) {
             "  tokenize --tokenizer tokenizer.json [--decode]   (stdin: one JSON string / id array per line)\n"
             "  prompt   --model DIR   (stdin: {\"task\": ..., \"state\": [...]} per line -> prompt ids)\n"
             "  preprocess --model DIR --image0 FILE [-o OUT.npz]   (pixels and the resized image)\n"
+            "  serve    --model DIR [--host 127.0.0.1] [--port 8000] [--api-key-file F] [--max-message-mb 32]\n"
+            "           [--max-clients 512] [--recv-timeout-s 30] [--flip180] [--inproc] [--threads N]\n"
+            "           (openpi websocket + HTTP POST /act on one port; GET / status page, /healthz)\n"
             "options: --norm-tag TAG (default libero), --threads N (GEMM threads per process)\n"
             "DIR: a Hugging Face checkpoint directory or a context directory from `molmoact compile`\n");
 }
@@ -926,6 +930,54 @@ static int cmd_compile(int argc, char **argv) {
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------- serve */
+
+static int cmd_serve(int argc, char **argv) {
+    ma_serve_opts so = {NULL, "127.0.0.1", 8000, NULL, 32.0, 512, "libero", 0, 0, 0, 30, "/proc/self/exe"};
+    static const char *valued[] = {"--model", "--host", "--port", "--api-key-file", "--max-message-mb", "--max-clients",
+                                   "--norm-tag", "--threads", "--recv-timeout-s", NULL};
+    unsigned seen = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int k = 0;
+        while (valued[k] && strcmp(a, valued[k])) k++;
+        if (valued[k]) {
+            if (!v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return 1; }
+            if (seen & (1u << k)) { fprintf(stderr, "molmoact: %s is given twice\n", a); return 1; }
+            seen |= 1u << k;
+            i++;
+            char *end;
+            errno = 0;
+            if (k == 0) so.model_dir = v;
+            else if (k == 1) so.host = v;
+            else if (k == 3) so.api_key_file = v;
+            else if (k == 6) so.norm_tag = v;
+            else if (k == 4) {
+                so.max_message_mb = strtod(v, &end);
+                if (errno || *end || !(so.max_message_mb > 0 && so.max_message_mb <= 4096)) { fprintf(stderr, "molmoact: --max-message-mb must be in (0, 4096]\n"); return 1; }
+            } else {
+                long n = strtol(v, &end, 10);
+                const long lo = k == 2 ? 0 : 1, hi = k == 2 ? 65535 : k == 5 ? 100000 : k == 7 ? 64 : 3600;
+                if (!*v || errno || *end || n < lo || n > hi) { fprintf(stderr, "molmoact: %s must be an integer in [%ld, %ld]\n", a, lo, hi); return 1; }
+                if (k == 2) so.port = (int)n;
+                else if (k == 5) so.max_clients = (int)n;
+                else if (k == 7) so.threads = (int)n;
+                else so.recv_timeout_s = (int)n;
+            }
+        } else if (!strcmp(a, "--inproc")) so.inproc = 1;
+        else if (!strcmp(a, "--flip180")) so.flip180 = 1;
+        else { fprintf(stderr, "molmoact: serve: unknown option %s\n", a); return 1; }
+    }
+    if (!so.model_dir) { fprintf(stderr, "molmoact: serve needs --model DIR\n"); return 1; }
+    if (so.threads > 0) {
+        char n[16];
+        snprintf(n, sizeof n, "%d", so.threads);
+        setenv("MOLMOACT_THREADS", n, 1);
+        ma_kernel_set_threads(so.threads);
+    }
+    return ma_serve(&so);
+}
+
 /* ---------------------------------------------------------------------------------- tokenize */
 
 static int cmd_tokenize(int argc, char **argv) {
@@ -1007,6 +1059,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
     if (!strcmp(cmd, "compile")) return cmd_compile(argc, argv);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc, argv);
     opts o;
     if (parse_opts(argc, argv, 2, &o)) return 1;
     if (o.threads > 0) {

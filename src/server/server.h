@@ -1,0 +1,35 @@
+/* `molmoact serve`: the robot-facing policy server, on the public API (include/molmoact.h).
+ *
+ * One port, two protocols (libwebsockets):
+ *   - openpi's websocket protocol: any path upgrades (no subprotocol); the server sends one
+ *     binary msgpack frame of metadata, then answers each binary msgpack-numpy request with one
+ *     binary reply (actions, policy_timing, server_timing); an error is a text frame with a
+ *     message naming the field or component, then close code 1011;
+ *   - HTTP: GET /healthz ("OK"), GET /health and GET /act (health JSON), POST /act (json_numpy
+ *     body -> {"actions": [[...]], "dt_ms": ...}, errors {"error": ...} with 400/413/500/503),
+ *     GET / (a status page: model, uptime, requests served, the last requests' latency per
+ *     component as a plot) and GET /status.json (its data).
+ * Requests queue FIFO to one resident engine on an inference thread, so the network loop is never
+ * blocked by inference. SIGINT/SIGTERM drain what is queued, close websockets with 1001, stop the
+ * workers and return 0. One JSON log line per request on stderr. */
+#ifndef MA_SERVER_H
+#define MA_SERVER_H
+
+typedef struct ma_serve_opts {
+    const char *model_dir;
+    const char *host;          /* default 127.0.0.1 */
+    int port;                  /* default 8000 */
+    const char *api_key_file;  /* NULL: no key */
+    double max_message_mb;     /* default 32 */
+    int max_clients;           /* default 512 */
+    const char *norm_tag;
+    int inproc, threads;
+    int flip180;               /* rotate raw frames by 180 degrees (clients sending raw renders) */
+    int recv_timeout_s;        /* a partial message or body older than this closes the client (default 30) */
+    const char *worker_exe;    /* the molmoact program (the CLI passes itself) */
+} ma_serve_opts;
+
+/* runs until SIGINT/SIGTERM; returns the process exit status (0 after a clean drain) */
+int ma_serve(const ma_serve_opts *o);
+
+#endif

@@ -1,0 +1,55 @@
+/* The robot-facing wire formats, mapped to and from the public API's observation and result:
+ *
+ *  - openpi's msgpack-numpy (openpi_client/msgpack_numpy.py): a request is a msgpack map with
+ *    string keys; arrays are maps whose keys are msgpack bin (b"__ndarray__", b"data", b"dtype",
+ *    b"shape"; b"__npgeneric__" for scalars), dtype strings as numpy writes them ("<f4", "|u1");
+ *  - json_numpy (allenai's MolmoAct2 servers, OpenVLA's deploy.py): arrays are objects
+ *    {"__numpy__": base64, "dtype": "<f4", "shape": [...]}.
+ *
+ * Request keys: observation/image, observation/wrist_image (uint8 [H, W, 3], or PNG/JPEG bytes),
+ * observation/state (float32/float64 [8]), prompt (str), or MolmoAct2's image, wrist_image,
+ * state, instruction (task, prompt); optional noise (float32 [1, 10, 32]) and seed (int).
+ * Every refusal names the key at fault; nothing here trusts a length it has not checked. */
+#ifndef MA_SERVER_WIRE_H
+#define MA_SERVER_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "molmoact.h"
+
+/* a decoded request: the observation points into the owned buffers here */
+typedef struct ma_wire_request {
+    molmoact_observation obs;
+    uint8_t *img[2];     /* raw frames or encoded bytes (owned copies) */
+    float state[64];
+    float *noise;
+    char *task;
+    int flip180;
+} ma_wire_request;
+
+void ma_wire_request_free(ma_wire_request *r);
+
+/* msgpack-numpy request -> observation. flip180 rotates raw frames by 180 degrees. */
+ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, ma_wire_request *out, ma_error *err);
+/* json_numpy request -> observation */
+ma_status ma_wire_decode_json(const char *buf, size_t len, int flip180, ma_wire_request *out, ma_error *err);
+
+/* a checked walk over msgpack bytes: one complete object, every length within the buffer, at
+ * most `max_depth` levels; 0 when well formed. Guards msgpack-c against claims of huge maps. */
+int ma_wire_msgpack_sane(const uint8_t *buf, size_t len, int max_depth);
+
+/* the growing output buffer the encoders write to (malloc'd data) */
+typedef struct ma_wire_buf {
+    uint8_t *data;
+    size_t len, cap;
+} ma_wire_buf;
+
+/* the openpi reply: actions (msgpack-numpy float32 [n, d]), policy_timing, server_timing */
+ma_status ma_wire_encode_reply(const molmoact_result *res, double server_infer_ms, double prev_total_ms, ma_wire_buf *out,
+                               ma_error *err);
+/* the metadata sent once on connect: a msgpack map of string -> (string | int | map) */
+ma_status ma_wire_encode_metadata(const molmoact_info *info, const char *model_name, ma_wire_buf *out, ma_error *err);
+
+#endif
