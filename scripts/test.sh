@@ -34,12 +34,12 @@ cmake --build build -j"$jobs" > /dev/null
 echo "== C: ASan + UBSan build + ctest"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMA_SANITIZE=ON -DMA_TEST_GOLDENS="$goldens" > /dev/null
 cmake --build build-asan -j"$jobs" > /dev/null
-(cd build-asan && MOLMOACT_SKIP_BENCH_CONTEXTS=1 MOLMOACT_RESIDENT_REQUESTS=40 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+(cd build-asan && MOLMOACT_SKIP_BENCH_CONTEXTS=1 MOLMOACT_RESIDENT_REQUESTS=40 MOLMOACT_SOAK_REQUESTS=200 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure)
 
 echo "== fuzzers (libFuzzer + ASan + UBSan, ${MOLMOACT_FUZZ_SECONDS:-12} s each)"
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMA_FUZZ=ON -DMA_SANITIZE=ON -DMA_TESTS=OFF > /dev/null
-targets="safetensors npz gguf json tokenizer_json bpe image"
+targets="safetensors npz gguf json tokenizer_json bpe image wire"
 cmake --build build-fuzz -j"$jobs" --target $(for f in $targets; do printf 'fuzz_%s ' "$f"; done) > /dev/null
 for f in $targets; do
   work=$(mktemp -d)

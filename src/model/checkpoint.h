@@ -23,9 +23,10 @@ enum {
 };
 #define MA_PART_LLM(i) (MA_PART_LLM0 << (i))
 
-/* 2: matrices with a multiple of 16 rows are stored in the GEMM panel layout (kernels/gemm.h) */
 #define MA_MAX_PROMPT_SEQ 65536 /* the longest prompt a context may be shaped for */
-#define MA_CONTEXT_FORMAT 3 /* 3: molmoact.source_fingerprint in every context */
+/* 2: matrices with a multiple of 16 rows are stored in the GEMM panel layout (kernels/gemm.h);
+ * 3: molmoact.source_fingerprint in every context */
+#define MA_CONTEXT_FORMAT 3
 
 typedef struct ma_model {
     char *dir;

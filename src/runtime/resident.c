@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +151,86 @@ static int wait_readable(int fd, int timeout_ms) {
     return n;
 }
 
+/* the spawner thread: forks and execs a worker on request (see resident.h) */
+struct ma_spawner {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int have_req, quit;
+    const char *exe;
+    char *const *argv;
+    int keep_fd;
+    pid_t pid;
+    int err_no;
+};
+
+static void *spawner_main(void *arg) {
+    ma_spawner *sp = arg;
+    pthread_mutex_lock(&sp->mu);
+    for (;;) {
+        while (!sp->have_req && !sp->quit) pthread_cond_wait(&sp->cv, &sp->mu);
+        if (sp->quit) break;
+        pid_t pid = fork();
+        if (pid == 0) { /* only async-signal-safe calls until exec */
+            fcntl(sp->keep_fd, F_SETFD, 0);
+#ifdef __linux__
+            prctl(PR_SET_PDEATHSIG, SIGKILL); /* a worker never outlives its orchestrator (this thread) */
+#endif
+            execv(sp->exe, sp->argv);
+            _exit(127);
+        }
+        sp->pid = pid;
+        sp->err_no = pid < 0 ? errno : 0;
+        sp->have_req = 0;
+        pthread_cond_broadcast(&sp->cv);
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return NULL;
+}
+
+static ma_spawner *spawner_start(void) {
+    ma_spawner *sp = calloc(1, sizeof *sp);
+    if (!sp) return NULL;
+    pthread_mutex_init(&sp->mu, NULL);
+    pthread_cond_init(&sp->cv, NULL);
+    if (pthread_create(&sp->th, NULL, spawner_main, sp) != 0) {
+        pthread_mutex_destroy(&sp->mu);
+        pthread_cond_destroy(&sp->cv);
+        free(sp);
+        return NULL;
+    }
+    return sp;
+}
+
+static void spawner_stop(ma_spawner *sp) {
+    if (!sp) return;
+    pthread_mutex_lock(&sp->mu);
+    sp->quit = 1;
+    pthread_cond_broadcast(&sp->cv);
+    pthread_mutex_unlock(&sp->mu);
+    pthread_join(sp->th, NULL);
+    pthread_mutex_destroy(&sp->mu);
+    pthread_cond_destroy(&sp->cv);
+    free(sp);
+}
+
+/* fork + exec through the spawner; -1 with errno set on failure */
+static pid_t spawner_run(ma_spawner *sp, const char *exe, char *const *argv, int keep_fd) {
+    pthread_mutex_lock(&sp->mu);
+    while (sp->have_req) pthread_cond_wait(&sp->cv, &sp->mu);
+    sp->exe = exe;
+    sp->argv = argv;
+    sp->keep_fd = keep_fd;
+    sp->have_req = 1;
+    pthread_cond_broadcast(&sp->cv);
+    while (sp->have_req) pthread_cond_wait(&sp->cv, &sp->mu);
+    const pid_t pid = sp->pid;
+    const int e = sp->err_no;
+    pthread_mutex_unlock(&sp->mu);
+    if (pid < 0) errno = e;
+    return pid;
+}
+
 static ma_status spawn(ma_resident *r, int wi, ma_error *err) {
     ma_worker *w = &r->w[wi];
     int sv[2];
@@ -160,19 +241,12 @@ static ma_status spawn(ma_resident *r, int wi, ma_error *err) {
     snprintf(parts, sizeof parts, "%u", w->parts);
     snprintf(delay, sizeof delay, "%d", r->opts.worker_delay_ms);
     char *argv[] = {"molmoact", "__worker", fdarg, r->dir, r->tag, parts, delay, NULL};
-    pid_t pid = fork();
+    pid_t pid = spawner_run(r->spawner, r->exe, argv, sv[1]);
     if (pid < 0) {
+        const int e = errno;
         close(sv[0]);
         close(sv[1]);
-        return ma_fail(err, MA_ERR_IO, "worker %s: fork: %s", w->name, strerror(errno));
-    }
-    if (pid == 0) { /* only async-signal-safe calls until exec */
-        fcntl(sv[1], F_SETFD, 0);
-#ifdef __linux__
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a worker never outlives its orchestrator */
-#endif
-        execv(r->exe, argv);
-        _exit(127);
+        return ma_fail(err, MA_ERR_IO, "worker %s: fork: %s", w->name, strerror(e));
     }
     close(sv[1]);
     w->pid = pid;
@@ -358,7 +432,9 @@ ma_status ma_resident_open(const ma_model *host, const char *dir, const char *ta
     r->dir = strdup(dir);
     r->tag = strdup(tag ? tag : "libero");
     r->exe = strdup(r->opts.exe ? r->opts.exe : "/proc/self/exe");
-    if (!r->dir || !r->tag || !r->exe) { ma_resident_close(r); return ma_fail(err, MA_ERR_NOMEM, "out of memory"); }
+    for (int i = 0; i < MA_NUM_WORKERS; i++) r->w[i].sock = r->w[i].shm_fd = -1;
+    r->spawner = spawner_start();
+    if (!r->dir || !r->tag || !r->exe || !r->spawner) { ma_resident_close(r); return ma_fail(err, MA_ERR_NOMEM, "out of memory"); }
     for (int i = 0; i < MA_NUM_WORKERS; i++) {
         r->w[i].name = WORKER_NAMES[i];
         r->w[i].parts = worker_parts(i);
@@ -414,6 +490,7 @@ int ma_resident_close(ma_resident *r) {
         char how[64];
         drop_worker(w, how, sizeof how); /* kills and reaps whatever did not quit */
     }
+    spawner_stop(r->spawner); /* after the workers: its end would kill them (PR_SET_PDEATHSIG) */
     free(r->dir);
     free(r->tag);
     free(r->exe);

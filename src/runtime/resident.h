@@ -48,8 +48,15 @@ typedef struct ma_worker {
     size_t sent_bytes[MA_SESSION_MAX_IO], sent_off[MA_SESSION_MAX_IO];
 } ma_worker;
 
+/* Workers are forked by one thread that lives as long as the runtime: PR_SET_PDEATHSIG, which
+ * kills a worker when its orchestrator dies, fires when the *thread* that forked it ends, so
+ * forking from whichever thread made the request (a restart from a server's or a Python
+ * caller's thread) would kill workers when that thread ends. */
+typedef struct ma_spawner ma_spawner;
+
 typedef struct ma_resident {
     const ma_model *model; /* the host part (borrowed) */
+    ma_spawner *spawner;
     char *dir, *tag, *exe;
     ma_resident_opts opts;
     ma_worker w[MA_NUM_WORKERS];

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <libwebsockets.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -37,7 +38,7 @@ typedef struct conn {
     struct conn *next;
     struct lws *wsi;
     uint64_t id;
-    int linked, is_ws;
+    int is_ws;
     char peer[64];
     uint8_t *rx;          /* the message (websocket) or body (HTTP) being received */
     size_t rx_len, rx_cap;
@@ -215,12 +216,20 @@ static conn *find_conn(uint64_t id) {
     return NULL;
 }
 
-static void conn_link(conn *c, struct lws *wsi, int is_ws) {
-    memset(c, 0, sizeof *c);
+static conn *conn_of(struct lws *wsi) {
+    for (conn *c = S.conns; c; c = c->next)
+        if (c->wsi == wsi) return c;
+    return NULL;
+}
+
+/* connections are ours (malloc'd, found by wsi), not lws's per-session memory, whose life
+ * does not follow the socket's for HTTP keep-alive */
+static conn *conn_link(struct lws *wsi, int is_ws) {
+    conn *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
     c->wsi = wsi;
     c->id = ++S.next_id;
     c->is_ws = is_ws;
-    c->linked = 1;
     c->next = S.conns;
     S.conns = c;
     S.n_conns++;
@@ -238,17 +247,18 @@ static void conn_link(conn *c, struct lws *wsi, int is_ws) {
         }
     }
     snprintf(c->peer, sizeof c->peer, "%s:%d#%llu", ip, port, (unsigned long long)c->id);
+    return c;
 }
 
-static void conn_release(conn *c) {
-    if (!c || !c->linked) return;
+static void conn_release(struct lws *wsi) {
+    conn *c = conn_of(wsi);
+    if (!c) return;
     for (conn **p = &S.conns; *p; p = &(*p)->next)
         if (*p == c) { *p = c->next; break; }
     S.n_conns--;
-    c->linked = 0;
     free(c->rx);
     free(c->tx);
-    c->rx = c->tx = NULL;
+    free(c);
 }
 
 static int rx_append(conn *c, const void *in, size_t len) {
@@ -359,12 +369,12 @@ static const char STATUS_PAGE[] =
     " document.getElementById('info').innerHTML=row('model',s.model)+row('variant',s.variant)+row('precision',"
     "s.precision.vision+' / '+s.precision.llm+' / '+s.precision.action)+row('mode',s.mode)+row('uptime',s.uptime_s.toFixed(0)+' s')"
     "+row('requests served',s.requests_served)+row('requests failed',s.requests_failed)+row('clients',s.clients)+row('version',s.version);\n"
-    " const svg=document.getElementById('plot'),W=760,H=280,L=50,B=20;let max=1;\n"
+    " const svg=document.getElementById('plot'),W=760,H=280,L=50,B=20,T=12;let max=1;\n"
     " s.recent.forEach(r=>{let t=0;parts.forEach(p=>t+=r[p[0]]);max=Math.max(max,t)});\n"
-    " let g='<line x1='+L+' y1=0 x2='+L+' y2='+(H-B)+' stroke=#999 />';\n"
-    " for(let i=0;i<=4;i++){const y=(H-B)*(1-i/4);g+='<text x=4 y='+(y+4)+' font-size=11>'+(max*i/4).toFixed(1)+'</text>'}\n"
-    " const n=s.recent.length,bw=n?Math.max(2,(W-L-10)/n-2):0;\n"
-    " s.recent.forEach((r,i)=>{let y=H-B;const x=L+4+i*(bw+2);parts.forEach(p=>{const h=(H-B)*r[p[0]]/max;y-=h;"
+    " let g='<line x1='+L+' y1='+T+' x2='+L+' y2='+(H-B)+' stroke=#999 />';\n"
+    " for(let i=0;i<=4;i++){const y=T+(H-B-T)*(1-i/4);g+='<text x=4 y='+(y+4)+' font-size=11>'+(max*i/4).toFixed(1)+'</text>'}\n"
+    " const n=s.recent.length,bw=n?Math.min(24,Math.max(2,(W-L-10)/n-2)):0;\n"
+    " s.recent.forEach((r,i)=>{let y=H-B;const x=L+4+i*(bw+2);parts.forEach(p=>{const h=(H-B-T)*r[p[0]]/max;y-=h;"
     "g+='<rect x='+x+' y='+y+' width='+bw+' height='+h+' fill='+p[1]+' />'});if(!r.ok)g+='<text x='+x+' y='+(H-4)+' font-size=11 fill=red>x</text>'});\n"
     " svg.innerHTML=g;\n"
     " document.getElementById('legend').innerHTML=parts.map(p=>'<span><i style=background:'+p[1]+'></i>'+p[0]+'</span>').join('');}\n"
@@ -521,7 +531,8 @@ static int write_pending(conn *c) {
 }
 
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
-    conn *c = user;
+    (void)user;
+    conn *c = wsi ? conn_of(wsi) : NULL;
     switch (reason) {
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
         collect_done();
@@ -530,15 +541,22 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
         return S.n_conns >= S.o->max_clients || g_stop ? -1 : 0;
 
-    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: /* a websocket handshake: the key before anything */
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: /* a websocket handshake: the key before anything */
         if (!authorised(wsi)) {
             log_line("handshake", "ws", 0, 0, NULL, "refused: missing or wrong API key");
+            /* written whole: lws' header helpers answer an upgrade request as HTTP/1.0 here */
+            static const char resp[] = "HTTP/1.1 401 Unauthorized\r\ncontent-type: text/plain\r\ncontent-length: 37\r\n"
+                                       "connection: close\r\n\r\nmissing or wrong API key (Api-Key ...)";
+            uint8_t hb[LWS_PRE + sizeof resp];
+            memcpy(hb + LWS_PRE, resp, sizeof resp - 1);
+            lws_write(wsi, hb + LWS_PRE, sizeof resp - 1, LWS_WRITE_HTTP_HEADERS);
             return -1;
         }
         return 0;
 
     case LWS_CALLBACK_ESTABLISHED: {
-        conn_link(c, wsi, 1);
+        conn_release(wsi); /* HTTP transactions before the upgrade */
+        if (!(c = conn_link(wsi, 1))) return -1;
         ma_wire_buf b;
         ma_error err = {0};
         if (ma_wire_encode_metadata(&S.info, S.model_name, &b, &err)) return -1;
@@ -548,7 +566,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     }
 
     case LWS_CALLBACK_RECEIVE: {
-        if (!c || !c->linked) return -1;
+        if (!c) return -1;
         if (c->busy) { send_ws_error(c, "protocol: one request at a time (wait for the reply)", 1008); return 0; }
         if (c->close_code) return 0;
         if (lws_is_first_fragment(wsi) && c->rx_len) c->rx_len = 0;
@@ -577,16 +595,16 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     }
 
     case LWS_CALLBACK_SERVER_WRITEABLE:
-        if (!c || !c->linked) return 0;
+        if (!c) return 0;
         return write_pending(c);
 
     case LWS_CALLBACK_CLOSED:
-        conn_release(c);
+        conn_release(wsi);
         return 0;
 
     case LWS_CALLBACK_HTTP: {
         const char *path = in ? (const char *)in : "/";
-        if (!c->linked) conn_link(c, wsi, 0);
+        if (!c && !(c = conn_link(wsi, 0))) return -1;
         c->post = lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0;
         c->rx_len = 0;
         c->refuse = 0;
@@ -626,7 +644,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     }
 
     case LWS_CALLBACK_HTTP_BODY:
-        if (!c->linked || c->refuse) return 0;
+        if (!c || c->refuse) return 0;
         if (rx_append(c, in, len)) {
             c->rx_len = 0;
             send_http_error(c, 413, "request body exceeds --max-message-mb");
@@ -634,21 +652,18 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         return 0;
 
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        if (!c->linked || c->refuse) return 0;
+        if (!c || c->refuse) return 0;
         lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
         start_request(c, 1);
         return 0;
 
     case LWS_CALLBACK_HTTP_WRITEABLE:
-        if (!c || !c->linked) return 0;
+        if (!c) return 0;
         return write_pending(c);
 
     case LWS_CALLBACK_CLOSED_HTTP:
-        conn_release(c);
-        return 0;
-
     case LWS_CALLBACK_WSI_DESTROY:
-        if (c) conn_release(c);
+        conn_release(wsi);
         return 0;
 
     default:
@@ -657,7 +672,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 }
 
 static struct lws_protocols PROTOCOLS[] = {
-    {"molmoact", callback, sizeof(conn), 65536, 0, NULL, 0},
+    {"molmoact", callback, 0, 65536, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
@@ -689,14 +704,15 @@ int ma_serve(const ma_serve_opts *o) {
     if (o->max_clients < 1 || o->max_clients > 100000) { fprintf(stderr, "molmoact serve: --max-clients must be in [1, 100000]\n"); return 1; }
     S.max_bytes = (size_t)(o->max_message_mb * 1048576.0);
     if (o->api_key_file && read_key(o->api_key_file)) return 1;
-    const char *slash = strrchr(o->model_dir, '/');
-    snprintf(S.model_name, sizeof S.model_name, "%s", slash && slash[1] ? slash + 1 : o->model_dir);
-    if (slash && !slash[1]) { /* "dir/" */
-        char tmp[256];
-        snprintf(tmp, sizeof tmp, "%.*s", (int)(slash - o->model_dir), o->model_dir);
-        const char *s2 = strrchr(tmp, '/');
-        snprintf(S.model_name, sizeof S.model_name, "%s", s2 ? s2 + 1 : tmp);
+    /* the model's name: its directory's (the parent's for .../NAME/model), never the path */
+    char full[PATH_MAX];
+    if (!realpath(o->model_dir, full)) snprintf(full, sizeof full, "%s", o->model_dir);
+    char *last = strrchr(full, '/');
+    if (last && !strcmp(last + 1, "model") && last != full) {
+        *last = '\0';
+        last = strrchr(full, '/');
     }
+    snprintf(S.model_name, sizeof S.model_name, "%s", last ? last + 1 : full);
 
     /* the engine first: the port opens only once every session is loaded */
     molmoact_options opt;
