@@ -171,9 +171,11 @@ typedef struct molmoact_observation {
 MOLMOACT_API void molmoact_observation_init(molmoact_observation *obs);
 
 /* per-component time of one call, in milliseconds: pure inference in each session (the action
- * step summed over the Euler steps), shared-memory transfer, host glue, and the whole call */
+ * step summed over the Euler steps), shared-memory transfer, host glue, and the whole pipeline
+ * (total); preprocess is the observation's preparation before it (frame decode and resize,
+ * prompt and tokens), so a call takes about total + preprocess */
 typedef struct molmoact_timing {
-    double vision, llm_split[4], action_context, action_step, transfer, host, total;
+    double vision, llm_split[4], action_context, action_step, transfer, host, total, preprocess;
 } molmoact_timing;
 
 typedef struct molmoact_result {

@@ -64,7 +64,7 @@ class _Observation(ctypes.Structure):
 class _Timing(ctypes.Structure):
     _fields_ = [("vision", ctypes.c_double), ("llm_split", ctypes.c_double * 4), ("action_context", ctypes.c_double),
                 ("action_step", ctypes.c_double), ("transfer", ctypes.c_double), ("host", ctypes.c_double),
-                ("total", ctypes.c_double)]
+                ("total", ctypes.c_double), ("preprocess", ctypes.c_double)]
 
 
 class _Result(ctypes.Structure):
@@ -280,7 +280,8 @@ class Policy:
             traj = np.ctypeslib.as_array(res.trajectory, shape=(res.horizon, res.max_action_dim)).copy()
             t = res.timing
             timing = {"vision_ms": t.vision, "llm_split_ms": list(t.llm_split), "action_context_ms": t.action_context,
-                      "action_step_ms": t.action_step, "transfer_ms": t.transfer, "host_ms": t.host, "infer_ms": t.total}
+                      "action_step_ms": t.action_step, "transfer_ms": t.transfer, "host_ms": t.host, "infer_ms": t.total,
+                      "preprocess_ms": t.preprocess}
         finally:
             _lib.molmoact_result_free(ctypes.byref(res))
         return {"actions": actions, "trajectory": traj, "timing": timing}

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "api/internal.h"
@@ -328,7 +329,10 @@ static void copy_timing(const ma_timing *t, molmoact_timing *out) {
 ma_status molmoact_internal_run(molmoact *e, const molmoact_observation *obs, molmoact_result *res, ma_trace *trace,
                                 ma_error *err) {
     prepared_obs p;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     ma_status s = prepare(&e->engine, obs, &p, err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     if (!s) {
         ma_result r;
         s = ma_engine_run(&e->engine, &p.obs, &r, trace, err);
@@ -340,6 +344,7 @@ ma_status molmoact_internal_run(molmoact *e, const molmoact_observation *obs, mo
             res->horizon = r.horizon;
             res->max_action_dim = r.max_action_dim;
             copy_timing(&e->engine.runner->last, &res->timing);
+            res->timing.preprocess = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
         }
     }
     prepared_free(&p);

@@ -479,8 +479,9 @@ ma_status ma_wire_encode_reply(const molmoact_result *res, double server_infer_m
     msgpack_pack_int(&pk, res->action_dim);
     const molmoact_timing *t = &res->timing;
     pack_str(&pk, "policy_timing");
-    msgpack_pack_map(&pk, 8);
+    msgpack_pack_map(&pk, 9);
     pack_str(&pk, "infer_ms"); msgpack_pack_double(&pk, t->total);
+    pack_str(&pk, "preprocess_ms"); msgpack_pack_double(&pk, t->preprocess);
     pack_str(&pk, "vision_ms"); msgpack_pack_double(&pk, t->vision);
     pack_str(&pk, "llm_ms"); msgpack_pack_double(&pk, t->llm_split[0] + t->llm_split[1] + t->llm_split[2] + t->llm_split[3]);
     pack_str(&pk, "action_context_ms"); msgpack_pack_double(&pk, t->action_context);
