@@ -59,10 +59,13 @@ static int walk(const uint8_t *b, size_t len, size_t *pos, int depth) {
     case 0xd6: n = 5; break;
     case 0xd7: n = 9; break;
     case 0xd8: n = 17; break;
-    case 0xdc: if (rest < 2) return -1; items = be(b + *pos, 2); *pos += 2; break;
-    case 0xdd: if (rest < 4) return -1; items = be(b + *pos, 4); *pos += 4; break;
-    case 0xde: if (rest < 2) return -1; items = be(b + *pos, 2); *pos += 2; pairs = 1; break;
-    case 0xdf: if (rest < 4) return -1; items = be(b + *pos, 4); *pos += 4; pairs = 1; break;
+    case 0xdc: case 0xdd: case 0xde: case 0xdf: { /* array16/32, map16/32 */
+        const int nb = (t & 1) ? 4 : 2;
+        if (rest < (size_t)nb) return -1;
+        items = be(b + *pos, nb);
+        *pos += (size_t)nb;
+        pairs = t >= 0xde;
+    } break;
     default: return -1; /* 0xc1: never used */
     }
     if (lenbytes) {

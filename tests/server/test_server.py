@@ -540,7 +540,8 @@ def test_soak_with_faults(noise):
         assert healthy(s)
         rss1, fds1 = s.rss_kib(), s.fds()
         print(f"soak: {counts}, RSS {rss0} -> {rss1} KiB, fds {fds0} -> {fds1}")
-        assert rss1 - rss0 <= 1024 + 0 * rss0, (rss0, rss1)
+        if os.environ.get("MOLMOACT_SANITIZED") not in ("1", "ON", "TRUE"):  # ASan's quarantine grows by design
+            assert rss1 - rss0 <= 1024, (rss0, rss1)
         assert fds1 <= fds0, (fds0, fds1)
         assert len(s.children()) == 6
         assert counts["error"] >= n_total // 100
