@@ -73,7 +73,7 @@ def main():
         print(f"round trip median {statistics.median(rt):.2f} ms, engine (molmoact run's total) median "
               f"{statistics.median(eng):.2f} ms, added by the server path median {statistics.median(over):.3f} ms "
               f"(p10 {np.percentile(over, 10):.3f}, p90 {np.percentile(over, 90):.3f}) over {a.requests} requests")
-        for c in [int(x) for x in a.clients.split(",")]:
+        for c in [int(x) for x in a.clients.split(",") if x and int(x) > 0]:
             per = max(1, a.requests // c)
 
             async def many():
