@@ -182,6 +182,10 @@ static void choose_kernels(void) {
 #endif
     }
 #endif
+#if defined(__aarch64__)
+    sets[n_sets] = sets[0]; /* Advanced SIMD is part of every aarch64 CPU */
+    ma_gemm_install_neon(&sets[n_sets++]);
+#endif
     best_set = n_sets - 1;
     panels_in_place = in_place_default();
     const char *e = getenv("MOLMOACT_KERNELS");

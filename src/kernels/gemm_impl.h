@@ -111,5 +111,9 @@ void ma_gemm_install_vnni(ma_gemm_kernels_t *k);
 /* the AMX tiles on top of the AVX-512 kernels (which still serve M < MA_GEMM_AMX_MIN_M) */
 void ma_gemm_install_amx(ma_gemm_kernels_t *k);
 #endif
+#if defined(__aarch64__)
+/* the NEON micro-kernel (aarch64) on top of the portable loaders */
+void ma_gemm_install_neon(ma_gemm_kernels_t *k);
+#endif
 
 #endif

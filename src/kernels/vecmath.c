@@ -138,6 +138,11 @@ static void choose(void) {
 #endif
     }
 #endif
+#if defined(__aarch64__)
+    sets[n_sets] = sets[0];
+    ma_vecmath_install_neon(&sets[n_sets]);
+    set_names[n_sets++] = "neon";
+#endif
     /* MOLMOACT_KERNELS=portable or avx2 (the GEMM kernel set of that name) keeps the vector math
      * at that level too */
     const char *e = getenv("MOLMOACT_KERNELS");

@@ -61,5 +61,9 @@ void ma_vecmath_install_avx2(ma_vecmath *v);
 #if defined(__x86_64__) && defined(MA_HAVE_AVX512)
 void ma_vecmath_install_avx512(ma_vecmath *v);
 #endif
+#if defined(__aarch64__)
+/* NEON (aarch64) */
+void ma_vecmath_install_neon(ma_vecmath *v);
+#endif
 
 #endif
