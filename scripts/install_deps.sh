@@ -5,7 +5,8 @@ pkgs=(build-essential cmake clang libclang-rt-14-dev pkg-config git
       libopenblas-dev libopenblas0-pthread libcjson-dev zlib1g-dev libcmocka-dev
       libpng-dev libjpeg62-turbo-dev libutf8proc-dev python3-pil
       python3-torch python3-numpy python3-pytest
-      libwebsockets-dev libmsgpack-dev python3-websockets python3-msgpack curl chromium)
+      libwebsockets-dev libmsgpack-dev python3-websockets python3-msgpack curl chromium
+      gcc-aarch64-linux-gnu qemu-user)
 # Node.js + npm fetch the reference tokenizers for the tests; keep an existing install
 command -v npm > /dev/null 2>&1 || pkgs+=(nodejs npm)
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: the PyTorch reference (pytest), generated goldens, the C suite (ctest)
-# in a release and an ASan + UBSan build, then every fuzzer for a bounded time.
+# in a release and an ASan + UBSan build, the aarch64 device build under qemu, then every fuzzer
+# for a bounded time.
 #   scripts/test.sh [--quick]   (--quick: no bench goldens, no sanitizer build, no fuzzing)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,6 +37,11 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMA_SANITIZE=ON -DMA_TEST_GOL
 cmake --build build-asan -j"$jobs" > /dev/null
 (cd build-asan && MOLMOACT_SKIP_BENCH_CONTEXTS=1 MOLMOACT_RESIDENT_REQUESTS=40 MOLMOACT_SOAK_REQUESTS=200 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure)
+
+echo "== the device build (aarch64): tarball, glibc check, tests under qemu"
+t0=$(date +%s)
+scripts/test_device.sh
+echo "   ($(( $(date +%s) - t0 )) s)"
 
 echo "== fuzzers (libFuzzer + ASan + UBSan, ${MOLMOACT_FUZZ_SECONDS:-12} s each)"
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMA_FUZZ=ON -DMA_SANITIZE=ON -DMA_TESTS=OFF > /dev/null

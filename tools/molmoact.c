@@ -46,7 +46,8 @@ static void usage(FILE *f) {
             "  run      --model DIR (--inputs IN.npz | --image0 A.png --image1 B.png --state s0,..,s7 --task TEXT)\n"
             "           [--out OUT.npz] [--dump DIR] [--seed N | --noise FILE] [--golden DIR] [--runs N] [--json]\n"
             "           [--inproc] [--stream]   (--stream: IN.npz paths on stdin, one JSON result per line)\n"
-            "           (no --model: the demo model and golden in assets/tiny-grid)\n"
+            "           (no --model: the demo model and golden in assets/tiny-grid; --golden without an\n"
+            "           observation: the golden's own)\n"
             "  bench    [--model DIR] [--runs N] [--inputs IN.npz] [--inproc] [--json]\n"
             "  bench    --model DIR --session NAME --inputs IO.npz [--runs N] [--cold] [--json]   (one session, in process;\n"
             "           --cold: its weights flushed from the caches before each run)\n"
@@ -199,7 +200,16 @@ static void request_src_of(const opts *o, ma_request_src *src) {
 static int request_setup(opts *o, ma_request_src *src, int golden_observation) {
     static char model[PATH_MAX], golden[PATH_MAX], inputs[PATH_MAX], pixels[PATH_MAX];
     request_src_of(o, src);
-    if (o->model) return 0;
+    if (o->model) {
+        /* --golden DIR without an observation: the golden's own (its pixels, prompt and noise) */
+        if (golden_observation && o->golden && !o->inputs && !o->image0 && !o->stream) {
+            snprintf(inputs, sizeof inputs, "%s/step0_boundary.npz", o->golden);
+            snprintf(pixels, sizeof pixels, "%s/vision_io.npz", o->golden);
+            src->inputs = inputs;
+            src->pixels_npz = pixels;
+        }
+        return 0;
+    }
     snprintf(model, sizeof model, "%s/assets/tiny-grid/model", MA_SOURCE_DIR);
     snprintf(golden, sizeof golden, "%s/assets/tiny-grid/golden", MA_SOURCE_DIR);
     snprintf(inputs, sizeof inputs, "%s/step0_boundary.npz", golden);

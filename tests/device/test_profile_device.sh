@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# scripts/profile_device.sh against a real sshd (Debian's openssh-server, started here on a
+# loopback port with throwaway keys) whose "device" is this machine: the aarch64 tarball runs
+# through qemu-user (binfmt_misc), the workspace is a local folder. Checks: the latency table and
+# [infer-ms] come back, the ephemeral directory is gone afterwards, the workspace is unchanged,
+# also after a failing run and after Ctrl-C; IQ9_info.txt's IP line is read.
+#   test_profile_device.sh SOURCE_DIR
+set -uo pipefail
+src=$(cd "$1" && pwd)
+tarball=$(ls -t "$src"/dist/molmoact-*-aarch64-linux.tar.gz 2> /dev/null | head -1)
+[ -n "$tarball" ] || { echo "no device tarball (scripts/build_device.sh)"; exit 1; }
+[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || { echo "binfmt_misc has no qemu-aarch64 entry (scripts/test_device.sh registers it)"; exit 1; }
+t=$(mktemp -d)
+port=$(/usr/bin/python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+ssh-keygen -q -t ed25519 -N "" -f "$t/host_key"
+ssh-keygen -q -t ed25519 -N "" -f "$t/client_key"
+cp "$t/client_key.pub" "$t/authorized_keys"
+chmod 600 "$t/authorized_keys"
+mkdir -p /run/sshd
+cat > "$t/sshd_config" <<CFG
+Port $port
+ListenAddress 127.0.0.1
+HostKey $t/host_key
+AuthorizedKeysFile $t/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PidFile $t/sshd.pid
+Subsystem sftp internal-sftp
+SetEnv QEMU_LD_PREFIX=/usr/aarch64-linux-gnu QEMU_CPU=cortex-a76
+CFG
+/usr/sbin/sshd -D -e -f "$t/sshd_config" 2> "$t/sshd.log" &
+sshd_pid=$!
+trap 'kill $sshd_pid 2> /dev/null; wait $sshd_pid 2> /dev/null; rm -rf "$t"' EXIT
+for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$port) 2> /dev/null && break; sleep 0.1; done
+ws=$t/workspace
+mkdir -p "$ws"
+cp -r "$src/assets/tiny-grid/model" "$ws/model"
+cp -r "$src/assets/tiny-grid/golden" "$ws/golden"
+sum() { (cd "$ws" && find . -type f -exec sha1sum {} + | sort | sha1sum); }
+before=$(sum)
+export MOLMOACT_DEVICE=root@127.0.0.1 MOLMOACT_DEVICE_PORT=$port
+export MOLMOACT_SSH_OPTS="-i $t/client_key -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+leftovers() { ls -d /tmp/molmoact-profile.* 2> /dev/null | wc -l; }
+base=$(leftovers)
+passed=0 failed=0
+check() { if eval "$2"; then passed=$((passed + 1)); echo "  ok    $1"; else failed=$((failed + 1)); echo "  FAIL  $1"; fi; }
+
+out=$("$src/scripts/profile_device.sh" --tarball "$tarball" --workspace "$ws" -- --runs 2 2>&1); rc=$?
+echo "$out" | tail -25
+check "profile run exits 0" '[ $rc -eq 0 ]'
+check "latency table" 'echo "$out" | grep -q "action_step x10"'
+check "parity against the workspace golden" 'echo "$out" | grep -q "gate 0.9999): PASS"'
+check "[infer-ms] line" 'echo "$out" | grep -Eq "^\[infer-ms\] [0-9.]+"'
+check "ephemeral directory removed" '[ "$(leftovers)" -eq "$base" ]'
+check "workspace unchanged" '[ "$(sum)" = "$before" ]'
+
+out=$("$src/scripts/profile_device.sh" --tarball "$tarball" --workspace "$ws" -- --bogus 2>&1); rc=$?
+check "a failing run fails" '[ $rc -ne 0 ] && echo "$out" | grep -q "unknown option --bogus"'
+check "removed after a failure" '[ "$(leftovers)" -eq "$base" ]'
+
+"$src/scripts/profile_device.sh" --tarball "$tarball" --workspace "$ws" -- --runs 200 > "$t/long.log" 2>&1 &
+p=$!
+for _ in $(seq 300); do [ "$(leftovers)" -gt "$base" ] && grep -q . "$t/long.log" 2> /dev/null; [ "$(leftovers)" -gt "$base" ] && break; sleep 0.1; done
+sleep 3
+kill -INT $p
+wait $p; rc=$?
+sleep 1
+check "Ctrl-C stops it (exit 130)" '[ $rc -eq 130 ]'
+check "removed after Ctrl-C" '[ "$(leftovers)" -eq "$base" ]'
+check "no run left behind" '! pgrep -f "/tmp/molmoact-profile\." > /dev/null'
+check "workspace unchanged at the end" '[ "$(sum)" = "$before" ]'
+
+printf 'IP: 127.0.0.1\n' > "$t/IQ9_info.txt"
+out=$(env -u MOLMOACT_DEVICE IQ9_INFO="$t/IQ9_info.txt" "$src/scripts/profile_device.sh" --tarball "$tarball" --workspace "$ws" -- --runs 1 2>&1); rc=$?
+check "IQ9_info.txt's IP line" '[ $rc -eq 0 ] && echo "$out" | grep -q "device root@127.0.0.1"'
+echo "profile_device: $passed passed, $failed failed"
+[ $failed -eq 0 ]
