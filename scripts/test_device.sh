@@ -6,7 +6,8 @@
 #  2. the C tests cross-built and run under qemu: the kernel tests (NEON against the portable
 #     set) on both CPU models; the parity tests (tiny goldens and ../shared's upstream fixture),
 #     the contexts, the vision fast path and the resident runtime (fewer requests: emulation is
-#     about 30x slower) on cortex-a76; and the resident demo from the tarball.
+#     about 30x slower) on cortex-a76; the resident demo; and scripts/profile_device.sh against
+#     a real sshd on a loopback port (tests/device/test_profile_device.sh).
 # The resident workers are re-executed aarch64 binaries: binfmt_misc must know qemu-aarch64
 # (registered here from /usr/lib/binfmt.d when the machine allows it).
 #   scripts/test_device.sh
@@ -59,8 +60,14 @@ if [ $binfmt = 1 ]; then
   else
     failed=$((failed + 1)); echo "  FAIL  resident demo"; tail -20 /tmp/device-demo.log
   fi
+  t0=$SECONDS
+  if tests/device/test_profile_device.sh "$root" > /tmp/device-profile.log 2>&1; then
+    passed=$((passed + 1)); echo "  ok    profile_device.sh against a real sshd ($((SECONDS - t0)) s)"
+  else
+    failed=$((failed + 1)); echo "  FAIL  profile_device.sh"; tail -30 /tmp/device-profile.log
+  fi
 else
-  echo "  (binfmt_misc cannot be set up here: the resident tests under qemu are not run)"
+  echo "  (binfmt_misc cannot be set up here: the resident tests and the profiler test under qemu are not run)"
 fi
 echo "device: $passed passed, $failed failed"
 [ $failed = 0 ]

@@ -72,6 +72,16 @@ int ma_cpu_avx512_vnni_vbmi(void) { return 0; }
 int ma_cpu_amx_bf16(void) { return 0; }
 #endif
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+/* the kernel's HWCAP bits (asm/hwcap.h): asimdhp 1 << 10, asimddp 1 << 20 */
+int ma_cpu_arm_dotprod(void) { return (getauxval(AT_HWCAP) >> 20) & 1; }
+int ma_cpu_arm_fp16(void) { return (getauxval(AT_HWCAP) >> 10) & 1; }
+#else
+int ma_cpu_arm_dotprod(void) { return 0; }
+int ma_cpu_arm_fp16(void) { return 0; }
+#endif
+
 int ma_cache_flush(const void *p, unsigned long n) {
     const unsigned long line = 64; /* the smallest line of the CPUs we run on; a larger one is hit more than once */
     const char *c = (const char *)((unsigned long)p & ~(line - 1)), *end = (const char *)p + n;

@@ -185,6 +185,10 @@ static void choose_kernels(void) {
 #if defined(__aarch64__)
     sets[n_sets] = sets[0]; /* Advanced SIMD is part of every aarch64 CPU */
     ma_gemm_install_neon(&sets[n_sets++]);
+    if (ma_cpu_arm_dotprod()) {
+        sets[n_sets] = sets[n_sets - 1];
+        ma_gemm_install_neon_dot(&sets[n_sets++]);
+    }
 #endif
     best_set = n_sets - 1;
     panels_in_place = in_place_default();

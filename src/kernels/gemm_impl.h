@@ -114,6 +114,8 @@ void ma_gemm_install_amx(ma_gemm_kernels_t *k);
 #if defined(__aarch64__)
 /* the NEON micro-kernel (aarch64) on top of the portable loaders */
 void ma_gemm_install_neon(ma_gemm_kernels_t *k);
+/* SDOT int8 dot products for q8_0 / q4_0 (where the CPU has asimddp), on top of the NEON set */
+void ma_gemm_install_neon_dot(ma_gemm_kernels_t *k);
 #endif
 
 #endif

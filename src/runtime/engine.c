@@ -21,7 +21,7 @@ static ma_status env_positive(const char *name, long max, ma_error *err) {
 }
 
 ma_status ma_env_check(ma_error *err) {
-    static const char *known[] = {"portable", "avx2", "avx512", "vnni", "amx", "neon", "scalar", NULL};
+    static const char *known[] = {"portable", "avx2", "avx512", "vnni", "amx", "neon", "neon_dot", "scalar", NULL};
     const char *k = getenv("MOLMOACT_KERNELS");
     if (k) {
         int available = !strcmp(k, "scalar"), is_known = 0;

@@ -125,7 +125,7 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
          * where the AVX-512 small-M kernel, also the AMX set's, reads the panels directly:
          * another summation order) */
         const int small_direct = M <= MA_GEMM_MR_MAX && (!strcmp(kname, "avx512") || !strcmp(kname, "vnni") || !strcmp(kname, "amx"));
-        const int int8_panels = quant && !strcmp(kname, "vnni"); /* the rows layout stays fp32 */
+        const int int8_panels = quant && (!strcmp(kname, "vnni") || !strcmp(kname, "neon_dot")); /* the rows layout stays fp32 */
         if (!small_direct && !int8_panels) assert_memory_equal(C, C2, sizeof(float) * M * N);
         /* f16 / bf16 / f32 panels read in place or converted into a shared buffer first (the
          * other choice than this CPU's default): the same values in the same order */
