@@ -574,3 +574,38 @@ def test_sigterm_drains_and_closes_with_1001():
     assert s.p.wait(timeout=60) == 0
     assert not s.children()
     s.log.close()
+
+
+def test_pings_and_health_during_a_long_inference(grid):
+    """the network loop never waits on inference: a request held 10 s by a stopped worker, while
+    pings, health checks and a second client's handshake are answered at once"""
+    vision = grid.worker(1)
+    os.kill(vision, signal.SIGSTOP)
+    result = {}
+
+    def send():
+        result["r"] = fault(grid.uri, oc.packb(observation()))
+    t = threading.Thread(target=send)
+    t.start()
+    try:
+        time.sleep(0.5)
+
+        async def probe():
+            async with websockets.connect(grid.uri, compression=None) as ws:
+                meta = oc.unpackb(await asyncio.wait_for(ws.recv(), 2))
+                t0 = time.monotonic()
+                pong = await ws.ping()
+                await asyncio.wait_for(pong, 2)
+                return meta, time.monotonic() - t0
+        t0 = time.monotonic()
+        meta, ping_s = asyncio.run(probe())
+        code, body = curl(f"{grid.http}/healthz")
+        assert code == 200 and body == "OK" and meta["action_dim"] == 7
+        assert ping_s < 1.0 and time.monotonic() - t0 < 3.0, ping_s
+        time.sleep(9.5)  # the request is still held: 10 s in all
+        assert t.is_alive()
+    finally:
+        os.kill(vision, signal.SIGCONT)
+    t.join(60)
+    kind, out = result["r"][0], result["r"][1]
+    assert kind == "reply" and out["actions"].shape == (10, 7), result
