@@ -115,7 +115,9 @@ typedef struct molmoact_options {
     int inproc;                /* 0: six resident worker processes (default); 1: this process */
     int threads;               /* kernel threads per process; 0 = MOLMOACT_THREADS or all CPUs */
     const char *norm_tag;      /* norm_stats.json tag; NULL = "libero" */
-    /* context variants (compile --suffix): NULL = the VISION_/LLM_/ACTION_CTX_SUFFIX variables */
+    /* context variants (compile --suffix): NULL = the VISION_/LLM_/ACTION_CTX_SUFFIX variables;
+     * given, they are set in the process environment (the workers inherit them), as threads
+     * sets MOLMOACT_THREADS: call molmoact_open before starting threads that read the environment */
     const char *vision_suffix, *llm_suffix, *action_suffix;
     const char *worker_exe;    /* the molmoact program the workers run; NULL = found (above) */
     int deadline_ms;           /* per request and worker; 0 = MOLMOACT_WORKER_DEADLINE_MS or 60000 */

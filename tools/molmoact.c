@@ -906,22 +906,28 @@ static int parse_prompt_seq(const char *what, const char *v, int *out) {
     return 0;
 }
 
+/* the index of option a in the NULL-terminated list valued (options that take a value), -1 when
+ * it is none of them, -2 (reported) when its value is missing or it was given before */
+static int valued_option(const char *const *valued, const char *a, const char *v, unsigned *seen) {
+    int k = 0;
+    while (valued[k] && strcmp(a, valued[k])) k++;
+    if (!valued[k]) return -1;
+    if (!v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return -2; }
+    if (*seen & (1u << k)) { fprintf(stderr, "molmoact: %s is given twice\n", a); return -2; }
+    *seen |= 1u << k;
+    return k;
+}
+
 static int cmd_compile(int argc, char **argv) {
     ma_compile_opts co = {"f16", "f16", "f16", "", 128};
     const char *src = NULL, *out = NULL;
     const char *env = getenv("MOLMOACT2_PROMPT_SEQ");
     if (env && *env && parse_prompt_seq("MOLMOACT2_PROMPT_SEQ", env, &co.prompt_seq)) return 1;
-    static const char *valued[] = {"-o", "--vision", "--llm", "--action", "--suffix", "--prompt-seq", NULL};
+    static const char *const valued[] = {"-o", "--vision", "--llm", "--action", "--suffix", "--prompt-seq", NULL};
     unsigned seen = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int k = 0;
-        while (valued[k] && strcmp(a, valued[k])) k++;
-        if (valued[k]) {
-            if (!v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return 1; }
-            if (seen & (1u << k)) { fprintf(stderr, "molmoact: %s is given twice\n", a); return 1; }
-            seen |= 1u << k;
-        }
+        if (valued_option(valued, a, v, &seen) == -2) return 1;
         if (!strcmp(a, "-o")) out = argv[++i];
         else if (!strcmp(a, "--vision")) co.vision = argv[++i];
         else if (!strcmp(a, "--llm")) co.llm = argv[++i];
@@ -944,17 +950,14 @@ static int cmd_compile(int argc, char **argv) {
 
 static int cmd_serve(int argc, char **argv) {
     ma_serve_opts so = {NULL, "127.0.0.1", 8000, NULL, 32.0, 512, "libero", 0, 0, 0, 30, "/proc/self/exe"};
-    static const char *valued[] = {"--model", "--host", "--port", "--api-key-file", "--max-message-mb", "--max-clients",
-                                   "--norm-tag", "--threads", "--recv-timeout-s", NULL};
+    static const char *const valued[] = {"--model", "--host", "--port", "--api-key-file", "--max-message-mb", "--max-clients",
+                                         "--norm-tag", "--threads", "--recv-timeout-s", NULL};
     unsigned seen = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int k = 0;
-        while (valued[k] && strcmp(a, valued[k])) k++;
-        if (valued[k]) {
-            if (!v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return 1; }
-            if (seen & (1u << k)) { fprintf(stderr, "molmoact: %s is given twice\n", a); return 1; }
-            seen |= 1u << k;
+        const int k = valued_option(valued, a, v, &seen);
+        if (k == -2) return 1;
+        if (k >= 0) {
             i++;
             char *end;
             errno = 0;
