@@ -69,6 +69,8 @@ tmp=$(dev 'mktemp -d /tmp/molmoact-profile.XXXXXX')
 case "$tmp" in /tmp/molmoact-profile.*) ;; *) echo "profile_device.sh: unexpected directory '$tmp' from the device" >&2; exit 1 ;; esac
 cleanup() {
   trap - EXIT INT TERM
+  if [ -n "${ssh_pid:-}" ]; then kill "$ssh_pid" 2> /dev/null || true; fi
+  rm -f "${log:-}"
   # the run if it still goes on (an interrupted profile: its workers die with it), then the directory
   dev "if [ -f $(q "$tmp")/run.pid ]; then p=\$(cat $(q "$tmp")/run.pid); kill \$p 2> /dev/null; sleep 0.5; kill -9 \$p 2> /dev/null; fi; rm -rf $(q "$tmp")" ||
     echo "profile_device.sh: could not remove $tmp on the device" >&2
@@ -89,8 +91,16 @@ golden=()
 if dev "test -d $(q "$tmp")/golden"; then golden=(--golden golden); fi
 
 # 3-4. the run, its output and the pure inference time
-out=$(dev "cd $(q "$tmp") && echo \$\$ > run.pid && LD_LIBRARY_PATH=\$PWD/qnn_libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} \
-  ADSP_LIBRARY_PATH=\$PWD/dsp_libs exec \$PWD/molmoact-*/bin/molmoact run --model $(q "$model")$(qa "${golden[@]}")$(qa "${run_args[@]}")" 2>&1) && rc=0 || rc=$?
+# (ssh in the background and `wait`: a signal to this script runs the cleanup at once, where a
+# foreground ssh would hold the trap until the remote run ended)
+log=$(mktemp)
+dev "cd $(q "$tmp") && echo \$\$ > run.pid && LD_LIBRARY_PATH=\$PWD/qnn_libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} \
+  ADSP_LIBRARY_PATH=\$PWD/dsp_libs exec \$PWD/molmoact-*/bin/molmoact run --model $(q "$model")$(qa "${golden[@]}")$(qa "${run_args[@]}")" \
+  > "$log" 2>&1 < /dev/null &
+ssh_pid=$!
+wait $ssh_pid && rc=0 || rc=$?
+out=$(cat "$log")
+rm -f "$log"
 echo "$out"
 infer=$(echo "$out" | awk '$1 == "inference" { print $2; exit }')
 [ -n "$infer" ] && echo "[infer-ms] $infer (pure inference, mean over the runs; device $target)"

@@ -61,11 +61,15 @@ out=$("$src/scripts/profile_device.sh" --tarball "$tarball" --workspace "$ws" --
 check "a failing run fails" '[ $rc -ne 0 ] && echo "$out" | grep -q "unknown option --bogus"'
 check "removed after a failure" '[ "$(leftovers)" -eq "$base" ]'
 
+# Ctrl-C as a terminal sends it: SIGINT to the profiler's process group (job control on, so the
+# background job is its own group and does not start with SIGINT ignored)
+set -m
 "$src/scripts/profile_device.sh" --tarball "$tarball" --workspace "$ws" -- --runs 200 > "$t/long.log" 2>&1 &
 p=$!
+set +m
 for _ in $(seq 300); do [ "$(leftovers)" -gt "$base" ] && grep -q . "$t/long.log" 2> /dev/null; [ "$(leftovers)" -gt "$base" ] && break; sleep 0.1; done
 sleep 3
-kill -INT $p
+kill -INT -- -$p
 wait $p; rc=$?
 sleep 1
 check "Ctrl-C stops it (exit 130)" '[ $rc -eq 130 ]'
