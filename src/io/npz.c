@@ -221,6 +221,8 @@ ma_status ma_npz_parse(const uint8_t *buf, size_t len, const char *label, ma_npz
             if (csize != usize) { s = ma_fail(err, MA_ERR_FORMAT, "%s: entry %s: stored sizes differ", label, ename); break; }
             img = src;
         } else if (method == 8) {
+            /* deflate expands at most 1032:1: a larger claim is a lie, refused before allocating */
+            if (usize > csize * 1032 + 1024) { s = ma_fail(err, MA_ERR_FORMAT, "%s: entry %s: %llu bytes claimed from %llu compressed", label, ename, (unsigned long long)usize, (unsigned long long)csize); break; }
             raw = ma_malloc(usize ? usize : 1, 1, err, label);
             if (!raw) { s = MA_ERR_NOMEM; break; }
             if ((s = inflate_entry(src, (size_t)csize, raw, (size_t)usize, ename, err))) { free(raw); break; }

@@ -126,6 +126,13 @@ static void test_hostile_archives(void **state) {
     for (int i = 0; i < 48; i++) sscanf(hex48 + 2 * i, "%2hhx", &z48[i]);
     assert_fails_naming(ma_npz_parse(z48, 48, "z48", &z, &err), err, "zip64");
     free(z48);
+    /* a deflated entry claiming far more than deflate can expand to: refused before the 2 GiB
+     * allocation (the npz fuzzer's out-of-memory reproducer) */
+    char *oom;
+    size_t ol;
+    assert_int_equal(ma_read_file(MA_SOURCE_DIR "/fuzz/corpus/npz/oom-deflate-claim.npz", 1 << 20, &oom, &ol, &err), MA_OK);
+    assert_int_not_equal(ma_npz_parse((uint8_t *)oom, ol, "oom", &z, &err), MA_OK);
+    free(oom);
     free(buf);
     tu_rmdir(dir);
 }
