@@ -130,7 +130,7 @@ static void test_hostile_archives(void **state) {
      * allocation (the npz fuzzer's out-of-memory reproducer) */
     char *oom;
     size_t ol;
-    assert_int_equal(ma_read_file(MA_SOURCE_DIR "/fuzz/corpus/npz/oom-deflate-claim.npz", 1 << 20, &oom, &ol, &err), MA_OK);
+    assert_int_equal(ma_read_file(MA_SOURCE_DIR "/fuzz/corpus/npz/deflate_claim.npz", 1 << 20, &oom, &ol, &err), MA_OK);
     assert_int_not_equal(ma_npz_parse((uint8_t *)oom, ol, "oom", &z, &err), MA_OK);
     free(oom);
     free(buf);
