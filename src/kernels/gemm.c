@@ -696,7 +696,7 @@ static int prepare(gemm_job *j, int64_t M, int64_t K, const float *A, int64_t ld
         j->panels += (parts[i].N + NR - 1) / NR;
     }
     /* the small-M kernels when every part is in the panel layout */
-    j->small = active.small_panels && M <= active.mr && j->n_seg > 0;
+    j->small = active.small_panels && M <= (active.small_mr ? active.small_mr : active.mr) && j->n_seg > 0;
     for (int s = 0; s < j->n_seg; s++)
         if (j->seg[s].B->layout != MA_B_PANELS) j->small = 0;
     if (j->small && M > 0) j->qa = small_qa(j);

@@ -36,7 +36,8 @@ typedef struct ma_gemm_kernels_t {
     int mr; /* rows of the micro-kernel's tile (the A packing follows it); <= MA_GEMM_MR_MAX */
     ma_ukernel_fn ukernel;
     ma_panel_fn load[MA_B_LAYOUTS][MA_DT_COUNT]; /* [layout][dtype]; NULL = not supported */
-    ma_small_fn small_panels;         /* optional: M <= mr on panel-layout B */
+    ma_small_fn small_panels;         /* optional: M <= small_mr on panel-layout B */
+    int small_mr;                     /* rows small_panels takes (<= MA_GEMM_MR_MAX); 0: mr */
     /* optional: as small_panels on panels n0 (full) and n0 + 16 (nr1 columns) of one B at once;
      * returns 0 (nothing done) for a weight type it does not take */
     int (*small_pair)(const ma_bmat *B, int64_t K, int64_t n0, int nr1, int64_t k0, int kc, const float *A, int64_t lda,

@@ -124,7 +124,8 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
         /* the two layouts feed the same values to the same micro-kernel: identical bits (except
          * where the AVX-512 small-M kernel, also the AMX set's, reads the panels directly:
          * another summation order) */
-        const int small_direct = M <= MA_GEMM_MR_MAX && (!strcmp(kname, "avx512") || !strcmp(kname, "vnni") || !strcmp(kname, "amx"));
+        const int small_direct = M <= MA_GEMM_MR_MAX && (!strcmp(kname, "avx512") || !strcmp(kname, "vnni") || !strcmp(kname, "amx") ||
+                                                   !strcmp(kname, "neon") || !strcmp(kname, "neon_dot"));
         const int int8_panels = quant && (!strcmp(kname, "vnni") || !strcmp(kname, "neon_dot")); /* the rows layout stays fp32 */
         if (!small_direct && !int8_panels) assert_memory_equal(C, C2, sizeof(float) * M * N);
         /* f16 / bf16 / f32 panels read in place or converted into a shared buffer first (the
@@ -143,7 +144,7 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
 
 static void test_gemm_every_type_and_edge(void **state) {
     (void)state;
-    static const int64_t Ms[] = {1, 5, 12, 13, 150};   /* the 6- and 12-row tiles, past a 144-row block */
+    static const int64_t Ms[] = {1, 5, 7, 12, 13, 150}; /* the 6- and 12-row tiles, past a 144-row block */
     static const int64_t Ns[] = {1, 16, 17, 50};
     static const int64_t Kf[] = {1, 7, 64, 400};   /* float types: any K, past one 384 chunk */
     static const int64_t Kq[] = {32, 96, 416};     /* quantised: multiples of 32 */
