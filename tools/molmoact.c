@@ -62,6 +62,8 @@ static void usage(FILE *f) {
             "           [--max-clients 512] [--recv-timeout-s 30] [--flip180] [--inproc] [--threads N]\n"
             "           (openpi websocket + HTTP POST /act on one port; GET / status page, /healthz)\n"
             "options: --norm-tag TAG (default libero), --threads N (GEMM threads per process)\n"
+            "backend (run, bench, parity, serve): --backend cpu|qnn (default cpu); with qnn: [--qnn-lib-dir DIR]\n"
+            "           [--qnn-io-map MAP.json] [--qnn-soc 77] [--qnn-arch 73]; DIR/ctx/<session>_socid77_archv73.bin\n"
             "DIR: a Hugging Face checkpoint directory or a context directory from `molmoact compile`\n");
 }
 
@@ -1057,10 +1059,48 @@ static int cmd_tokenize(int argc, char **argv) {
     return rc;
 }
 
+/* run, bench, parity, serve: the backend options become the environment the sessions and the
+ * workers read (--backend MOLMOACT_BACKEND, --qnn-lib-dir MOLMOACT_QNN_LIB_DIR, --qnn-io-map
+ * MOLMOACT_QNN_IO_MAP, --qnn-soc / --qnn-arch MOLMOACT_QNN_SOC / _ARCH) and are removed from argv */
+static int take_backend_options(int *argc, char **argv) {
+    static const char *const names[] = {"--backend", "--qnn-lib-dir", "--qnn-io-map", "--qnn-soc", "--qnn-arch", NULL};
+    static const char *const vars[] = {"MOLMOACT_BACKEND", "MOLMOACT_QNN_LIB_DIR", "MOLMOACT_QNN_IO_MAP", "MOLMOACT_QNN_SOC", "MOLMOACT_QNN_ARCH"};
+    unsigned seen = 0;
+    int w = 2;
+    for (int i = 2; i < *argc; i++) {
+        int k = -1;
+        for (int j = 0; names[j]; j++)
+            if (!strcmp(argv[i], names[j])) k = j;
+        if (k < 0) { argv[w++] = argv[i]; continue; }
+        if (i + 1 >= *argc) { fprintf(stderr, "molmoact: %s needs a value\n", argv[i]); return -1; }
+        if (seen & (1u << k)) { fprintf(stderr, "molmoact: %s is given twice\n", argv[i]); return -1; }
+        seen |= 1u << k;
+        const char *v = argv[++i];
+        if (k == 0 && strcmp(v, "cpu") && strcmp(v, "qnn")) { fprintf(stderr, "molmoact: --backend %s: must be cpu or qnn\n", v); return -1; }
+        if (k >= 3) {
+            char *end;
+            errno = 0;
+            unsigned long n = strtoul(v, &end, 10);
+            if (!*v || *end || errno || v[0] == '-' || n > 0xffffffffUL) { fprintf(stderr, "molmoact: %s %s: must be an unsigned integer\n", names[k], v); return -1; }
+        }
+        setenv(vars[k], v, 1);
+    }
+    if ((seen & ~1u) && !(seen & 1u) && !getenv("MOLMOACT_BACKEND")) {
+        fprintf(stderr, "molmoact: the --qnn-* options need --backend qnn\n");
+        return -1;
+    }
+    argv[w] = NULL;
+    *argc = w;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) { usage(argc < 2 ? stderr : stdout); return argc < 2; }
     const char *cmd = argv[1];
     ma_keep_freed_memory();
+    if ((!strcmp(cmd, "run") || !strcmp(cmd, "bench") || !strcmp(cmd, "parity") || !strcmp(cmd, "serve")) &&
+        take_backend_options(&argc, argv))
+        return 1;
     if (strcmp(cmd, "__worker")) {
         ma_error err = {0};
         if (ma_env_check(&err)) return fail(&err);

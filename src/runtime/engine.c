@@ -36,6 +36,9 @@ ma_status ma_env_check(ma_error *err) {
             return ma_fail(err, MA_ERR_ARG, "MOLMOACT_KERNELS=%s: %s (this CPU and build have: %s)", k,
                            is_known ? "not supported by this CPU or build" : "unknown kernel set", list);
     }
+    ma_backend backend;
+    ma_status bs = ma_backend_current(&backend, err);
+    if (bs) return bs;
     const char *p = getenv("MOLMOACT_GEMM_PANELS");
     if (p && strcmp(p, "in_place") && strcmp(p, "convert"))
         return ma_fail(err, MA_ERR_ARG, "MOLMOACT_GEMM_PANELS=%s: must be in_place or convert", p);
@@ -52,8 +55,11 @@ ma_status ma_engine_open(const char *dir, const char *norm_tag, int inproc, cons
     e->inproc = inproc;
     ma_status s = ma_env_check(err);
     if (s) return s;
-    s = inproc ? ma_model_open(dir, norm_tag, &e->host, err)
-                         : ma_model_open_parts(dir, norm_tag, MA_PART_EMBED, &e->host, err);
+    ma_backend backend;
+    if ((s = ma_backend_current(&backend, err))) return s;
+    /* in process on the cpu backend, the host holds every weight; otherwise only the embedding */
+    s = inproc && backend == MA_BACKEND_CPU ? ma_model_open(dir, norm_tag, &e->host, err)
+                                            : ma_model_open_parts(dir, norm_tag, MA_PART_EMBED, &e->host, err);
     if (s) return s;
     if (inproc) {
         s = ma_runner_open(&e->host, &e->local, err);

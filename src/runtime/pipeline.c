@@ -70,6 +70,17 @@ ma_status ma_action_plan(const ma_model *m, int *action_dim, int *horizon, int *
     return MA_OK;
 }
 
+int64_t ma_static_prompt_seq(void) {
+    const char *e = getenv("MOLMOACT2_PROMPT_SEQ");
+    if (e && *e) {
+        char *end;
+        long v = strtol(e, &end, 10);
+        return *end || v < 1 || v > MA_MAX_PROMPT_SEQ ? 0 : v; /* ma_env_check refuses a bad value first */
+    }
+    ma_backend b;
+    return ma_backend_current(&b, NULL) == MA_OK && b == MA_BACKEND_QNN ? 128 : 0;
+}
+
 #define TRACE(name, t) do { if (trace && !s) s = ma_trace_add(trace, name, t, err); } while (0)
 
 ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err) {
@@ -77,12 +88,29 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     const ma_config *c = &m->cfg;
     memset(res, 0, sizeof *res);
     memset(&r->last, 0, sizeof r->last);
-    const int64_t S = obs->seq_len, D = c->d, P = c->patch_h * c->patch_w, pp = 3 * c->patch * c->patch;
+    const int64_t D = c->d, P = c->patch_h * c->patch_w, pp = 3 * c->patch * c->patch;
     const int L = c->layers, kvd = c->kv_heads * c->head_dim;
     int action_dim = 0, A = 0, n_steps = 0;
     ma_status s = ma_action_plan(m, &action_dim, &A, &n_steps, err);
     if (s) return s;
-    if (S < 1 || S > (1 << 20)) return ma_fail(err, MA_ERR_SHAPE, "input_ids: %lld tokens", (long long)S);
+    if (obs->seq_len < 1 || obs->seq_len > (1 << 20)) return ma_fail(err, MA_ERR_SHAPE, "input_ids: %lld tokens", (long long)obs->seq_len);
+    /* a static prompt length (fixed-shape contexts): pad after every real token with -1, which the
+     * masks treat as padding (no image token, no cross-attention), so the causal prefill leaves
+     * the real tokens' K/V as they are */
+    int64_t S = obs->seq_len;
+    const int64_t static_seq = ma_static_prompt_seq();
+    if (static_seq > 0 && S > static_seq)
+        return ma_fail(err, MA_ERR_SHAPE, "the prompt has %lld tokens, the contexts take %lld (MOLMOACT2_PROMPT_SEQ)", (long long)S,
+                       (long long)static_seq);
+    int64_t *padded = NULL;
+    const int64_t *input_ids = obs->input_ids;
+    if (static_seq > S) {
+        if (!(padded = ma_malloc((size_t)static_seq, sizeof(int64_t), err, "input_ids"))) return MA_ERR_NOMEM;
+        memcpy(padded, obs->input_ids, sizeof(int64_t) * (size_t)S);
+        for (int64_t i = S; i < static_seq; i++) padded[i] = -1;
+        input_ids = padded;
+        S = static_seq;
+    }
     if (obs->n_images < 1 || obs->n_images > 64) return ma_fail(err, MA_ERR_SHAPE, "pixels: %d images", obs->n_images);
     double t_start = now_ms(), t_sessions = 0.0;
     ma_tensor vout[MA_SESSION_MAX_IO] = {0}, lout[MA_SESSION_MAX_IO] = {0}, cout[MA_SESSION_MAX_IO] = {0},
@@ -106,18 +134,18 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
 
     /* ---- host: embedding, scatter, masks, positions */
     int64_t ishape[1] = {S};
-    ma_tensor ids = ma_tensor_view(MA_DT_I64, 1, ishape, (void *)obs->input_ids);
+    ma_tensor ids = ma_tensor_view(MA_DT_I64, 1, ishape, (void *)input_ids);
     if ((s = ma_tensor_alloc2(&hidden, MA_DT_F32, S, D, err))) goto done;
-    if ((s = ma_embed_tokens(c, &m->embed, obs->input_ids, S, hidden.data, err))) goto done;
+    if ((s = ma_embed_tokens(c, &m->embed, input_ids, S, hidden.data, err))) goto done;
     TRACE("input_ids", &ids);
     TRACE("wte_out", &hidden);
-    if ((s = ma_scatter_features(c, obs->input_ids, S, hidden.data, vout[0].data, vout[0].shape[0], err))) goto done;
+    if ((s = ma_scatter_features(c, input_ids, S, hidden.data, vout[0].data, vout[0].shape[0], err))) goto done;
     TRACE("llm_input", &hidden);
     if ((s = ma_tensor_alloc(&img, MA_DT_U8, 1, ishape, err)) || (s = ma_tensor_alloc(&pos, MA_DT_I64, 1, ishape, err)) ||
         (s = ma_tensor_alloc(&enc, MA_DT_U8, 1, ishape, err))) goto done;
-    ma_image_token_mask(c, obs->input_ids, S, img.data);
+    ma_image_token_mask(c, input_ids, S, img.data);
     for (int64_t i = 0; i < S; i++) ((int64_t *)pos.data)[i] = i;
-    ma_encoder_mask(c, obs->input_ids, S, enc.data);
+    ma_encoder_mask(c, input_ids, S, enc.data);
     TRACE("image_token_mask", &img);
     TRACE("encoder_mask", &enc);
 
@@ -222,6 +250,7 @@ done:
     ma_tensor_free(&hidden); ma_tensor_free(&kall); ma_tensor_free(&vall); ma_tensor_free(&enc);
     ma_tensor_free(&img); ma_tensor_free(&pos); ma_tensor_free(&x); ma_tensor_free(&tt);
     free(vel);
+    free(padded);
     r->last.total = now_ms() - t_start;
     r->last.host = r->last.total - t_sessions;
     if (r->last.host < 0) r->last.host = 0;

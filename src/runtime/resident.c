@@ -538,7 +538,11 @@ int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int
     ma_model model;
     memset(&model, 0, sizeof model);
     ma_session *sess[7] = {0};
-    ma_status s = ma_model_open_parts(dir, tag, parts, &model, &err);
+    /* a qnn worker runs context binaries: of the model it needs only the config (read with the
+     * host part) */
+    ma_backend backend;
+    ma_status s = ma_backend_current(&backend, &err);
+    if (!s) s = ma_model_open_parts(dir, tag, backend == MA_BACKEND_QNN ? MA_PART_EMBED : parts, &model, &err);
     for (int i = 0; i < 7 && !s; i++)
         if (worker_parts(worker_of(i)) == parts) s = ma_session_open(&model, MA_SESSION_NAMES[i], &sess[i], &err);
     if (s) {

@@ -1,5 +1,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/session.h"
+#include "backend/qnn/qnn.h"
 #include "io/mapfile.h"
 
 #include <math.h>
@@ -20,7 +21,27 @@ static void io_set(ma_io *io, const char *name, ma_dtype dt, int ndim, int64_t d
     for (int i = 0; i < ndim; i++) io->shape[i] = d[i];
 }
 
+ma_status ma_backend_current(ma_backend *b, ma_error *err) {
+    const char *e = getenv("MOLMOACT_BACKEND");
+    *b = MA_BACKEND_CPU;
+    if (!e || !*e || !strcmp(e, "cpu")) return MA_OK;
+    if (!strcmp(e, "qnn")) { *b = MA_BACKEND_QNN; return MA_OK; }
+    return ma_fail(err, MA_ERR_ARG, "MOLMOACT_BACKEND=%s: must be cpu or qnn", e);
+}
+
+const char *ma_backend_name(ma_backend b) { return b == MA_BACKEND_QNN ? "qnn" : "cpu"; }
+
+static ma_status cpu_run(ma_session *s, const ma_tensor *in, ma_tensor *out, ma_error *err);
+static const ma_session_ops cpu_ops = {"cpu", cpu_run, NULL};
+
 ma_status ma_session_open(const ma_model *m, const char *name, ma_session **out, ma_error *err) {
+    ma_backend b;
+    ma_status st = ma_backend_current(&b, err);
+    if (st) { *out = NULL; return st; }
+    return ma_session_open_on(b, m, name, out, err);
+}
+
+ma_status ma_session_open_on(ma_backend backend, const ma_model *m, const char *name, ma_session **out, ma_error *err) {
     *out = NULL;
     ma_session *s = calloc(1, sizeof *s);
     if (!s) return ma_fail(err, MA_ERR_NOMEM, "session %s: out of memory", name);
@@ -65,6 +86,13 @@ ma_status ma_session_open(const ma_model *m, const char *name, ma_session **out,
         ma_session_close(s);
         return ma_fail(err, MA_ERR_ARG, "unknown session %s (vision, llm_split0..3, action_context, action_step)", name);
     }
+    if (backend == MA_BACKEND_QNN) {
+        ma_status st = ma_qnn_session_attach(s, err);
+        if (st) { ma_session_close(s); return st; }
+        *out = s;
+        return MA_OK;
+    }
+    s->ops = &cpu_ops;
     unsigned need = s->kind == MA_SESS_VISION ? MA_PART_VISION : s->kind == MA_SESS_LLM ? MA_PART_LLM(s->split)
                     : s->kind == MA_SESS_ACTION_CONTEXT ? MA_PART_ACTION_CONTEXT : MA_PART_ACTION_STEP;
     if (!(m->parts & need)) {
@@ -76,7 +104,7 @@ ma_status ma_session_open(const ma_model *m, const char *name, ma_session **out,
 }
 
 void ma_session_set_debug(ma_session *s, int on) {
-    if (s->kind != MA_SESS_VISION) return;
+    if (s->kind != MA_SESS_VISION || s->ops != &cpu_ops) return; /* the debugging outputs are the cpu backend's */
     const ma_config *c = &s->model->cfg;
     const int T = c->pooled_h * c->pooled_w;
     s->debug = on;
@@ -95,6 +123,7 @@ void ma_session_set_debug(ma_session *s, int on) {
 
 void ma_session_close(ma_session *s) {
     if (!s) return;
+    if (s->ops && s->ops->close) s->ops->close(s);
     ma_kctx_free(&s->kc);
     free(s);
 }
@@ -152,13 +181,25 @@ ma_status ma_session_run(ma_session *s, const ma_tensor *in, ma_tensor *out, ma_
 }
 
 ma_status ma_session_run_kept(ma_session *s, const ma_tensor *in, ma_tensor *out, unsigned kept, ma_error *err) {
-    const ma_model *m = s->model;
-    const ma_config *c = &m->cfg;
     ma_status st = MA_OK;
     for (int i = 0; i < s->n_out; i++) memset(&out[i], 0, sizeof out[i]);
     for (int i = 0; i < s->n_in; i++)
         if ((st = check_input(s, i, &in[i], (int)((kept >> i) & 1u), err))) return st;
     double t0 = now_ms();
+    st = s->ops->run(s, in, out, err);
+    s->last_ms = now_ms() - t0;
+    /* a weight file truncated under us (now or before): its pages read as zeros, so every
+     * result from then on is refused */
+    if (!st) st = ma_mapfile_check(err);
+    if (st)
+        for (int i = 0; i < s->n_out; i++) ma_tensor_free(&out[i]);
+    return st;
+}
+
+static ma_status cpu_run(ma_session *s, const ma_tensor *in, ma_tensor *out, ma_error *err) {
+    const ma_model *m = s->model;
+    const ma_config *c = &m->cfg;
+    ma_status st = MA_OK;
     switch (s->kind) {
     case MA_SESS_VISION: {
         int64_t n = in[0].shape[0];
@@ -206,11 +247,5 @@ ma_status ma_session_run_kept(ma_session *s, const ma_tensor *in, ma_tensor *out
                             in[4].data, out[0].data, err);
     } break;
     }
-    s->last_ms = now_ms() - t0;
-    /* a weight file truncated under us (now or before): its pages read as zeros, so every
-     * result from then on is refused */
-    if (!st) st = ma_mapfile_check(err);
-    if (st)
-        for (int i = 0; i < s->n_out; i++) ma_tensor_free(&out[i]);
     return st;
 }

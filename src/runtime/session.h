@@ -28,7 +28,27 @@ typedef struct ma_io {
     int64_t shape[MA_MAX_DIMS];
 } ma_io;
 
-typedef struct ma_session {
+typedef struct ma_session ma_session;
+
+/* A backend behind the sessions (DESIGN.md section 3): the session's io spec is the same for
+ * every backend; run() gets inputs already checked against it (dtype, shape, finite values) and
+ * fills the outputs as owned fp32 / u8 tensors. cpu: this engine's kernels on the opened model's
+ * weights; qnn: a QNN HTP context binary per session (src/backend/qnn). */
+typedef struct ma_session_ops {
+    const char *name;
+    ma_status (*run)(ma_session *s, const ma_tensor *in, ma_tensor *out, ma_error *err);
+    void (*close)(ma_session *s); /* the backend's part (impl) */
+} ma_session_ops;
+
+typedef enum { MA_BACKEND_CPU, MA_BACKEND_QNN } ma_backend;
+
+/* MOLMOACT_BACKEND (cpu, qnn; default cpu), set by `--backend` and inherited by the workers */
+ma_status ma_backend_current(ma_backend *b, ma_error *err);
+const char *ma_backend_name(ma_backend b);
+
+struct ma_session {
+    const ma_session_ops *ops;
+    void *impl;
     ma_session_kind kind;
     char name[32];
     int split;
@@ -40,10 +60,13 @@ typedef struct ma_session {
     const void *checked[MA_SESSION_MAX_IO]; /* each input's data as last found finite (address, bytes) */
     size_t checked_bytes[MA_SESSION_MAX_IO];
     int debug;      /* vision: also output pooled, projected (and sample_coords with a sampler) */
-} ma_session;
+};
 
-/* name: vision, llm_split0..3, action_context, action_step */
+/* name: vision, llm_split0..3, action_context, action_step; on the backend MOLMOACT_BACKEND names
+ * (fixed-shape backends replace the io spec's -1 dimensions by their graphs' sizes) */
 ma_status ma_session_open(const ma_model *m, const char *name, ma_session **out, ma_error *err);
+/* the same on a given backend */
+ma_status ma_session_open_on(ma_backend b, const ma_model *m, const char *name, ma_session **out, ma_error *err);
 /* inputs in io-spec order; outputs[n_out] receive owned tensors */
 ma_status ma_session_run(ma_session *s, const ma_tensor *inputs, ma_tensor *outputs, ma_error *err);
 /* the same, where bit i of `kept` says input i holds the data of this session's previous call,
