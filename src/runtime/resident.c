@@ -258,11 +258,12 @@ static ma_status spawn(ma_resident *r, int wi, ma_error *err) {
     int got = ready > 0 ? recv_msg(w->sock, &m, NULL) : -1;
     if (got == 1 && m.op == OP_READY) return MA_OK;
     ma_status s;
-    if (got == 1 && m.op == OP_ERROR) s = ma_fail(err, (ma_status)m.status, "worker %s: %s", w->name, m.msg);
+    const int told = got == 1 && m.op == OP_ERROR; /* the worker's own error, whatever its code */
+    if (told) s = ma_fail(err, (ma_status)m.status, "worker %s: %s", w->name, m.msg);
     else if (ready == 0) s = ma_fail(err, MA_ERR_IO, "worker %s did not start within %d ms", w->name, r->opts.startup_ms);
     else s = MA_ERR_IO;
     drop_worker(w, how, sizeof how);
-    if (s == MA_ERR_IO && ready != 0) ma_fail(err, MA_ERR_IO, "worker %s failed to start (%s)", w->name, how);
+    if (!told && ready != 0) ma_fail(err, MA_ERR_IO, "worker %s failed to start (%s)", w->name, how);
     return s;
 }
 

@@ -1,0 +1,251 @@
+"""The qnn backend (issue 21) through a stand-in QNN library (tests/qnn_stub/qnn_stub.c, the same
+binary interface as libQnnHtp.so / libQnnSystem.so) whose context binaries run the cpu kernels:
+the real molmoact binary, resident (six worker processes) and --inproc, on both tiny variants.
+
+    MA_BUILD_DIR=build MA_SOURCE_DIR=. /usr/bin/python3 -m pytest -q tests/qnn_stub/test_qnn_backend.py
+"""
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+BUILD = os.environ.get("MA_BUILD_DIR", "build")
+SRC = os.environ.get("MA_SOURCE_DIR", ".")
+BIN = os.path.join(BUILD, "molmoact")
+STUB = os.path.join(BUILD, "tests/qnn_stub/ok")
+NOSYM = os.path.join(BUILD, "tests/qnn_stub/nosym")
+MAKE = [os.path.join(SRC, "tests/qnn_stub/make_contexts.py")]
+SEQ = 400  # longer than the tiny-grid prompt (378): every run pads
+
+
+def run(*args, env=None, stdin=None, timeout=600, seq=SEQ):
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("MA_QNN_STUB", "MOLMOACT"))}
+    e["MOLMOACT2_PROMPT_SEQ"] = str(seq)
+    e.update(env or {})
+    e = {k: v for k, v in e.items() if v is not None}
+    p = subprocess.run([BIN, *args], input=stdin, capture_output=True, timeout=timeout, env=e)
+    return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+
+
+def qnn(*args, lib=STUB, **kw):
+    return run(*args[:1], "--backend", "qnn", "--qnn-lib-dir", lib, *args[1:], **kw)
+
+
+def make_ctx(model_dir, golden, seq=SEQ, *extra):
+    subprocess.run(["/usr/bin/python3", *MAKE, model_dir, "--golden", golden, "--seq", str(seq), *extra], check=True)
+
+
+@pytest.fixture(scope="module", params=["tiny-grid", "tiny-original"])
+def variant(request, tmp_path_factory):
+    name = request.param
+    d = tmp_path_factory.mktemp(name)
+    hf, golden = os.path.join(SRC, "assets", name, "model"), os.path.join(SRC, "assets", name, "golden")
+    prompt = int(np.load(golden + "/llm_split0_io.npz")["hidden_in"].shape[0])
+    seq = prompt + 22  # every run pads
+    ctx = str(d / "ctx32")
+    rc, out, err = run("compile", hf, "-o", ctx, "--prompt-seq", str(seq), seq=seq)
+    assert rc == 0, err
+    make_ctx(ctx, golden, seq)
+    vis, step0 = np.load(golden + "/vision_io.npz"), np.load(golden + "/step0_boundary.npz")
+    obs = str(d / "obs.npz")
+    np.savez(obs, pixels=vis["pixels"], input_ids=step0["input_ids"], noise=step0["noise"])
+    return {"name": name, "hf": hf, "golden": golden, "ctx": ctx, "obs": obs, "dir": d, "seq": seq, "prompt": prompt}
+
+
+def actions(path):
+    return np.load(path)["actions"]
+
+
+def cosine(a, b):
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def test_padding_keeps_the_actions(variant, tmp_path):
+    """a prompt padded to the static length gives the unpadded actions to fp32 rounding"""
+    a, b = str(tmp_path / "a.npz"), str(tmp_path / "b.npz")
+    rc, _, err = run("run", "--model", variant["hf"], "--inputs", variant["obs"], "--out", a, "--inproc", "--runs", "1",
+                     env={"MOLMOACT2_PROMPT_SEQ": None}, seq=variant["seq"])
+    assert rc == 0, err
+    rc, _, err = run("run", "--model", variant["hf"], "--inputs", variant["obs"], "--out", b, "--inproc", "--runs", "1", seq=variant["seq"])
+    assert rc == 0, err
+    x, y = np.load(a), np.load(b)
+    for k in ("actions", "trajectory"):
+        assert np.abs(x[k] - y[k]).max() <= 1e-5 * max(1.0, np.abs(x[k]).max()), k
+
+
+def test_prompt_longer_than_the_contexts_is_refused(variant):
+    rc, _, err = run("run", "--model", variant["hf"], "--inputs", variant["obs"], "--inproc", "--runs", "1",
+                     env={"MOLMOACT2_PROMPT_SEQ": "300"}, seq=variant["seq"])
+    assert rc != 0 and f"{variant['prompt']} tokens" in err and "300" in err, err
+
+
+@pytest.mark.parametrize("mode", ["resident", "inproc"])
+def test_qnn_gives_the_cpu_backend_actions_bit_for_bit(variant, mode, tmp_path):
+    cpu, q = str(tmp_path / "cpu.npz"), str(tmp_path / "qnn.npz")
+    extra = ["--inproc"] if mode == "inproc" else []
+    rc, _, err = run("run", "--model", variant["ctx"], "--inputs", variant["obs"], "--out", cpu, "--runs", "1", *extra, seq=variant["seq"])
+    assert rc == 0, err
+    rc, out, err = qnn("run", "--model", variant["ctx"], "--inputs", variant["obs"], "--out", q, "--runs", "2", *extra, seq=variant["seq"])
+    assert rc == 0, err
+    assert np.array_equal(np.load(cpu)["actions"], np.load(q)["actions"])
+    assert np.array_equal(np.load(cpu)["trajectory"], np.load(q)["trajectory"])
+    assert "latency over 2 runs" in out
+
+
+@pytest.mark.parametrize("io", ["float16", "ufixed16"])
+def test_half_and_fixed_point_io_within_the_gate(variant, io, tmp_path):
+    d = str(tmp_path / io)
+    shutil.copytree(variant["ctx"], d, ignore=shutil.ignore_patterns("ctx"))
+    make_ctx(d, variant["golden"], variant["seq"], "--io", io)
+    cpu, q = str(tmp_path / "cpu.npz"), str(tmp_path / "q.npz")
+    rc, _, err = run("run", "--model", variant["ctx"], "--inputs", variant["obs"], "--out", cpu, "--runs", "1", "--inproc", seq=variant["seq"])
+    assert rc == 0, err
+    rc, _, err = qnn("run", "--model", d, "--inputs", variant["obs"], "--out", q, "--runs", "1", seq=variant["seq"])
+    assert rc == 0, err
+    assert cosine(actions(cpu), actions(q)) >= 0.9999
+
+
+def test_parity_passes_through_qnn(variant, tmp_path):
+    """contexts at the golden's own prompt length: every session's outputs against the golden"""
+    seq = int(np.load(variant["golden"] + "/llm_split0_io.npz")["hidden_in"].shape[0])
+    d = str(tmp_path / "native")
+    rc, _, err = run("compile", variant["hf"], "-o", d, "--prompt-seq", str(seq), seq=variant["seq"])
+    assert rc == 0, err
+    make_ctx(d, variant["golden"], seq)
+    rc, out, err = qnn("parity", "--model", d, "--golden", variant["golden"], env={"MOLMOACT2_PROMPT_SEQ": str(seq)}, seq=variant["seq"])
+    assert rc == 0 and "PASS" in out, (out, err)
+    assert out.count(" ok") >= 16, out
+
+
+# ---------------------------------------------------------------- faults: named and survived
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    d = tmp_path_factory.mktemp("grid")
+    golden = os.path.join(SRC, "assets/tiny-grid/golden")
+    ctx = str(d / "ctx")
+    assert run("compile", os.path.join(SRC, "assets/tiny-grid/model"), "-o", ctx, "--prompt-seq", str(SEQ))[0] == 0
+    make_ctx(ctx, golden)
+    vis, step0 = np.load(golden + "/vision_io.npz"), np.load(golden + "/step0_boundary.npz")
+    obs = str(d / "obs.npz")
+    np.savez(obs, pixels=vis["pixels"], input_ids=step0["input_ids"], noise=step0["noise"])
+    return {"ctx": ctx, "obs": obs, "golden": golden, "dir": d}
+
+
+def variant_ctx(grid, tmp_path, *extra):
+    d = str(tmp_path / "v")
+    shutil.copytree(grid["ctx"], d, ignore=shutil.ignore_patterns("ctx"))
+    make_ctx(d, grid["golden"], SEQ, *extra)
+    return d
+
+
+@pytest.mark.parametrize("mode", ["--inproc", "resident"])
+@pytest.mark.parametrize("case,needle", [
+    ({"lib": "/nonexistent/qnn"}, "cannot load /nonexistent/qnn/libQnnHtp.so"),
+    ({"lib": NOSYM}, "does not export QnnInterface_getProviders"),
+    ({"env": {"MA_QNN_STUB_API": "2.9"}}, "provides QNN API 2.9.0; molmoact needs 2.14 or newer"),
+    ({"env": {"MA_QNN_STUB_FAULT": "reject:llm_split1"}},
+     "QnnContext_createFromBinary on ctx/llm_split1_socid77_archv73.bin: error 5006: context binary rejected"),
+    ({"env": {"MA_QNN_STUB_FAULT": "no_graph:action_step"}},
+     "QnnGraph_retrieve on ctx/action_step_socid77_archv73.bin: error 6013: graph action_step_graph is not in this context"),
+    ({"env": {"MA_QNN_STUB_FAULT": "execute_error:llm_split2"}},
+     "QnnGraph_execute on ctx/llm_split2_socid77_archv73.bin: error 6020: graph execution failed"),
+])
+def test_faults_are_named(grid, mode, case, needle):
+    extra = [mode] if mode != "resident" else []
+    rc, out, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", *extra,
+                       lib=case.get("lib", STUB), env=case.get("env"))
+    assert rc != 0 and needle in err, (rc, err)
+    assert "Traceback" not in err and "AddressSanitizer" not in err and "LeakSanitizer" not in err, err
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--extra-input", "llm_split0"], "the graph has 4 inputs, the session 3"),
+    (["--wrong-dim", "action_context"], "does not fit graph tensor"),
+])
+def test_io_mismatch_refused_listing_both_sides(grid, tmp_path, extra, needle):
+    d = variant_ctx(grid, tmp_path, *extra)
+    rc, out, err = qnn("run", "--model", d, "--inputs", grid["obs"], "--runs", "1", "--inproc")
+    assert rc != 0 and needle in err and "ours:" in err and "graph:" in err, err
+
+
+def test_renamed_tensors_bind_by_order_or_by_the_io_map(grid, tmp_path):
+    d = variant_ctx(grid, tmp_path, "--rename")
+    ref = str(tmp_path / "ref.npz")
+    assert run("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--out", ref, "--runs", "1", "--inproc")[0] == 0
+    a = str(tmp_path / "a.npz")
+    rc, _, err = qnn("run", "--model", d, "--inputs", grid["obs"], "--out", a, "--runs", "1", "--inproc")
+    assert rc == 0, err
+    assert np.array_equal(actions(ref), actions(a))
+    # an explicit map (action_context's k and v have one shape: order alone could not tell them apart)
+    m = {"action_context": {"k": "in_0", "v": "in_1", "ctx_k": "out_0", "ctx_v": "out_1"}}
+    mp = str(tmp_path / "map.json")
+    with open(mp, "w") as f:
+        json.dump(m, f)
+    b = str(tmp_path / "b.npz")
+    rc, _, err = qnn("run", "--model", d, "--inputs", grid["obs"], "--out", b, "--runs", "1", "--inproc", "--qnn-io-map", mp)
+    assert rc == 0, err
+    assert np.array_equal(actions(ref), actions(b))
+    m["action_context"]["k"] = "no_such_tensor"
+    with open(mp, "w") as f:
+        json.dump(m, f)
+    rc, _, err = qnn("run", "--model", d, "--inputs", grid["obs"], "--runs", "1", "--inproc", "--qnn-io-map", mp)
+    assert rc != 0 and "--qnn-io-map names no_such_tensor for k" in err and "graph: in_0" in err, err
+    with open(mp, "w") as f:
+        f.write('{"action_kontext": {}}')
+    rc, _, err = qnn("run", "--model", d, "--inputs", grid["obs"], "--runs", "1", "--inproc", "--qnn-io-map", mp)
+    assert rc != 0 and "action_kontext" in err and "is not a session" in err, err
+
+
+def test_crash_restarts_the_worker_and_the_next_request_is_correct(grid, tmp_path):
+    ref = str(tmp_path / "ref.npz")
+    assert run("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--out", ref, "--runs", "1", "--inproc")[0] == 0
+    out2 = str(tmp_path / "second.npz")
+    lines = f"{grid['obs']}\n{grid['obs']}\t{out2}\n".encode()
+    env = {"MA_QNN_STUB_FAULT": "crash_once:llm_split0", "MA_QNN_STUB_MARK": str(tmp_path / "crashed")}
+    rc, out, err = qnn("run", "--model", grid["ctx"], "--stream", stdin=lines, env=env)
+    res = [json.loads(x) for x in out.splitlines()]
+    assert len(res) == 2, (out, err)
+    assert "llm_split0" in res[0]["error"], res[0]
+    assert "actions" in res[1], res[1]
+    assert np.array_equal(actions(ref), actions(out2))
+
+
+def test_hang_fires_the_deadline(grid):
+    env = {"MA_QNN_STUB_FAULT": "hang:action_context", "MOLMOACT_WORKER_DEADLINE_MS": "3000"}
+    rc, out, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", env=env, timeout=120)
+    assert rc != 0 and "action" in err and "3000 ms" in err, err
+
+
+def test_call_sequence_and_teardown(grid, tmp_path):
+    """providers, log, backend, device (soc 77 / arch 73 when asked), binary info, context,
+    graph, execute; then contexts, device, backend and log freed, in that order"""
+    log = str(tmp_path / "calls")
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", "--inproc",
+                     "--qnn-soc", "77", "--qnn-arch", "73", env={"MA_QNN_STUB_LOG": log})
+    assert rc == 0, err
+    calls = open(log).read().split("\n")[:-1]
+    first = [c.split()[0] for c in calls[:4]]
+    assert first == ["getProviders", "logCreate", "backendCreate", "deviceCreate"], calls[:6]
+    assert calls[3] == "deviceCreate soc=77 arch=73"
+    assert sum(c.startswith("contextCreateFromBinary") for c in calls) == 7
+    assert sum(c.startswith("contextFree") for c in calls) == 7
+    assert sum(c == "systemContextCreate" for c in calls) == sum(c == "systemContextFree" for c in calls) == 7
+    assert [c.split()[0] for c in calls[-3:]] == ["deviceFree", "backendFree", "logFree"], calls[-5:]
+    last_ctx = max(i for i, c in enumerate(calls) if c.startswith("contextFree"))
+    assert last_ctx < len(calls) - 3
+    n_exec = sum(c.startswith("graphExecute") for c in calls)
+    assert n_exec >= 16 and n_exec % 16 == 0, n_exec  # per request: vision, 4 LLM splits, context, 10 steps
+
+
+def test_cpu_backend_is_the_default_and_bad_backends_are_refused(grid):
+    rc, _, err = run("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", "--backend", "npu")
+    assert rc != 0 and "--backend npu: must be cpu or qnn" in err
+    rc, _, err = run("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", "--qnn-lib-dir", STUB)
+    assert rc != 0 and "need --backend qnn" in err
+    rc, _, err = run("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", env={"MOLMOACT_BACKEND": "gpu"})
+    assert rc != 0 and "MOLMOACT_BACKEND=gpu" in err
