@@ -141,7 +141,7 @@ static void fill_desc(qnn_tensor *q, const stub_tensor *t, uint32_t type) {
     v->name = t->name;
     v->type = type;
     v->data_type = t->dtype;
-    v->quant.definition = QNN_DEFINITION_DEFINED;
+    v->quant.definition = QNN_DEF_DEFINED;
     v->quant.encoding = (t->dtype & 0xff00) == 0x0400 ? QNN_QENC_SCALE_OFFSET : QNN_QENC_UNDEFINED;
     v->quant.u.so.scale = t->scale;
     v->quant.u.so.offset = t->offset;
@@ -194,7 +194,7 @@ static qnn_err_t sys_free(qnn_handle h) {
     return QNN_OK;
 }
 
-static const qnn_system_interface sys_provider = {QNN_BACKEND_HTP, "molmoact-stub", {1, 5, 0}, {sys_create, sys_binary_info, sys_free}};
+static const qnn_system_interface sys_provider = {QNN_BACKEND_HTP, "molmoact-stub", {1, 5, 0}, {sys_create, sys_binary_info, NULL, sys_free}};
 static const qnn_system_interface *sys_list[1] = {&sys_provider};
 
 EXPORT qnn_err_t QnnSystemInterface_getProviders(const qnn_system_interface ***list, uint32_t *n) {

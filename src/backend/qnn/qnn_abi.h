@@ -49,7 +49,7 @@ enum {
 enum { QNN_TENSOR_APP_WRITE = 0, QNN_TENSOR_APP_READ = 1 };
 enum { QNN_MEM_RAW = 0, QNN_MEM_HANDLE = 1 };
 enum { QNN_QENC_SCALE_OFFSET = 0, QNN_QENC_AXIS_SCALE_OFFSET = 1, QNN_QENC_BW_SCALE_OFFSET = 2, QNN_QENC_UNDEFINED = 0x7fffffff };
-enum { QNN_DEFINITION_DEFINED = 1 };
+enum { QNN_DEF_DEFINED = 1 };
 
 /* real = (stored + offset) * scale */
 typedef struct { float scale; int32_t offset; } qnn_scale_offset;
@@ -205,6 +205,7 @@ typedef struct {
     qnn_err_t (*context_create)(qnn_handle *sys);
     qnn_err_t (*context_get_binary_info)(qnn_handle sys, void *buf, uint64_t size, const qnn_binary_info **info,
                                          uint64_t *info_size);
+    qnn_fn context_get_metadata; /* the newer form of get_binary_info (not used) */
     qnn_err_t (*context_free)(qnn_handle sys);
 } qnn_system_table;
 
