@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """Run the fp32 reference on one observation and write a golden directory.
 
-  make_golden.py --model DIR -o GOLDEN [--inputs IN.npz] [--seed N]
+  make_golden.py --model DIR -o GOLDEN [--inputs IN.npz] [--seed N] [--streaming]
+
+--streaming: each block's weights are read from the mapped checkpoint only while it runs (the
+full-size model on a 16-24 GB machine); the same numbers as without.
 
 IN.npz (all optional; missing parts come from a synthetic observation of --seed):
   pixels float32 [n, 729, 588] | image0, image1 uint8 [H, W, 3]
@@ -24,6 +27,7 @@ def main():
     ap.add_argument("-o", "--out", required=True)
     ap.add_argument("--inputs")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--streaming", action="store_true")
     a = ap.parse_args()
     t0 = time.time()
     inputs = None
@@ -35,7 +39,7 @@ def main():
         if not any(k in inputs for k in ("input_ids", "task")):
             inputs.update(task=obs["task"], state=obs["state"])
     try:
-        out, trace = golden.write(a.model, a.out, inputs, a.seed)
+        out, trace = golden.write(a.model, a.out, inputs, a.seed, streaming=a.streaming)
     except ValueError as e:
         sys.exit(f"make_golden: {e}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

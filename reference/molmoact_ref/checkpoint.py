@@ -57,37 +57,43 @@ def used_token_rows(cfg, ids):
 
 
 @torch.no_grad()
+def init_tensor(name, shape, g, cfg, ids, all_rows=False):
+    """the initial value of parameter `name` (fp32), drawn from g: the rules above. Callers visit
+    the parameters in sorted-name order with one generator (init_weights, streaming.write)."""
+    if name.endswith("wte.embedding"):
+        t = torch.zeros(shape)
+        rows = torch.arange(shape[0]) if all_rows else torch.tensor(used_token_rows(cfg, ids))
+        t[rows] = torch.randn((len(rows), shape[1]), generator=g)
+        return t
+    if name.endswith("wte.new_embedding"):
+        return torch.randn(shape, generator=g)
+    if name.endswith("positional_embedding"):
+        return 0.5 * torch.randn(shape, generator=g)
+    if name == "lm_head.weight":
+        return torch.randn(shape, generator=g) / math.sqrt(shape[1])
+    if name.endswith("_norm.weight") and ("q_norm" in name or "k_norm" in name):
+        return 1.2 + 1.4 * torch.rand(shape, generator=g)
+    if len(shape) == 1 and name.endswith(".weight"):      # LayerNorm / RMSNorm gamma
+        return 0.6 + 0.8 * torch.rand(shape, generator=g)
+    if name.endswith("norm.bias"):
+        return 0.1 * torch.randn(shape, generator=g)
+    if name.endswith(".bias"):
+        std = 0.2 if "modulation" in name else 0.1
+        if name.endswith("scout_mlp.2.bias"):
+            std = 0.5
+        return std * torch.randn(shape, generator=g)
+    if len(shape) == 2:
+        gain = 3.0 if name.endswith("scout_mlp.2.weight") else _gain(name)
+        return torch.randn(shape, generator=g) * (gain / math.sqrt(shape[1]))
+    raise AssertionError(f"no init rule for {name}")
+
+
+@torch.no_grad()
 def init_weights(model, cfg, ids, seed, all_rows=False):
     g = torch.Generator().manual_seed(int(seed))
     params = dict(model.named_parameters())
     for name in sorted(params):
-        p = params[name]
-        if name.endswith("wte.embedding"):
-            p.zero_()
-            rows = torch.arange(p.shape[0]) if all_rows else torch.tensor(used_token_rows(cfg, ids))
-            p[rows] = torch.randn((len(rows), p.shape[1]), generator=g)
-        elif name.endswith("wte.new_embedding"):
-            p.copy_(torch.randn(p.shape, generator=g))
-        elif name.endswith("positional_embedding"):
-            p.copy_(0.5 * torch.randn(p.shape, generator=g))
-        elif name == "lm_head.weight":
-            p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
-        elif name.endswith("_norm.weight") and ("q_norm" in name or "k_norm" in name):
-            p.copy_(1.2 + 1.4 * torch.rand(p.shape, generator=g))
-        elif p.dim() == 1 and name.endswith(".weight"):      # LayerNorm / RMSNorm gamma
-            p.copy_(0.6 + 0.8 * torch.rand(p.shape, generator=g))
-        elif name.endswith("norm.bias"):
-            p.copy_(0.1 * torch.randn(p.shape, generator=g))
-        elif name.endswith(".bias"):
-            std = 0.2 if "modulation" in name else 0.1
-            if name.endswith("scout_mlp.2.bias"):
-                std = 0.5
-            p.copy_(std * torch.randn(p.shape, generator=g))
-        elif p.dim() == 2:
-            gain = 3.0 if name.endswith("scout_mlp.2.weight") else _gain(name)
-            p.copy_(torch.randn(p.shape, generator=g) * (gain / math.sqrt(p.shape[1])))
-        else:
-            raise AssertionError(f"no init rule for {name}")
+        params[name].copy_(init_tensor(name, tuple(params[name].shape), g, cfg, ids, all_rows))
     t = cfg["text_config"]
     from .model import rope_inv_freq
     model.model.transformer.rotary_emb.inv_freq.copy_(rope_inv_freq(t["head_dim"], t["rope_theta"]))
@@ -163,7 +169,7 @@ def make(config_name, variant, seed, out_dir, dtype="f16", placement="projector"
         cfg = apply_overrides(cfg, overrides)
     ids = cfglib.REAL_IDS if config_name in ("tiny", "full") else cfglib.BENCH_IDS
     if config_name == "full":
-        raise ValueError("the full configuration is never instantiated (5.4 B parameters)")
+        raise ValueError("the full configuration is written by streaming.write (5.4 B parameters)")
     os.makedirs(out_dir, exist_ok=True)
     cfglib.save(cfg, os.path.join(out_dir, "config.json"))
     synthetic.write_json(synthetic.libero_norm_stats(), os.path.join(out_dir, "norm_stats.json"))

@@ -71,8 +71,14 @@ def _ranges(mask):
     return runs
 
 
-def write(model_dir, out_dir, inputs=None, seed=0):
-    cfg, model = loader.load(model_dir)
+def write(model_dir, out_dir, inputs=None, seed=0, streaming=False):
+    """streaming: the model's weights read from the mapped shards block by block (any size)"""
+    if streaming:
+        from . import streaming as stream
+        model = stream.load(model_dir)
+        cfg = model.cfg
+    else:
+        cfg, model = loader.load(model_dir)
     norm = processing.NormStats.load(os.path.join(model_dir, cfg["norm_stats_filename"]))
     inp = resolve_inputs(cfg, model, model_dir, norm, inputs, seed)
     out = pipeline.run(model, cfg, norm, inp["pixels"], inp["input_ids"], inp["noise"])
