@@ -13,7 +13,6 @@ rest (embeddings, vision stem and head, expert stem) stays loaded. lm_head is ne
 """
 
 import json
-import mmap
 import os
 import struct
 
@@ -182,36 +181,44 @@ def _calibrate_sink(out_dir, cfg, seed, offsets):
 
 
 class Reader:
-    """tensors of a (sharded) checkpoint, read from mapped files on demand, as fp32"""
+    """tensors of a (sharded) checkpoint, read on demand with pread (so the file's pages stay in
+    the page cache, not in this process's resident memory), as fp32"""
 
     def __init__(self, model_dir):
         idx = os.path.join(model_dir, "model.safetensors.index.json")
         files = sorted(set(json.load(open(idx))["weight_map"].values())) if os.path.exists(idx) else ["model.safetensors"]
-        self.where, self.maps = {}, []
+        self.where, self.fds = {}, []
         for fn in files:
-            f = open(os.path.join(model_dir, fn), "rb")
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            f.close()
-            (n,) = struct.unpack("<Q", mm[:8])
-            header = json.loads(mm[8:8 + n])
+            fd = os.open(os.path.join(model_dir, fn), os.O_RDONLY)
+            self.fds.append(fd)
+            (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
+            header = json.loads(os.pread(fd, n, 8))
             header.pop("__metadata__", None)
-            self.maps.append(mm)
             for name, info in header.items():
-                self.where[loader_key(name)] = (mm, 8 + n + info["data_offsets"][0], info["dtype"], info["shape"])
+                a, b = info["data_offsets"]
+                self.where[loader_key(name)] = (fd, 8 + n + a, b - a, info["dtype"], info["shape"])
+
+    def shape(self, name):
+        return self.where[name][4]
 
     def get(self, name):
-        mm, off, tag, shape = self.where[name]
-        count = int(np.prod(shape, dtype=np.int64))
+        fd, off, nbytes, tag, shape = self.where[name]
+        buf = bytearray(nbytes)
+        view, done = memoryview(buf), 0
+        while done < nbytes:
+            got = os.preadv(fd, [view[done:]], off + done)
+            if got <= 0:
+                raise loader.CheckpointError(f"tensor {name!r}: the file ends early")
+            done += got
         if tag == "BF16":
-            a = np.frombuffer(mm, np.int16, count, off).copy()
-            return torch.from_numpy(a).view(torch.bfloat16).to(torch.float32).reshape(shape)
-        npdt = {"F32": np.float32, "F16": np.float16}[tag]
-        return torch.from_numpy(np.frombuffer(mm, npdt, count, off).astype(np.float32)).reshape(shape)
+            return torch.frombuffer(buf, dtype=torch.int16).view(torch.bfloat16).to(torch.float32).reshape(shape)
+        dt = {"F32": torch.float32, "F16": torch.float16}[tag]
+        return torch.frombuffer(buf, dtype=dt).to(torch.float32).reshape(shape)
 
     def close(self):
-        for m in self.maps:
-            m.close()
-        self.maps = []
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
 
 
 def loader_key(name):
@@ -252,7 +259,7 @@ def load(model_dir):
     names = set(reader.where)
     spec = None
     if any(n.endswith("scout_mlp.0.weight") for n in names):
-        shapes = {n: reader.where[n][3] for n in names}
+        shapes = {n: reader.shape(n) for n in names}
         _, spec = loader.find_sampler({n: torch.empty(s, device="meta") for n, s in shapes.items()})
     model = meta_model(cfg, spec)
     streamed = []
