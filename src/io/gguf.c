@@ -323,6 +323,8 @@ typedef struct {
     int64_t shape[MA_GGUF_MAX_DIMS];
     const void *data;
     size_t nbytes;
+    ma_gguf_fill_fn fill; /* data produced at write time (data NULL) */
+    void *fill_ctx;
 } wtensor;
 
 struct ma_gguf_writer {
@@ -433,6 +435,15 @@ ma_status ma_gguf_add_tensor(ma_gguf_writer *w, const char *name, ma_dtype dt, i
     return MA_OK;
 }
 
+ma_status ma_gguf_add_tensor_fill(ma_gguf_writer *w, const char *name, ma_dtype dt, int ndim, const int64_t *shape,
+                                  ma_gguf_fill_fn fill, void *ctx, ma_error *err) {
+    ma_status s = ma_gguf_add_tensor(w, name, dt, ndim, shape, NULL, err);
+    if (s) return s;
+    w->t[w->n_t - 1].fill = fill;
+    w->t[w->n_t - 1].fill_ctx = ctx;
+    return MA_OK;
+}
+
 ma_status ma_gguf_write(ma_gguf_writer *w, const char *path, ma_error *err) {
     const size_t align = 32;
     ma_outfile f;
@@ -470,8 +481,17 @@ ma_status ma_gguf_write(ma_gguf_writer *w, const char *path, ma_error *err) {
     size_t pad = (align - pos % align) % align;
     W(zeros, pad);
     for (size_t i = 0; i < w->n_t; i++) {
-        W(w->t[i].data, w->t[i].nbytes);
-        pad = (align - w->t[i].nbytes % align) % align;
+        const wtensor *t = &w->t[i];
+        if (t->fill) {
+            void *buf = malloc(t->nbytes ? t->nbytes : 1);
+            if (!buf) s = ma_fail(err, MA_ERR_NOMEM, "gguf writer: tensor %s: cannot allocate %zu bytes", t->name, t->nbytes);
+            else if ((s = t->fill(t->fill_ctx, buf, t->nbytes, err))) ma_error_wrap(err, s, "gguf writer: tensor %s", t->name);
+            else W(buf, t->nbytes);
+            free(buf);
+            if (s) { ma_out_abort(&f); return s; }
+        } else
+            W(t->data, t->nbytes);
+        pad = (align - t->nbytes % align) % align;
         W(zeros, pad);
     }
 #undef W

@@ -100,6 +100,12 @@ ma_status ma_gguf_set_i64_array(ma_gguf_writer *w, const char *key, const int64_
 /* shape in PyTorch order (slowest first); stored reversed as ggml ne */
 ma_status ma_gguf_add_tensor(ma_gguf_writer *w, const char *name, ma_dtype dt, int ndim, const int64_t *shape,
                              const void *data, ma_error *err);
+/* the same with the data produced at write time: fill(ctx, dst, nbytes, err) writes the tensor's
+ * bytes into a buffer the writer allocates for it and frees after writing it, so a file is
+ * written with one tensor in memory at a time (molmoact compile at full size) */
+typedef ma_status (*ma_gguf_fill_fn)(void *ctx, void *dst, size_t nbytes, ma_error *err);
+ma_status ma_gguf_add_tensor_fill(ma_gguf_writer *w, const char *name, ma_dtype dt, int ndim, const int64_t *shape,
+                                  ma_gguf_fill_fn fill, void *ctx, ma_error *err);
 ma_status ma_gguf_write(ma_gguf_writer *w, const char *path, ma_error *err);
 
 #endif

@@ -86,6 +86,12 @@ static void unregister_map(const ma_mapfile *m) {
 
 unsigned long ma_mapfile_faults(void) { return atomic_load(&g_faults); }
 
+void ma_mapfile_release(const void *p, size_t n) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + n) & ~(page - 1);
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 ma_status ma_mapfile_check(ma_error *err) {
     if (!atomic_load(&g_faults)) return MA_OK;
     ma_status s = MA_OK;

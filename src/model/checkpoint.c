@@ -82,6 +82,7 @@ ma_status ma_checkpoint_fingerprint(const ma_safetensors *st, char out[17], ma_e
             crc = crc32(crc, (const Bytef *)t->data + off, (uInt)chunk);
             off += chunk;
         }
+        ma_mapfile_release(t->data, t->nbytes); /* read once: not kept resident (a full-size checkpoint is 11 GB) */
         const int64_t desc[4] = {(int64_t)t->dtype, (int64_t)t->ndim, (int64_t)t->nbytes, (int64_t)crc};
         h = fnv1a(h, t->name, strlen(t->name) + 1);
         h = fnv1a(h, desc, sizeof desc);

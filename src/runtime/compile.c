@@ -58,15 +58,52 @@ static ma_status copy_host_file(const char *from_dir, const char *to_dir, const 
     return s;
 }
 
+/* one checkpoint tensor into a context tensor: converted row by row to dt, matrices then put in
+ * the GEMM's panel layout; the source pages are released from this process after (they stay in
+ * the page cache), so compiling a checkpoint larger than memory holds one tensor at a time */
+typedef struct fill_job {
+    const ma_wref *r;
+    ma_dtype dt;
+} fill_job;
+
+static ma_status fill_tensor(void *ctx, void *dst, size_t bytes, ma_error *err) {
+    const fill_job *j = ctx;
+    const ma_wref *r = j->r;
+    int64_t rows = r->ndim == 1 ? 1 : r->shape[0], cols = r->ndim == 1 ? r->shape[0] : r->shape[1];
+    const ma_weightset packed = {.panel_layout = 1};
+    ma_wref out_ref = *r;
+    out_ref.dtype = j->dt;
+    const int pack = ma_ws_packed(&packed, &out_ref);
+    if (pack && ma_panels_size(j->dt, rows, cols) != bytes) return ma_fail(err, MA_ERR_SHAPE, "%s: panel size", r->name);
+    void *buf = pack ? malloc(bytes ? bytes : 1) : dst;
+    float *row = malloc(sizeof(float) * (size_t)(cols ? cols : 1));
+    if (!buf || !row) {
+        if (pack) free(buf);
+        free(row);
+        return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", r->name);
+    }
+    const size_t row_bytes = rows ? bytes / (size_t)rows : 0;
+    for (int64_t k = 0; k < rows; k++) {
+        ma_convert_to_f32(r->dtype, r->data, k * cols, cols, row);
+        ma_convert_from_f32(j->dt, row, cols, (uint8_t *)buf + (size_t)k * row_bytes);
+    }
+    if (pack) {
+        ma_pack_panels(j->dt, buf, rows, cols, dst);
+        free(buf);
+    }
+    free(row);
+    size_t src_bytes = 0;
+    if (!ma_shape_nbytes(r->dtype, r->ndim, r->shape, &src_bytes, NULL)) ma_mapfile_release(r->data, src_bytes);
+    return MA_OK;
+}
+
 static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, const char *config_json, const char *fingerprint,
                             const char *prec, ma_dtype mat_type, const ma_compile_opts *o, ma_error *err) {
     static const char *COMPONENT[8] = {"vision", "embed", "llm", "llm", "llm", "llm", "action_context", "action_step"};
     ma_gguf_writer *w = ma_gguf_writer_new();
     if (!w) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
-    void **bufs = calloc(m->ws.count + 1, sizeof *bufs);
-    float *row = NULL;
-    ma_status s = bufs ? MA_OK : ma_fail(err, MA_ERR_NOMEM, "out of memory");
-    size_t nb = 0;
+    fill_job *fills = calloc(m->ws.count + 1, sizeof *fills);
+    ma_status s = fills ? MA_OK : ma_fail(err, MA_ERR_NOMEM, "out of memory");
     if (!s) s = ma_gguf_set_str(w, "general.architecture", "molmoact2", err);
     if (!s) s = ma_gguf_set_i64(w, "molmoact.format", MA_CONTEXT_FORMAT, err);
     if (!s) s = ma_gguf_set_str(w, "molmoact.component", COMPONENT[slot], err);
@@ -98,38 +135,19 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
         if (!s) s = ma_gguf_add_tensor(w, "molmoact.step_modulations", MA_DT_F32, 2, ms, mods, err);
         if (!s) s = ma_gguf_add_tensor(w, "molmoact.final_modulations", MA_DT_F32, 2, fs, fins, err);
     }
+    size_t n_fill = 0;
     for (size_t i = 0; i < m->ws.count && !s; i++) {
         const ma_wref *r = &m->ws.refs[i];
         if (r->used != 1 || !in_slot(m, slot, r->name)) continue;
         if (slot == 7 && (strstr(r->name, "modulation.linear") || strstr(r->name, "time_embed."))) continue;
         ma_dtype dt = r->ndim == 1 ? MA_DT_F32 : mat_type;
-        int64_t rows = r->ndim == 1 ? 1 : r->shape[0], cols = r->ndim == 1 ? r->shape[0] : r->shape[1];
+        int64_t cols = r->ndim == 1 ? r->shape[0] : r->shape[1];
         if ((dt == MA_DT_Q8_0 || dt == MA_DT_Q4_0) && cols % 32) dt = MA_DT_F16;
         if (r->ndim > 2) { s = ma_fail(err, MA_ERR_UNSUPPORTED, "tensor %s has %d dims", r->name, r->ndim); break; }
-        size_t bytes;
-        if ((s = ma_shape_nbytes(dt, r->ndim, r->shape, &bytes, err))) break;
-        void *buf = malloc(bytes ? bytes : 1);
-        float *nr = realloc(row, sizeof(float) * (size_t)cols);
-        if (!buf || !nr) { free(buf); if (nr) row = nr; s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", r->name); break; }
-        row = nr;
-        bufs[nb++] = buf;
-        size_t row_bytes = bytes / (size_t)rows;
-        for (int64_t k = 0; k < rows; k++) {
-            ma_convert_to_f32(r->dtype, r->data, k * cols, cols, row);
-            ma_convert_from_f32(dt, row, cols, (uint8_t *)buf + (size_t)k * row_bytes);
-        }
-        /* matrices go in the GEMM's panel layout, so a K chunk of 16 rows is one sequential read */
-        const ma_weightset packed = {.panel_layout = 1};
-        ma_wref out_ref = *r;
-        out_ref.dtype = dt;
-        if (ma_ws_packed(&packed, &out_ref)) {
-            void *pk = malloc(bytes ? bytes : 1);
-            if (!pk || ma_panels_size(dt, rows, cols) != bytes) { free(pk); s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", r->name); break; }
-            ma_pack_panels(dt, buf, rows, cols, pk);
-            free(buf);
-            bufs[nb - 1] = buf = pk;
-        }
-        s = ma_gguf_add_tensor(w, r->name, dt, r->ndim, r->shape, buf, err);
+        /* converted when the file is written, one tensor in memory at a time */
+        fills[n_fill] = (fill_job){r, dt};
+        s = ma_gguf_add_tensor_fill(w, r->name, dt, r->ndim, r->shape, fill_tensor, &fills[n_fill], err);
+        n_fill++;
     }
     if (!s) {
         char name[160];
@@ -138,9 +156,7 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
         s = path ? ma_gguf_write(w, path, err) : ma_fail(err, MA_ERR_NOMEM, "out of memory");
         free(path);
     }
-    for (size_t i = 0; i < nb; i++) free(bufs[i]);
-    free(bufs);
-    free(row);
+    free(fills);
     free(mods);
     free(fins);
     ma_gguf_writer_free(w);
