@@ -27,6 +27,7 @@
 
 #include "backend/qnn/qnn_abi.h"
 #include "core/half.h"
+#include "kernels/threads.h"
 #include "runtime/session.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -269,6 +270,9 @@ static qnn_err_t context_create(qnn_handle backend, qnn_handle device, const voi
     static const unsigned parts[7] = {MA_PART_VISION, MA_PART_LLM(0), MA_PART_LLM(1), MA_PART_LLM(2), MA_PART_LLM(3),
                                       MA_PART_ACTION_CONTEXT, MA_PART_ACTION_STEP};
     ma_error err = {0};
+    /* this library's copy of the kernels runs on the calling thread only: helper threads would
+     * outlive the library (dlclose unmaps their code and the futexes they wait on) */
+    ma_threads_set(1);
     if (slot < 0 || ma_model_open_parts(c->g.model, "libero", parts[slot], &c->model, &err) ||
         ma_session_open_on(MA_BACKEND_CPU, &c->model, c->g.session, &c->sess, &err)) {
         if (c->model.dir) ma_model_close(&c->model);
