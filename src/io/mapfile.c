@@ -127,7 +127,10 @@ ma_status ma_map_file(ma_mapfile *m, const char *path, ma_error *err) {
     if (fd < 0) return s;
     m->size = (size_t)st.st_size;
     if (m->size > 0) {
-        void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        /* MOLMOACT_PRELOAD (--preload): read the whole file in now, so the first request does
+         * not pay its page faults */
+        const char *pre = getenv("MOLMOACT_PRELOAD");
+        void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE | (pre && *pre && strcmp(pre, "0") ? MAP_POPULATE : 0), fd, 0);
         if (p == MAP_FAILED) {
             close(fd);
             return ma_fail(err, MA_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
