@@ -86,6 +86,15 @@ static void unregister_map(const ma_mapfile *m) {
 
 unsigned long ma_mapfile_faults(void) { return atomic_load(&g_faults); }
 
+void ma_mapfile_preload(const ma_mapfile *m) {
+    if (!m->data || !m->size) return;
+    madvise((void *)m->data, m->size, MADV_WILLNEED);
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    volatile uint8_t sink = 0;
+    for (size_t off = 0; off < m->size; off += page) sink ^= m->data[off]; /* fault every page in now */
+    (void)sink;
+}
+
 void ma_mapfile_release(const void *p, size_t n) {
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + n) & ~(page - 1);
@@ -127,10 +136,7 @@ ma_status ma_map_file(ma_mapfile *m, const char *path, ma_error *err) {
     if (fd < 0) return s;
     m->size = (size_t)st.st_size;
     if (m->size > 0) {
-        /* MOLMOACT_PRELOAD (--preload): read the whole file in now, so the first request does
-         * not pay its page faults */
-        const char *pre = getenv("MOLMOACT_PRELOAD");
-        void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE | (pre && *pre && strcmp(pre, "0") ? MAP_POPULATE : 0), fd, 0);
+        void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
             close(fd);
             return ma_fail(err, MA_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));

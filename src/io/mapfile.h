@@ -24,6 +24,9 @@ void ma_unmap_file(ma_mapfile *m);
  * faulted: call it after each request so the request's (partly zero) result is refused.
  * ma_mapfile_faults() counts faults so far (cheap: compare before and after a request). */
 ma_status ma_mapfile_check(ma_error *err);
+/* read every page of the mapping in now and map it into this process (--preload: the first
+ * request then does not pay the page faults) */
+void ma_mapfile_preload(const ma_mapfile *m);
 /* drop the whole pages inside [p, p + n) of a read-only file mapping from this process's
  * resident set (they stay in the page cache and are read again if touched) */
 void ma_mapfile_release(const void *p, size_t n);

@@ -196,6 +196,9 @@ static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *er
     int which = slot == 0 ? 0 : (slot <= 5 ? 1 : 2);
     if (slot != 1) snprintf(m->precision[which], sizeof m->precision[which], "%s", prec);
     if ((s = check_fingerprint(sc, g, label, err))) return s;
+    /* --preload: this process's own contexts read in at open (the others it only checks) */
+    const char *pre = getenv("MOLMOACT_PRELOAD");
+    if (pre && *pre && strcmp(pre, "0")) ma_mapfile_preload(&g->map);
     const ma_gguf_kv *cj = ma_gguf_find_kv(g, "molmoact.config_json");
     if (!cj || cj->type != MA_GGUF_STRING) return ma_fail(err, MA_ERR_FORMAT, "%s: metadata key molmoact.config_json is missing", label);
     if (!sc->config_json) {

@@ -83,9 +83,14 @@ static ma_status fill_tensor(void *ctx, void *dst, size_t bytes, ma_error *err) 
         return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", r->name);
     }
     const size_t row_bytes = rows ? bytes / (size_t)rows : 0;
+    size_t src_row = 0;
+    const int64_t one[1] = {cols};
+    if (ma_shape_nbytes(r->dtype, 1, one, &src_row, NULL)) src_row = 0;
     for (int64_t k = 0; k < rows; k++) {
         ma_convert_to_f32(r->dtype, r->data, k * cols, cols, row);
         ma_convert_from_f32(j->dt, row, cols, (uint8_t *)buf + (size_t)k * row_bytes);
+        if (src_row && (k & 1023) == 1023) /* the source rows read so far leave this process */
+            ma_mapfile_release((const uint8_t *)r->data + (size_t)(k - 1023) * src_row, 1024 * src_row);
     }
     if (pack) {
         ma_pack_panels(j->dt, buf, rows, cols, dst);
