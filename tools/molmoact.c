@@ -53,7 +53,8 @@ static void usage(FILE *f) {
             "           --cold: its weights flushed from the caches before each run)\n"
             "  parity   --model DIR --golden DIR [--gate G] [--json]\n"
             "  compile  HF_DIR -o CTX_DIR [--vision P] [--llm P] [--action P] [--suffix S] [--prompt-seq N]\n"
-            "           (P: f16 (default), bf16, q8_0, q4_0)\n"
+            "           [--keep PATTERN=P ...]   (P: f16 (default), bf16, q8_0, q4_0; --keep: matrices whose name matches\n"
+            "           the glob PATTERN stored in P where it is more precise, e.g. --keep '*scout_mlp*=f16')\n"
             "  inspect  FILE.safetensors | FILE.npz | FILE.gguf | CHECKPOINT_DIR\n"
             "  tokenize --tokenizer tokenizer.json [--decode]   (stdin: one JSON string / id array per line)\n"
             "  prompt   --model DIR   (stdin: {\"task\": ..., \"state\": [...]} per line -> prompt ids)\n"
@@ -932,7 +933,7 @@ static int valued_option(const char *const *valued, const char *a, const char *v
 }
 
 static int cmd_compile(int argc, char **argv) {
-    ma_compile_opts co = {"f16", "f16", "f16", "", 128};
+    ma_compile_opts co = {"f16", "f16", "f16", "", 128, 0, {NULL}, {NULL}};
     const char *src = NULL, *out = NULL;
     const char *env = getenv("MOLMOACT2_PROMPT_SEQ");
     if (env && *env && parse_prompt_seq("MOLMOACT2_PROMPT_SEQ", env, &co.prompt_seq)) return 1;
@@ -947,6 +948,17 @@ static int cmd_compile(int argc, char **argv) {
         else if (!strcmp(a, "--action")) co.action = argv[++i];
         else if (!strcmp(a, "--suffix")) co.suffix = argv[++i];
         else if (!strcmp(a, "--prompt-seq")) { if (parse_prompt_seq("--prompt-seq", argv[++i], &co.prompt_seq)) return 1; }
+        else if (!strcmp(a, "--keep")) { /* repeatable: PATTERN=P */
+            if (!v) { fprintf(stderr, "molmoact: --keep needs PATTERN=P\n"); return 1; }
+            char *eq = strrchr(argv[++i], '=');
+            if (!eq || co.n_keep == MA_COMPILE_MAX_KEEP) {
+                fprintf(stderr, "molmoact: --keep %s: must be PATTERN=P (at most %d)\n", v, MA_COMPILE_MAX_KEEP);
+                return 1;
+            }
+            *eq = '\0';
+            co.keep_pattern[co.n_keep] = argv[i];
+            co.keep_prec[co.n_keep++] = eq + 1;
+        }
         else if (a[0] == '-') { fprintf(stderr, "molmoact: compile: unknown option %s\n", a); return 1; }
         else if (!src) src = a;
         else { fprintf(stderr, "molmoact: compile: unexpected argument %s\n", a); return 1; }

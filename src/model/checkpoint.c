@@ -167,6 +167,21 @@ static ma_status check_fingerprint(set_check *sc, const ma_gguf *g, const char *
     return MA_OK;
 }
 
+/* is `name` a line of the context's molmoact.kept_tensors? */
+static int kept_listed(const ma_gguf *g, const char *name) {
+    const ma_gguf_kv *kv = ma_gguf_find_kv(g, "molmoact.kept_tensors");
+    if (!kv || kv->type != MA_GGUF_STRING) return 0;
+    const size_t l = strlen(name);
+    const char *p = kv->v.s.p, *end = p + kv->v.s.len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        if (n == l && !memcmp(p, name, l)) return 1;
+        p += n + 1;
+    }
+    return 0;
+}
+
 static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *err) {
     char name[160], label[64], comp[64], prec[16];
     ma_context_name(slot, NULL, name, sizeof name);
@@ -189,8 +204,13 @@ static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *er
         const ma_gguf_tensor *t = &g->tensors[i];
         int vec = t->n_dims == 1 || !strncmp(t->name, "molmoact.", 9); /* vectors and f32 tables */
         /* matrices: the tagged type, or f16 where rows do not fill quantisation blocks */
+        /* matrices: the tagged type, f16 where rows do not fill quantisation blocks, or a more
+         * precise type for a tensor the context lists as kept (compile --keep) */
         int ok = vec ? t->dtype == MA_DT_F32
                      : (t->dtype == want || (t->dtype == MA_DT_F16 && (want == MA_DT_Q8_0 || want == MA_DT_Q4_0) && t->ne[0] % 32));
+        if (!ok && !vec && kept_listed(g, t->name))
+            ok = (want == MA_DT_Q4_0 && (t->dtype == MA_DT_Q8_0 || t->dtype == MA_DT_F16 || t->dtype == MA_DT_BF16)) ||
+                 (want == MA_DT_Q8_0 && (t->dtype == MA_DT_F16 || t->dtype == MA_DT_BF16));
         if (!ok) return ma_fail(err, MA_ERR_FORMAT, "%s: precision tag %s but tensor %s is %s", label, prec, t->name, ma_dtype_name(t->dtype));
     }
     int which = slot == 0 ? 0 : (slot <= 5 ? 1 : 2);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <fnmatch.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +25,9 @@ static int parse_precision(const char *p, ma_dtype *dt) {
     else return 0;
     return 1;
 }
+
+/* q4_0 < q8_0 < f16 = bf16 */
+static int precision_rank(ma_dtype dt) { return dt == MA_DT_Q4_0 ? 0 : dt == MA_DT_Q8_0 ? 1 : 2; }
 
 /* does checkpoint tensor `name` belong to context slot s? */
 static int in_slot(const ma_model *m, int slot, const char *name) {
@@ -141,19 +145,38 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
         if (!s) s = ma_gguf_add_tensor(w, "molmoact.final_modulations", MA_DT_F32, 2, fs, fins, err);
     }
     size_t n_fill = 0;
+    char *kept = NULL; /* names stored more precisely than the tag (--keep), one per line */
+    size_t kept_len = 0;
     for (size_t i = 0; i < m->ws.count && !s; i++) {
         const ma_wref *r = &m->ws.refs[i];
         if (r->used != 1 || !in_slot(m, slot, r->name)) continue;
         if (slot == 7 && (strstr(r->name, "modulation.linear") || strstr(r->name, "time_embed."))) continue;
         ma_dtype dt = r->ndim == 1 ? MA_DT_F32 : mat_type;
+        for (int k = 0; k < o->n_keep && r->ndim == 2; k++) {
+            ma_dtype kt;
+            if (!fnmatch(o->keep_pattern[k], r->name, 0) && parse_precision(o->keep_prec[k], &kt) && precision_rank(kt) > precision_rank(dt))
+                dt = kt;
+        }
         int64_t cols = r->ndim == 1 ? r->shape[0] : r->shape[1];
         if ((dt == MA_DT_Q8_0 || dt == MA_DT_Q4_0) && cols % 32) dt = MA_DT_F16;
         if (r->ndim > 2) { s = ma_fail(err, MA_ERR_UNSUPPORTED, "tensor %s has %d dims", r->name, r->ndim); break; }
+        if (r->ndim == 2 && dt != mat_type && !(dt == MA_DT_F16 && cols % 32)) {
+            const size_t l = strlen(r->name);
+            char *nk = realloc(kept, kept_len + l + 2);
+            if (!nk) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); break; }
+            kept = nk;
+            memcpy(kept + kept_len, r->name, l);
+            kept[kept_len + l] = '\n';
+            kept_len += l + 1;
+            kept[kept_len] = '\0';
+        }
         /* converted when the file is written, one tensor in memory at a time */
         fills[n_fill] = (fill_job){r, dt};
         s = ma_gguf_add_tensor_fill(w, r->name, dt, r->ndim, r->shape, fill_tensor, &fills[n_fill], err);
         n_fill++;
     }
+    if (!s && kept) s = ma_gguf_set_str(w, "molmoact.kept_tensors", kept, err);
+    free(kept);
     if (!s) {
         char name[160];
         ma_context_name(slot, o->suffix ? o->suffix : "", name, sizeof name);
@@ -207,6 +230,11 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
     if (!parse_precision(o->vision, &tv)) return ma_fail(err, MA_ERR_ARG, "--vision %s: precision must be f16, bf16, q8_0 or q4_0", o->vision);
     if (!parse_precision(o->llm, &tl)) return ma_fail(err, MA_ERR_ARG, "--llm %s: precision must be f16, bf16, q8_0 or q4_0", o->llm);
     if (!parse_precision(o->action, &ta)) return ma_fail(err, MA_ERR_ARG, "--action %s: precision must be f16, bf16, q8_0 or q4_0", o->action);
+    for (int k = 0; k < o->n_keep; k++) {
+        ma_dtype kt;
+        if (!o->keep_pattern[k][0] || !parse_precision(o->keep_prec[k], &kt))
+            return ma_fail(err, MA_ERR_ARG, "--keep %s=%s: must be PATTERN=P, P one of f16, bf16, q8_0, q4_0", o->keep_pattern[k], o->keep_prec[k]);
+    }
     if (o->prompt_seq < 1 || o->prompt_seq > MA_MAX_PROMPT_SEQ)
         return ma_fail(err, MA_ERR_ARG, "--prompt-seq %d: must be in [1, %d]", o->prompt_seq, MA_MAX_PROMPT_SEQ);
     if (o->suffix && (strchr(o->suffix, '/') || strlen(o->suffix) > 64))

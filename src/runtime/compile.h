@@ -17,10 +17,17 @@
 
 #include "core/error.h"
 
+#define MA_COMPILE_MAX_KEEP 16
+
 typedef struct ma_compile_opts {
     const char *vision, *llm, *action; /* precisions */
     const char *suffix;                /* appended to the session context names */
     int prompt_seq;
+    /* per-tensor choices (--keep PATTERN=P): matrices whose checkpoint name matches the glob
+     * PATTERN (fnmatch) are stored in P instead of their component's precision, where P is the
+     * more precise of the two (a sensitive tensor kept at higher precision in a quantised plan) */
+    int n_keep;
+    const char *keep_pattern[MA_COMPILE_MAX_KEEP], *keep_prec[MA_COMPILE_MAX_KEEP];
 } ma_compile_opts;
 
 ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_opts *o, ma_error *err);

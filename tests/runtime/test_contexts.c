@@ -20,7 +20,7 @@
 #define TINY_GOLDEN MA_SOURCE_DIR "/assets/tiny-grid/golden"
 
 static void compile(const char *src, const char *dir, const char *v, const char *l, const char *a, const char *suffix) {
-    ma_compile_opts o = {v, l, a, suffix, 128};
+    ma_compile_opts o = {.vision = v, .llm = l, .action = a, .suffix = suffix, .prompt_seq = 128};
     ma_error err = {0};
     if (ma_compile(src, dir, &o, &err)) fail_msg("compile: %s", err.msg);
 }
@@ -112,6 +112,37 @@ static void test_quantised_gates(void **state) {
             gate(bm, bg, "q4_0", 0.99);
         }
     }
+}
+
+/* compile --keep: matching matrices stored at the higher precision, listed in the context, and
+ * accepted by the open check; an unlisted deviation is still refused */
+static void test_keep_tensors_at_higher_precision(void **state) {
+    (void)state;
+    char dir[1024];
+    tu_tmpdir(dir, sizeof dir, "ctx-keep");
+    ma_compile_opts o = {.vision = "q4_0", .llm = "q4_0", .action = "q4_0", .suffix = "", .prompt_seq = 128, .n_keep = 2,
+                         .keep_pattern = {"*.ff_out.*", "*scout_mlp*"}, .keep_prec = {"q8_0", "f16"}};
+    ma_error err = {0};
+    if (ma_compile(TINY, dir, &o, &err)) fail_msg("compile: %s", err.msg);
+    ma_model m;
+    if (ma_model_open(dir, "libero", &m, &err)) fail_msg("%s", err.msg);
+    const ma_gguf_tensor *t = ma_gguf_find_tensor(&m.ctx[2], "model.transformer.blocks.0.mlp.ff_out.weight");
+    assert_non_null(t);
+    assert_int_equal(t->dtype, MA_DT_Q8_0);
+    const ma_gguf_tensor *a = ma_gguf_find_tensor(&m.ctx[2], "model.transformer.blocks.0.self_attn.att_proj.weight");
+    assert_non_null(a);
+    assert_int_equal(a->dtype, MA_DT_Q4_0);
+    ma_model_close(&m);
+    /* a lower precision than the tag is never taken, and a bad --keep is refused */
+    o.keep_prec[0] = "q4_0";
+    o.vision = o.llm = o.action = "q8_0";
+    if (ma_compile(TINY, dir, &o, &err)) fail_msg("compile: %s", err.msg);
+    if (ma_model_open(dir, "libero", &m, &err)) fail_msg("%s", err.msg);
+    t = ma_gguf_find_tensor(&m.ctx[2], "model.transformer.blocks.0.mlp.ff_out.weight");
+    assert_int_equal(t->dtype, MA_DT_Q8_0);
+    ma_model_close(&m);
+    o.keep_prec[0] = "q3_k";
+    assert_fails_naming(ma_compile(TINY, dir, &o, &err), err, "--keep *.ff_out.*=q3_k");
 }
 
 static void test_suffixes_and_prompt_length(void **state) {
@@ -281,7 +312,7 @@ static int compile_with_file_limit(const char *src, const char *out) {
         struct rlimit rl = {1u << 20, 1u << 20};
         signal(SIGXFSZ, SIG_IGN);
         setrlimit(RLIMIT_FSIZE, &rl);
-        ma_compile_opts o = {"f16", "f16", "f16", "", 128};
+        ma_compile_opts o = {.vision = "f16", .llm = "f16", .action = "f16", .suffix = "", .prompt_seq = 128};
         ma_error err = {0};
         ma_status s = ma_compile(src, out, &o, &err);
         _exit(s != MA_OK && strstr(err.msg, "embed.gguf") && strstr(err.msg, "File too large") ? 0 : 1);
@@ -315,7 +346,7 @@ static void test_failed_compile_leaves_nothing(void **state) {
     umask(um);
     assert_int_equal(st.st_mode & 0777, 0777 & ~um);
     /* prompt length and suffix are checked */
-    ma_compile_opts o = {"f16", "f16", "f16", "", 0};
+    ma_compile_opts o = {.vision = "f16", .llm = "f16", .action = "f16", .suffix = "", .prompt_seq = 0};
     assert_fails_naming(ma_compile(TINY, out, &o, &err), err, "--prompt-seq 0");
     o.prompt_seq = 128;
     o.suffix = "/../../x";
@@ -329,6 +360,7 @@ int main(void) {
         cmocka_unit_test(test_failed_compile_leaves_nothing),
         cmocka_unit_test(test_f16_contexts_equal_checkpoint),
         cmocka_unit_test(test_quantised_gates),
+        cmocka_unit_test(test_keep_tensors_at_higher_precision),
         cmocka_unit_test(test_suffixes_and_prompt_length),
         cmocka_unit_test(test_bad_contexts_refused),
     };

@@ -210,7 +210,7 @@ static void test_resident_equals_inproc(void **state) {
     same_bits(ORIG, ORIG_GOLDEN);
     char dir[1024];
     tu_tmpdir(dir, sizeof dir, "resident-q8");
-    ma_compile_opts co = {"q8_0", "q4_0", "q8_0", "", 128};
+    ma_compile_opts co = {.vision = "q8_0", .llm = "q4_0", .action = "q8_0", .suffix = "", .prompt_seq = 128};
     ma_error err = {0};
     if (ma_compile(TINY, dir, &co, &err)) fail_msg("%s", err.msg);
     same_bits(dir, TINY_GOLDEN);
@@ -456,7 +456,7 @@ static void test_bad_context_stops_start(void **state) {
     (void)state;
     char dir[1024], path[1200];
     tu_tmpdir(dir, sizeof dir, "resident-bad");
-    ma_compile_opts co = {"f16", "f16", "f16", "", 128};
+    ma_compile_opts co = {.vision = "f16", .llm = "f16", .action = "f16", .suffix = "", .prompt_seq = 128};
     ma_error err = {0};
     if (ma_compile(TINY, dir, &co, &err)) fail_msg("%s", err.msg);
     snprintf(path, sizeof path, "%s/llm_split2.gguf", dir);
