@@ -40,7 +40,7 @@ timed() { # LOG CMD...: run, keep the output, append the peak RSS and wall time;
   # that fails (exit 2) is a result to report, anything else stops the measurement
   local log=$1 rc=0; shift
   /usr/bin/time -f 'TIME wall=%e s peak_rss=%M KiB' "$@" > "$log" 2>&1 || rc=$?
-  if [ $rc != 0 ] && ! { [ $rc = 2 ] && grep -q "FAIL" "$log"; }; then
+  if [ $rc != 0 ] && ! { [ $rc = 2 ] && grep -q -E 'FAIL|"pass": false' "$log"; }; then
     echo "fullsize.sh: failed ($rc): $* (see $log)" >&2; tail -20 "$log" >&2; exit 1
   fi
 }
