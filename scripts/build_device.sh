@@ -96,7 +96,7 @@ if [ $run_tests = 1 ]; then
     QEMU_CPU=$cpu QEMU_LD_PREFIX=/usr/aarch64-linux-gnu qemu-aarch64 "$t/$name/bin/molmoact" run \
       --model "$t/$name/share/molmoact/tiny-grid/model" --golden "$t/$name/share/molmoact/tiny-grid/golden" \
       --inputs "$t/$name/share/molmoact/tiny-grid/golden/demo_inputs.npz" --runs 1 --inproc --json > "$t/out.json" 2> "$t/err.txt" || true
-    /usr/bin/python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['parity']['pass'], r['parity']; print('parity PASS, end-to-end cosine', r['parity'].get('end_to_end_cosine', ''))" "$t/out.json" \
+    /usr/bin/python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['parity']['pass'], r['parity']; print('parity PASS, end-to-end cosine', r['parity']['action_cosine'])" "$t/out.json" \
       || { cat "$t/err.txt"; exit 1; }
   done
   rm -rf "$t"

@@ -64,20 +64,26 @@ dev() { "${wrap[@]}" ssh "${ssh_opts[@]}" "${extra[@]}" "$target" "$@"; }
 q() { printf '%q' "$1"; }                      # one word, quoted for the remote shell
 qa() { [ $# -eq 0 ] || printf ' %q' "$@"; }     # words, each quoted, each after a space
 
-# 1. the ephemeral directory, removed whatever happens from here on
-tmp=$(dev 'mktemp -d /tmp/molmoact-profile.XXXXXX')
-case "$tmp" in /tmp/molmoact-profile.*) ;; *) echo "profile_device.sh: unexpected directory '$tmp' from the device" >&2; exit 1 ;; esac
+# 1. the ephemeral directory, removed whatever happens from here on: named here and the cleanup
+# armed before it is made, so a Ctrl-C while the device makes it leaves nothing behind (with a
+# remote mktemp the name was unknown until it returned)
+tmp=/tmp/molmoact-profile.$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
+made=0
 cleanup() {
   trap - EXIT INT TERM
   if [ -n "${ssh_pid:-}" ]; then kill "$ssh_pid" 2> /dev/null || true; fi
   rm -f "${log:-}"
   # the run if it still goes on (an interrupted profile: its workers die with it), then the directory
+  [ "$made" = 1 ] || [ "$made" = trying ] || return 0
   dev "if [ -f $(q "$tmp")/run.pid ]; then p=\$(cat $(q "$tmp")/run.pid); kill \$p 2> /dev/null; sleep 0.5; kill -9 \$p 2> /dev/null; fi; rm -rf $(q "$tmp")" ||
     echo "profile_device.sh: could not remove $tmp on the device" >&2
 }
 trap cleanup EXIT
 trap 'cleanup; exit 130' INT
 trap 'cleanup; exit 143' TERM
+made=trying
+dev "mkdir -m 700 $(q "$tmp")" || { made=0; echo "profile_device.sh: could not make $tmp on the device" >&2; exit 1; }
+made=1
 "${wrap[@]}" scp -q "${scp_opts[@]}" "${extra[@]}" "$tarball" "$target:$tmp/molmoact.tar.gz"
 dev "cd $(q "$tmp") && tar xzf molmoact.tar.gz && rm molmoact.tar.gz"
 

@@ -507,7 +507,7 @@ static int cmd_run(opts *o) {
     if (api_open(o, &api)) return 1;
     clock_gettime(CLOCK_MONOTONIC, &t_open1);
     const double open_ms = (t_open1.tv_sec - t_open0.tv_sec) * 1e3 + (t_open1.tv_nsec - t_open0.tv_nsec) / 1e6;
-    double first_ms = 0.0;
+    double first_ms = 0.0, warm_sum = 0.0; /* warm: the runs after the first */
     if (o->stream) {
         int rc = run_stream(api, o);
         if (api_close(&api) && !rc) rc = 1;
@@ -531,6 +531,7 @@ static int cmd_run(opts *o) {
         if (api_run(api, &q, &res, &tm, o->dump && i == 0 ? &trace : NULL, &err)) { fail(&err); goto out; }
         ma_latency_add(&lat, &tm);
         if (i == 0) { first_ms = tm.total; first = res; memset(&res, 0, sizeof res); continue; }
+        warm_sum += tm.total;
         if (memcmp(first.actions, res.actions, sizeof(float) * (size_t)res.n_steps * res.action_dim) != 0) {
             fprintf(stderr, "molmoact: run %d gave a different action chunk than run 1 (the pipeline is not deterministic)\n", i + 1);
             goto out;
@@ -553,8 +554,14 @@ static int cmd_run(opts *o) {
     print_memory(ep, o->json);
     /* the open (sessions started, contexts mapped; with --preload also read in) and the first
      * request after it, which pays the page faults --preload moves into the open */
-    if (o->json) printf(", \"open_ms\": %.3f, \"first_request_ms\": %.3f", open_ms, first_ms);
-    else printf("open %.1f ms, first request %.1f ms%s\n", open_ms, first_ms, getenv("MOLMOACT_PRELOAD") ? " (--preload)" : "");
+    if (o->json) {
+        printf(", \"open_ms\": %.3f, \"first_request_ms\": %.3f", open_ms, first_ms);
+        if (o->runs > 1) printf(", \"warm_total_ms\": %.3f", warm_sum / (o->runs - 1));
+    } else {
+        printf("open %.1f ms, first request %.1f ms%s", open_ms, first_ms, getenv("MOLMOACT_PRELOAD") ? " (--preload)" : "");
+        if (o->runs > 1) printf(", warm (runs 2-%d) %.1f ms", o->runs, warm_sum / (o->runs - 1));
+        printf("\n");
+    }
     rc = o->golden ? run_parity(ep, o) : 0;
     if (o->json) printf("}\n");
 out:

@@ -219,6 +219,11 @@ int ma_gemm_kernel_int8_activations(int i) {
     return i >= 0 && i < n_sets && sets[i].q_panels != NULL;
 }
 
+int ma_gemm_kernel_small_panels(int i) {
+    pthread_once(&active_once, choose_kernels);
+    return i >= 0 && i < n_sets && sets[i].small_panels != NULL;
+}
+
 int ma_gemm_int8_activations(void) {
     pthread_once(&active_once, choose_kernels);
     return active.q_panels != NULL;

@@ -88,6 +88,10 @@ const char *ma_gemm_kernel_name(int i);
  * each product's error is at most |w| max|a of its block| / 254 beyond the fp32 rounding */
 int ma_gemm_kernel_int8_activations(int i);
 int ma_gemm_int8_activations(void);
+/* whether kernel set i reads panel-layout weights directly for a few rows (M <= 12: the action
+ * expert), in another summation order than it uses for row-layout weights ("avx512" and up,
+ * "neon"); the others give the same bits for both layouts */
+int ma_gemm_kernel_small_panels(int i);
 /* use kernel set i (tests, benchmarks; not while a GEMM runs); returns 0 if there is none */
 int ma_gemm_select(int i);
 /* tests: switch between the portable and the best kernels */

@@ -49,6 +49,8 @@ void ma_runner_open_link(const ma_model *m, const ma_session_link *link, ma_runn
 
 void ma_runner_close(ma_runner *r) {
     for (int i = 0; i < 7; i++) ma_session_close(r->sess[i]);
+    ma_tensor_free(&r->kv[0]);
+    ma_tensor_free(&r->kv[1]);
     memset(r, 0, sizeof *r);
 }
 
@@ -115,7 +117,7 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     double t_start = now_ms(), t_sessions = 0.0;
     ma_tensor vout[MA_SESSION_MAX_IO] = {0}, lout[MA_SESSION_MAX_IO] = {0}, cout[MA_SESSION_MAX_IO] = {0},
               sout[MA_SESSION_MAX_IO] = {0};
-    ma_tensor hidden = {0}, kall = {0}, vall = {0}, enc = {0}, img = {0}, pos = {0}, x = {0}, tt = {0};
+    ma_tensor hidden = {0}, enc = {0}, img = {0}, pos = {0}, x = {0}, tt = {0}, ctx[2] = {{0}};
     float *vel = NULL;
 
     /* ---- vision */
@@ -151,7 +153,13 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
 
     /* ---- llm splits, chained; K/V gathered into [L, S, kvh, hd] */
     int64_t kvshape[4] = {L, S, c->kv_heads, c->head_dim};
-    if ((s = ma_tensor_alloc(&kall, MA_DT_F32, 4, kvshape, err)) || (s = ma_tensor_alloc(&vall, MA_DT_F32, 4, kvshape, err))) goto done;
+    for (int j = 0; j < 2; j++) {
+        ma_tensor *t = &r->kv[j];
+        if (t->data && t->ndim == 4 && !memcmp(t->shape, kvshape, sizeof kvshape)) continue;
+        ma_tensor_free(t);
+        if ((s = ma_tensor_alloc(t, MA_DT_F32, 4, kvshape, err))) goto done;
+    }
+    ma_tensor kall = r->kv[0], vall = r->kv[1]; /* every layer is written below */
     for (int i = 0; i < MA_NUM_SPLITS; i++) {
         ma_tensor lin[3] = {hidden, img, pos};
         int n_lout = 0;
@@ -182,6 +190,13 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     t_sessions += cms + tms;
     TRACE("ctx_k", &cout[0]);
     TRACE("ctx_v", &cout[1]);
+    /* the context goes back to the worker that made it with every step: a view of that worker's
+     * memory would be overwritten by the step's own inputs, so it is copied out once */
+    for (int j = 0; j < 2; j++) {
+        if (cout[j].owned) { ctx[j] = cout[j]; memset(&cout[j], 0, sizeof cout[j]); continue; }
+        if ((s = ma_tensor_alloc(&ctx[j], cout[j].dtype, cout[j].ndim, cout[j].shape, err))) goto done;
+        memcpy(ctx[j].data, cout[j].data, ctx[j].nbytes);
+    }
 
     /* ---- Euler loop: x0 = mask(noise); x <- mask(x + dt * mask(v(x, t_i))), t_i = i / steps */
     const int Da = c->max_action_dim, steps = c->flow_steps;
@@ -203,7 +218,7 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     for (int i = 0; i < steps; i++) {
         ((float *)tt.data)[0] = (float)((double)i / steps);
         if (vel) memcpy(vel + (size_t)(steps + i) * A * Da, xv, x.nbytes);
-        ma_tensor sin_[5] = {x, tt, cout[0], cout[1], enc};
+        ma_tensor sin_[5] = {x, tt, ctx[0], ctx[1], enc};
         int n_sout = 0;
         /* the context and its mask are the same for every step: sent and scanned once */
         const unsigned kept = i > 0 ? MA_STEP_KEPT_INPUTS : 0u;
@@ -247,7 +262,7 @@ done:
     for (int o = 0; o < MA_SESSION_MAX_IO; o++) ma_tensor_free(&lout[o]);
     for (int o = 0; o < MA_SESSION_MAX_IO; o++) ma_tensor_free(&cout[o]);
     for (int o = 0; o < MA_SESSION_MAX_IO; o++) ma_tensor_free(&sout[o]);
-    ma_tensor_free(&hidden); ma_tensor_free(&kall); ma_tensor_free(&vall); ma_tensor_free(&enc);
+    ma_tensor_free(&hidden); ma_tensor_free(&ctx[0]); ma_tensor_free(&ctx[1]); ma_tensor_free(&enc);
     ma_tensor_free(&img); ma_tensor_free(&pos); ma_tensor_free(&x); ma_tensor_free(&tt);
     free(vel);
     free(padded);

@@ -33,8 +33,10 @@ typedef struct ma_timing {
 
 /* How the pipeline reaches its sessions: in this process (ma_session) or in resident worker
  * processes (runtime/resident.h). run() executes session `which` (index into MA_SESSION_NAMES)
- * and fills owned output tensors (out has room for MA_SESSION_MAX_IO); debug asks vision for its
- * debugging outputs. */
+ * and fills its output tensors (out has room for MA_SESSION_MAX_IO): owned, or views of the
+ * worker's shared memory that stay valid until the next call to a session of the same worker
+ * (ma_tensor_free is right for both; a caller that feeds an output back to that worker copies it
+ * first). debug asks vision for its debugging outputs. */
 typedef struct ma_session_link {
     /* kept: bit i set when in[i] is the previous call's input i of this session, unchanged at the
      * same address (the link need not send it again, nor the session scan it again) */
@@ -52,6 +54,9 @@ typedef struct ma_runner {
     ma_session *sess[7]; /* vision, llm_split0..3, action_context, action_step (local link) */
     ma_session_link link;
     ma_timing last;
+    /* the gathered K/V [L, S, kvh, hd], kept between requests of the same prompt length: at full
+     * size 111 MB that would otherwise be faulted in afresh for every request */
+    ma_tensor kv[2];
 } ma_runner;
 
 /* sessions opened in this process */

@@ -46,7 +46,7 @@ export MOLMOACT_SSH_OPTS="-i $t/client_key -o StrictHostKeyChecking=no -o UserKn
 leftovers() { ls -d /tmp/molmoact-profile.* 2> /dev/null | wc -l; }
 base=$(leftovers)
 passed=0 failed=0
-check() { if eval "$2"; then passed=$((passed + 1)); echo "  ok    $1"; else failed=$((failed + 1)); echo "  FAIL  $1"; fi; }
+check() { if eval "$2"; then passed=$((passed + 1)); echo "  ok    $1"; else failed=$((failed + 1)); echo "  FAIL  $1"; return 1; fi; }
 
 out=$("$src/scripts/profile_device.sh" --tarball "$tarball" --workspace "$ws" -- --runs 2 2>&1); rc=$?
 echo "$out" | tail -25
@@ -72,7 +72,7 @@ sleep 3
 kill -INT -- -$p
 wait $p; rc=$?
 sleep 1
-check "Ctrl-C stops it (exit 130)" '[ $rc -eq 130 ]'
+check "Ctrl-C stops it (exit 130)" '[ $rc -eq 130 ]' || { echo "    it exited $rc; its output:"; tail -5 "$t/long.log" | sed 's/^/    /'; }
 check "removed after Ctrl-C" '[ "$(leftovers)" -eq "$base" ]'
 check "no run left behind" '! pgrep -f "/tmp/molmoact-profile\." > /dev/null'
 check "workspace unchanged at the end" '[ "$(sum)" = "$before" ]'
