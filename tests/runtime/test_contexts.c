@@ -53,15 +53,24 @@ static void test_f16_contexts_equal_checkpoint(void **state) {
     tu_tmpdir(dir, sizeof dir, "ctx-f16");
     compile(TINY, dir, "f16", "f16", "f16", "");
     float a[70], b[70];
-    /* same stored weights: with kernels that treat both layouts alike, bit-identical (the best
-     * such set: avx2 on x86, portable on aarch64, whose neon sets all read panels directly) */
+    /* same stored weights: with kernels that treat both layouts alike, bit-identical (avx2 on
+     * x86). On aarch64 there is none: the neon sets read panels directly, and the portable C's
+     * two loops do not give the same bits there either (measured under qemu: 25 of the 280
+     * bytes differ). There the portable set, like the best, agrees to rounding. */
     int alike = 0;
     for (int i = 1; i < ma_gemm_kernel_count(); i++)
         if (!ma_gemm_kernel_small_panels(i)) alike = i;
-    assert_true(ma_gemm_select(alike));
-    actions_of(TINY, a);
-    actions_of(dir, b);
-    assert_memory_equal(a, b, sizeof a);
+    if (alike > 0) {
+        assert_true(ma_gemm_select(alike));
+        actions_of(TINY, a);
+        actions_of(dir, b);
+        assert_memory_equal(a, b, sizeof a);
+    } else {
+        assert_true(ma_gemm_select(0));
+        actions_of(TINY, a);
+        actions_of(dir, b);
+        for (int i = 0; i < 70; i++) assert_true(fabsf(a[i] - b[i]) <= 1e-5f * (1.0f + fabsf(a[i])));
+    }
     /* the best kernels read panel-layout weights of the 10-token expert directly (another
      * summation order): equal to rounding */
     ma_gemm_select_portable(0);
