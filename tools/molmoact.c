@@ -65,8 +65,8 @@ static void usage(FILE *f) {
             "options: --norm-tag TAG (default libero), --threads N (GEMM threads per process)\n"
             "backend (run, bench, parity, serve): --backend cpu|qnn (default cpu); with qnn: [--qnn-lib-dir DIR]\n"
             "           [--qnn-io-map MAP.json] [--qnn-soc 77] [--qnn-arch 73]; DIR/ctx/<session>_socid77_archv73.bin\n"
-            "           --preload: read every context into memory at open (MAP_POPULATE), so the first request\n"
-            "           does not pay the page faults\n"
+            "           --preload: read every context into memory at open and run one warm-up request (blank\n"
+            "           frames), so the first real request pays neither page faults nor first-touch costs\n"
             "DIR: a Hugging Face checkpoint directory or a context directory from `molmoact compile`\n");
 }
 

@@ -64,6 +64,14 @@ def main():
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["actions"] == r["actions"]
 
+    # --preload: the contexts read in and one warm-up request (blank frames) at open; what that
+    # request leaves in the workers (kept inputs, the gathered K/V) must not change the answer
+    for mode in ([], ["--inproc"]):
+        p = subprocess.run([binary, "run", "--model", model, "--inputs", ok_in, "--runs", "1", "--preload", "--json"] + mode,
+                           capture_output=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["actions"] == r["actions"], mode
+
     p = subprocess.run([binary, "bench", "--runs", "2", "--json"], capture_output=True, timeout=600)
     assert p.returncode == 0, p.stderr
     b = json.loads(p.stdout)
