@@ -496,6 +496,7 @@ int ma_resident_close(ma_resident *r) {
         drop_worker(w, how, sizeof how); /* kills and reaps whatever did not quit */
     }
     spawner_stop(r->spawner); /* after the workers: its end would kill them (PR_SET_PDEATHSIG) */
+    ma_runner_close(&r->runner); /* the buffers it keeps between requests (no sessions of its own) */
     free(r->dir);
     free(r->tag);
     free(r->exe);
