@@ -60,7 +60,7 @@ static void usage(FILE *f) {
             "  prompt   --model DIR   (stdin: {\"task\": ..., \"state\": [...]} per line -> prompt ids)\n"
             "  preprocess --model DIR --image0 FILE [-o OUT.npz]   (pixels and the resized image)\n"
             "  serve    --model DIR [--host 127.0.0.1] [--port 8000] [--api-key-file F] [--max-message-mb 32]\n"
-            "           [--max-clients 512] [--recv-timeout-s 30] [--flip180] [--inproc] [--threads N]\n"
+            "           [--max-clients 512] [--recv-timeout-s 30] [--idle-timeout-s 300] [--flip180] [--inproc] [--threads N]\n"
             "           (openpi websocket + HTTP POST /act on one port; GET / status page, /healthz)\n"
             "options: --norm-tag TAG (default libero), --threads N (GEMM threads per process)\n"
             "backend (run, bench, parity, serve): --backend cpu|qnn (default cpu); with qnn: [--qnn-lib-dir DIR]\n"
@@ -981,9 +981,9 @@ static int cmd_compile(int argc, char **argv) {
 /* ---------------------------------------------------------------------------------- serve */
 
 static int cmd_serve(int argc, char **argv) {
-    ma_serve_opts so = {NULL, "127.0.0.1", 8000, NULL, 32.0, 512, "libero", 0, 0, 0, 30, "/proc/self/exe"};
+    ma_serve_opts so = {NULL, "127.0.0.1", 8000, NULL, 32.0, 512, "libero", 0, 0, 0, 30, "/proc/self/exe", 300};
     static const char *const valued[] = {"--model", "--host", "--port", "--api-key-file", "--max-message-mb", "--max-clients",
-                                         "--norm-tag", "--threads", "--recv-timeout-s", NULL};
+                                         "--norm-tag", "--threads", "--recv-timeout-s", "--idle-timeout-s", NULL};
     unsigned seen = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -999,14 +999,15 @@ static int cmd_serve(int argc, char **argv) {
             else if (k == 6) so.norm_tag = v;
             else if (k == 4) {
                 so.max_message_mb = strtod(v, &end);
-                if (errno || *end || !(so.max_message_mb > 0 && so.max_message_mb <= 4096)) { fprintf(stderr, "molmoact: --max-message-mb must be in (0, 4096]\n"); return 1; }
+                if (errno || *end || !(so.max_message_mb >= 1.0 / 1024 && so.max_message_mb <= 4096)) { fprintf(stderr, "molmoact: --max-message-mb must be in [0.001, 4096] (1 KiB to 4 GiB)\n"); return 1; }
             } else {
                 long n = strtol(v, &end, 10);
-                const long lo = k == 2 ? 0 : 1, hi = k == 2 ? 65535 : k == 5 ? 100000 : k == 7 ? 64 : 3600;
+                const long lo = k == 2 || k == 9 ? 0 : 1, hi = k == 2 ? 65535 : k == 5 ? 100000 : k == 7 ? 64 : k == 9 ? 86400 : 3600;
                 if (!*v || errno || *end || n < lo || n > hi) { fprintf(stderr, "molmoact: %s must be an integer in [%ld, %ld]\n", a, lo, hi); return 1; }
                 if (k == 2) so.port = (int)n;
                 else if (k == 5) so.max_clients = (int)n;
                 else if (k == 7) so.threads = (int)n;
+                else if (k == 9) so.idle_timeout_s = (int)n;
                 else so.recv_timeout_s = (int)n;
             }
         } else if (!strcmp(a, "--inproc")) so.inproc = 1;

@@ -15,8 +15,10 @@ MolmoAct2's (image, wrist_image, state, instruction; task is accepted too), plus
 `noise` (float32 [1, 10, 32]) or `seed` for reproducible runs. Errors raise MolmoActError with
 the library's message (it names the field, file or worker at fault).
 
-The library is found, in order: $MOLMOACT_LIBRARY, next to this package, the build tree of a
-source checkout (build/), then the dynamic loader's path (libmolmoact.so.0).
+The library is $MOLMOACT_LIBRARY when it is set (a path, or a name for the dynamic loader; a
+missing, broken or foreign library is an ImportError naming it, never a fallback); otherwise, in
+order: next to this package, the build tree of a source checkout (build/), then the dynamic
+loader's path (libmolmoact.so.0).
 """
 import ctypes
 import os
@@ -26,8 +28,9 @@ import numpy as np
 __all__ = ["Policy", "MolmoActError", "library_path", "version"]
 
 
-class MolmoActError(RuntimeError):
-    """A failed call: `status` is the library's status name, the message names what was wrong."""
+class MolmoActError(RuntimeError, ValueError):
+    """A failed call or a refused input: `status` is the library's status name (or
+    MOLMOACT_ERR_ARG for what the binding refuses itself), the message names what was wrong."""
 
     def __init__(self, status, message):
         super().__init__(message)
@@ -98,9 +101,28 @@ def _candidates():
     yield "libmolmoact.so.0", "the dynamic loader's path"
 
 
+def _check(lib, path):
+    """the library at `path` is libmolmoact: it exports the API this binding declares"""
+    for sym in ("molmoact_version", "molmoact_open", "molmoact_infer", "molmoact_close", "molmoact_get_info"):
+        if not hasattr(lib, sym):
+            raise ImportError(f"molmoact: {path} is not libmolmoact (it does not export {sym})")
+
+
 def _load():
+    env = os.environ.get("MOLMOACT_LIBRARY")
+    if env:  # an explicit choice: that library or a clear failure, never another one
+        if os.path.sep in env and not os.path.exists(env):
+            raise ImportError(f"molmoact: MOLMOACT_LIBRARY={env}: no such file")
+        try:
+            lib = ctypes.CDLL(env)
+        except OSError as e:
+            raise ImportError(f"molmoact: MOLMOACT_LIBRARY={env}: cannot be loaded ({e})") from None
+        _check(lib, env)
+        return lib, env
     tried = []
     for path, where in _candidates():
+        if where == "$MOLMOACT_LIBRARY":
+            continue
         if os.path.sep in path and not os.path.exists(path):
             tried.append(f"{path} ({where}: absent)")
             continue
@@ -109,6 +131,7 @@ def _load():
         except OSError as e:
             tried.append(f"{path} ({where}: {e})")
             continue
+        _check(lib, path)
         return lib, path
     raise ImportError("molmoact: libmolmoact.so not found; looked at:\n  " + "\n  ".join(tried) +
                       "\nbuild it (cmake --build build) or set MOLMOACT_LIBRARY to its path")
@@ -154,18 +177,34 @@ class Policy:
         _lib.molmoact_options_init(ctypes.byref(opt))
         self._keep = []
 
-        def s(v):
+        def s(k, v):
             if v is None:
                 return None
-            b = os.fsencode(v) if not isinstance(v, bytes) else v
+            if not isinstance(v, (str, bytes, os.PathLike)):
+                raise MolmoActError("MOLMOACT_ERR_ARG", f"{k}: expected a string or path, got {type(v).__name__}")
+            try:
+                b = os.fsencode(v)
+            except UnicodeError as e:
+                raise MolmoActError("MOLMOACT_ERR_ARG", f"{k}: cannot be encoded ({e})") from None
+            if b"\0" in b:
+                raise MolmoActError("MOLMOACT_ERR_ARG", f"{k}: contains a NUL character")
             self._keep.append(b)
             return b
-        opt.model_dir = s(model_dir)
-        opt.inproc = 1 if options.get("inproc") else 0
-        opt.threads = int(options.get("threads", 0))
-        opt.deadline_ms = int(options.get("deadline_ms", 0))
+
+        def i(k, lo, hi):
+            v = options.get(k, 0)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= int(v) <= hi:
+                raise MolmoActError("MOLMOACT_ERR_ARG", f"{k}: expected an integer in [{lo}, {hi}], got {v!r}")
+            return int(v)
+        opt.model_dir = s("model_dir", model_dir)
+        inproc = options.get("inproc", False)
+        if inproc not in (True, False, 0, 1):
+            raise MolmoActError("MOLMOACT_ERR_ARG", f"inproc: expected True or False, got {inproc!r}")
+        opt.inproc = 1 if inproc else 0
+        opt.threads = i("threads", 0, 64)
+        opt.deadline_ms = i("deadline_ms", 0, 2 ** 31 - 1)
         for k in ("norm_tag", "backend", "vision_suffix", "llm_suffix", "action_suffix", "worker_exe"):
-            setattr(opt, k, s(options.get(k)))
+            setattr(opt, k, s(k, options.get(k)))
         err = _Error()
         rc = _lib.molmoact_open(ctypes.byref(opt), ctypes.byref(self._h), ctypes.byref(err))
         if rc:
@@ -247,11 +286,14 @@ class Policy:
         k, task = roles["task"]
         if isinstance(task, np.ndarray) and task.ndim == 0:
             task = task.item()
-        if isinstance(task, bytes):
-            task = task.decode()
-        if not isinstance(task, str):
-            raise ValueError(f"{k}: expected a string, got {type(task).__name__}")
-        tb = task.encode()
+        try:
+            if isinstance(task, bytes):
+                task = task.decode("utf-8")
+            if not isinstance(task, str):
+                raise ValueError(f"{k}: expected a string, got {type(task).__name__}")
+            tb = task.encode("utf-8")
+        except UnicodeError as e:
+            raise MolmoActError("MOLMOACT_ERR_ARG", f"{k}: not valid UTF-8 text ({e.reason} at {e.start})") from None
         if b"\0" in tb:
             raise ValueError(f"{k}: contains a NUL character")
         keep.append(tb)

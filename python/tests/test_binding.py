@@ -141,9 +141,59 @@ def test_open_errors_and_close():
 def test_import_without_a_library_says_where_it_looked(tmp_path):
     pkg = tmp_path / "pkg" / "molmoact"
     shutil.copytree(os.path.join(SRC, "python", "molmoact"), pkg)
-    env = dict(os.environ, MOLMOACT_LIBRARY=str(tmp_path / "missing.so"), LD_LIBRARY_PATH="")
+    env = {k: v for k, v in os.environ.items() if k != "MOLMOACT_LIBRARY"}
+    env["LD_LIBRARY_PATH"] = ""
     p = subprocess.run([sys.executable, "-c", "import molmoact"], cwd=str(tmp_path / "pkg"), env=env,
                        capture_output=True, timeout=60)
     err = p.stderr.decode()
     assert p.returncode != 0 and "libmolmoact.so not found" in err, err
-    assert "missing.so" in err and "next to the package" in err and "dynamic loader" in err, err
+    assert "next to the package" in err and "dynamic loader" in err, err
+
+
+# ---------------------------------------------------------------------------- issue 26: E13, E17
+
+def import_with(env_lib):
+    """import molmoact in a fresh interpreter with MOLMOACT_LIBRARY=env_lib: (ok, message)"""
+    code = ("import sys; sys.path.insert(0, %r)\ntry:\n import molmoact; print('LOADED', molmoact.library_path)\n"
+            "except ImportError as e: print('IMPORTERROR', e)\nexcept Exception as e: print('OTHER', type(e).__name__, e)") % os.path.join(SRC, "python")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, env=dict(os.environ, MOLMOACT_LIBRARY=env_lib))
+    return p.stdout.decode().strip()
+
+
+def test_explicit_library_fails_loudly(tmp_path):
+    missing = str(tmp_path / "nope.so")
+    out = import_with(missing)
+    assert out.startswith("IMPORTERROR") and missing in out, out
+    broken = tmp_path / "broken.so"
+    broken.write_bytes(b"\x7fELF" + b"\0" * 60)
+    out = import_with(str(broken))
+    assert out.startswith("IMPORTERROR") and str(broken) in out, out
+    import ctypes.util
+    foreign = ctypes.util.find_library("z")  # a real library that is not libmolmoact
+    out = import_with(foreign)
+    assert out.startswith("IMPORTERROR") and "not libmolmoact" in out, out
+
+
+@pytest.mark.parametrize("opts,needle", [
+    ({"threads": 2 ** 40}, "threads"), ({"threads": -1}, "threads"), ({"deadline_ms": 2 ** 32 + 5000}, "deadline_ms"),
+    ({"threads": 1.5}, "threads"), ({"inproc": "yes"}, "inproc"), ({"norm_tag": "lib\0ero"}, "NUL"),
+    ({"backend": "gpu"}, "backend"),
+])
+def test_options_checked(opts, needle):
+    with pytest.raises(molmoact.MolmoActError) as e:
+        molmoact.Policy(model("tiny-grid"), inproc=opts.pop("inproc", True), **opts)
+    assert needle in str(e.value), str(e.value)
+
+
+def test_path_with_nul_refused():
+    with pytest.raises(molmoact.MolmoActError, match="NUL"):
+        molmoact.Policy(model("tiny-grid") + "\0/elsewhere", inproc=True)
+
+
+def test_bad_text_is_a_molmoact_error():
+    with molmoact.Policy(model("tiny-grid"), inproc=True) as p:
+        img = np.zeros((8, 8, 3), np.uint8)
+        for task in ("bad \udc80 surrogate", b"\xff\xfe not utf-8"):
+            with pytest.raises(molmoact.MolmoActError, match="UTF-8"):
+                p.infer({"image": img, "wrist_image": img, "state": STATE, "instruction": task})
+    assert issubclass(molmoact.MolmoActError, ValueError)

@@ -135,8 +135,8 @@ molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmo
     if (opt->struct_size < offsetof(molmoact_options, deadline_ms) + sizeof(int) || opt->struct_size > 4096)
         return fail(err, MOLMOACT_ERR_ARG, "options.struct_size is %u (call molmoact_options_init)", opt->struct_size);
     if (!opt->model_dir || !*opt->model_dir) return fail(err, MOLMOACT_ERR_ARG, "options.model_dir is not set");
-    if (opt->backend && strcmp(opt->backend, "cpu"))
-        return fail(err, MOLMOACT_ERR_UNSUPPORTED, "options.backend \"%s\": this build has the cpu backend", opt->backend);
+    if (opt->backend && strcmp(opt->backend, "cpu") && strcmp(opt->backend, "qnn"))
+        return fail(err, MOLMOACT_ERR_ARG, "options.backend \"%.64s\": must be \"cpu\" or \"qnn\"", opt->backend);
     if (opt->threads < 0 || opt->threads > 64) return fail(err, MOLMOACT_ERR_ARG, "options.threads %d: 0..64", opt->threads);
     if (opt->deadline_ms < 0) return fail(err, MOLMOACT_ERR_ARG, "options.deadline_ms %d is negative", opt->deadline_ms);
     if (opt->inproc != 0 && opt->inproc != 1) return fail(err, MOLMOACT_ERR_ARG, "options.inproc must be 0 or 1");
@@ -161,6 +161,7 @@ molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmo
         return fail(err, MOLMOACT_ERR_IO, "the molmoact program for the resident workers was not found next to the library "
                     "(LIBDIR/molmoact or LIBDIR/../bin/molmoact): set options.worker_exe or MOLMOACT_WORKER_EXE, or use inproc");
     }
+    if (opt->backend) setenv("MOLMOACT_BACKEND", opt->backend, 1); /* the sessions' and the workers' backend */
     set_suffix("VISION_CTX_SUFFIX", opt->vision_suffix);
     set_suffix("LLM_CTX_SUFFIX", opt->llm_suffix);
     set_suffix("ACTION_CTX_SUFFIX", opt->action_suffix);

@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include "io/mapfile.h"
+#include "model/manifest.h"
 
 /* processor_config.json: single-crop column tokens (absent file: the released processor's
  * setting, none) */
@@ -152,7 +153,46 @@ static int precision_type(const char *p, ma_dtype *dt) {
 /* open and check one context file: format, component, precision tag against its tensors,
  * layer range, prompt length, and the embedded config (equal across files) */
 /* the set's fingerprint, and the first file that gave it (for the error naming both) */
-typedef struct { char fp[24], file[160]; char *config_json; char config_file[160]; } set_check;
+typedef struct { char fp[24], file[160]; char *config_json; char config_file[160]; ma_manifest mf; } set_check;
+
+/* the context was written by the compile the directory's manifest names for it */
+static ma_status check_compile_id(const set_check *sc, const ma_gguf *g, const char *file, ma_error *err) {
+    const ma_manifest_entry *e = ma_manifest_find(&sc->mf, file);
+    char id[24];
+    if (!e || !e->compile_id[0])
+        return ma_fail(err, MA_ERR_FORMAT, "%s is not listed in manifest.json (left by a compile that did not finish, or copied in?); "
+                       "compile the directory again", file);
+    if (ma_gguf_get_str(g, "molmoact.compile_id", id, sizeof id, NULL) != MA_OK)
+        return ma_fail(err, MA_ERR_FORMAT, "%s: metadata key molmoact.compile_id is missing", file);
+    if (strcmp(id, e->compile_id))
+        return ma_fail(err, MA_ERR_FORMAT, "%s was written by compile %s, but manifest.json lists compile %s for it: the directory mixes "
+                       "two compiles (one interrupted while it moved files in?); compile it again", file, id, e->compile_id);
+    return MA_OK;
+}
+
+/* the host files (config, norm stats, tokenizer, processor config) are those compile wrote */
+static ma_status check_host_files(const char *dir, const set_check *sc, const char *norm_stats, ma_error *err) {
+    const char *names[4] = {norm_stats, "tokenizer.json", "processor_config.json", "config.json"};
+    for (int i = 0; i < 4; i++) {
+        const ma_manifest_entry *e = ma_manifest_find(&sc->mf, names[i]);
+        char *p = ma_path_join(dir, names[i]);
+        if (!p) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+        const int present = ma_is_file(p);
+        ma_status s = MA_OK;
+        char h[17];
+        uint64_t bytes = 0;
+        if (!e && present)
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: %s is not listed in manifest.json (not written by compile); remove it or compile again", dir, names[i]);
+        else if (e && !present) s = ma_fail(err, MA_ERR_IO, "%s: %s is missing (manifest.json lists it)", dir, names[i]);
+        else if (e && !(s = ma_manifest_hash_file(p, h, &bytes, err)) && (strcmp(h, e->fnv64) || bytes != e->bytes))
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: %s changed after compile (%llu bytes, hash %s; manifest.json: %llu bytes, hash %s); "
+                        "restore it, or compile the directory again", dir, names[i], (unsigned long long)bytes, h,
+                        (unsigned long long)e->bytes, e->fnv64);
+        free(p);
+        if (s) return s;
+    }
+    return MA_OK;
+}
 
 static ma_status check_fingerprint(set_check *sc, const ma_gguf *g, const char *file, ma_error *err) {
     char fp[24];
@@ -215,7 +255,7 @@ static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *er
     }
     int which = slot == 0 ? 0 : (slot <= 5 ? 1 : 2);
     if (slot != 1) snprintf(m->precision[which], sizeof m->precision[which], "%s", prec);
-    if ((s = check_fingerprint(sc, g, label, err))) return s;
+    if ((s = check_fingerprint(sc, g, label, err)) || (s = check_compile_id(sc, g, label, err))) return s;
     /* --preload: this process's own contexts read in at open (the others it only checks) */
     const char *pre = getenv("MOLMOACT_PRELOAD");
     if (pre && *pre && strcmp(pre, "0")) ma_mapfile_preload(&g->map);
@@ -298,6 +338,12 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
     if (!m->dir) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
     m->from_contexts = ma_is_context_dir(dir);
     if (m->from_contexts) {
+        if ((s = ma_manifest_load(dir, &sc.mf, err))) {
+            if (s == MA_ERR_IO)
+                s = ma_error_wrap(err, MA_ERR_FORMAT, "a context directory needs its manifest (compiled by an older molmoact, or by a compile that "
+                                  "did not finish? compile it again)");
+            goto fail;
+        }
         for (int slot = 0; slot < 8; slot++)
             if ((parts & slot_parts(slot)) && (s = open_context(m, slot, &sc, err))) goto fail;
         if (!sc.config_json) { s = ma_fail(err, MA_ERR_ARG, "%s: no context requested", dir); goto fail; }
@@ -315,12 +361,14 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
                 if (slot != 1 && !m->precision[which][0])
                     ma_gguf_get_str(&g, "molmoact.precision", m->precision[which], sizeof m->precision[which], NULL);
                 s = check_fingerprint(&sc, &g, name, err);
+                if (!s) s = check_compile_id(&sc, &g, name, err);
                 ma_gguf_close(&g);
             }
             free(path);
             if (s) goto fail;
         }
         if ((s = ma_config_parse(sc.config_json, dir, &m->cfg, err))) goto fail;
+        if ((s = check_host_files(dir, &sc, m->cfg.norm_stats_filename, err))) goto fail;
     } else {
         char *cfg_path = ma_path_join(dir, "config.json");
         if (!cfg_path) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }

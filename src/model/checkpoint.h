@@ -25,8 +25,9 @@ enum {
 
 #define MA_MAX_PROMPT_SEQ 65536 /* the longest prompt a context may be shaped for */
 /* 2: matrices with a multiple of 16 rows are stored in the GEMM panel layout (kernels/gemm.h);
- * 3: molmoact.source_fingerprint in every context */
-#define MA_CONTEXT_FORMAT 3
+ * 3: molmoact.source_fingerprint in every context;
+ * 4: molmoact.compile_id in every context, and the directory's manifest.json (model/manifest.h) */
+#define MA_CONTEXT_FORMAT 4
 
 typedef struct ma_model {
     char *dir;

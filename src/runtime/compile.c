@@ -1,4 +1,4 @@
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include "runtime/compile.h"
 
 #include <errno.h>
@@ -6,8 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <fnmatch.h>
+#include <limits.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "io/gguf.h"
@@ -16,6 +21,7 @@
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 #include "model/checkpoint.h"
+#include "model/manifest.h"
 
 static int parse_precision(const char *p, ma_dtype *dt) {
     if (!strcmp(p, "f16")) *dt = MA_DT_F16;
@@ -107,7 +113,7 @@ static ma_status fill_tensor(void *ctx, void *dst, size_t bytes, ma_error *err) 
 }
 
 static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, const char *config_json, const char *fingerprint,
-                            const char *prec, ma_dtype mat_type, const ma_compile_opts *o, ma_error *err) {
+                            const char *compile_id, const char *prec, ma_dtype mat_type, const ma_compile_opts *o, ma_error *err) {
     static const char *COMPONENT[8] = {"vision", "embed", "llm", "llm", "llm", "llm", "action_context", "action_step"};
     ma_gguf_writer *w = ma_gguf_writer_new();
     if (!w) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
@@ -119,6 +125,7 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
     if (!s) s = ma_gguf_set_str(w, "molmoact.precision", prec, err);
     if (!s) s = ma_gguf_set_str(w, "molmoact.config_json", config_json, err);
     if (!s) s = ma_gguf_set_str(w, "molmoact.source_fingerprint", fingerprint, err);
+    if (!s) s = ma_gguf_set_str(w, "molmoact.compile_id", compile_id, err);
     if (!s && slot >= 2 && slot <= 5) {
         s = ma_gguf_set_i64(w, "molmoact.layer_first", m->split_first[slot - 2], err);
         if (!s) s = ma_gguf_set_i64(w, "molmoact.layer_last", m->split_last[slot - 2], err);
@@ -191,35 +198,159 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
     return s;
 }
 
-/* remove the staging directory and what it holds (files only: compile writes no subdirectory) */
-static void remove_staging(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char *p = ma_path_join(dir, e->d_name);
-            if (p) unlink(p);
-            free(p);
+/* ------------------------------------------------------------------------------ staging */
+
+#define LOCK_NAME ".compile.lock" /* held (flock) by the compile that owns a staging directory */
+
+/* remove a directory of regular files, with async-signal-safe calls only (it runs in the
+ * signal handler too) */
+static void remove_flat_dir(const char *dir) {
+    const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        char buf[4096];
+        for (;;) {
+            const long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
+            if (n <= 0) break;
+            for (long off = 0; off < n;) {
+                struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *e = (void *)(buf + off);
+                if (!(e->name[0] == '.' && (!e->name[1] || (e->name[1] == '.' && !e->name[2])))) unlinkat(fd, e->name, 0);
+                off += e->reclen;
+            }
         }
-        closedir(d);
+        close(fd);
     }
     rmdir(dir);
 }
 
-/* move every file of the staging directory into out_dir (which exists) */
+/* a compile interrupted by SIGINT, SIGTERM or SIGHUP removes its staging directory (gigabytes at
+ * full size) before it dies; while the files are moved into place the signals wait */
+static char g_staging[PATH_MAX];
+static volatile sig_atomic_t g_have_staging;
+static struct sigaction g_old[3];
+static const int SIGS[3] = {SIGINT, SIGTERM, SIGHUP};
+
+static void on_compile_signal(int sig) {
+    if (g_have_staging) remove_flat_dir(g_staging);
+    g_have_staging = 0;
+    for (int i = 0; i < 3; i++)
+        if (SIGS[i] == sig) sigaction(sig, &g_old[i], NULL);
+    raise(sig);
+}
+
+static void signals_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_compile_signal;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 3; i++) sigaddset(&sa.sa_mask, SIGS[i]);
+    for (int i = 0; i < 3; i++) sigaction(SIGS[i], &sa, &g_old[i]);
+}
+
+static void signals_restore(void) {
+    for (int i = 0; i < 3; i++) sigaction(SIGS[i], &g_old[i], NULL);
+}
+
+static void signals_block(int block, sigset_t *old) {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int i = 0; i < 3; i++) sigaddset(&set, SIGS[i]);
+    sigprocmask(block ? SIG_BLOCK : SIG_SETMASK, block ? &set : old, block ? old : NULL);
+}
+
+/* staging directories of compiles into out_dir that were killed (SIGKILL, a power cut): no
+ * process holds their lock; removed, with a note */
+static void remove_stale_staging(const char *out_dir, size_t ol) {
+    char parent[PATH_MAX], base[NAME_MAX + 1];
+    const char *slash = NULL;
+    for (size_t i = 0; i < ol; i++)
+        if (out_dir[i] == '/') slash = out_dir + i;
+    if (slash) snprintf(parent, sizeof parent, "%.*s", (int)(slash - out_dir == 0 ? 1 : slash - out_dir), out_dir);
+    else snprintf(parent, sizeof parent, ".");
+    snprintf(base, sizeof base, "%.*s", (int)(slash ? ol - (size_t)(slash - out_dir) - 1 : ol), slash ? slash + 1 : out_dir);
+    DIR *d = opendir(parent);
+    if (!d) return;
+    struct dirent *e;
+    const size_t bl = strlen(base);
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, base, bl) || strncmp(e->d_name + bl, ".compile-", 9) || strlen(e->d_name + bl + 9) != 6) continue;
+        char path[PATH_MAX], lock[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", parent, e->d_name);
+        snprintf(lock, sizeof lock, "%s/%s", path, LOCK_NAME);
+        struct stat st;
+        if (lstat(path, &st) || !S_ISDIR(st.st_mode)) continue;
+        const int fd = open(lock, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB)) { close(fd); continue; } /* a compile running now */
+        /* only a directory of regular files, as compile leaves them */
+        int flat = 1;
+        DIR *sd = opendir(path);
+        for (struct dirent *f; sd && (f = readdir(sd));) {
+            if (!strcmp(f->d_name, ".") || !strcmp(f->d_name, "..")) continue;
+            char fp[PATH_MAX];
+            snprintf(fp, sizeof fp, "%s/%s", path, f->d_name);
+            if (lstat(fp, &st) || !S_ISREG(st.st_mode)) flat = 0;
+        }
+        if (sd) closedir(sd);
+        if (flat) {
+            remove_flat_dir(path);
+            fprintf(stderr, "molmoact compile: removed %s, left by an interrupted compile\n", path);
+        }
+        if (fd >= 0) close(fd);
+    }
+    closedir(d);
+}
+
+/* the manifest of out_dir after this compile: the existing one's entries for files that remain,
+ * this compile's contexts and host files */
+static ma_status build_manifest(const char *staging, const char *out_dir, int exists, const char *compile_id, ma_manifest *mf,
+                                ma_error *err) {
+    ma_manifest old;
+    memset(mf, 0, sizeof *mf);
+    if (exists && ma_manifest_load(out_dir, &old, NULL) == MA_OK)
+        for (int i = 0; i < old.n; i++) {
+            char *p = ma_path_join(out_dir, old.e[i].name);
+            if (p && ma_is_file(p)) ma_manifest_put(mf, &old.e[i], NULL);
+            free(p);
+        }
+    DIR *d = opendir(staging);
+    if (!d) return ma_fail(err, MA_ERR_IO, "%s: cannot read: %s", staging, strerror(errno));
+    ma_status s = MA_OK;
+    for (struct dirent *e; !s && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        ma_manifest_entry me;
+        memset(&me, 0, sizeof me);
+        snprintf(me.name, sizeof me.name, "%s", e->d_name);
+        char *p = ma_path_join(staging, e->d_name);
+        struct stat st;
+        if (!p || stat(p, &st)) s = ma_fail(err, MA_ERR_IO, "%s: cannot stat", e->d_name);
+        else {
+            const size_t nl = strlen(e->d_name);
+            me.bytes = (uint64_t)st.st_size;
+            if (nl > 5 && !strcmp(e->d_name + nl - 5, ".gguf")) snprintf(me.compile_id, sizeof me.compile_id, "%s", compile_id);
+            else s = ma_manifest_hash_file(p, me.fnv64, &me.bytes, err);
+            if (!s) s = ma_manifest_put(mf, &me, err);
+        }
+        free(p);
+    }
+    closedir(d);
+    return s;
+}
+
+/* move the files of the staging directory into out_dir (which exists), the manifest last */
 static ma_status publish_staging(const char *staging, const char *out_dir, ma_error *err) {
     DIR *d = opendir(staging);
     if (!d) return ma_fail(err, MA_ERR_IO, "%s: cannot read: %s", staging, strerror(errno));
     ma_status s = MA_OK;
     struct dirent *e;
-    while (!s && (e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        char *from = ma_path_join(staging, e->d_name), *to = ma_path_join(out_dir, e->d_name);
-        if (!from || !to) s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
-        else if (rename(from, to) != 0) s = ma_fail(err, MA_ERR_IO, "%s: cannot write: %s", to, strerror(errno));
-        free(from);
-        free(to);
+    for (int pass = 0; pass < 2 && !s; pass++) {
+        rewinddir(d);
+        while (!s && (e = readdir(d))) {
+            if (e->d_name[0] == '.' || (strcmp(e->d_name, MA_MANIFEST_FILE) != 0) == pass) continue;
+            char *from = ma_path_join(staging, e->d_name), *to = ma_path_join(out_dir, e->d_name);
+            if (!from || !to) s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
+            else if (rename(from, to) != 0) s = ma_fail(err, MA_ERR_IO, "%s: cannot write: %s", to, strerror(errno));
+            free(from);
+            free(to);
+        }
     }
     closedir(d);
     return s;
@@ -254,13 +385,23 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
     char *staging = malloc(ol + 32);
     if (!staging) { ma_model_close(&m); return ma_fail(err, MA_ERR_NOMEM, "out of memory"); }
     snprintf(staging, ol + 32, "%.*s.compile-XXXXXX", (int)ol, out_dir);
-    if (!mkdtemp(staging)) {
+    remove_stale_staging(out_dir, ol);
+    if (ol + 32 > sizeof g_staging || !mkdtemp(staging)) {
         s = ma_fail(err, MA_ERR_IO, "%.*s: cannot create a directory beside it: %s", (int)ol, out_dir, strerror(errno));
         free(staging);
         ma_model_close(&m);
         return s;
     }
-    char fingerprint[17];
+    snprintf(g_staging, sizeof g_staging, "%s", staging);
+    g_have_staging = 1;
+    signals_install();
+    int lock_fd = -1;
+    char *lock = ma_path_join(staging, LOCK_NAME);
+    if (lock) lock_fd = open(lock, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd >= 0) flock(lock_fd, LOCK_EX);
+    free(lock);
+    char fingerprint[17], compile_id[17];
+    ma_manifest_new_id(compile_id);
     char *cfg_path = ma_path_join(hf_dir, "config.json"), *config_json = NULL;
     s = cfg_path ? ma_read_file(cfg_path, 16u << 20, &config_json, NULL, err) : MA_ERR_NOMEM;
     free(cfg_path);
@@ -270,7 +411,7 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
     ma_dtype types[8] = {tv, tl == MA_DT_BF16 ? MA_DT_BF16 : MA_DT_F16, tl, tl, tl, tl, ta, ta};
     precs[1] = tl == MA_DT_BF16 ? "bf16" : "f16";
     for (int slot = 0; slot < 8 && !s; slot++)
-        s = write_slot(&m, slot, staging, config_json, fingerprint, precs[slot], types[slot], o, err);
+        s = write_slot(&m, slot, staging, config_json, fingerprint, compile_id, precs[slot], types[slot], o, err);
     const char *host[] = {m.cfg.norm_stats_filename, "tokenizer.json", "processor_config.json", "config.json"};
     for (int i = 0; i < 4 && !s; i++) s = copy_host_file(hf_dir, staging, host[i], i == 0, err);
     if (!s && !exists) { /* mkdtemp made it 0700: the mode mkdir would have given */
@@ -278,12 +419,33 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
         umask(um);
         chmod(staging, 0777 & ~um);
     }
+    ma_manifest mf;
+    if (!s) s = build_manifest(staging, out_dir, exists, compile_id, &mf, err);
     if (!s) {
+        char *mp = ma_path_join(staging, MA_MANIFEST_FILE);
+        s = mp ? ma_manifest_write(mp, &mf, err) : ma_fail(err, MA_ERR_NOMEM, "out of memory");
+        free(mp);
+    }
+    if (!s) {
+        /* publishing: a new directory appears whole (one rename); into an existing one the files
+         * move in, the manifest last, with the signals held until it is done */
+        sigset_t old;
+        signals_block(1, &old);
+        if (!exists) {
+            char *lk = ma_path_join(staging, LOCK_NAME);
+            if (lk) unlink(lk);
+            free(lk);
+        }
         if (!exists && rename(staging, out_dir) != 0 && !(errno == EEXIST || errno == ENOTEMPTY))
             s = ma_fail(err, MA_ERR_IO, "%s: cannot create: %s", out_dir, strerror(errno));
         else if (exists || ma_is_dir(staging)) s = publish_staging(staging, out_dir, err);
+        if (!ma_is_dir(staging)) g_have_staging = 0;
+        signals_block(0, &old);
     }
-    if (ma_is_dir(staging)) remove_staging(staging);
+    if (ma_is_dir(staging)) remove_flat_dir(staging);
+    g_have_staging = 0;
+    signals_restore();
+    if (lock_fd >= 0) close(lock_fd);
     free(staging);
     free(config_json);
     ma_model_close(&m);

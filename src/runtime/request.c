@@ -1,6 +1,7 @@
 #include "runtime/request.h"
 
 #include <math.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,13 +55,22 @@ static ma_status parse_state(const char *csv, float *state, int *dim, ma_error *
     return MA_OK;
 }
 
-/* --noise FILE: an .npy array, or an .npz holding `noise` */
+/* --noise FILE: an .npy array, or an .npz holding `noise` (told apart by their magic bytes, so
+ * the error is the real one: a malformed entry of an .npz is not "bad magic") */
 static ma_status load_noise_file(const char *path, ma_request *q, const ma_tensor **nz, ma_error *err) {
-    ma_error ignored = {0};
-    if (ma_npz_read(path, &q->noise_file, &ignored) == MA_OK) {
+    unsigned char magic[6] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return ma_fail(err, MA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    const size_t got = fread(magic, 1, sizeof magic, f);
+    fclose(f);
+    if (got >= 2 && magic[0] == 'P' && magic[1] == 'K') {
+        ma_status s = ma_npz_read(path, &q->noise_file, err);
+        if (s) return s;
         *nz = ma_npz_get(&q->noise_file, "noise");
         return *nz ? MA_OK : ma_fail(err, MA_ERR_FORMAT, "%s holds no `noise` array", path);
     }
+    if (got < 6 || memcmp(magic, "\x93NUMPY", 6))
+        return ma_fail(err, MA_ERR_FORMAT, "%s: neither an .npy array nor an .npz archive (by its first bytes)", path);
     char *buf = NULL;
     size_t len;
     ma_status s = ma_read_file(path, 64u << 20, &buf, &len, err);

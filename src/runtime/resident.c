@@ -233,6 +233,9 @@ static pid_t spawner_run(ma_spawner *sp, const char *exe, char *const *argv, int
 
 static ma_status spawn(ma_resident *r, int wi, ma_error *err) {
     ma_worker *w = &r->w[wi];
+    /* the program first: an exec failure in the child is only an exit status 127 */
+    if (access(r->exe, X_OK) != 0)
+        return ma_fail(err, MA_ERR_IO, "worker %s: the worker program %s cannot be run: %s", w->name, r->exe, strerror(errno));
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
         return ma_fail(err, MA_ERR_IO, "worker %s: socketpair: %s", w->name, strerror(errno));

@@ -1,12 +1,22 @@
-/* `molmoact serve` (server.h): libwebsockets' event loop on this thread, inference on another. */
+/* `molmoact serve` (server.h): a poll() loop on this thread speaking HTTP/1.1 and websockets
+ * over the parsers of http.h; decoding and inference on another thread.
+ *
+ * Why not libwebsockets: Debian 12's 4.1.6 answered two pipelined POSTs with two 400s after
+ * running one, never answered a chunked body, Expect: 100-continue, HEAD or OPTIONS, and re-armed
+ * its receive timeout per fragment (a byte every two seconds held a connection forever). Each of
+ * these is a few lines here, and the parsers are fuzzed (fuzz/fuzz_http.c). */
 #define _GNU_SOURCE
 #include "server/server.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
-#include <libwebsockets.h>
+#include <malloc.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -22,9 +32,13 @@
 #include "io/jsonline.h"
 #include "io/mapfile.h"
 #include "molmoact.h"
+#include "server/http.h"
 #include "server/wire.h"
 
-#define HISTORY 64 /* requests kept for the status page */
+#define HISTORY 64          /* requests kept for the status page */
+#define HEALTH_RESERVE 8    /* connections beyond --max-clients that may only ask /healthz or /health */
+#define LINGER_MS 2000      /* after our last bytes: read and drop what the client still sends */
+#define READ_CHUNK 65536
 
 static double now_ms(void) {
     struct timespec t;
@@ -34,41 +48,64 @@ static double now_ms(void) {
 
 /* ------------------------------------------------------------------------------ state */
 
+enum { H_HEAD, H_BODY, H_BUSY };
+
 typedef struct conn {
     struct conn *next;
-    struct lws *wsi;
+    int fd;
     uint64_t id;
-    int is_ws;
     char peer[64];
-    uint8_t *rx;          /* the message (websocket) or body (HTTP) being received */
+    int is_ws;
+    int reserved;          /* beyond --max-clients: health checks only */
+    /* bytes read and not yet consumed */
+    uint8_t *in;
+    size_t in_len, in_cap;
+    /* the message (websocket) or body (HTTP) being assembled */
+    uint8_t *rx;
     size_t rx_len, rx_cap;
-    int busy;             /* a request of this client is queued or running */
-    /* what the next writeable callback sends */
-    uint8_t *tx;          /* LWS_PRE bytes of headroom, then tx_len bytes */
-    size_t tx_len;
-    int tx_binary, tx_ready;
-    int close_code;       /* close after sending tx (websocket), 0 = keep open */
-    char close_reason[100];
-    int meta_pending;
-    int n_replies;
-    double last_reply_ms; /* when the previous reply was sent (prev_total_ms) */
+    double msg_start;      /* first byte of the current message or request (0: none pending) */
+    double last_active;    /* the last complete request or reply (idle timers) */
+    int busy;              /* a request of this client is queued or running */
+    int closing;           /* no more requests: close once the output is written */
+    double linger_until;   /* after shutdown(SHUT_WR): when to close regardless */
+    int shut;              /* SHUT_WR done: lingering */
+    int peer_eof;          /* the client closed its side: nothing more comes */
+    int dead;              /* a socket error: close now, unwritten output dropped */
+    /* output */
+    uint8_t *out;
+    size_t out_len, out_off, out_cap;
+    double out_since;      /* when the oldest unwritten output was queued */
     /* HTTP */
-    int post, http_headers_sent, http_status;
-    const char *http_ctype;
-    int refuse;           /* an HTTP response is set already (body ignored) */
+    int hstate;
+    ma_http_req req;
+    ma_http_chunked chunk;
+    uint64_t body_left;    /* Content-Length bytes still to come */
+    int head_only;         /* answering HEAD */
+    int keep_alive;
+    /* websocket */
+    ma_ws_frame frame;
+    int in_frame;
+    uint64_t frame_got;
+    int msg_opcode;        /* opcode of the message being assembled (0: none) */
+    int n_replies;
+    double last_reply_ms;
+    double prev_total_ms;  /* the previous request's whole cycle, receive to reply (openpi's prev_total_ms) */
 } conn;
 
 typedef struct job {
     struct job *next;
     uint64_t conn_id;
-    int is_ws;
+    int is_ws, json;
     char peer[64];
+    uint8_t *body;
     size_t bytes_in;
     double t_recv, t_start, t_done;
     ma_wire_request req;
     molmoact_result res;
-    int status; /* molmoact_status */
-    char msg[1024];
+    int decoded;           /* 0: the request itself was refused (400) */
+    int status;            /* molmoact_status */
+    char msg[1024];        /* for the client: built, never copied from internals */
+    char log[1024];        /* for the log: the whole message */
 } job;
 
 typedef struct history_entry {
@@ -81,12 +118,16 @@ static struct {
     molmoact *engine;
     molmoact_info info;
     char model_name[256];
-    char api_key[256];
-    size_t max_bytes;
-    struct lws_context *ctx;
+    uint8_t api_key[256];
+    size_t api_key_len;
+    int have_key;
+    size_t max_bytes, rx_total, rx_total_max;
+    int listen_fd, bound_port;
+    int wake[2];           /* the inference thread and the signal handler wake the loop */
     conn *conns;
     int n_conns;
     uint64_t next_id;
+    int stopping;
     /* the queue to the inference thread and back */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -101,35 +142,65 @@ static struct {
 
 static volatile sig_atomic_t g_stop;
 
+static void wake_loop(void) {
+    const char b = 1;
+    ssize_t n = write(S.wake[1], &b, 1);
+    (void)n;
+}
+
 static void on_signal(int sig) {
     (void)sig;
     g_stop = 1;
-    if (S.ctx) lws_cancel_service(S.ctx);
+    const int e = errno;
+    wake_loop();
+    errno = e;
 }
 
-/* a message for a client: no internal paths (an absolute path becomes its file name) */
-static void client_message(const char *in, char *out, size_t cap) {
-    size_t k = 0;
-    for (size_t i = 0; in[i] && k + 1 < cap; i++) {
-        if (in[i] == '/' && (i == 0 || in[i - 1] == ' ' || in[i - 1] == '(' || in[i - 1] == '\'' || in[i - 1] == '"')) {
-            size_t j = i, last = i;
-            while (in[j] && in[j] != ' ' && in[j] != ':' && in[j] != ')' && in[j] != ',' && in[j] != '\'' && in[j] != '"') {
-                if (in[j] == '/') last = j + 1;
-                j++;
-            }
-            i = last - 1;
-            continue;
-        }
-        out[k++] = in[i];
+/* ------------------------------------------------------------------------------ messages and log */
+
+static const char *const WORKERS[] = {"vision", "llm_split0", "llm_split1", "llm_split2", "llm_split3", "action"};
+
+/* printable ASCII only (a client's key may be any bytes; a text frame must be UTF-8) */
+static void printable(char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e) *s = '?';
+}
+
+/* What a client is told about a failed inference: built from the status and the parts of the
+ * library's message that are made of fixed words (an observation field, a worker's name), never
+ * a path or other internal text; the whole message goes to the log. */
+static void client_error(int status, const char *msg, char *out, size_t cap) {
+    if ((status == MOLMOACT_ERR_ARG || status == MOLMOACT_ERR_SHAPE || status == MOLMOACT_ERR_RANGE ||
+         status == MOLMOACT_ERR_FORMAT || status == MOLMOACT_ERR_NOMEM || status == MOLMOACT_ERR_UNSUPPORTED) &&
+        !strncmp(msg, "observation", 11)) {
+        snprintf(out, cap, "%s", msg); /* the API's checks of the observation name only its fields */
+        printable(out);
+        return;
     }
-    out[k] = '\0';
+    if (status == MOLMOACT_ERR_WORKER) {
+        for (size_t i = 0; i < sizeof WORKERS / sizeof WORKERS[0]; i++) {
+            char pre[40];
+            snprintf(pre, sizeof pre, "worker %s (pid ", WORKERS[i]);
+            if (strncmp(msg, pre, strlen(pre))) continue;
+            const char *what = strchr(msg + strlen(pre), ')'); /* ") died during the request (signal); ..." */
+            const char *semi = what ? strchr(what, ';') : NULL;
+            const size_t n = semi ? (size_t)(semi - msg) : 0;
+            const int restarted = strstr(msg, "; it was restarted") != NULL;
+            if (n && n < 200)
+                snprintf(out, cap, "%.*s; %s", (int)n, msg, restarted ? "it was restarted" : "restarting it failed (see the server log)");
+            else snprintf(out, cap, "worker %s failed during the request (see the server log)", WORKERS[i]);
+            printable(out);
+            return;
+        }
+    }
+    snprintf(out, cap, "server: the request failed (%s); the server log has the details", molmoact_status_name((molmoact_status)status));
 }
 
 static void log_line(const char *client, const char *proto, size_t bytes_in, size_t bytes_out, const job *j, const char *outcome) {
     char line[2048];
     size_t k = (size_t)snprintf(line, sizeof line, "{\"client\": \"%s\", \"proto\": \"%s\", \"bytes_in\": %zu, \"bytes_out\": %zu", client, proto,
                                 bytes_in, bytes_out);
-    if (j && j->status == MOLMOACT_OK) {
+    if (j && j->status == MOLMOACT_OK && j->decoded) {
         const molmoact_timing *t = &j->res.timing;
         k += (size_t)snprintf(line + k, sizeof line - k,
                               ", \"ms\": {\"queue\": %.3f, \"total\": %.3f, \"vision\": %.3f, \"llm\": %.3f, \"action_context\": %.3f, "
@@ -140,6 +211,21 @@ static void log_line(const char *client, const char *proto, size_t bytes_in, siz
     fputs(line, stderr);
     fputs(", \"outcome\": ", stderr);
     ma_json_write_string(stderr, outcome, strlen(outcome));
+    fputs("}\n", stderr);
+    fflush(stderr);
+}
+
+static void log_event(const char *event, const char *client, const char *detail) {
+    fprintf(stderr, "{\"event\": ");
+    ma_json_write_string(stderr, event, strlen(event));
+    if (client) {
+        fputs(", \"client\": ", stderr);
+        ma_json_write_string(stderr, client, strlen(client));
+    }
+    if (detail) {
+        fputs(", \"detail\": ", stderr);
+        ma_json_write_string(stderr, detail, strlen(detail));
+    }
     fputs("}\n", stderr);
     fflush(stderr);
 }
@@ -167,6 +253,42 @@ static void record(const job *j) {
 
 /* ------------------------------------------------------------------------------ inference thread */
 
+static void job_free(job *j) {
+    free(j->body);
+    ma_wire_request_free(&j->req);
+    molmoact_result_free(&j->res);
+    free(j);
+}
+
+/* decoding (JSON, msgpack, base64, PNG/JPEG, the 180-degree flip) runs here, never on the
+ * network loop: a large request delays the queue behind it, not health checks or pings */
+static void run_job(job *j) {
+    j->t_start = now_ms();
+    ma_error e = {0};
+    const ma_wire_model wm = {S.info.action_horizon, S.info.max_action_dim, S.info.state_dim};
+    const ma_status s = j->json ? ma_wire_decode_json((const char *)j->body, j->bytes_in, S.o->flip180, &wm, &j->req, &e)
+                                : ma_wire_decode_msgpack(j->body, j->bytes_in, S.o->flip180, &wm, &j->req, &e);
+    free(j->body);
+    j->body = NULL;
+    if (s) {
+        j->status = MOLMOACT_ERR_ARG;
+        snprintf(j->msg, sizeof j->msg, "%s", e.msg); /* wire.c names the client's keys, nothing else */
+        printable(j->msg);
+        snprintf(j->log, sizeof j->log, "%s", e.msg);
+    } else {
+        j->decoded = 1;
+        molmoact_error err;
+        j->status = molmoact_infer(S.engine, &j->req.obs, &j->res, &err);
+        if (j->status) {
+            client_error(j->status, err.message, j->msg, sizeof j->msg);
+            snprintf(j->log, sizeof j->log, "%s", err.message);
+        }
+    }
+    /* a large request's parse tree and frames are gone: give their pages back */
+    if (j->bytes_in > (4u << 20)) malloc_trim(0);
+    j->t_done = now_ms();
+}
+
 static void *infer_thread(void *arg) {
     (void)arg;
     pthread_mutex_lock(&S.mu);
@@ -178,16 +300,12 @@ static void *infer_thread(void *arg) {
         if (!S.queue) S.queue_tail = &S.queue;
         S.running = 1;
         pthread_mutex_unlock(&S.mu);
-        j->t_start = now_ms();
-        molmoact_error err;
-        j->status = molmoact_infer(S.engine, &j->req.obs, &j->res, &err);
-        if (j->status) client_message(err.message, j->msg, sizeof j->msg);
-        j->t_done = now_ms();
+        run_job(j);
         pthread_mutex_lock(&S.mu);
         j->next = S.done;
         S.done = j;
         S.running = 0;
-        lws_cancel_service(S.ctx);
+        wake_loop();
     }
     pthread_mutex_unlock(&S.mu);
     return NULL;
@@ -202,12 +320,6 @@ static void enqueue(job *j) {
     pthread_mutex_unlock(&S.mu);
 }
 
-static void job_free(job *j) {
-    ma_wire_request_free(&j->req);
-    molmoact_result_free(&j->res);
-    free(j);
-}
-
 /* ------------------------------------------------------------------------------ connections */
 
 static conn *find_conn(uint64_t id) {
@@ -216,117 +328,159 @@ static conn *find_conn(uint64_t id) {
     return NULL;
 }
 
-static conn *conn_of(struct lws *wsi) {
-    for (conn *c = S.conns; c; c = c->next)
-        if (c->wsi == wsi) return c;
-    return NULL;
-}
-
-/* connections are ours (malloc'd, found by wsi), not lws's per-session memory, whose life
- * does not follow the socket's for HTTP keep-alive */
-static conn *conn_link(struct lws *wsi, int is_ws) {
-    conn *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
-    c->wsi = wsi;
-    c->id = ++S.next_id;
-    c->is_ws = is_ws;
-    c->next = S.conns;
-    S.conns = c;
-    S.n_conns++;
-    struct sockaddr_storage sa;
-    socklen_t sl = sizeof sa;
-    char ip[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
-    if (getpeername(lws_get_socket_fd(wsi), (struct sockaddr *)&sa, &sl) == 0) {
-        if (sa.ss_family == AF_INET) {
-            inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, ip, sizeof ip);
-            port = ntohs(((struct sockaddr_in *)&sa)->sin_port);
-        } else if (sa.ss_family == AF_INET6) {
-            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, ip, sizeof ip);
-            port = ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
-        }
-    }
-    snprintf(c->peer, sizeof c->peer, "%s:%d#%llu", ip, port, (unsigned long long)c->id);
-    return c;
-}
-
-static void conn_release(struct lws *wsi) {
-    conn *c = conn_of(wsi);
-    if (!c) return;
+static void conn_free(conn *c) {
     for (conn **p = &S.conns; *p; p = &(*p)->next)
         if (*p == c) { *p = c->next; break; }
     S.n_conns--;
+    S.rx_total -= c->rx_cap;
+    close(c->fd);
+    free(c->in);
     free(c->rx);
-    free(c->tx);
+    free(c->out);
     free(c);
 }
 
-static int rx_append(conn *c, const void *in, size_t len) {
-    if (c->rx_len + len > S.max_bytes) return -1;
-    if (c->rx_len + len > c->rx_cap) {
-        size_t cap = c->rx_cap ? c->rx_cap : 65536;
-        while (cap < c->rx_len + len) cap *= 2;
-        if (cap > S.max_bytes) cap = S.max_bytes;
-        uint8_t *p = realloc(c->rx, cap);
-        if (!p) return -2;
-        c->rx = p;
-        c->rx_cap = cap;
+/* output: appended to one buffer per connection, written as the socket takes it */
+static int out_append(conn *c, const void *data, size_t len) {
+    if (c->out_off && c->out_off == c->out_len) c->out_off = c->out_len = 0;
+    if (c->out_len + len > c->out_cap) {
+        if (c->out_off) { /* compact first */
+            memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+            c->out_len -= c->out_off;
+            c->out_off = 0;
+        }
+        size_t cap = c->out_cap ? c->out_cap : 4096;
+        while (cap < c->out_len + len) cap *= 2;
+        uint8_t *p = realloc(c->out, cap);
+        if (!p) return -1;
+        c->out = p;
+        c->out_cap = cap;
     }
-    memcpy(c->rx + c->rx_len, in, len);
-    c->rx_len += len;
+    if (c->out_len == c->out_off) c->out_since = now_ms();
+    memcpy(c->out + c->out_len, data, len);
+    c->out_len += len;
     return 0;
 }
 
-/* queue a message for the client (copied after LWS_PRE headroom) */
-static void send_msg(conn *c, const void *data, size_t len, int binary, int close_code, const char *reason) {
-    free(c->tx);
-    c->tx = malloc(LWS_PRE + len + 1);
-    c->tx_len = c->tx ? len : 0;
-    if (c->tx && len) memcpy(c->tx + LWS_PRE, data, len);
-    c->tx_binary = binary;
-    c->tx_ready = 1;
-    c->close_code = close_code;
-    snprintf(c->close_reason, sizeof c->close_reason, "%s", reason ? reason : "");
-    lws_callback_on_writable(c->wsi);
+static int out_pending(const conn *c) { return c->out_len > c->out_off; }
+
+/* ------------------------------------------------------------------------------ HTTP replies */
+
+static const char *reason_phrase(int code) {
+    switch (code) {
+    case 100: return "Continue";
+    case 101: return "Switching Protocols";
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 417: return "Expectation Failed";
+    case 426: return "Upgrade Required";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Error";
+    }
 }
 
-static void send_http(conn *c, int status, const char *ctype, const char *body, size_t len) {
-    send_msg(c, body, len, 0, 0, NULL);
-    c->http_status = status;
-    c->http_ctype = ctype;
-    c->http_headers_sent = 0;
+/* one response; `extra` is more header lines (each ending in CRLF). Closes the connection after
+ * it when the request asked so, or when `close_after` (an unread body, a refused request). */
+static void http_respond(conn *c, int code, const char *ctype, const void *body, size_t len, const char *extra, int close_after) {
+    if (close_after || !c->keep_alive || S.stopping) c->closing = 1;
+    char h[1024];
+    const int n = snprintf(h, sizeof h,
+                           "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-store\r\n"
+                           "X-Content-Type-Options: nosniff\r\n%s%s\r\n",
+                           code, reason_phrase(code), ctype, len, extra ? extra : "", c->closing ? "Connection: close\r\n" : "");
+    if (out_append(c, h, (size_t)n) || (!c->head_only && len && out_append(c, body, len))) c->closing = 1;
+    c->last_active = now_ms();
 }
 
-static void send_http_error(conn *c, int status, const char *msg) {
-    char clean[1100];
-    client_message(msg, clean, sizeof clean);
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "error", clean);
-    char *s = cJSON_PrintUnformatted(j);
-    send_http(c, status, "application/json", s ? s : "{}", s ? strlen(s) : 2);
+static void http_json(conn *c, int code, cJSON *o, const char *extra, int close_after) {
+    char *s = cJSON_PrintUnformatted(o);
+    http_respond(c, code, "application/json", s ? s : "{}", s ? strlen(s) : 2, extra, close_after);
     free(s);
-    cJSON_Delete(j);
-    c->refuse = 1;
+    cJSON_Delete(o);
 }
 
-/* a websocket error: a text frame naming the fault, then close 1011 (as openpi's server) */
-static void send_ws_error(conn *c, const char *msg, int code) {
+static void http_error_x(conn *c, int code, const char *msg, const char *extra, int close_after) {
     char clean[1100];
-    client_message(msg, clean, sizeof clean);
-    send_msg(c, clean, strlen(clean), 0, code, code == 1009 ? "message too big" : "request failed");
+    snprintf(clean, sizeof clean, "%s", msg);
+    printable(clean);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "error", clean);
+    http_json(c, code, o, extra ? extra : code == 401 ? "WWW-Authenticate: Api-Key\r\n" : NULL, close_after);
 }
 
-/* ------------------------------------------------------------------------------ HTTP pages */
+static void http_error(conn *c, int code, const char *msg, int close_after) { http_error_x(c, code, msg, NULL, close_after); }
 
-static char *status_json(void) {
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "model", S.model_name);
-    cJSON_AddStringToObject(j, "variant", S.info.variant);
-    cJSON_AddStringToObject(j, "version", molmoact_version());
+/* ------------------------------------------------------------------------------ websocket replies */
+
+static void ws_send(conn *c, int opcode, const void *data, size_t len) {
+    uint8_t h[10];
+    const size_t hl = ma_ws_frame_header(h, opcode, len);
+    if (out_append(c, h, hl) || (len && out_append(c, data, len))) c->closing = 1;
+}
+
+/* a close frame with a code and reason; nothing more is read or sent after it */
+static void ws_close(conn *c, int code, const char *reason) {
+    if (c->closing) return;
+    uint8_t p[125];
+    size_t n = strlen(reason);
+    if (n > 120) n = 120;
+    p[0] = (uint8_t)(code >> 8);
+    p[1] = (uint8_t)code;
+    memcpy(p + 2, reason, n);
+    ws_send(c, MA_WS_CLOSE, p, n + 2);
+    c->closing = 1;
+}
+
+/* a websocket error: a text frame naming the fault, then the close code (as openpi's server) */
+static void ws_error(conn *c, const char *msg, int code) {
+    char clean[1100];
+    snprintf(clean, sizeof clean, "%s", msg);
+    printable(clean);
+    ws_send(c, MA_WS_TEXT, clean, strlen(clean));
+    ws_close(c, code, code == 1009 ? "message too big" : code == 1001 ? "server shutting down" : "request failed");
+}
+
+/* ------------------------------------------------------------------------------ pages */
+
+static void add_precision(cJSON *j) {
     cJSON *pr = cJSON_AddObjectToObject(j, "precision");
     cJSON_AddStringToObject(pr, "vision", S.info.precision[0]);
     cJSON_AddStringToObject(pr, "llm", S.info.precision[1]);
     cJSON_AddStringToObject(pr, "action", S.info.precision[2]);
+}
+
+static cJSON *health_json(void) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "status", S.stopping ? "stopping" : "ok");
+    cJSON_AddStringToObject(j, "model", S.model_name);
+    cJSON_AddStringToObject(j, "variant", S.info.variant);
+    add_precision(j);
+    cJSON_AddStringToObject(j, "norm_tag", S.info.norm_tag);
+    cJSON_AddNumberToObject(j, "num_cameras", 2);
+    cJSON_AddNumberToObject(j, "state_dim", S.info.state_dim);
+    cJSON_AddNumberToObject(j, "action_horizon", S.info.n_steps);
+    cJSON_AddNumberToObject(j, "action_dim", S.info.action_dim);
+    cJSON_AddStringToObject(j, "version", molmoact_version());
+    return j;
+}
+
+static cJSON *status_json(void) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", S.model_name);
+    cJSON_AddStringToObject(j, "variant", S.info.variant);
+    cJSON_AddStringToObject(j, "version", molmoact_version());
+    add_precision(j);
     cJSON_AddStringToObject(j, "mode", S.info.inproc ? "inproc" : "resident, 6 worker processes");
     cJSON_AddNumberToObject(j, "uptime_s", (now_ms() - S.t_start) / 1e3);
     cJSON_AddNumberToObject(j, "requests_served", (double)S.served);
@@ -347,110 +501,153 @@ static char *status_json(void) {
         cJSON_AddNumberToObject(e, "total", h->total);
         cJSON_AddItemToArray(arr, e);
     }
-    char *s = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    return s;
+    return j;
 }
 
-/* the status page: a table of the server's state and a stacked bar per recent request (SVG),
- * refreshed from /status.json */
+/* The status page: static HTML, its script from /status.js (the Content-Security-Policy allows
+ * no inline script), every value from /status.json placed with textContent or as SVG
+ * attributes, never parsed as HTML. */
 static const char STATUS_PAGE[] =
     "<!doctype html><html><head><meta charset=utf-8><title>molmoact serve</title><style>"
     "body{font:14px sans-serif;margin:24px;color:#222}table{border-collapse:collapse}td{padding:2px 12px 2px 0}"
-    "h1{font-size:20px}.k{color:#666}#legend span{display:inline-block;margin-right:14px}"
+    "h1{font-size:20px}h2{font-size:16px}.k{color:#666}#legend span{display:inline-block;margin-right:14px}"
     "#legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}</style></head><body>"
-    "<h1>molmoact serve</h1><table id=info></table><h2 style='font-size:16px'>Latency of the last requests (ms per component)</h2>"
-    "<svg id=plot width=760 height=280 style='border:1px solid #ccc'></svg><div id=legend></div>"
-    "<script>\n"
+    "<h1>molmoact serve</h1><table id=info></table><h2>Latency of the last requests (ms per component)</h2>"
+    "<svg id=plot width=760 height=280 style='border:1px solid #ccc' xmlns='http://www.w3.org/2000/svg'></svg><div id=legend></div>"
+    "<script src='status.js'></script></body></html>";
+
+static const char STATUS_JS[] =
+    "'use strict';\n"
     "const parts=[['vision','#4e79a7'],['llm','#f28e2b'],['action_context','#e15759'],['action_step','#76b7b2'],"
     "['transfer','#59a14f'],['host','#edc948']];\n"
-    "function row(k,v){return '<tr><td class=k>'+k+'</td><td>'+v+'</td></tr>'}\n"
+    "const NS='http://www.w3.org/2000/svg';\n"
+    "function el(tag,attrs,text){const e=tag.startsWith('svg:')?document.createElementNS(NS,tag.slice(4)):document.createElement(tag);"
+    "for(const k in attrs)e.setAttribute(k,attrs[k]);if(text!==undefined)e.textContent=String(text);return e}\n"
     "function draw(s){\n"
-    " document.getElementById('info').innerHTML=row('model',s.model)+row('variant',s.variant)+row('precision',"
-    "s.precision.vision+' / '+s.precision.llm+' / '+s.precision.action)+row('mode',s.mode)+row('uptime',s.uptime_s.toFixed(0)+' s')"
-    "+row('requests served',s.requests_served)+row('requests failed',s.requests_failed)+row('clients',s.clients)+row('version',s.version);\n"
-    " const svg=document.getElementById('plot'),W=760,H=280,L=50,B=20,T=12;let max=1;\n"
+    " const info=document.getElementById('info');info.replaceChildren();\n"
+    " [['model',s.model],['variant',s.variant],['precision',s.precision.vision+' / '+s.precision.llm+' / '+s.precision.action],"
+    "['mode',s.mode],['uptime',s.uptime_s.toFixed(0)+' s'],['requests served',s.requests_served],['requests failed',s.requests_failed],"
+    "['clients',s.clients],['version',s.version]].forEach(r=>{const tr=el('tr');tr.append(el('td',{class:'k'},r[0]),el('td',{},r[1]));"
+    "info.append(tr)});\n"
+    " const svg=document.getElementById('plot'),W=760,H=280,L=50,B=20,T=12;let max=1;svg.replaceChildren();\n"
     " s.recent.forEach(r=>{let t=0;parts.forEach(p=>t+=r[p[0]]);max=Math.max(max,t)});\n"
-    " let g='<line x1='+L+' y1='+T+' x2='+L+' y2='+(H-B)+' stroke=#999 />';\n"
-    " for(let i=0;i<=4;i++){const y=T+(H-B-T)*(1-i/4);g+='<text x=4 y='+(y+4)+' font-size=11>'+(max*i/4).toFixed(1)+'</text>'}\n"
+    " svg.append(el('svg:line',{x1:L,y1:T,x2:L,y2:H-B,stroke:'#999'}));\n"
+    " for(let i=0;i<=4;i++){const y=T+(H-B-T)*(1-i/4);svg.append(el('svg:text',{x:4,y:y+4,'font-size':11},(max*i/4).toFixed(1)))}\n"
     " const n=s.recent.length,bw=n?Math.min(24,Math.max(2,(W-L-10)/n-2)):0;\n"
     " s.recent.forEach((r,i)=>{let y=H-B;const x=L+4+i*(bw+2);parts.forEach(p=>{const h=(H-B-T)*r[p[0]]/max;y-=h;"
-    "g+='<rect x='+x+' y='+y+' width='+bw+' height='+h+' fill='+p[1]+' />'});if(!r.ok)g+='<text x='+x+' y='+(H-4)+' font-size=11 fill=red>x</text>'});\n"
-    " svg.innerHTML=g;\n"
-    " document.getElementById('legend').innerHTML=parts.map(p=>'<span><i style=background:'+p[1]+'></i>'+p[0]+'</span>').join('');}\n"
+    "svg.append(el('svg:rect',{x:x,y:y,width:bw,height:h,fill:p[1]}))});"
+    "if(!r.ok)svg.append(el('svg:text',{x:x,y:H-4,'font-size':11,fill:'red'},'x'))});\n"
+    " const lg=document.getElementById('legend');lg.replaceChildren();\n"
+    " parts.forEach(p=>{const sp=el('span'),i=el('i');i.style.background=p[1];sp.append(i,document.createTextNode(p[0]));lg.append(sp)})}\n"
     "function tick(){fetch('status.json').then(r=>r.json()).then(draw).catch(()=>{})}\n"
-    "tick();setInterval(tick,2000);\n"
-    "</script></body></html>";
+    "tick();setInterval(tick,2000);\n";
+
+static const char PAGE_HEADERS[] =
+    "Content-Security-Policy: default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; "
+    "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'\r\n";
 
 /* ------------------------------------------------------------------------------ requests */
 
+static int authorised(const ma_http_req *r) {
+    if (!S.have_key) return 1;
+    static const char pre[] = "Api-Key ";
+    const size_t pl = sizeof pre - 1;
+    if (r->authorization_len < pl || strncmp(r->authorization, pre, pl)) return 0;
+    const uint8_t *k = (const uint8_t *)r->authorization + pl;
+    const size_t kl = r->authorization_len - pl;
+    /* constant time in the key's length: every byte of the stored key is compared */
+    unsigned diff = kl != S.api_key_len || r->authorization_len >= sizeof r->authorization;
+    for (size_t i = 0; i < S.api_key_len; i++) diff |= (unsigned)(S.api_key[i] ^ (i < kl ? k[i] : 0));
+    return diff == 0;
+}
+
+static int rx_reserve(conn *c, size_t need) {
+    if (need <= c->rx_cap) return 0;
+    if (need > S.max_bytes) return -1;
+    size_t cap = c->rx_cap ? c->rx_cap : 65536;
+    while (cap < need) cap *= 2;
+    if (cap > S.max_bytes) cap = S.max_bytes;
+    if (S.rx_total - c->rx_cap + cap > S.rx_total_max) return -3; /* every client's buffers together */
+    uint8_t *p = realloc(c->rx, cap);
+    if (!p) return -2;
+    S.rx_total += cap - c->rx_cap;
+    c->rx = p;
+    c->rx_cap = cap;
+    return 0;
+}
+
+static void rx_release(conn *c) {
+    S.rx_total -= c->rx_cap;
+    c->rx = NULL;
+    c->rx_len = c->rx_cap = 0;
+}
+
 static void start_request(conn *c, int json) {
-    ma_error err = {0};
+    const char *proto = c->is_ws ? "ws" : "http";
+    if (S.stopping) {
+        log_line(c->peer, proto, c->rx_len, 0, NULL, "refused: shutting down");
+        if (c->is_ws) ws_error(c, "server: shutting down", 1001);
+        else http_error(c, 503, "server: shutting down", 1);
+        c->rx_len = 0;
+        return;
+    }
     job *j = calloc(1, sizeof *j);
     if (!j) {
-        if (c->is_ws) send_ws_error(c, "server: out of memory", 1011);
-        else send_http_error(c, 500, "server: out of memory");
+        if (c->is_ws) ws_error(c, "server: out of memory", 1011);
+        else http_error(c, 500, "server: out of memory", 1);
         return;
     }
     j->conn_id = c->id;
     j->is_ws = c->is_ws;
+    j->json = json;
     j->bytes_in = c->rx_len;
-    j->t_recv = now_ms();
+    j->body = c->rx; /* handed over: the next message gets a new buffer */
+    rx_release(c);
+    if (!j->body) j->body = calloc(1, 1);
+    j->t_recv = c->msg_start ? c->msg_start : now_ms();
     snprintf(j->peer, sizeof j->peer, "%s", c->peer);
-    ma_status s = json ? ma_wire_decode_json((const char *)c->rx, c->rx_len, S.o->flip180, &j->req, &err)
-                       : ma_wire_decode_msgpack(c->rx, c->rx_len, S.o->flip180, &j->req, &err);
-    c->rx_len = 0;
-    if (s) {
-        log_line(c->peer, c->is_ws ? "ws" : "http", j->bytes_in, 0, NULL, err.msg);
-        S.failed++;
-        if (c->is_ws) send_ws_error(c, err.msg, 1011);
-        else send_http_error(c, 400, err.msg);
-        job_free(j);
-        return;
-    }
-    if (g_stop) {
-        log_line(c->peer, c->is_ws ? "ws" : "http", j->bytes_in, 0, NULL, "refused: shutting down");
-        if (c->is_ws) send_ws_error(c, "server: shutting down", 1001);
-        else send_http_error(c, 503, "server: shutting down");
-        job_free(j);
-        return;
-    }
     c->busy = 1;
-    lws_rx_flow_control(c->wsi, 0); /* strictly one request, one reply: read nothing meanwhile */
+    c->msg_start = 0;
+    if (!c->is_ws) c->hstate = H_BUSY;
     enqueue(j);
 }
+
+static void process_http(conn *c);
 
 static void finish_job(job *j) {
     record(j);
     conn *c = find_conn(j->conn_id);
     const char *proto = j->is_ws ? "ws" : "http";
     if (!c) {
-        log_line(j->peer, proto, j->bytes_in, 0, j, j->status ? j->msg : "ok (client gone before the reply)");
+        log_line(j->peer, proto, j->bytes_in, 0, j, j->status ? j->log : "ok (client gone before the reply)");
         job_free(j);
         return;
     }
     c->busy = 0;
-    lws_rx_flow_control(c->wsi, 1);
+    c->last_active = now_ms();
+    if (!c->is_ws) c->hstate = H_HEAD;
     if (j->status) {
-        log_line(c->peer, proto, j->bytes_in, strlen(j->msg), j, j->msg);
-        if (c->is_ws) send_ws_error(c, j->msg, 1011);
-        else send_http_error(c, j->status == MOLMOACT_ERR_WORKER ? 503 : (j->status == MOLMOACT_ERR_NOMEM || j->status == MOLMOACT_ERR_IO) ? 500 : 400, j->msg);
+        log_line(c->peer, proto, j->bytes_in, strlen(j->msg), j, j->log);
+        if (c->is_ws) ws_error(c, j->msg, 1011);
+        else http_error(c, !j->decoded ? 400 : j->status == MOLMOACT_ERR_WORKER ? 503 : (j->status == MOLMOACT_ERR_NOMEM || j->status == MOLMOACT_ERR_IO) ? 500 : 400,
+                        j->msg, 0);
         job_free(j);
+        if (!c->is_ws) process_http(c);
         return;
     }
     const double server_ms = j->t_done - j->t_recv;
     if (c->is_ws) {
         ma_wire_buf b;
         ma_error err = {0};
-        const double prev = c->n_replies ? now_ms() - c->last_reply_ms : -1.0;
-        if (ma_wire_encode_reply(&j->res, server_ms, prev, &b, &err)) send_ws_error(c, err.msg, 1011);
+        if (ma_wire_encode_reply(&j->res, server_ms, c->n_replies ? c->prev_total_ms : -1.0, &b, &err)) ws_error(c, err.msg, 1011);
         else {
-            send_msg(c, b.data, b.len, 1, 0, NULL);
+            ws_send(c, MA_WS_BINARY, b.data, b.len);
             log_line(c->peer, proto, j->bytes_in, b.len, j, "ok");
         }
         free(b.data);
         c->n_replies++;
         c->last_reply_ms = now_ms();
+        c->prev_total_ms = c->last_reply_ms - j->t_recv;
     } else {
         cJSON *o = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(o, "actions");
         for (int k = 0; k < j->res.n_steps; k++) {
@@ -464,12 +661,13 @@ static void finish_job(job *j) {
         }
         cJSON_AddNumberToObject(o, "dt_ms", server_ms);
         char *s = cJSON_PrintUnformatted(o);
-        send_http(c, 200, "application/json", s ? s : "{}", s ? strlen(s) : 2);
+        http_respond(c, 200, "application/json", s ? s : "{}", s ? strlen(s) : 2, NULL, 0);
         log_line(c->peer, proto, j->bytes_in, s ? strlen(s) : 0, j, "ok");
         free(s);
         cJSON_Delete(o);
     }
     job_free(j);
+    if (!c->is_ws) process_http(c); /* a pipelined request waiting behind this one */
 }
 
 static void collect_done(void) {
@@ -477,207 +675,417 @@ static void collect_done(void) {
     job *d = S.done;
     S.done = NULL;
     pthread_mutex_unlock(&S.mu);
-    /* oldest first */
-    job *rev = NULL;
+    job *rev = NULL; /* oldest first */
     while (d) { job *n = d->next; d->next = rev; rev = d; d = n; }
     while (rev) { job *n = rev->next; finish_job(rev); rev = n; }
 }
 
-static int authorised(struct lws *wsi) {
-    if (!S.api_key[0]) return 1;
-    char h[400];
-    if (lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_HTTP_AUTHORIZATION) <= 0) return 0;
-    const char *pre = "Api-Key ";
-    if (strncmp(h, pre, strlen(pre))) return 0;
-    const char *k = h + strlen(pre);
-    size_t a = strlen(k), b = strlen(S.api_key);
-    unsigned diff = (unsigned)(a ^ b);
-    for (size_t i = 0; i < b; i++) diff |= (unsigned)(k[i < a ? i : 0] ^ S.api_key[i]);
-    return diff == 0;
+/* ------------------------------------------------------------------------------ HTTP */
+
+static void consume_in(conn *c, size_t n) {
+    memmove(c->in, c->in + n, c->in_len - n);
+    c->in_len -= n;
 }
 
-/* ------------------------------------------------------------------------------ the callback */
+static const char NOT_FOUND[] = "not found: GET /healthz, /health, /act, /, /status.json; POST /act; a websocket upgrade on any path";
 
-static int write_pending(conn *c) {
-    if (!c->tx_ready) return 0;
-    if (!c->is_ws) {
-        if (!c->http_headers_sent) {
-            uint8_t hb[LWS_PRE + 512], *start = hb + LWS_PRE, *p = start, *end = hb + sizeof hb - 1;
-            if (lws_add_http_common_headers(c->wsi, (unsigned)c->http_status, c->http_ctype, c->tx_len, &p, end) ||
-                lws_add_http_header_by_name(c->wsi, (const unsigned char *)"cache-control:", (const unsigned char *)"no-store", 8, &p, end) ||
-                lws_finalize_write_http_header(c->wsi, start, &p, end))
-                return -1;
-            c->http_headers_sent = 1;
-            lws_callback_on_writable(c->wsi);
-            return 0;
-        }
-        c->tx_ready = 0;
-        if (lws_write(c->wsi, c->tx + LWS_PRE, c->tx_len, LWS_WRITE_HTTP_FINAL) != (int)c->tx_len) return -1;
-        free(c->tx);
-        c->tx = NULL;
-        c->refuse = 0;
-        c->post = 0;
-        return lws_http_transaction_completed(c->wsi) ? -1 : 0;
+static void route(conn *c) {
+    const ma_http_req *r = &c->req;
+    const int get = r->method == MA_HTTP_GET || r->method == MA_HTTP_HEAD;
+    const int has_body = r->chunked || r->content_length > 0;
+    const char *p = r->path;
+    const int health = !strcmp(p, "/healthz") || !strcmp(p, "/health");
+    c->head_only = r->method == MA_HTTP_HEAD;
+    c->keep_alive = r->keep_alive;
+    if (c->reserved && !health) {
+        log_line(c->peer, "http", 0, 0, NULL, "refused: --max-clients reached");
+        http_error(c, 503, "server: too many clients (--max-clients); /healthz and /health are still answered", 1);
+        return;
     }
-    c->tx_ready = 0;
-    if (c->tx_len && lws_write(c->wsi, c->tx + LWS_PRE, c->tx_len, c->tx_binary ? LWS_WRITE_BINARY : LWS_WRITE_TEXT) != (int)c->tx_len) return -1;
-    free(c->tx);
-    c->tx = NULL;
-    if (c->close_code) {
-        lws_close_reason(c->wsi, (enum lws_close_status)c->close_code, (unsigned char *)c->close_reason, strlen(c->close_reason));
-        return -1;
+    if (!health && !authorised(r)) {
+        log_line(c->peer, r->upgrade_websocket ? "ws" : "http", 0, 0, NULL, "refused: missing or wrong API key");
+        http_error(c, 401, "missing or wrong API key (Authorization: Api-Key <key>)", has_body);
+        return;
     }
-    return 0;
-}
-
-static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
-    (void)user;
-    conn *c = wsi ? conn_of(wsi) : NULL;
-    switch (reason) {
-    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-        collect_done();
-        return 0;
-
-    case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
-        return S.n_conns >= S.o->max_clients || g_stop ? -1 : 0;
-
-    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: /* a websocket handshake: the key before anything */
-        if (!authorised(wsi)) {
-            log_line("handshake", "ws", 0, 0, NULL, "refused: missing or wrong API key");
-            /* written whole: lws' header helpers answer an upgrade request as HTTP/1.0 here */
-            static const char resp[] = "HTTP/1.1 401 Unauthorized\r\ncontent-type: text/plain\r\ncontent-length: 37\r\n"
-                                       "connection: close\r\n\r\nmissing or wrong API key (Api-Key ...)";
-            uint8_t hb[LWS_PRE + sizeof resp];
-            memcpy(hb + LWS_PRE, resp, sizeof resp - 1);
-            lws_write(wsi, hb + LWS_PRE, sizeof resp - 1, LWS_WRITE_HTTP_HEADERS);
-            return -1;
+    if (r->upgrade_websocket && r->method == MA_HTTP_GET) {
+        char accept[29];
+        if (r->ws_version != 13) {
+            http_respond(c, 426, "text/plain", "websocket version 13 only", 25, "Sec-WebSocket-Version: 13\r\n", 1);
+            return;
         }
-        return 0;
-
-    case LWS_CALLBACK_ESTABLISHED: {
-        conn_release(wsi); /* HTTP transactions before the upgrade */
-        if (!(c = conn_link(wsi, 1))) return -1;
+        if (ma_ws_accept_key(r->ws_key, accept)) { http_error(c, 400, "malformed Sec-WebSocket-Key", 1); return; }
+        if (S.stopping) { http_error(c, 503, "server: shutting down", 1); return; }
+        char h[256];
+        const int n = snprintf(h, sizeof h, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                                            "Sec-WebSocket-Accept: %s\r\n\r\n", accept);
+        out_append(c, h, (size_t)n);
+        c->is_ws = 1;
+        c->last_active = now_ms();
         ma_wire_buf b;
         ma_error err = {0};
-        if (ma_wire_encode_metadata(&S.info, S.model_name, &b, &err)) return -1;
-        send_msg(c, b.data, b.len, 1, 0, NULL);
+        if (ma_wire_encode_metadata(&S.info, S.model_name, &b, &err)) { ws_close(c, 1011, "metadata"); return; }
+        ws_send(c, MA_WS_BINARY, b.data, b.len);
         free(b.data);
-        return 0;
+        return;
     }
-
-    case LWS_CALLBACK_RECEIVE: {
-        if (!c) return -1;
-        if (c->busy) { send_ws_error(c, "protocol: one request at a time (wait for the reply)", 1008); return 0; }
-        if (c->close_code) return 0;
-        if (lws_is_first_fragment(wsi) && c->rx_len) c->rx_len = 0;
-        const int r = rx_append(c, in, len);
-        if (r) {
+    if (!strcmp(p, "/act") && r->method == MA_HTTP_POST) {
+        if (!r->chunked && r->content_length < 0) { http_error(c, 411, "POST /act needs Content-Length or a chunked body", 1); return; }
+        if (r->content_length > (int64_t)S.max_bytes) {
             char m[160];
-            snprintf(m, sizeof m, "request: the message exceeds --max-message-mb %.4g", S.o->max_message_mb);
-            log_line(c->peer, "ws", c->rx_len + len, 0, NULL, r == -1 ? m : "out of memory");
-            c->rx_len = 0;
-            send_ws_error(c, r == -1 ? m : "server: out of memory", r == -1 ? 1009 : 1011);
-            return 0;
+            snprintf(m, sizeof m, "request body of %lld bytes exceeds --max-message-mb %.4g", (long long)r->content_length, S.o->max_message_mb);
+            log_line(c->peer, "http", (size_t)r->content_length, 0, NULL, m);
+            http_error(c, 413, m, 1);
+            return;
         }
-        if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi)) {
-            lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, S.o->recv_timeout_s); /* a partial sender */
-            return 0;
-        }
-        lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
-        if (!lws_frame_is_binary(wsi)) {
-            log_line(c->peer, "ws", c->rx_len, 0, NULL, "request: a text frame");
-            c->rx_len = 0;
-            send_ws_error(c, "request: expected a binary msgpack frame, got text", 1011);
-            return 0;
-        }
-        start_request(c, 0);
-        return 0;
-    }
-
-    case LWS_CALLBACK_SERVER_WRITEABLE:
-        if (!c) return 0;
-        return write_pending(c);
-
-    case LWS_CALLBACK_CLOSED:
-        conn_release(wsi);
-        return 0;
-
-    case LWS_CALLBACK_HTTP: {
-        const char *path = in ? (const char *)in : "/";
-        if (!c && !(c = conn_link(wsi, 0))) return -1;
-        c->post = lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0;
+        if (r->expect_continue) out_append(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+        c->hstate = H_BODY;
+        c->body_left = r->chunked ? 0 : (uint64_t)r->content_length;
+        memset(&c->chunk, 0, sizeof c->chunk);
         c->rx_len = 0;
-        c->refuse = 0;
-        const int health = !strcmp(path, "/healthz") || !strcmp(path, "/health");
-        if (!health && !authorised(wsi)) {
-            log_line(c->peer, "http", 0, 0, NULL, "refused: missing or wrong API key");
-            send_http_error(c, 401, "missing or wrong API key (Authorization: Api-Key <key>)");
-            return 0;
-        }
-        if (c->post) {
-            if (strcmp(path, "/act")) { send_http_error(c, 404, "not found (POST /act)"); return 0; }
-            char cl[32];
-            if (lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 && strtod(cl, NULL) > (double)S.max_bytes) {
-                send_http_error(c, 413, "request body exceeds --max-message-mb");
-                return 0;
-            }
-            lws_set_timeout(wsi, PENDING_TIMEOUT_HTTP_CONTENT, S.o->recv_timeout_s);
-            return 0;
-        }
-        if (!strcmp(path, "/healthz")) { send_http(c, 200, "text/plain", "OK", 2); return 0; }
-        if (!strcmp(path, "/health") || !strcmp(path, "/act")) {
-            char b[512];
-            int n = snprintf(b, sizeof b, "{\"status\": \"ok\", \"model\": \"%s\", \"variant\": \"%s\", \"version\": \"%s\"}", S.model_name,
-                             S.info.variant, molmoact_version());
-            send_http(c, 200, "application/json", b, (size_t)n);
-            return 0;
-        }
-        if (!strcmp(path, "/")) { send_http(c, 200, "text/html; charset=utf-8", STATUS_PAGE, sizeof STATUS_PAGE - 1); return 0; }
-        if (!strcmp(path, "/status.json")) {
-            char *s = status_json();
-            send_http(c, 200, "application/json", s ? s : "{}", s ? strlen(s) : 2);
-            free(s);
-            return 0;
-        }
-        send_http_error(c, 404, "not found (GET /healthz, /health, /act, /, /status.json; POST /act; any other path: websocket)");
-        return 0;
+        if (!c->msg_start) c->msg_start = now_ms();
+        return;
     }
+    /* everything else has no body: one that comes anyway is not read, and the connection closes */
+    const int known = health || !strcmp(p, "/act") || !strcmp(p, "/") || !strcmp(p, "/status.json") || !strcmp(p, "/status.js");
+    if (known && !get) {
+        char m[128];
+        snprintf(m, sizeof m, "method %s is not allowed on %s (%s)", r->method_name, p, !strcmp(p, "/act") ? "GET, HEAD, POST" : "GET, HEAD");
+        http_error_x(c, 405, m, !strcmp(p, "/act") ? "Allow: GET, HEAD, POST\r\n" : "Allow: GET, HEAD\r\n", has_body);
+        return;
+    }
+    if (!known) { http_error(c, 404, NOT_FOUND, has_body); return; }
+    if (!strcmp(p, "/healthz")) http_respond(c, 200, "text/plain", "OK", 2, NULL, has_body);
+    else if (!strcmp(p, "/health") || !strcmp(p, "/act")) http_json(c, 200, health_json(), NULL, has_body);
+    else if (!strcmp(p, "/")) http_respond(c, 200, "text/html; charset=utf-8", STATUS_PAGE, sizeof STATUS_PAGE - 1, PAGE_HEADERS, has_body);
+    else if (!strcmp(p, "/status.js")) http_respond(c, 200, "text/javascript; charset=utf-8", STATUS_JS, sizeof STATUS_JS - 1, NULL, has_body);
+    else http_json(c, 200, status_json(), NULL, has_body);
+}
 
-    case LWS_CALLBACK_HTTP_BODY:
-        if (!c || c->refuse) return 0;
-        if (rx_append(c, in, len)) {
-            c->rx_len = 0;
-            send_http_error(c, 413, "request body exceeds --max-message-mb");
+static void process_http(conn *c) {
+    while (!c->closing && !c->is_ws) {
+        if (c->hstate == H_BUSY) return; /* a pipelined request waits for the reply before it */
+        if (c->hstate == H_HEAD) {
+            if (!c->in_len) return;
+            if (!c->msg_start) c->msg_start = now_ms();
+            int status = 0;
+            char msg[160];
+            const int r = ma_http_parse_head(c->in, c->in_len, &c->req, &status, msg, sizeof msg);
+            if (r == 0) return;
+            if (r < 0) {
+                c->keep_alive = 0;
+                log_line(c->peer, "http", c->in_len, 0, NULL, msg);
+                http_error(c, status, msg, 1);
+                return;
+            }
+            consume_in(c, c->req.head_len);
+            route(c);
+            if (c->hstate == H_HEAD) c->msg_start = 0; /* answered at once */
+            continue;
         }
-        return 0;
-
-    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        if (!c || c->refuse) return 0;
-        lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
-        start_request(c, 1);
-        return 0;
-
-    case LWS_CALLBACK_HTTP_WRITEABLE:
-        if (!c) return 0;
-        return write_pending(c);
-
-    case LWS_CALLBACK_CLOSED_HTTP:
-    case LWS_CALLBACK_WSI_DESTROY:
-        conn_release(wsi);
-        return 0;
-
-    default:
-        return 0;
+        /* H_BODY */
+        if (!c->in_len) return;
+        int r;
+        size_t used = 0;
+        char msg[160] = "";
+        if (c->req.chunked) {
+            size_t need = c->rx_len + c->in_len;
+            if (need > S.max_bytes) need = S.max_bytes;
+            r = rx_reserve(c, need);
+            if (r == 0) {
+                r = ma_http_chunked_feed(&c->chunk, c->in, c->in_len, &used, c->rx, &c->rx_len, c->rx_cap, msg, sizeof msg);
+                if (r == -2 && c->rx_cap < S.max_bytes) r = -4; /* cannot happen: reserved for all of in */
+                else if (r == -2) r = -1, snprintf(msg, sizeof msg, "request body exceeds --max-message-mb %.4g", S.o->max_message_mb);
+                else if (r == -1) r = -5;
+            } else r = r == -1 ? (snprintf(msg, sizeof msg, "request body exceeds --max-message-mb %.4g", S.o->max_message_mb), -1) : r;
+        } else {
+            used = c->in_len < c->body_left ? c->in_len : (size_t)c->body_left;
+            r = rx_reserve(c, c->rx_len + used);
+            if (r == 0) {
+                memcpy(c->rx + c->rx_len, c->in, used);
+                c->rx_len += used;
+                c->body_left -= used;
+                r = c->body_left == 0;
+            }
+        }
+        if (r < 0) {
+            const int code = r == -1 ? 413 : r == -5 ? 400 : 503;
+            if (r == -2 || r == -4) snprintf(msg, sizeof msg, "server: out of memory");
+            if (r == -3) snprintf(msg, sizeof msg, "server: too much request data buffered from all clients; try again");
+            log_line(c->peer, "http", c->rx_len + c->in_len, 0, NULL, msg);
+            c->rx_len = 0;
+            http_error(c, code, msg, 1);
+            return;
+        }
+        consume_in(c, used);
+        if (r == 1) start_request(c, 1);
     }
 }
 
-static struct lws_protocols PROTOCOLS[] = {
-    {"molmoact", callback, 0, 65536, 0, NULL, 0},
-    {NULL, NULL, 0, 0, 0, NULL, 0},
-};
+/* ------------------------------------------------------------------------------ websocket */
+
+static void process_ws(conn *c) {
+    while (!c->closing) {
+        if (!c->in_frame) {
+            if (!c->in_len) return;
+            if (!c->msg_start) c->msg_start = now_ms();
+            char msg[128];
+            const int r = ma_ws_parse_header(c->in, c->in_len, &c->frame, msg, sizeof msg);
+            if (r == 0) return;
+            if (r < 0) {
+                log_line(c->peer, "ws", c->in_len, 0, NULL, msg);
+                ws_close(c, 1002, "protocol error");
+                return;
+            }
+            const ma_ws_frame *f = &c->frame;
+            if (f->opcode >= 8) { /* control frames: whole in the buffer (at most 125 bytes) */
+                if (c->in_len < f->header_len + f->len) return;
+                uint8_t p[125];
+                memcpy(p, c->in + f->header_len, (size_t)f->len);
+                ma_ws_unmask(p, (size_t)f->len, f->mask, 0);
+                consume_in(c, f->header_len + (size_t)f->len);
+                if (!c->msg_opcode) c->msg_start = 0;
+                if (f->opcode == MA_WS_PING) ws_send(c, MA_WS_PONG, p, (size_t)f->len);
+                else if (f->opcode == MA_WS_CLOSE) {
+                    int code = f->len >= 2 ? p[0] << 8 | p[1] : 1000;
+                    if (f->len == 1) code = 1002;
+                    ws_close(c, code == 1005 || code == 1006 || code == 1015 || code < 1000 ? 1002 : 1000, "");
+                }
+                continue;
+            }
+            if (f->opcode == MA_WS_CONT ? !c->msg_opcode : c->msg_opcode != 0) {
+                log_line(c->peer, "ws", c->in_len, 0, NULL, "protocol: a continuation without a message, or a message inside another");
+                ws_close(c, 1002, "protocol error");
+                return;
+            }
+            if (c->busy) {
+                log_line(c->peer, "ws", c->in_len, 0, NULL, "protocol: a request before the previous reply");
+                ws_error(c, "protocol: one request at a time (wait for the reply)", 1008);
+                return;
+            }
+            if (f->opcode == MA_WS_TEXT) {
+                log_line(c->peer, "ws", (size_t)f->len, 0, NULL, "request: a text frame");
+                ws_error(c, "request: expected a binary msgpack frame, got text", 1011);
+                return;
+            }
+            if (f->opcode != MA_WS_CONT) c->msg_opcode = f->opcode, c->rx_len = 0;
+            if (f->len > S.max_bytes - c->rx_len) {
+                char m[160];
+                snprintf(m, sizeof m, "request: the message exceeds --max-message-mb %.4g", S.o->max_message_mb);
+                log_line(c->peer, "ws", c->rx_len + (size_t)f->len, 0, NULL, m);
+                ws_error(c, m, 1009);
+                return;
+            }
+            const int rr = rx_reserve(c, c->rx_len + (size_t)f->len);
+            if (rr) {
+                const char *m = rr == -3 ? "server: too much request data buffered from all clients; try again" : "server: out of memory";
+                log_line(c->peer, "ws", c->rx_len + (size_t)f->len, 0, NULL, m);
+                ws_error(c, m, rr == -3 ? 1013 : 1011);
+                return;
+            }
+            consume_in(c, f->header_len);
+            c->in_frame = 1;
+            c->frame_got = 0;
+        }
+        /* payload bytes of a data frame */
+        const ma_ws_frame *f = &c->frame;
+        size_t n = c->in_len;
+        if ((uint64_t)n > f->len - c->frame_got) n = (size_t)(f->len - c->frame_got);
+        memcpy(c->rx + c->rx_len, c->in, n);
+        ma_ws_unmask(c->rx + c->rx_len, n, f->mask, c->frame_got);
+        c->rx_len += n;
+        c->frame_got += n;
+        consume_in(c, n);
+        if (c->frame_got < f->len) return;
+        c->in_frame = 0;
+        if (f->fin) {
+            c->msg_opcode = 0;
+            start_request(c, 0);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------ the loop */
+
+static void conn_read(conn *c) {
+    /* at most 1 MiB per connection per turn of the loop: one client's large message does not
+     * keep the others (health checks, pings) waiting */
+    for (size_t taken = 0; taken < (1u << 20);) {
+        if (c->in_cap - c->in_len < READ_CHUNK) {
+            /* the input buffer holds at most a head or a frame header beyond what the parsers
+             * consume (a connection waiting on its reply is not read) */
+            if (c->in_len > MA_HTTP_MAX_HEAD + READ_CHUNK) return;
+            const size_t cap = c->in_len + READ_CHUNK;
+            uint8_t *p = realloc(c->in, cap);
+            if (!p) { c->dead = 1; return; }
+            c->in = p;
+            c->in_cap = cap;
+        }
+        const size_t want = c->in_cap - c->in_len;
+        const ssize_t n = recv(c->fd, c->in + c->in_len, want, 0);
+        if (n > 0) {
+            taken += (size_t)n;
+            if (c->shut) continue; /* lingering: dropped */
+            c->in_len += (size_t)n;
+            if (!c->is_ws) process_http(c);
+            if (c->is_ws) process_ws(c); /* also the bytes after an upgrade */
+            if ((size_t)n < want) return; /* drained for now */
+            continue;
+        }
+        if (n == 0) { /* the client closed its side: what it sent is answered, then we close */
+            c->peer_eof = 1;
+            return;
+        }
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) c->dead = 1;
+        return;
+    }
+}
+
+static void conn_write(conn *c) {
+    while (out_pending(c)) {
+        const ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+        if (n > 0) {
+            c->out_off += (size_t)n;
+            c->out_since = now_ms();
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        c->dead = 1; /* the peer is gone */
+        return;
+    }
+}
+
+static void accept_clients(void) {
+    for (;;) {
+        struct sockaddr_storage sa;
+        socklen_t sl = sizeof sa;
+        const int fd = accept4(S.listen_fd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return;
+        if (S.n_conns >= S.o->max_clients + HEALTH_RESERVE) {
+            static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+            ssize_t w = send(fd, busy, sizeof busy - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            (void)w;
+            close(fd);
+            continue;
+        }
+        conn *c = calloc(1, sizeof *c);
+        if (!c) { close(fd); continue; }
+        const int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->fd = fd;
+        c->id = ++S.next_id;
+        c->reserved = S.n_conns >= S.o->max_clients;
+        c->last_active = now_ms();
+        char ip[INET6_ADDRSTRLEN] = "?";
+        int port = 0;
+        if (sa.ss_family == AF_INET) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, ip, sizeof ip);
+            port = ntohs(((struct sockaddr_in *)&sa)->sin_port);
+        } else if (sa.ss_family == AF_INET6) {
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, ip, sizeof ip);
+            port = ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+        }
+        snprintf(c->peer, sizeof c->peer, "%s:%d#%llu", ip, port, (unsigned long long)c->id);
+        c->next = S.conns;
+        S.conns = c;
+        S.n_conns++;
+    }
+}
+
+/* deadlines: a message or body not complete within --recv-timeout-s of its first byte, a reply
+ * the client does not read for as long, an idle websocket or keep-alive connection */
+static void check_timers(conn *c, double now) {
+    const double recv_ms = S.o->recv_timeout_s * 1e3;
+    if (c->shut || c->dead) return;
+    if (c->msg_start && !c->closing && now - c->msg_start > recv_ms) {
+        char m[160];
+        snprintf(m, sizeof m, "request: not complete within --recv-timeout-s %d", S.o->recv_timeout_s);
+        log_line(c->peer, c->is_ws ? "ws" : "http", c->rx_len + c->in_len, 0, NULL, m);
+        c->msg_start = 0;
+        if (c->is_ws) ws_error(c, m, 1008);
+        else { c->keep_alive = 0; http_error(c, 408, m, 1); }
+        return;
+    }
+    if (out_pending(c) && now - c->out_since > recv_ms) { /* the client reads nothing */
+        log_event("dropped", c->peer, "the client did not read its reply within --recv-timeout-s");
+        c->out_off = c->out_len;
+        c->closing = 1;
+        return;
+    }
+    if (!c->busy && !c->msg_start && !c->closing) {
+        if (c->is_ws && S.o->idle_timeout_s > 0 && now - c->last_active > S.o->idle_timeout_s * 1e3) {
+            log_event("idle", c->peer, "no request within --idle-timeout-s: closed with 1001");
+            ws_close(c, 1001, "idle");
+        } else if (!c->is_ws && !c->in_len && !out_pending(c) && now - c->last_active > recv_ms) c->closing = 1;
+    }
+}
+
+/* Whether to close now. After the last byte is written: half-close, then read and drop until
+ * the client closes or LINGER_MS pass (a close() with unread input would reset the connection
+ * and could lose the reply). A client that closed its side is closed once its replies are out. */
+static int finish_close(conn *c, double now) {
+    if (c->dead) return 1;
+    if (c->busy || out_pending(c)) return 0;
+    if (c->peer_eof) return 1; /* nothing more can complete a request */
+    if (!c->closing) return 0;
+    if (!c->shut) {
+        shutdown(c->fd, SHUT_WR);
+        c->shut = 1;
+        c->linger_until = now + LINGER_MS;
+        return 0;
+    }
+    return now > c->linger_until;
+}
+
+static int loop_once(int timeout_ms) {
+    struct pollfd *pf = calloc((size_t)S.n_conns + 2, sizeof *pf);
+    conn **pc = calloc((size_t)S.n_conns + 2, sizeof *pc);
+    if (!pf || !pc) { free(pf); free(pc); usleep(10000); return 0; }
+    int n = 0;
+    pf[n++] = (struct pollfd){S.wake[0], POLLIN, 0};
+    if (S.listen_fd >= 0) pf[n++] = (struct pollfd){S.listen_fd, POLLIN, 0};
+    const int base = n;
+    for (conn *c = S.conns; c; c = c->next) {
+        short ev = 0;
+        /* read while: lingering, or open and not waiting on a reply (a websocket is read during
+         * its inference: pings, closes) */
+        if (!c->peer_eof && !c->dead && (c->shut || (!c->closing && (c->is_ws || c->hstate != H_BUSY)))) ev |= POLLIN;
+        if (out_pending(c) && !c->dead) ev |= POLLOUT;
+        pc[n] = c;
+        pf[n++] = (struct pollfd){c->fd, ev, 0};
+    }
+    const int r = poll(pf, (nfds_t)n, timeout_ms);
+    if (r > 0) {
+        if (pf[0].revents) {
+            char b[64];
+            while (read(S.wake[0], b, sizeof b) > 0) {}
+        }
+        for (int i = base; i < n; i++) {
+            conn *c = pc[i];
+            if (pf[i].revents & (POLLIN | POLLHUP | POLLERR)) conn_read(c);
+            if (out_pending(c) && !c->dead) conn_write(c);
+        }
+        if (S.listen_fd >= 0 && pf[1].revents & POLLIN) accept_clients();
+    }
+    free(pf);
+    free(pc);
+    collect_done();
+    const double now = now_ms();
+    for (conn *c = S.conns, *next; c; c = next) {
+        next = c->next;
+        if (out_pending(c) && !c->dead) conn_write(c);
+        check_timers(c, now);
+        if (finish_close(c, now)) conn_free(c);
+    }
+    return r;
+}
 
 /* ------------------------------------------------------------------------------ main */
 
+/* The API key: one line of printable ASCII (what an Authorization header can carry), surrounding
+ * whitespace ignored. A file with a NUL or other control byte is refused at start: a binary key
+ * (head -c 32 /dev/urandom) cannot be sent in a header; encode it (base64) first. */
 static int read_key(const char *path) {
     char *text = NULL;
     size_t len;
@@ -686,23 +1094,78 @@ static int read_key(const char *path) {
     size_t a = 0, b = len;
     while (a < b && (text[a] == ' ' || text[a] == '\n' || text[a] == '\r' || text[a] == '\t')) a++;
     while (b > a && (text[b - 1] == ' ' || text[b - 1] == '\n' || text[b - 1] == '\r' || text[b - 1] == '\t')) b--;
-    int bad = b == a || b - a >= sizeof S.api_key || memchr(text + a, '\n', b - a) != NULL;
-    if (!bad) snprintf(S.api_key, sizeof S.api_key, "%.*s", (int)(b - a), text + a);
+    const char *why = NULL;
+    if (b == a) why = "it is empty";
+    else if (b - a > 255) why = "it is longer than 255 bytes";
+    for (size_t i = a; !why && i < b; i++)
+        if ((unsigned char)text[i] < 0x21 || (unsigned char)text[i] > 0x7e)
+            why = text[i] == '\0' ? "it contains a NUL byte (a binary key? encode it, e.g. base64)"
+                                  : "it contains a byte that is not printable ASCII (spaces, control bytes and UTF-8 cannot travel in the header)";
+    if (!why) {
+        memcpy(S.api_key, text + a, b - a);
+        S.api_key_len = b - a;
+        S.have_key = 1;
+    }
     free(text);
-    if (bad) { fprintf(stderr, "molmoact serve: %s: the API key must be one non-empty line of at most 255 bytes\n", path); return -1; }
+    if (why) { fprintf(stderr, "molmoact serve: --api-key-file %s: %s; the key must be one line of printable ASCII\n", path, why); return -1; }
     return 0;
+}
+
+/* the listening socket, bound (listen() comes once the engine is loaded): the host must resolve
+ * to an address of this machine */
+static int open_listener(const char *host, int port) {
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    const int g = getaddrinfo(host, ps, &hints, &res);
+    if (g) { fprintf(stderr, "molmoact serve: --host %s: cannot resolve it (%s)\n", host, gai_strerror(g)); return -1; }
+    int fd = -1, e = 0;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) { e = errno; continue; }
+        const int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen)) {
+            e = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        fprintf(stderr, "molmoact serve: cannot listen on %s port %d: %s%s\n", host, port, strerror(e),
+                e == EADDRNOTAVAIL ? " (not an address of this machine)" : e == EADDRINUSE ? " (another program has the port)" : "");
+        return -1;
+    }
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    S.bound_port = port;
+    if (!getsockname(fd, (struct sockaddr *)&sa, &sl))
+        S.bound_port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port : ((struct sockaddr_in *)&sa)->sin_port);
+    return fd;
 }
 
 int ma_serve(const ma_serve_opts *o) {
     memset(&S, 0, sizeof S);
     S.o = o;
     S.queue_tail = &S.queue;
+    S.listen_fd = -1;
+    S.wake[0] = S.wake[1] = -1;
     pthread_mutex_init(&S.mu, NULL);
     pthread_cond_init(&S.cv, NULL);
-    if (o->max_message_mb <= 0 || o->max_message_mb > 4096) { fprintf(stderr, "molmoact serve: --max-message-mb must be in (0, 4096]\n"); return 1; }
+    /* the limit must leave room for a request: 1 KiB at least */
+    if (!(o->max_message_mb >= 1.0 / 1024 && o->max_message_mb <= 4096)) {
+        fprintf(stderr, "molmoact serve: --max-message-mb must be in [0.001, 4096]\n");
+        return 1;
+    }
     if (o->port < 0 || o->port > 65535) { fprintf(stderr, "molmoact serve: --port must be in [0, 65535]\n"); return 1; }
     if (o->max_clients < 1 || o->max_clients > 100000) { fprintf(stderr, "molmoact serve: --max-clients must be in [1, 100000]\n"); return 1; }
     S.max_bytes = (size_t)(o->max_message_mb * 1048576.0);
+    S.rx_total_max = S.max_bytes * 4 > (256u << 20) ? S.max_bytes * 4 : (256u << 20);
     if (o->api_key_file && read_key(o->api_key_file)) return 1;
     /* the model's name: its directory's (the parent's for .../NAME/model), never the path */
     char full[PATH_MAX];
@@ -713,8 +1176,12 @@ int ma_serve(const ma_serve_opts *o) {
         last = strrchr(full, '/');
     }
     snprintf(S.model_name, sizeof S.model_name, "%s", last ? last + 1 : full);
+    /* the address before the engine: a wrong --host fails in a moment, not after loading */
+    S.listen_fd = open_listener(o->host, o->port);
+    if (S.listen_fd < 0) return 1;
+    if (pipe2(S.wake, O_NONBLOCK | O_CLOEXEC)) { fprintf(stderr, "molmoact serve: pipe: %s\n", strerror(errno)); close(S.listen_fd); return 1; }
 
-    /* the engine first: the port opens only once every session is loaded */
+    /* the engine next; the port opens (listen) only once every session is loaded */
     molmoact_options opt;
     molmoact_options_init(&opt);
     opt.model_dir = o->model_dir;
@@ -723,8 +1190,9 @@ int ma_serve(const ma_serve_opts *o) {
     opt.norm_tag = o->norm_tag;
     opt.worker_exe = o->worker_exe;
     molmoact_error err;
-    if (molmoact_open(&opt, &S.engine, &err)) { fprintf(stderr, "molmoact serve: %s\n", err.message); return 1; }
-    if (molmoact_get_info(S.engine, &S.info, &err)) { fprintf(stderr, "molmoact serve: %s\n", err.message); molmoact_close(&S.engine); return 1; }
+    int rc = 1;
+    if (molmoact_open(&opt, &S.engine, &err)) { fprintf(stderr, "molmoact serve: %s\n", err.message); goto out; }
+    if (molmoact_get_info(S.engine, &S.info, &err)) { fprintf(stderr, "molmoact serve: %s\n", err.message); goto out; }
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -732,69 +1200,58 @@ int ma_serve(const ma_serve_opts *o) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    lws_set_log_level(LLL_ERR, NULL);
 
-    struct lws_context_creation_info info;
-    memset(&info, 0, sizeof info);
-    info.port = o->port;
-    info.iface = o->host;
-    info.protocols = PROTOCOLS;
-    info.options = LWS_SERVER_OPTION_DISABLE_IPV6 * (strchr(o->host, ':') == NULL);
-    info.max_http_header_data = 4096;
-    info.timeout_secs = o->recv_timeout_s;
-    info.pt_serv_buf_size = 65536;
-    S.ctx = lws_create_context(&info);
-    if (!S.ctx) {
-        fprintf(stderr, "molmoact serve: cannot listen on %s:%d (in use, or not an address of this machine)\n", o->host, o->port);
-        molmoact_close(&S.engine);
-        return 1;
-    }
+    if (listen(S.listen_fd, 511)) { fprintf(stderr, "molmoact serve: listen: %s\n", strerror(errno)); goto out; }
     S.t_start = now_ms();
     pthread_t th;
-    if (pthread_create(&th, NULL, infer_thread, NULL)) {
-        fprintf(stderr, "molmoact serve: cannot start the inference thread\n");
-        lws_context_destroy(S.ctx);
-        molmoact_close(&S.engine);
-        return 1;
-    }
-    fprintf(stderr, "{\"event\": \"listening\", \"host\": \"%s\", \"port\": %d, \"model\": \"%s\", \"variant\": \"%s\", \"mode\": \"%s\"}\n",
-            o->host, o->port, S.model_name, S.info.variant, S.info.inproc ? "inproc" : "resident");
+    if (pthread_create(&th, NULL, infer_thread, NULL)) { fprintf(stderr, "molmoact serve: cannot start the inference thread\n"); goto out; }
+    fprintf(stderr, "{\"event\": \"listening\", \"host\": ");
+    ma_json_write_string(stderr, o->host, strlen(o->host));
+    fprintf(stderr, ", \"port\": %d, \"model\": ", S.bound_port);
+    ma_json_write_string(stderr, S.model_name, strlen(S.model_name));
+    fprintf(stderr, ", \"variant\": \"%s\", \"mode\": \"%s\"}\n", S.info.variant, S.info.inproc ? "inproc" : "resident");
     fflush(stderr);
 
-    /* serve; on a signal: finish what is queued or running, then close every client (1001) */
-    int phase = 0;
+    /* serve; on a signal: no new connections or requests; finish what is queued or running and
+     * write every reply; then close every websocket with 1001 and every connection */
     double deadline = 0;
-    while (phase < 3) {
-        lws_service(S.ctx, 250);
-        if (g_stop && phase == 0) phase = 1;
-        if (phase == 1) {
-            pthread_mutex_lock(&S.mu);
-            const int idle = !S.queue && !S.running && !S.done;
-            pthread_mutex_unlock(&S.mu);
-            if (idle) {
-                for (conn *c = S.conns; c; c = c->next)
-                    if (c->is_ws && !c->tx_ready) send_msg(c, NULL, 0, 0, LWS_CLOSE_STATUS_GOINGAWAY, "server shutting down");
-                phase = 2;
-                deadline = now_ms() + 3000;
-            }
+    for (;;) {
+        loop_once(100);
+        if (g_stop && !S.stopping) {
+            S.stopping = 1;
+            close(S.listen_fd);
+            S.listen_fd = -1;
+            log_event("draining", NULL, "a signal: finishing the queued requests");
         }
-        if (phase == 2) {
-            int ws_left = 0;
-            for (conn *c = S.conns; c; c = c->next) ws_left += c->is_ws;
-            if (!ws_left || now_ms() > deadline) phase = 3;
+        if (!S.stopping) continue;
+        pthread_mutex_lock(&S.mu);
+        const int idle = !S.queue && !S.running && !S.done;
+        pthread_mutex_unlock(&S.mu);
+        if (!idle) continue;
+        if (!deadline) deadline = now_ms() + 5000;
+        for (conn *c = S.conns; c; c = c->next) {
+            if (c->busy || c->closing) continue;
+            if (c->is_ws) ws_close(c, 1001, "server shutting down");
+            else c->closing = 1; /* after the reply it may still be writing */
         }
+        if (!S.conns || now_ms() > deadline) break;
     }
+    while (S.conns) conn_free(S.conns);
     pthread_mutex_lock(&S.mu);
     S.quit = 1;
     pthread_cond_signal(&S.cv);
     pthread_mutex_unlock(&S.mu);
     pthread_join(th, NULL);
-    lws_context_destroy(S.ctx);
-    S.ctx = NULL;
     collect_done(); /* nothing is left; frees anything that is */
-    const int bad = molmoact_close(&S.engine) != MOLMOACT_OK;
-    fprintf(stderr, "{\"event\": \"stopped\", \"served\": %ld, \"failed\": %ld}\n", S.served, S.failed);
+    rc = 0;
+out:
+    if (S.listen_fd >= 0) close(S.listen_fd);
+    S.listen_fd = -1;
+    if (S.engine && molmoact_close(&S.engine) != MOLMOACT_OK) rc = 1;
+    if (!rc) fprintf(stderr, "{\"event\": \"stopped\", \"served\": %ld, \"failed\": %ld}\n", S.served, S.failed);
+    if (S.wake[0] >= 0) close(S.wake[0]);
+    if (S.wake[1] >= 0) close(S.wake[1]);
     pthread_mutex_destroy(&S.mu);
     pthread_cond_destroy(&S.cv);
-    return bad ? 1 : 0;
+    return rc;
 }

@@ -1,6 +1,6 @@
 /* `molmoact serve`: the robot-facing policy server, on the public API (include/molmoact.h).
  *
- * One port, two protocols (libwebsockets):
+ * One port, two protocols (our own HTTP/1.1 and websocket layer, server/http.h):
  *   - openpi's websocket protocol: any path upgrades (no subprotocol); the server sends one
  *     binary msgpack frame of metadata, then answers each binary msgpack-numpy request with one
  *     binary reply (actions, policy_timing, server_timing); an error is a text frame with a
@@ -9,8 +9,8 @@
  *     body -> {"actions": [[...]], "dt_ms": ...}, errors {"error": ...} with 400/413/500/503),
  *     GET / (a status page: model, uptime, requests served, the last requests' latency per
  *     component as a plot) and GET /status.json (its data).
- * Requests queue FIFO to one resident engine on an inference thread, so the network loop is never
- * blocked by inference. SIGINT/SIGTERM drain what is queued, close websockets with 1001, stop the
+ * Requests queue FIFO to one resident engine on an inference thread, which also decodes them, so
+ * the network loop is never blocked by parsing or inference. SIGINT/SIGTERM drain what is queued, close websockets with 1001, stop the
  * workers and return 0. One JSON log line per request on stderr. */
 #ifndef MA_SERVER_H
 #define MA_SERVER_H
@@ -25,8 +25,10 @@ typedef struct ma_serve_opts {
     const char *norm_tag;
     int inproc, threads;
     int flip180;               /* rotate raw frames by 180 degrees (clients sending raw renders) */
-    int recv_timeout_s;        /* a partial message or body older than this closes the client (default 30) */
+    int recv_timeout_s;        /* a message, body or head not complete this long after its first byte
+                                * closes the client; so does a reply it does not read (default 30) */
     const char *worker_exe;    /* the molmoact program (the CLI passes itself) */
+    int idle_timeout_s;        /* a websocket without a request for this long is closed (1001); 0: never */
 } ma_serve_opts;
 
 /* runs until SIGINT/SIGTERM; returns the process exit status (0 after a clean drain) */

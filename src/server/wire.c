@@ -1,8 +1,7 @@
 /* msgpack-numpy and json_numpy <-> the API's observation and result (see wire.h). */
 #include "server/wire.h"
 
-#include <cjson/cJSON.h>
-#include <libwebsockets.h>
+#include <float.h>
 #include <math.h>
 #include <msgpack.h>
 #include <stdio.h>
@@ -10,6 +9,8 @@
 #include <string.h>
 
 #include "model/image.h"
+#include "server/http.h"
+#include "server/json.h"
 
 #define MAX_STATE 64
 
@@ -168,6 +169,7 @@ typedef struct {
     uint64_t u;
     char key[64];
     uint8_t *owned; /* what a and bytes point into when decoded here (freed after build) */
+    int from_list;  /* a list of numbers (float64 here, whatever the client meant) */
 } wvalue;
 
 static void rotate180(uint8_t *rgb, int h, int w) {
@@ -178,6 +180,46 @@ static void rotate180(uint8_t *rgb, int h, int w) {
         memcpy(a, b, 3);
         memcpy(b, t, 3);
     }
+}
+
+/* a frame given as an array: uint8 or float ([0, 1] or [0, 255]) or integer, [H, W, C],
+ * [C, H, W] or [H, W] with C in {1, 3, 4}, with or without a batch dimension of 1: converted as
+ * the CLI converts an .npz frame (ma_image_from_tensor), so both give the same pixels */
+static ma_status array_image(const warray *a, const char *key, ma_image *out, ma_error *err) {
+    char sh[64];
+    shape_str(a, sh, sizeof sh);
+    int nd = a->ndim, off = 0;
+    if (nd == 4 && a->shape[0] == 1) nd = 3, off = 1; /* a batch of one */
+    if (nd != 2 && nd != 3) return ma_fail(err, MA_ERR_SHAPE, "%s: shape %s, expected [H, W, 3] (or [3, H, W], [H, W], a batch of 1)", key, sh);
+    for (int d = 0; d < nd; d++)
+        if (a->shape[off + d] < 1) return ma_fail(err, MA_ERR_SHAPE, "%s: shape %s is empty", key, sh);
+    for (int d = 0; d < nd; d++)
+        if (a->shape[off + d] > MA_IMAGE_MAX_SIDE && a->shape[off + d] > 4)
+            return ma_fail(err, MA_ERR_SHAPE, "%s: shape %s exceeds %d per side", key, sh, MA_IMAGE_MAX_SIDE);
+    ma_tensor t;
+    memset(&t, 0, sizeof t);
+    t.ndim = nd;
+    for (int d = 0; d < nd; d++) t.shape[d] = a->shape[off + d];
+    const size_t n = a->nbytes / (a->dt == DT_U8 ? 1 : a->dt == DT_F32 || a->dt == DT_I32 ? 4 : 8);
+    void *conv = NULL;
+    if (a->dt == DT_U8 || a->dt == DT_F32 || a->dt == DT_F64) {
+        t.dtype = a->dt == DT_U8 ? MA_DT_U8 : a->dt == DT_F32 ? MA_DT_F32 : MA_DT_F64;
+        t.data = (void *)a->data;
+    } else { /* integers: values 0..255 as uint8 */
+        uint8_t *u = conv = malloc(n ? n : 1);
+        if (!u) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", key);
+        for (size_t i = 0; i < n; i++) {
+            const double v = element(a, i);
+            if (v < 0 || v > 255) { free(conv); return ma_fail(err, MA_ERR_RANGE, "%s: an integer frame's values must be in [0, 255] (%.0f at %zu)", key, v, i); }
+            u[i] = (uint8_t)v;
+        }
+        t.dtype = MA_DT_U8;
+        t.data = u;
+    }
+    t.nbytes = a->nbytes;
+    const ma_status s = ma_image_from_tensor(&t, key, out, err);
+    free(conv);
+    return s;
 }
 
 static ma_status take_image(const wvalue *v, int slot, int flip, ma_wire_request *r, ma_error *err) {
@@ -199,24 +241,29 @@ static ma_status take_image(const wvalue *v, int slot, int flip, ma_wire_request
         *im = (molmoact_image){NULL, 0, 0, 0, r->img[slot], v->nbytes};
         return MA_OK;
     }
-    if (v->kind != 1) return ma_fail(err, MA_ERR_FORMAT, "%s: expected a uint8 [H, W, 3] array or PNG/JPEG bytes", v->key);
+    if (v->kind != 1) return ma_fail(err, MA_ERR_FORMAT, "%s: expected an image array (uint8 [H, W, 3]) or PNG/JPEG bytes", v->key);
     const warray *a = &v->a;
     char sh[64];
     shape_str(a, sh, sizeof sh);
-    if (a->dt != DT_U8) return ma_fail(err, MA_ERR_FORMAT, "%s: dtype must be uint8 (|u1), the array has another", v->key);
-    if (a->ndim != 3 || a->shape[2] != 3) return ma_fail(err, MA_ERR_SHAPE, "%s: shape %s, expected [H, W, 3]", v->key, sh);
-    if (a->shape[0] < 1 || a->shape[1] < 1) return ma_fail(err, MA_ERR_SHAPE, "%s: shape %s is empty", v->key, sh);
-    if (a->shape[0] > MA_IMAGE_MAX_SIDE || a->shape[1] > MA_IMAGE_MAX_SIDE)
-        return ma_fail(err, MA_ERR_SHAPE, "%s: shape %s exceeds %d per side", v->key, sh, MA_IMAGE_MAX_SIDE);
-    r->img[slot] = malloc(a->nbytes);
-    if (!r->img[slot]) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", v->key);
-    memcpy(r->img[slot], a->data, a->nbytes);
-    if (flip) rotate180(r->img[slot], (int)a->shape[0], (int)a->shape[1]);
-    *im = (molmoact_image){r->img[slot], (int)a->shape[0], (int)a->shape[1], 0, NULL, 0};
+    if (a->dt == DT_U8 && a->ndim == 3 && a->shape[2] == 3 && a->shape[0] >= 1 && a->shape[1] >= 1 &&
+        a->shape[0] <= MA_IMAGE_MAX_SIDE && a->shape[1] <= MA_IMAGE_MAX_SIDE) { /* the common case: as it is */
+        r->img[slot] = malloc(a->nbytes);
+        if (!r->img[slot]) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", v->key);
+        memcpy(r->img[slot], a->data, a->nbytes);
+        if (flip) rotate180(r->img[slot], (int)a->shape[0], (int)a->shape[1]);
+        *im = (molmoact_image){r->img[slot], (int)a->shape[0], (int)a->shape[1], 0, NULL, 0};
+        return MA_OK;
+    }
+    ma_image d;
+    const ma_status s = array_image(a, v->key, &d, err);
+    if (s) return s;
+    if (flip) rotate180(d.rgb, d.h, d.w);
+    r->img[slot] = d.rgb;
+    *im = (molmoact_image){d.rgb, d.h, d.w, 0, NULL, 0};
     return MA_OK;
 }
 
-static ma_status build(wvalue *v, int flip, ma_wire_request *r, ma_error *err) {
+static ma_status build(wvalue *v, int flip, const ma_wire_model *m, ma_wire_request *r, ma_error *err) {
     ma_status s;
     molmoact_observation_init(&r->obs);
     for (int i = 0; i < 4; i++)
@@ -225,18 +272,22 @@ static ma_status build(wvalue *v, int flip, ma_wire_request *r, ma_error *err) {
             return ma_fail(err, MA_ERR_ARG, "missing key: %s (or %s)", ROLE_KEY[i], alt[i]);
         }
     if ((s = take_image(&v[R_IMAGE], 0, flip, r, err)) || (s = take_image(&v[R_WRIST], 1, flip, r, err))) return s;
-    /* state: float32 / float64 [n] (or a list of numbers) */
+    /* state: float32 / float64 [n] or [1, n] (or a list of numbers) */
     const wvalue *st = &v[R_STATE];
-    if (st->kind != 1 || (st->a.dt != DT_F32 && st->a.dt != DT_F64) || st->a.ndim != 1)
-        return ma_fail(err, MA_ERR_FORMAT, "%s: expected a float32 or float64 [8] array", st->key);
-    if (st->a.shape[0] < 1 || st->a.shape[0] > MAX_STATE) return ma_fail(err, MA_ERR_SHAPE, "%s: %lld values", st->key, (long long)st->a.shape[0]);
-    for (int64_t i = 0; i < st->a.shape[0]; i++) {
+    const int st2 = st->kind == 1 && st->a.ndim == 2 && st->a.shape[0] == 1;
+    if (st->kind != 1 || (st->a.dt != DT_F32 && st->a.dt != DT_F64) || (st->a.ndim != 1 && !st2))
+        return ma_fail(err, MA_ERR_FORMAT, "%s: expected a float32 or float64 [%d] array (or a list of numbers)", st->key, m->state_dim);
+    const int64_t sn = st->a.shape[st->a.ndim - 1];
+    if (sn != m->state_dim || sn > MAX_STATE) return ma_fail(err, MA_ERR_SHAPE, "%s: %lld values, the model's state has %d", st->key, (long long)sn, m->state_dim);
+    for (int64_t i = 0; i < sn; i++) {
         const double d = element(&st->a, (size_t)i);
-        if (!isfinite(d) || fabs(d) > 3e38) return ma_fail(err, MA_ERR_RANGE, "%s[%lld] is %s", st->key, (long long)i, isnan(d) ? "NaN" : "not finite");
+        if (isnan(d)) return ma_fail(err, MA_ERR_RANGE, "%s[%lld] is NaN", st->key, (long long)i);
+        if (isinf(d)) return ma_fail(err, MA_ERR_RANGE, "%s[%lld] is infinite", st->key, (long long)i);
+        if (fabs(d) > FLT_MAX) return ma_fail(err, MA_ERR_RANGE, "%s[%lld] is %g, beyond float32's range", st->key, (long long)i, d);
         r->state[i] = (float)d;
     }
     r->obs.state = r->state;
-    r->obs.state_dim = (int)st->a.shape[0];
+    r->obs.state_dim = (int)sn;
     if (v[R_TASK].kind != 3) return ma_fail(err, MA_ERR_FORMAT, "%s: expected a string", v[R_TASK].key);
     if (v[R_TASK].nbytes > 65536) return ma_fail(err, MA_ERR_NOMEM, "%s: longer than 65536 bytes", v[R_TASK].key);
     if (memchr(v[R_TASK].bytes, 0, v[R_TASK].nbytes)) return ma_fail(err, MA_ERR_FORMAT, "%s: contains a NUL byte", v[R_TASK].key);
@@ -246,13 +297,27 @@ static ma_status build(wvalue *v, int flip, ma_wire_request *r, ma_error *err) {
     r->task[v[R_TASK].nbytes] = '\0';
     r->obs.task = r->task;
     if (v[R_NOISE].kind) {
+        /* noise: [1, horizon, max_action_dim] (or without the leading 1), float32, or a nested list */
         const warray *a = &v[R_NOISE].a;
-        if (v[R_NOISE].kind != 1 || a->dt != DT_F32) return ma_fail(err, MA_ERR_FORMAT, "noise: expected a float32 array [1, 10, 32]");
-        r->noise = malloc(a->nbytes ? a->nbytes : 1);
+        const int H = m->horizon, A = m->max_action_dim;
+        char sh[64];
+        shape_str(a, sh, sizeof sh);
+        if (v[R_NOISE].kind != 1) return ma_fail(err, MA_ERR_FORMAT, "noise: expected a float32 array [1, %d, %d]", H, A);
+        if (a->dt != DT_F32 && !(a->dt == DT_F64 && v[R_NOISE].from_list))
+            return ma_fail(err, MA_ERR_FORMAT, "noise: dtype must be float32 (<f4), expected [1, %d, %d]", H, A);
+        const int ok3 = a->ndim == 3 && a->shape[0] == 1 && a->shape[1] == H && a->shape[2] == A;
+        const int ok2 = a->ndim == 2 && a->shape[0] == H && a->shape[1] == A;
+        if (!ok3 && !ok2) return ma_fail(err, MA_ERR_SHAPE, "noise: shape %s, expected [1, %d, %d] (or [%d, %d])", sh, H, A, H, A);
+        const size_t n = (size_t)H * (size_t)A;
+        r->noise = malloc(n * sizeof(float));
         if (!r->noise) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
-        memcpy(r->noise, a->data, a->nbytes);
+        for (size_t i = 0; i < n; i++) {
+            const double d = element(a, i);
+            if (!isfinite(d) || fabs(d) > FLT_MAX) return ma_fail(err, MA_ERR_RANGE, "noise[%zu] is not a finite float32", i);
+            r->noise[i] = (float)d;
+        }
         r->obs.noise = r->noise;
-        r->obs.noise_len = a->nbytes / 4;
+        r->obs.noise_len = n;
     }
     if (v[R_SEED].kind) {
         if (v[R_SEED].kind != 4) return ma_fail(err, MA_ERR_FORMAT, "seed: expected a non-negative integer");
@@ -284,22 +349,55 @@ static ma_status mp_value(const msgpack_object *o, wvalue *v, ma_error *err) {
     case MSGPACK_OBJECT_BIN: v->kind = 2; v->bytes = (const uint8_t *)o->via.bin.ptr; v->nbytes = o->via.bin.size; return MA_OK;
     case MSGPACK_OBJECT_POSITIVE_INTEGER: v->kind = 4; v->u = o->via.u64; return MA_OK;
     case MSGPACK_OBJECT_NEGATIVE_INTEGER: return ma_fail(err, MA_ERR_RANGE, "%s: negative", v->key);
-    case MSGPACK_OBJECT_ARRAY: { /* a plain list of numbers (a state, from clients without numpy) */
-        const uint32_t n = o->via.array.size;
-        if (n < 1 || n > MAX_STATE) return ma_fail(err, MA_ERR_SHAPE, "%s: a list of %u values", v->key, n);
-        uint8_t *scratch = v->owned = malloc((size_t)n * 8);
-        if (!scratch) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
-        for (uint32_t i = 0; i < n; i++) {
-            const msgpack_object *e = &o->via.array.ptr[i];
-            double d;
-            if (e->type == MSGPACK_OBJECT_FLOAT32 || e->type == MSGPACK_OBJECT_FLOAT64) d = e->via.f64;
-            else if (e->type == MSGPACK_OBJECT_POSITIVE_INTEGER) d = (double)e->via.u64;
-            else if (e->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) d = (double)e->via.i64;
-            else return ma_fail(err, MA_ERR_FORMAT, "%s[%u]: not a number", v->key, i);
-            memcpy(scratch + 8 * i, &d, 8);
+    case MSGPACK_OBJECT_ARRAY: { /* nested lists of numbers (from clients without numpy) */
+        int64_t shape[4];
+        int ndim = 0;
+        const msgpack_object *x = o;
+        while (x->type == MSGPACK_OBJECT_ARRAY) {
+            if (ndim == 4) return ma_fail(err, MA_ERR_SHAPE, "%s: a list nested deeper than 4 levels", v->key);
+            shape[ndim++] = x->via.array.size;
+            if (!x->via.array.size) break;
+            x = &x->via.array.ptr[0];
+        }
+        uint64_t n = 1;
+        for (int d = 0; d < ndim; d++) n *= (uint64_t)shape[d];
+        if (!n) return ma_fail(err, MA_ERR_SHAPE, "%s: an empty list", v->key);
+        double *vals = malloc(n * sizeof(double)); /* n <= the message's bytes (sanity walk) */
+        if (!vals) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", v->key);
+        v->owned = (uint8_t *)vals;
+        size_t k = 0;
+        /* walk every leaf in order, checking that the lists are rectangular */
+        const msgpack_object *stack[4] = {o};
+        uint32_t idx[4] = {0};
+        int d = 0;
+        for (;;) {
+            const msgpack_object *cur = stack[d];
+            if (cur->type != MSGPACK_OBJECT_ARRAY || cur->via.array.size != (uint32_t)shape[d])
+                return ma_fail(err, MA_ERR_SHAPE, "%s: the nested lists are not rectangular", v->key);
+            if (idx[d] == cur->via.array.size) {
+                if (d == 0) break;
+                idx[d] = 0;
+                d--;
+                idx[d]++;
+                continue;
+            }
+            const msgpack_object *e = &cur->via.array.ptr[idx[d]];
+            if (d + 1 < ndim) { stack[++d] = e; continue; }
+            double dv;
+            if (e->type == MSGPACK_OBJECT_FLOAT32 || e->type == MSGPACK_OBJECT_FLOAT64) dv = e->via.f64;
+            else if (e->type == MSGPACK_OBJECT_POSITIVE_INTEGER) dv = (double)e->via.u64;
+            else if (e->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) dv = (double)e->via.i64;
+            else return ma_fail(err, MA_ERR_FORMAT, "%s: element %zu is not a number", v->key, k);
+            vals[k++] = dv;
+            idx[d]++;
         }
         v->kind = 1;
-        v->a = (warray){DT_F64, 1, {n}, scratch, (size_t)n * 8};
+        v->from_list = 1;
+        v->a.dt = DT_F64;
+        v->a.ndim = ndim;
+        for (int i = 0; i < ndim; i++) v->a.shape[i] = shape[i];
+        v->a.data = (const uint8_t *)vals;
+        v->a.nbytes = n * sizeof(double);
         return MA_OK;
     }
     case MSGPACK_OBJECT_MAP: {
@@ -328,7 +426,8 @@ static ma_status mp_value(const msgpack_object *o, wvalue *v, ma_error *err) {
     }
 }
 
-ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, ma_wire_request *out, ma_error *err) {
+ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, const ma_wire_model *m, ma_wire_request *out,
+                                 ma_error *err) {
     memset(out, 0, sizeof *out);
     if (ma_wire_msgpack_sane(buf, len, 16)) return ma_fail(err, MA_ERR_FORMAT, "request: not a msgpack message (malformed, truncated or trailing bytes)");
     msgpack_unpacked u;
@@ -351,7 +450,7 @@ ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, ma
         snprintf(v[r].key, sizeof v[r].key, "%.*s", (int)kl, ks);
         s = mp_value(&u.data.via.map.ptr[i].val, &v[r], err);
     }
-    if (!s) s = build(v, flip180, out, err);
+    if (!s) s = build(v, flip180, m, out, err);
     for (int i = 0; i < R_NONE; i++) free(v[i].owned);
     msgpack_unpacked_destroy(&u);
     if (s) ma_wire_request_free(out);
@@ -360,84 +459,102 @@ ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, ma
 
 /* ------------------------------------------------------------------------------ json_numpy */
 
-static ma_status json_value(const cJSON *j, wvalue *v, ma_error *err) {
-    uint8_t **owned = &v->owned;
-    if (cJSON_IsString(j)) { v->kind = 3; v->bytes = (const uint8_t *)j->valuestring; v->nbytes = strlen(j->valuestring); return MA_OK; }
-    if (cJSON_IsNumber(j)) {
-        if (j->valuedouble < 0 || j->valuedouble != floor(j->valuedouble) || j->valuedouble > 1.8e19)
-            return ma_fail(err, MA_ERR_RANGE, "%s: expected a non-negative integer", v->key);
-        v->kind = 4;
-        v->u = (uint64_t)j->valuedouble;
-        return MA_OK;
+/* base64 into v->owned; the message says where it is invalid */
+static ma_status b64_into(wvalue *v, const char *txt, size_t len, const char *what, ma_error *err) {
+    free(v->owned);
+    v->owned = malloc(ma_b64_decoded_max(len) + 1);
+    if (!v->owned) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", v->key);
+    size_t bad = 0;
+    const long n = ma_b64_decode(txt, len, v->owned, &bad);
+    if (n < 0) {
+        if (bad >= len) return ma_fail(err, MA_ERR_FORMAT, "%s: %s is not base64 (its length, %zu, is not that of whole groups)", v->key, what, len);
+        const unsigned char c = (unsigned char)txt[bad];
+        return ma_fail(err, MA_ERR_FORMAT, "%s: %s is not base64 (character %zu is %s%c%s)", v->key, what, bad,
+                       c >= 0x21 && c < 0x7f ? "'" : "byte 0x", c >= 0x21 && c < 0x7f ? c : '?', c >= 0x21 && c < 0x7f ? "'" : "");
     }
-    if (cJSON_IsArray(j)) { /* a list of numbers */
-        const int n = cJSON_GetArraySize(j);
-        if (n < 1 || n > MAX_STATE) return ma_fail(err, MA_ERR_SHAPE, "%s: a list of %d values", v->key, n);
-        *owned = malloc((size_t)n * 8);
-        if (!*owned) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
-        int i = 0;
-        for (const cJSON *e = j->child; e; e = e->next, i++) {
-            if (!cJSON_IsNumber(e)) return ma_fail(err, MA_ERR_FORMAT, "%s[%d]: not a number", v->key, i);
-            memcpy(*owned + 8 * i, &e->valuedouble, 8);
-        }
-        v->kind = 1;
-        v->a = (warray){DT_F64, 1, {n}, *owned, (size_t)n * 8};
-        return MA_OK;
-    }
-    const cJSON *b64 = cJSON_GetObjectItemCaseSensitive(j, "__numpy__"), *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype"),
-                *sh = cJSON_GetObjectItemCaseSensitive(j, "shape");
-    if (!cJSON_IsString(b64) || !cJSON_IsString(dt) || !cJSON_IsArray(sh))
-        return ma_fail(err, MA_ERR_FORMAT, "%s: not a json_numpy array (__numpy__, dtype, shape)", v->key);
-    if (cJSON_GetArraySize(sh) > 4) return ma_fail(err, MA_ERR_SHAPE, "%s: %d dimensions", v->key, cJSON_GetArraySize(sh));
-    v->a.ndim = 0;
-    for (const cJSON *e = sh->child; e; e = e->next) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > (1 << 30) || e->valuedouble != floor(e->valuedouble))
-            return ma_fail(err, MA_ERR_SHAPE, "%s: bad shape", v->key);
-        v->a.shape[v->a.ndim++] = (int64_t)e->valuedouble;
-    }
-    const size_t bl = strlen(b64->valuestring);
-    if (bl > (size_t)INT32_MAX / 2) return ma_fail(err, MA_ERR_NOMEM, "%s: too large", v->key);
-    *owned = malloc(bl / 4 * 3 + 4);
-    if (!*owned) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
-    const int n = lws_b64_decode_string(b64->valuestring, (char *)*owned, (int)(bl / 4 * 3 + 4));
-    if (n < 0) return ma_fail(err, MA_ERR_FORMAT, "%s: __numpy__ is not base64", v->key);
-    v->a.data = *owned;
-    v->a.nbytes = (size_t)n;
-    v->kind = 1;
-    return array_check(&v->a, dt->valuestring, strlen(dt->valuestring), v->key, err);
+    v->bytes = v->owned;
+    v->nbytes = (size_t)n;
+    return MA_OK;
 }
 
-ma_status ma_wire_decode_json(const char *buf, size_t len, int flip180, ma_wire_request *out, ma_error *err) {
+static const ma_jv *member(const ma_jv *o, const char *key) {
+    for (const ma_jv *e = o->first; e; e = e->next)
+        if (e->key_len == strlen(key) && !memcmp(e->key, key, e->key_len)) return e;
+    return NULL;
+}
+
+static ma_status json_value(const ma_jv *j, wvalue *v, ma_error *err) {
+    switch (j->kind) {
+    case MA_JV_STR: v->kind = 3; v->bytes = (const uint8_t *)j->str; v->nbytes = j->len; return MA_OK;
+    case MA_JV_NUM:
+        if (j->num < 0 || j->num != floor(j->num) || j->num >= 1.8446744073709552e19)
+            return ma_fail(err, MA_ERR_RANGE, "%s: expected a non-negative integer", v->key);
+        v->kind = 4;
+        v->u = (uint64_t)j->num;
+        return MA_OK;
+    case MA_JV_NUMARR:
+        if (!j->count) return ma_fail(err, MA_ERR_SHAPE, "%s: an empty list", v->key);
+        v->kind = 1;
+        v->from_list = 1;
+        v->a.dt = DT_F64;
+        v->a.ndim = j->ndim;
+        for (int d = 0; d < j->ndim; d++) v->a.shape[d] = j->shape[d];
+        v->a.data = (const uint8_t *)j->nums;
+        v->a.nbytes = j->count * sizeof(double);
+        return MA_OK;
+    case MA_JV_ARR: return ma_fail(err, MA_ERR_SHAPE, "%s: nested lists that are not rectangular, not all numbers, or deeper than 4", v->key);
+    case MA_JV_OBJ: {
+        const ma_jv *b64 = member(j, "__numpy__"), *dt = member(j, "dtype"), *sh = member(j, "shape");
+        if (!b64 || b64->kind != MA_JV_STR || !dt || dt->kind != MA_JV_STR || !sh || (sh->kind != MA_JV_NUMARR && sh->kind != MA_JV_ARR))
+            return ma_fail(err, MA_ERR_FORMAT, "%s: not a json_numpy array (__numpy__, dtype, shape)", v->key);
+        if (sh->kind == MA_JV_ARR || sh->ndim != 1) return ma_fail(err, MA_ERR_SHAPE, "%s: shape must be a list of integers", v->key);
+        if (sh->count > 4) return ma_fail(err, MA_ERR_SHAPE, "%s: %zu dimensions", v->key, sh->count);
+        v->a.ndim = (int)sh->count;
+        for (size_t d = 0; d < sh->count; d++) {
+            const double e = sh->nums[d];
+            if (e < 0 || e > (1 << 30) || e != floor(e)) return ma_fail(err, MA_ERR_SHAPE, "%s: bad shape", v->key);
+            v->a.shape[d] = (int64_t)e;
+        }
+        ma_status s = b64_into(v, b64->str, b64->len, "__numpy__", err);
+        if (s) return s;
+        v->a.data = v->owned;
+        v->a.nbytes = v->nbytes;
+        v->kind = 1;
+        return array_check(&v->a, dt->str, dt->len, v->key, err);
+    }
+    default: return ma_fail(err, MA_ERR_FORMAT, "%s: expected %s", v->key, "an array, a string or a number (not true, false or null)");
+    }
+}
+
+ma_status ma_wire_decode_json(const char *buf, size_t len, int flip180, const ma_wire_model *m, ma_wire_request *out, ma_error *err) {
     memset(out, 0, sizeof *out);
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
-    if (!root) return ma_fail(err, MA_ERR_FORMAT, "request: not JSON (syntax error at byte %zu)", end && end >= buf ? (size_t)(end - buf) : 0);
-    ma_status s = MA_OK;
-    if (!cJSON_IsObject(root)) s = ma_fail(err, MA_ERR_FORMAT, "request: expected a JSON object");
+    ma_json *doc = NULL;
+    /* what parsing may cost: numbers as doubles (8 bytes for at least 2 of text), strings once */
+    ma_status s = ma_json_parse(buf, len, 4 * len + (4u << 20), &doc, err);
+    if (s) return s;
+    const ma_jv *root = ma_json_root(doc);
+    if (root->kind != MA_JV_OBJ) s = ma_fail(err, MA_ERR_FORMAT, "request: expected a JSON object");
     wvalue v[R_NONE];
     memset(v, 0, sizeof v);
-    for (const cJSON *e = root->child; !s && e; e = e->next) {
-        const role r = role_of(e->string, strlen(e->string));
-        if (r == R_NONE) { s = ma_fail(err, MA_ERR_ARG, "request: unknown key '%.48s'", e->string); break; }
-        if (v[r].kind) { s = ma_fail(err, MA_ERR_ARG, "request: key '%.48s' repeats %s", e->string, ROLE_KEY[r]); break; }
-        snprintf(v[r].key, sizeof v[r].key, "%s", e->string);
+    for (const ma_jv *e = s ? NULL : root->first; e; e = e->next) {
+        if (memchr(e->key, 0, e->key_len)) { s = ma_fail(err, MA_ERR_ARG, "request: a key contains a NUL character"); break; }
+        const role r = role_of(e->key, e->key_len);
+        if (r == R_NONE) { s = ma_fail(err, MA_ERR_ARG, "request: unknown key '%.48s'", e->key); break; }
+        if (v[r].kind) { s = ma_fail(err, MA_ERR_ARG, "request: key '%.48s' repeats %s", e->key, ROLE_KEY[r]); break; }
+        snprintf(v[r].key, sizeof v[r].key, "%s", e->key);
         s = json_value(e, &v[r], err);
+        if (s) break;
     }
     /* an image as a base64 string of PNG/JPEG bytes */
     for (int i = 0; i < 2 && !s; i++)
         if (v[i].kind == 3) {
-            const size_t bl = v[i].nbytes;
-            v[i].owned = malloc(bl / 4 * 3 + 4);
-            if (!v[i].owned) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); break; }
-            const int n = lws_b64_decode_string((const char *)v[i].bytes, (char *)v[i].owned, (int)(bl / 4 * 3 + 4));
-            if (n <= 0) { s = ma_fail(err, MA_ERR_FORMAT, "%s: expected a json_numpy array or base64 PNG/JPEG bytes", v[i].key); break; }
+            s = b64_into(&v[i], (const char *)v[i].bytes, v[i].nbytes, "the image string (base64 PNG/JPEG bytes)", err);
+            if (!s && !v[i].nbytes) s = ma_fail(err, MA_ERR_FORMAT, "%s: an empty image string", v[i].key);
             v[i].kind = 2;
-            v[i].bytes = v[i].owned;
-            v[i].nbytes = (size_t)n;
         }
-    if (!s) s = build(v, flip180, out, err);
+    if (!s) s = build(v, flip180, m, out, err);
     for (int i = 0; i < R_NONE; i++) free(v[i].owned);
-    cJSON_Delete(root);
+    ma_json_free(doc);
     if (s) ma_wire_request_free(out);
     return s;
 }

@@ -31,10 +31,16 @@ typedef struct ma_wire_request {
 
 void ma_wire_request_free(ma_wire_request *r);
 
+/* what a request is checked against: the model's dimensions */
+typedef struct ma_wire_model {
+    int horizon, max_action_dim, state_dim;
+} ma_wire_model;
+
 /* msgpack-numpy request -> observation. flip180 rotates raw frames by 180 degrees. */
-ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, ma_wire_request *out, ma_error *err);
-/* json_numpy request -> observation */
-ma_status ma_wire_decode_json(const char *buf, size_t len, int flip180, ma_wire_request *out, ma_error *err);
+ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, const ma_wire_model *m, ma_wire_request *out,
+                                 ma_error *err);
+/* json_numpy request -> observation; parsing costs at most 4x the body + 4 MiB (server/json.h) */
+ma_status ma_wire_decode_json(const char *buf, size_t len, int flip180, const ma_wire_model *m, ma_wire_request *out, ma_error *err);
 
 /* a checked walk over msgpack bytes: one complete object, every length within the buffer, at
  * most `max_depth` levels; 0 when well formed. Guards msgpack-c against claims of huge maps. */
