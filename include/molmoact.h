@@ -80,9 +80,9 @@ extern "C" {
 #define MOLMOACT_VERSION_MAJOR 0
 #define MOLMOACT_VERSION_MINOR 8
 #define MOLMOACT_VERSION_PATCH 0
-#define MOLMOACT_VERSION "0.8.0"
+#define MOLMOACT_VERSION "0.9.0"
 
-/* the library's version string ("0.8.0"); compare with MOLMOACT_VERSION to detect a header and
+/* the library's version string ("0.9.0"); compare with MOLMOACT_VERSION to detect a header and
  * library mismatch */
 MOLMOACT_API const char *molmoact_version(void);
 

@@ -16,7 +16,7 @@ sysroot=$root/out/sysroot-aarch64
 build=$root/build-aarch64
 version=$(sed -n 's/^project(molmoact VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
 pkgs=(libcjson1 libcjson-dev zlib1g zlib1g-dev libpng16-16 libpng-dev libjpeg62-turbo libjpeg62-turbo-dev libutf8proc2
-      libutf8proc-dev libwebsockets17 libwebsockets-dev libmsgpackc2 libmsgpack-dev libcmocka0 libcmocka-dev libssl3 libssl-dev
+      libutf8proc-dev libmsgpackc2 libmsgpack-dev libcmocka0 libcmocka-dev libssl3 libssl-dev
       libcap2 libcap-dev)
 
 # 1. the arm64 libraries, unpacked into a sysroot (no arm64 package is installed on the host)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: the PyTorch reference (pytest), generated goldens, the C suite (ctest)
-# in a release and an ASan + UBSan build, the aarch64 device build under qemu, then every fuzzer
-# for a bounded time.
+# in a release build, an ASan + UBSan build (GCC) and a UBSan build (clang), the aarch64 device
+# build under qemu, then every fuzzer for a bounded time.
 #   scripts/test.sh [--quick]   (--quick: no bench goldens, no sanitizer build, no fuzzing)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,6 +38,14 @@ cmake --build build-asan -j"$jobs" > /dev/null
 (cd build-asan && MOLMOACT_SKIP_BENCH_CONTEXTS=1 MOLMOACT_RESIDENT_REQUESTS=40 MOLMOACT_SOAK_REQUESTS=200 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure)
 
+echo "== C: clang UBSan build + ctest (clang also checks pointer arithmetic on NULL, which GCC's UBSan does not)"
+t0=$(date +%s)
+CC=clang cmake -S . -B build-ubsan -DCMAKE_BUILD_TYPE=Debug -DMA_UBSAN=ON -DMA_TEST_GOLDENS="$goldens" -DMA_TEST_BENCH=OFF > /dev/null
+cmake --build build-ubsan -j"$jobs" > /dev/null
+(cd build-ubsan && MOLMOACT_RESIDENT_REQUESTS=40 MOLMOACT_SOAK_REQUESTS=200 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --output-on-failure -E "generate_goldens|test_parity|test_contexts|compile_publish|tokenizer_parity|observations|onnx_export|qnn_backend")
+echo "   ($(( $(date +%s) - t0 )) s)"
+
 echo "== the device build (aarch64): tarball, glibc check, tests under qemu"
 t0=$(date +%s)
 scripts/test_device.sh
@@ -45,7 +53,7 @@ echo "   ($(( $(date +%s) - t0 )) s)"
 
 echo "== fuzzers (libFuzzer + ASan + UBSan, ${MOLMOACT_FUZZ_SECONDS:-12} s each)"
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMA_FUZZ=ON -DMA_SANITIZE=ON -DMA_TESTS=OFF > /dev/null
-targets="safetensors npz gguf json tokenizer_json bpe image wire"
+targets="safetensors npz gguf json tokenizer_json bpe image wire jsonbody http"
 cmake --build build-fuzz -j"$jobs" --target $(for f in $targets; do printf 'fuzz_%s ' "$f"; done) > /dev/null
 for f in $targets; do
   work=$(mktemp -d)

@@ -197,3 +197,16 @@ def test_bad_text_is_a_molmoact_error():
             with pytest.raises(molmoact.MolmoActError, match="UTF-8"):
                 p.infer({"image": img, "wrist_image": img, "state": STATE, "instruction": task})
     assert issubclass(molmoact.MolmoActError, ValueError)
+
+
+def test_backend_and_worker_program_messages(tmp_path):
+    """issue 26 E16: the API named qnn as unavailable while the CLI ran it; a missing worker
+    program was 'failed to start (status 127)'"""
+    with pytest.raises(molmoact.MolmoActError) as e:
+        molmoact.Policy(model("tiny-grid"), backend="qnn", inproc=True)
+    assert "this build has the cpu backend" not in str(e.value) and "qnn" in str(e.value).lower(), str(e.value)
+    missing = str(tmp_path / "no-such-molmoact")
+    with pytest.raises(molmoact.MolmoActError) as e:
+        molmoact.Policy(model("tiny-grid"), worker_exe=missing)
+    assert missing in str(e.value) and "No such file" in str(e.value), str(e.value)
+    os.environ.pop("MOLMOACT_BACKEND", None)  # the library sets it for its workers

@@ -161,7 +161,10 @@ molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmo
         return fail(err, MOLMOACT_ERR_IO, "the molmoact program for the resident workers was not found next to the library "
                     "(LIBDIR/molmoact or LIBDIR/../bin/molmoact): set options.worker_exe or MOLMOACT_WORKER_EXE, or use inproc");
     }
-    if (opt->backend) setenv("MOLMOACT_BACKEND", opt->backend, 1); /* the sessions' and the workers' backend */
+    /* the sessions' and the workers' backend (NULL: MOLMOACT_BACKEND as it is, default cpu); put
+     * back as it was when the open fails */
+    char *old_backend = getenv("MOLMOACT_BACKEND") ? strdup(getenv("MOLMOACT_BACKEND")) : NULL;
+    if (opt->backend) setenv("MOLMOACT_BACKEND", opt->backend, 1);
     set_suffix("VISION_CTX_SUFFIX", opt->vision_suffix);
     set_suffix("LLM_CTX_SUFFIX", opt->llm_suffix);
     set_suffix("ACTION_CTX_SUFFIX", opt->action_suffix);
@@ -180,8 +183,12 @@ molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmo
     if (s) {
         e->engine.runner = NULL;
         molmoact_close(&e);
+        if (old_backend) setenv("MOLMOACT_BACKEND", old_backend, 1);
+        else if (opt->backend) unsetenv("MOLMOACT_BACKEND");
+        free(old_backend);
         return report(err, s, &me);
     }
+    free(old_backend);
     /* --preload (MOLMOACT_PRELOAD): the contexts were read in as they were mapped; one untimed
      * request on blank frames now faults in what only a request touches (every process's
      * activations and scratch, the shared memory of each worker), so the first real request

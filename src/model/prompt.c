@@ -200,7 +200,7 @@ ma_status ma_normalize_task(const char *task, size_t len, char **out, ma_error *
         while (j < b && (v.c[j] == '.' || v.c[j] == '!' || v.c[j] == '?')) j++;
         i = j;
     }
-    const uint32_t *src = chunks > 1 ? joined.c : v.c + a;
+    const uint32_t *src = chunks > 1 ? joined.c : v.c ? v.c + a : NULL; /* an empty task has no buffer */
     size_t sn = chunks > 1 ? joined.n : b - a;
     if (!lower_into(src, sn, &low)) { free(joined.c); goto oom; }
     free(joined.c);

@@ -1,7 +1,11 @@
+#define _GNU_SOURCE
 #include "runtime/request.h"
 
 #include <math.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,10 +63,16 @@ static ma_status parse_state(const char *csv, float *state, int *dim, ma_error *
  * the error is the real one: a malformed entry of an .npz is not "bad magic") */
 static ma_status load_noise_file(const char *path, ma_request *q, const ma_tensor **nz, ma_error *err) {
     unsigned char magic[6] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return ma_fail(err, MA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    const size_t got = fread(magic, 1, sizeof magic, f);
-    fclose(f);
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO is refused, not waited on */
+    if (fd < 0) return ma_fail(err, MA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ma_fail(err, MA_ERR_IO, "%s: not a regular file", path);
+    }
+    const ssize_t rd = pread(fd, magic, sizeof magic, 0);
+    const size_t got = rd > 0 ? (size_t)rd : 0;
+    close(fd);
     if (got >= 2 && magic[0] == 'P' && magic[1] == 'K') {
         ma_status s = ma_npz_read(path, &q->noise_file, err);
         if (s) return s;

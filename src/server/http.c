@@ -148,8 +148,8 @@ int ma_http_parse_head(const uint8_t *buf, size_t len, ma_http_req *r, int *stat
         } else if (field_is(name, nl, "upgrade")) {
             upgrade_ws |= list_has(v, vl, "websocket");
         } else if (field_is(name, nl, "sec-websocket-version")) {
-            int n = 0;
-            for (size_t k = 0; k < vl && k < 6; k++) n = isdigit((unsigned char)v[k]) ? n * 10 + (v[k] - '0') : -1000000;
+            int n = vl && vl <= 6 ? 0 : -1;
+            for (size_t k = 0; n >= 0 && k < vl; k++) n = isdigit((unsigned char)v[k]) ? n * 10 + (v[k] - '0') : -1;
             r->ws_version = n > 0 ? n : -1;
         } else if (field_is(name, nl, "sec-websocket-key")) {
             if (vl >= sizeof r->ws_key) return refuse(status, 400, msg, cap, "malformed Sec-WebSocket-Key");

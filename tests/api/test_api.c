@@ -222,8 +222,11 @@ static void test_failures_named(void **state) {
     EXPECT_FAIL(molmoact_open(&opt, &e, &err), MOLMOACT_ERR_IO, "config.json");
     assert_null(e);
     opt.model_dir = MA_SOURCE_DIR "/assets/tiny-grid/model";
-    opt.backend = "qnn";
-    EXPECT_FAIL(molmoact_open(&opt, &e, &err), MOLMOACT_ERR_UNSUPPORTED, "backend");
+    opt.backend = "gpu";
+    EXPECT_FAIL(molmoact_open(&opt, &e, &err), MOLMOACT_ERR_ARG, "backend");
+    opt.backend = "qnn"; /* no QNN libraries here: named as such, and the environment is left as it was */
+    EXPECT_FAIL(molmoact_open(&opt, &e, &err), MOLMOACT_ERR_IO, "qnn: cannot load");
+    assert_null(getenv("MOLMOACT_BACKEND"));
     opt.backend = NULL;
     opt.struct_size = 3;
     EXPECT_FAIL(molmoact_open(&opt, &e, &err), MOLMOACT_ERR_ARG, "struct_size");

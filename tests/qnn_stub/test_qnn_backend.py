@@ -249,3 +249,19 @@ def test_cpu_backend_is_the_default_and_bad_backends_are_refused(grid):
     assert rc != 0 and "need --backend qnn" in err
     rc, _, err = run("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", env={"MOLMOACT_BACKEND": "gpu"})
     assert rc != 0 and "MOLMOACT_BACKEND=gpu" in err
+
+
+@pytest.mark.parametrize("mode", ["--inproc", "resident"])
+@pytest.mark.parametrize("cut", [64, 4096, 0.5])
+def test_truncated_library_is_named_not_sigbus(grid, tmp_path, mode, cut):
+    """issue 26 E21: a truncated libQnnHtp.so killed the process with SIGBUS inside dlopen"""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for name in ("libQnnHtp.so", "libQnnSystem.so"):
+        shutil.copy(os.path.join(STUB, name), lib / name)
+    data = (lib / "libQnnHtp.so").read_bytes()
+    (lib / "libQnnHtp.so").write_bytes(data[:cut] if cut >= 1 else data[:int(len(data) * cut)])
+    extra = [mode] if mode != "resident" else []
+    rc, out, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", *extra, lib=str(lib))
+    assert rc == 1 and f"{lib}/libQnnHtp.so is" in err and ("truncated" in err or "not an ELF" in err), (rc, err)
+    assert "signal" not in err, err

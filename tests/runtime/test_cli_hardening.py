@@ -259,3 +259,19 @@ def test_unbounded_flow_steps_refused(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["model"]
     rc, out, err = run("run", "--model", str(d), "--runs", "1", "--inputs", os.path.join(GOLDEN, "step0_boundary.npz"), timeout=60)
     assert rc == 1 and "flow_matching_num_steps" in err, err
+
+
+def test_malformed_noise_entry_in_an_npz_is_named(tmp_path):
+    """issue 26 E16: a bad `noise` entry of an .npz was reported as the .npy 'bad magic'"""
+    import zipfile
+    p = str(tmp_path / "noise.npz")
+    with zipfile.ZipFile(p, "w") as z:
+        z.writestr("noise.npy", b"\x93NUMPY\x01\x00" + b"\x10\x00" + b"{'descr': '<f4'" + b" " * 10)
+    rc, out, err = run("run", "--model", MODEL, "--golden", GOLDEN, "--noise", p, "--runs", "1")
+    assert rc == 1 and "bad magic" not in err and "noise.npz" in err, err
+    rc, out, err2 = run("inspect", p)
+    assert rc != 0
+    q = str(tmp_path / "garbage.bin")
+    open(q, "wb").write(b"hello world")
+    rc, out, err = run("run", "--model", MODEL, "--golden", GOLDEN, "--noise", q, "--runs", "1")
+    assert rc == 1 and "neither an .npy array nor an .npz" in err, err

@@ -3,6 +3,11 @@
 
 #include <cjson/cJSON.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <elf.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -43,10 +48,48 @@ static ma_status qfail(ma_error *err, const char *fn, const char *file, qnn_err_
     return ma_fail(err, MA_ERR_IO, "%s on %s: error %u%s%s", fn, file, QNN_CODE(e), msg && *msg ? ": " : "", msg && *msg ? msg : "");
 }
 
+/* A library file is checked before dlopen maps it: the loader reads its headers and segments
+ * through a mapping, so a truncated file kills the process with SIGBUS instead of failing. The
+ * ELF header, the program headers and every segment's bytes must lie within the file, for this
+ * machine's class and architecture. */
+static ma_status check_elf(const char *path, ma_error *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ma_fail(err, MA_ERR_IO, "qnn: cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    Elf64_Ehdr eh;
+    const char *why = NULL;
+    char buf[160];
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) why = "not a regular file";
+    else if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh || memcmp(eh.e_ident, ELFMAG, SELFMAG)) why = "not an ELF file";
+    else if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB) why = "not a 64-bit little-endian ELF file";
+#if defined(__aarch64__)
+    else if (eh.e_machine != EM_AARCH64) why = "built for another architecture (not aarch64)";
+#elif defined(__x86_64__)
+    else if (eh.e_machine != EM_X86_64) why = "built for another architecture (not x86-64)";
+#endif
+    else if (eh.e_type != ET_DYN) why = "not a shared library";
+    else if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phoff > (uint64_t)st.st_size ||
+             (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr) > (uint64_t)st.st_size - eh.e_phoff)
+        why = "truncated or malformed (its program headers lie outside the file)";
+    for (int i = 0; !why && i < eh.e_phnum; i++) {
+        Elf64_Phdr ph;
+        if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (uint64_t)i * sizeof ph)) != (ssize_t)sizeof ph) { why = "unreadable"; break; }
+        if ((ph.p_type == PT_LOAD || ph.p_type == PT_DYNAMIC) &&
+            (ph.p_offset > (uint64_t)st.st_size || ph.p_filesz > (uint64_t)st.st_size - ph.p_offset)) {
+            snprintf(buf, sizeof buf, "truncated: a segment ends at byte %llu of %lld", (unsigned long long)(ph.p_offset + ph.p_filesz),
+                     (long long)st.st_size);
+            why = buf;
+        }
+    }
+    close(fd);
+    return why ? ma_fail(err, MA_ERR_FORMAT, "qnn: %s is %s", path, why) : MA_OK;
+}
+
 static void *open_lib(const char *name, char *path, size_t cap, ma_error *err, ma_status *st) {
     const char *dir = getenv("MOLMOACT_QNN_LIB_DIR");
     if (dir && *dir) snprintf(path, cap, "%s/%s", dir, name);
     else snprintf(path, cap, "%s", name);
+    if (strchr(path, '/') && (*st = check_elf(path, err))) return NULL;
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *why = dlerror();
