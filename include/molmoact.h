@@ -168,6 +168,13 @@ typedef struct molmoact_observation {
     int n_pixel_images;
     const int64_t *input_ids;
     int64_t seq_len;
+    /* since 0.9 (read when struct_size covers them): per-request choices, 0 / NULL for the
+     * engine's. norm_tag: another tag of norm_stats.json for this request's state and actions
+     * (an unknown tag is refused, naming the known ones). flow_steps: the flow-matching Euler
+     * steps, 1..256 (a context directory holds the modulations of its compiled count: a
+     * divisor of that count is accepted, another is refused). */
+    const char *norm_tag;
+    int flow_steps;
 } molmoact_observation;
 
 MOLMOACT_API void molmoact_observation_init(molmoact_observation *obs);

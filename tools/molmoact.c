@@ -7,6 +7,7 @@
 #include <sys/types.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,7 @@ static void usage(FILE *f) {
             "  prompt   --model DIR   (stdin: {\"task\": ..., \"state\": [...]} per line -> prompt ids)\n"
             "  preprocess --model DIR --image0 FILE [-o OUT.npz]   (pixels and the resized image)\n"
             "  serve    --model DIR [--host 127.0.0.1] [--port 8000] [--api-key-file F] [--max-message-mb 32]\n"
-            "           [--max-clients 512] [--recv-timeout-s 30] [--idle-timeout-s 300] [--flip180] [--inproc] [--threads N]\n"
+            "           [--max-clients 512] [--recv-timeout-s 30] [--idle-timeout-s 300] [--seed N] [--flip180] [--inproc] [--threads N]\n"
             "           (openpi websocket + HTTP POST /act on one port; GET / status page, /healthz)\n"
             "options: --norm-tag TAG (default libero), --threads N (GEMM threads per process)\n"
             "backend (run, bench, parity, serve): --backend cpu|qnn (default cpu); with qnn: [--qnn-lib-dir DIR]\n"
@@ -337,10 +338,14 @@ static int api_close(molmoact **api) { return molmoact_close(api) != MOLMOACT_OK
 /* one line of at most cap - 1 bytes into buf, without its newline. Returns its length, -1 at end
  * of input, or -2 for a longer line (read to its end and dropped; buf keeps its first bytes). */
 #define MA_STREAM_LINE_MAX (2 * PATH_MAX + 2)
+static volatile sig_atomic_t g_stream_stop; /* SIGINT / SIGTERM during --stream */
+
+static void on_stream_signal(int sig) { g_stream_stop = sig; }
+
 static long read_line(FILE *f, char *buf, size_t cap) {
     size_t n = 0;
     int c, over = 0, any = 0;
-    while ((c = getc(f)) != EOF) {
+    while (!g_stream_stop && (c = getc(f)) != EOF) {
         any = 1;
         if (c == '\n') break;
         if (n + 1 < cap) buf[n++] = (char)c;
@@ -362,14 +367,21 @@ static void stream_error(long index, const char *input, size_t input_len, const 
 
 /* --stream: one IN.npz path per line on stdin (optionally a tab and an OUT.npz path); one JSON
  * line per observation on stdout. A bad observation gets an error line; the stream goes on.
- * Lines are at most 2 x PATH_MAX bytes: a longer one is refused (its first 64 bytes echoed). */
+ * Lines are at most 2 x PATH_MAX bytes: a longer one is refused (its first 64 bytes echoed).
+ * SIGINT or SIGTERM (to this process or its whole group: the workers ignore them) finishes the
+ * observation in progress, writes its line, stops the workers and exits 128 + the signal. */
 static int run_stream(molmoact *api, const opts *o) {
     ma_engine *e = molmoact_internal_engine(api);
     static char line[MA_STREAM_LINE_MAX];
     long n;
     int failures = 0;
     long index = 0;
-    while ((n = read_line(stdin, line, sizeof line)) != -1) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stream_signal; /* no SA_RESTART: a read of stdin returns at once */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    while (!g_stream_stop && (n = read_line(stdin, line, sizeof line)) != -1) {
         if (n == -2) {
             char msg[128];
             snprintf(msg, sizeof msg, "line longer than %d bytes (IN.npz [TAB OUT.npz] expected)", MA_STREAM_LINE_MAX - 1);
@@ -421,6 +433,7 @@ static int run_stream(molmoact *api, const opts *o) {
         fflush(stdout);
         ma_result_free(&res);
     }
+    if (g_stream_stop) return 128 + g_stream_stop;
     return failures ? 3 : 0;
 }
 
@@ -981,9 +994,9 @@ static int cmd_compile(int argc, char **argv) {
 /* ---------------------------------------------------------------------------------- serve */
 
 static int cmd_serve(int argc, char **argv) {
-    ma_serve_opts so = {NULL, "127.0.0.1", 8000, NULL, 32.0, 512, "libero", 0, 0, 0, 30, "/proc/self/exe", 300};
+    ma_serve_opts so = {NULL, "127.0.0.1", 8000, NULL, 32.0, 512, "libero", 0, 0, 0, 30, "/proc/self/exe", 300, 0, 0};
     static const char *const valued[] = {"--model", "--host", "--port", "--api-key-file", "--max-message-mb", "--max-clients",
-                                         "--norm-tag", "--threads", "--recv-timeout-s", "--idle-timeout-s", NULL};
+                                         "--norm-tag", "--threads", "--recv-timeout-s", "--idle-timeout-s", "--seed", NULL};
     unsigned seen = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -997,7 +1010,11 @@ static int cmd_serve(int argc, char **argv) {
             else if (k == 1) so.host = v;
             else if (k == 3) so.api_key_file = v;
             else if (k == 6) so.norm_tag = v;
-            else if (k == 4) {
+            else if (k == 10) {
+                so.seed = strtoull(v, &end, 10);
+                if (!*v || *v == '-' || errno || *end) { fprintf(stderr, "molmoact: --seed must be a non-negative integer\n"); return 1; }
+                so.have_seed = 1;
+            } else if (k == 4) {
                 so.max_message_mb = strtod(v, &end);
                 if (errno || *end || !(so.max_message_mb >= 1.0 / 1024 && so.max_message_mb <= 4096)) { fprintf(stderr, "molmoact: --max-message-mb must be in [0.001, 4096] (1 KiB to 4 GiB)\n"); return 1; }
             } else {

@@ -25,7 +25,7 @@ import os
 
 import numpy as np
 
-__all__ = ["Policy", "MolmoActError", "library_path", "version"]
+__all__ = ["Policy", "MolmoActError", "LeRobotPolicy", "ActionChunkBroker", "library_path", "version"]
 
 
 class MolmoActError(RuntimeError, ValueError):
@@ -61,7 +61,8 @@ class _Observation(ctypes.Structure):
                 ("state_dim", ctypes.c_int), ("task", ctypes.c_char_p), ("noise", ctypes.POINTER(ctypes.c_float)),
                 ("noise_len", ctypes.c_size_t), ("have_seed", ctypes.c_int), ("seed", ctypes.c_uint64),
                 ("pixels", ctypes.POINTER(ctypes.c_float)), ("n_pixel_images", ctypes.c_int),
-                ("input_ids", ctypes.POINTER(ctypes.c_int64)), ("seq_len", ctypes.c_int64)]
+                ("input_ids", ctypes.POINTER(ctypes.c_int64)), ("seq_len", ctypes.c_int64),
+                ("norm_tag", ctypes.c_char_p), ("flow_steps", ctypes.c_int)]
 
 
 class _Timing(ctypes.Structure):
@@ -155,13 +156,73 @@ def _raise(rc, err):
 
 _OPTIONS = {"inproc", "threads", "norm_tag", "backend", "vision_suffix", "llm_suffix", "action_suffix", "worker_exe",
             "deadline_ms"}
-_KEYS = {  # accepted request keys -> role
-    "observation/image": "image", "image": "image",
-    "observation/wrist_image": "wrist_image", "wrist_image": "wrist_image",
-    "observation/state": "state", "state": "state",
-    "prompt": "task", "instruction": "task", "task": "task",
+_KEYS = {  # accepted request keys -> role: openpi's, MolmoAct2's, LeRobot's (as the server takes them)
+    "observation/image": "image", "image": "image", "observation.images.image": "image",
+    "observation/wrist_image": "wrist_image", "wrist_image": "wrist_image", "observation.images.wrist_image": "wrist_image",
+    "images": "images",
+    "observation/state": "state", "state": "state", "states": "state", "observation.state": "state",
+    "prompt": "task", "instruction": "task", "task": "task", "question": "task",
     "noise": "noise", "seed": "seed",
+    "norm_tag": "norm_tag", "tag": "norm_tag", "normalization_tag": "norm_tag",
+    "num_steps": "flow_steps", "n_action_steps": "n_action_steps",
 }
+
+
+def _err(msg):
+    return MolmoActError("MOLMOACT_ERR_ARG", msg)
+
+
+def _array(key, v):
+    """numpy arrays, or anything with __array__ (a torch tensor on the CPU) without importing it"""
+    if isinstance(v, np.ndarray):
+        return v
+    if hasattr(v, "detach") and hasattr(v, "cpu"):  # a torch tensor: off the graph and the device first
+        v = v.detach().cpu()
+    try:
+        return np.asarray(v)
+    except Exception as e:  # noqa: BLE001
+        raise _err(f"{key}: cannot be read as an array ({e})") from None
+
+
+def _frame(key, v):
+    """a frame in any form the CLI takes, as the CLI converts it (src/model/image.c): uint8 as it
+    is; float scaled by 255 when its max is <= 1 (in float32 for float32), clipped to [0, 255]
+    and truncated; [H, W], [H, W, C] or [C, H, W] with C in 1, 3, 4 (grey repeated, alpha
+    dropped); a leading batch dimension of 1 dropped"""
+    a = _array(key, v)
+    if a.ndim == 4 and a.shape[0] == 1:
+        a = a[0]
+    if a.ndim == 2:
+        a = a[:, :, None]
+    if a.ndim != 3:
+        raise _err(f"{key}: shape {tuple(a.shape)}, expected [H, W, 3] (or [3, H, W], [H, W], a batch of 1)")
+    if a.shape[0] in (1, 3, 4) and a.shape[2] not in (1, 3, 4):
+        a = np.moveaxis(a, 0, 2)
+    c = a.shape[2]
+    if c not in (1, 3, 4):
+        raise _err(f"{key}: shape {tuple(a.shape)} has {c} channels (1, 3 or 4)")
+    if a.shape[0] < 1 or a.shape[1] < 1:
+        raise _err(f"{key}: shape {tuple(a.shape)} is empty")
+    if a.dtype == np.uint8:
+        u = a
+    elif a.dtype.kind == "f":
+        f = a.astype(np.float64) if a.dtype != np.float32 else a
+        if not np.all(np.isfinite(f)):
+            raise _err(f"{key}: the frame has NaN or infinite values")
+        if f.max() <= 1.0:
+            f = f * (np.float32(255) if f.dtype == np.float32 else 255.0)
+        u = np.clip(f, 0, 255).astype(np.uint8)
+    elif a.dtype.kind in "iub":
+        if a.size and (a.min() < 0 or a.max() > 255):
+            raise _err(f"{key}: an integer frame's values must be in [0, 255]")
+        u = a.astype(np.uint8)
+    else:
+        raise _err(f"{key}: dtype {a.dtype}, expected uint8, float or integers")
+    if c == 1:
+        u = np.repeat(u, 3, axis=2)
+    elif c == 4:
+        u = u[:, :, :3]
+    return np.ascontiguousarray(u)
 
 
 class Policy:
@@ -239,13 +300,7 @@ class Policy:
             im.encoded = ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p)
             im.encoded_len = len(b)
             return im
-        a = np.asarray(v)
-        if a.dtype != np.uint8:
-            raise ValueError(f"{key}: dtype {a.dtype}, expected uint8 [H, W, 3] (or PNG/JPEG bytes)")
-        if a.ndim != 3 or a.shape[2] != 3:
-            raise ValueError(f"{key}: shape {tuple(a.shape)}, expected [H, W, 3]")
-        if a.strides[2] != 1 or a.strides[1] != 3 or a.strides[0] < 3 * a.shape[1]:
-            a = np.ascontiguousarray(a)
+        a = _frame(key, v)
         keep.append(a)
         im.data = a.ctypes.data
         im.height, im.width = int(a.shape[0]), int(a.shape[1])
@@ -253,32 +308,43 @@ class Policy:
         return im
 
     def infer(self, obs):
-        """one observation (a dict, see the module doc) -> {"actions", "trajectory", "timing"}"""
+        """one observation (a dict: see the module doc; keys of openpi, MolmoAct2 or a LeRobot
+        batch; other keys are ignored) -> {"actions", "trajectory", "timing"}"""
         if not self._h:
             raise MolmoActError("MOLMOACT_ERR_ARG", "the policy is closed")
         if not isinstance(obs, dict):
-            raise TypeError(f"infer: expected a dict, got {type(obs).__name__}")
+            raise _err(f"infer: expected a dict, got {type(obs).__name__}")
         roles = {}
         for k, v in obs.items():
             role = _KEYS.get(k)
             if role is None:
-                raise ValueError(f"unknown key {k!r} (expected {', '.join(sorted(_KEYS))})")
-            if role in roles:
-                raise ValueError(f"key {k!r} given twice (as {roles[role][0]!r} too)")
-            roles[role] = (k, v)
+                continue  # LeRobot batches and AllenAI clients carry more (timestamp, index, ...)
+            for r in (("image", "wrist_image") if role == "images" else (role,)):
+                if r in roles:
+                    raise _err(f"keys {roles[r][0]!r} and {k!r} both give the {r.replace('_', ' ')}; give one")
+            if role == "images":
+                if not isinstance(v, (list, tuple)) and not (hasattr(v, "shape") and len(v.shape) >= 3 and v.shape[0] == 2):
+                    raise _err(f"{k}: expected a list of two frames (the agent camera, then the wrist camera)")
+                if len(v) != 2:
+                    raise _err(f"{k}: expected a list of two frames, got {len(v)}")
+                roles["image"], roles["wrist_image"] = (k, v[0]), (k, v[1])
+            else:
+                roles[role] = (k, v)
         for role in ("image", "wrist_image", "state", "task"):
             if role not in roles:
-                names = [k for k, r in _KEYS.items() if r == role]
-                raise ValueError(f"missing key: {' or '.join(names)}")
+                names = [k for k, r in _KEYS.items() if r == role] + (["images"] if role in ("image", "wrist_image") else [])
+                raise _err(f"missing key for the {role.replace('_', ' ')}: one of {', '.join(names)}")
         keep = []
         o = _Observation()
         _lib.molmoact_observation_init(ctypes.byref(o))
         o.images[0] = self._image(*roles["image"], keep)
         o.images[1] = self._image(*roles["wrist_image"], keep)
         k, st = roles["state"]
-        st = np.asarray(st)
+        st = _array(k, st)
+        if st.ndim == 2 and st.shape[0] == 1:
+            st = st[0]
         if st.dtype.kind not in "fiu" or st.ndim != 1:
-            raise ValueError(f"{k}: expected a 1-d float array, got {st.dtype} {tuple(st.shape)}")
+            raise _err(f"{k}: expected a 1-d float array (or [1, n]), got {st.dtype} {tuple(st.shape)}")
         st = np.ascontiguousarray(st, dtype=np.float32)
         keep.append(st)
         o.state = st.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
@@ -286,33 +352,44 @@ class Policy:
         k, task = roles["task"]
         if isinstance(task, np.ndarray) and task.ndim == 0:
             task = task.item()
+        if isinstance(task, (list, tuple)) and len(task) == 1:  # a LeRobot batch of one
+            task = task[0]
         try:
             if isinstance(task, bytes):
                 task = task.decode("utf-8")
             if not isinstance(task, str):
-                raise ValueError(f"{k}: expected a string, got {type(task).__name__}")
+                raise _err(f"{k}: expected a string, got {type(task).__name__}")
             tb = task.encode("utf-8")
         except UnicodeError as e:
             raise MolmoActError("MOLMOACT_ERR_ARG", f"{k}: not valid UTF-8 text ({e.reason} at {e.start})") from None
         if b"\0" in tb:
-            raise ValueError(f"{k}: contains a NUL character")
+            raise _err(f"{k}: contains a NUL character")
         keep.append(tb)
         o.task = tb
         if "noise" in roles:
-            nz = np.asarray(roles["noise"][1])
+            nz = _array("noise", roles["noise"][1])
             if nz.dtype != np.float32:
-                raise ValueError(f"noise: dtype {nz.dtype}, expected float32 [1, horizon, max_action_dim]")
+                raise _err(f"noise: dtype {nz.dtype}, expected float32 [1, horizon, max_action_dim]")
+            if nz.ndim not in (2, 3) or (nz.ndim == 3 and nz.shape[0] != 1):
+                raise _err(f"noise: shape {tuple(nz.shape)}, expected [1, horizon, max_action_dim] (or [horizon, max_action_dim])")
             nz = np.ascontiguousarray(nz)
             keep.append(nz)
             o.noise = nz.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
             o.noise_len = int(nz.size)
         if "seed" in roles:
-            seed = roles["seed"][1]
-            if isinstance(seed, np.ndarray):
-                seed = seed.item()
-            if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= int(seed) < 2 ** 64:
-                raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
-            o.have_seed, o.seed = 1, int(seed)
+            o.have_seed, o.seed = 1, self._int("seed", roles["seed"][1], 0, 2 ** 64 - 1)
+        if "norm_tag" in roles:
+            k, tag = roles["norm_tag"]
+            if not isinstance(tag, str) or not tag or "\0" in tag:
+                raise _err(f"{k}: expected a tag name")
+            tb = tag.encode()
+            keep.append(tb)
+            o.norm_tag = tb
+        if "flow_steps" in roles:
+            o.flow_steps = self._int(roles["flow_steps"][0], roles["flow_steps"][1], 1, 256)
+        n_keep = None
+        if "n_action_steps" in roles:
+            n_keep = self._int(roles["n_action_steps"][0], roles["n_action_steps"][1], 1, self.info["n_steps"])
         res, err = _Result(), _Error()
         rc = _lib.molmoact_infer(self._h, ctypes.byref(o), ctypes.byref(res), ctypes.byref(err))
         if rc:
@@ -326,7 +403,17 @@ class Policy:
                       "preprocess_ms": t.preprocess}
         finally:
             _lib.molmoact_result_free(ctypes.byref(res))
+        if n_keep is not None:
+            actions = actions[:n_keep].copy()
         return {"actions": actions, "trajectory": traj, "timing": timing}
+
+    @staticmethod
+    def _int(key, v, lo, hi):
+        if isinstance(v, np.ndarray) and v.ndim == 0:
+            v = v.item()
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= int(v) <= hi:
+            raise _err(f"{key}: expected an integer in [{lo}, {hi}], got {v!r}")
+        return int(v)
 
     def close(self):
         if self._h:
@@ -347,3 +434,68 @@ class Policy:
                 _lib.molmoact_close(ctypes.byref(self._h))
         except Exception:
             pass
+
+
+# ---------------------------------------------------------------------------- evaluation-loop adapters
+
+class LeRobotPolicy:
+    """The policy as LeRobot's evaluation loop drives one (no import of lerobot):
+    `select_action(batch)` returns one action, shaped [1, action_dim], from a queue that is
+    refilled with the first `n_action_steps` actions of a new chunk whenever it is empty;
+    `predict_action_chunk(batch)` returns a whole chunk [1, n_steps, action_dim]; `reset()`
+    empties the queue (call it at each episode's start). `batch` is a LeRobot batch
+    (observation.images.image, observation.images.wrist_image, observation.state, task; float32
+    CHW frames in [0, 1] with a batch dimension of 1, numpy or torch on the CPU) or any
+    observation `Policy.infer` takes. The actions are numpy float32."""
+
+    def __init__(self, policy, n_action_steps=None):
+        self.policy = policy
+        n = policy.info["n_steps"] if n_action_steps is None else n_action_steps
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= policy.info["n_steps"]:
+            raise _err(f"n_action_steps: expected an integer in [1, {policy.info['n_steps']}], got {n_action_steps!r}")
+        self.n_action_steps = n
+        self._queue = []
+
+    def reset(self):
+        self._queue = []
+
+    def predict_action_chunk(self, batch):
+        return self.policy.infer(batch)["actions"][None]
+
+    def select_action(self, batch):
+        if not self._queue:
+            chunk = self.predict_action_chunk(batch)[0]
+            self._queue = [chunk[i:i + 1] for i in range(self.n_action_steps)]
+        return self._queue.pop(0)
+
+
+class ActionChunkBroker:
+    """openpi's action chunking for any policy with `infer(obs) -> {"actions": [n, d], ...}` (a
+    `Policy`, or a websocket client of `molmoact serve`): `infer` returns the result with
+    "actions" one action [d], calling the inner policy again every `action_horizon` calls;
+    `reset()` starts over."""
+
+    def __init__(self, policy, action_horizon):
+        if isinstance(action_horizon, bool) or not isinstance(action_horizon, int) or action_horizon < 1:
+            raise _err(f"action_horizon: expected a positive integer, got {action_horizon!r}")
+        self.policy = policy
+        self.action_horizon = action_horizon
+        self._last = None
+        self._step = 0
+
+    def reset(self):
+        self._last = None
+        self._step = 0
+
+    def infer(self, obs):
+        if self._last is None:
+            self._last = self.policy.infer(obs)
+            self._step = 0
+            if len(self._last["actions"]) < self.action_horizon:
+                raise _err(f"action_horizon {self.action_horizon}: the policy returned {len(self._last['actions'])} actions")
+        out = dict(self._last)
+        out["actions"] = self._last["actions"][self._step]
+        self._step += 1
+        if self._step >= self.action_horizon:
+            self._last = None
+        return out

@@ -91,20 +91,18 @@ def test_raw_frames_equal_png_files(noise, tmp_path):
 
 @pytest.mark.parametrize("obs,exc,needle", [
     ({"image": b"x", "wrist_image": b"x", "state": STATE, "prompt": TASK}, molmoact.MolmoActError, "images[0]"),
-    ({"image": np.zeros((8, 8, 3), np.float32), "wrist_image": b"x", "state": STATE, "prompt": TASK}, ValueError, "uint8"),
-    ({"image": np.zeros((8, 8), np.uint8), "wrist_image": b"x", "state": STATE, "prompt": TASK}, ValueError, "[H, W, 3]"),
+    ({"image": np.zeros((8, 8, 3), np.complex64), "wrist_image": b"x", "state": STATE, "prompt": TASK}, molmoact.MolmoActError, "complex64"),
+    ({"image": np.zeros((8, 8, 5), np.uint8), "wrist_image": b"x", "state": STATE, "prompt": TASK}, molmoact.MolmoActError, "5 channels"),
     ({"image": np.zeros((0, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8), "state": STATE, "prompt": TASK},
-     molmoact.MolmoActError, "frame is 0 x 8"),
+     molmoact.MolmoActError, "(0, 8, 3) is empty"),
     ({"image": np.zeros((8, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8),
       "state": np.array([0, 0, np.nan, 0, 0, 0, 0, 0]), "prompt": TASK}, molmoact.MolmoActError, "state[2] is NaN"),
     ({"image": np.zeros((8, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8),
       "state": np.zeros(7), "prompt": TASK}, molmoact.MolmoActError, "state_dim is 7"),
     ({"image": np.zeros((8, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8), "state": STATE},
      ValueError, "missing key: observation/state" if False else "missing key"),
-    ({"image": np.zeros((8, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8), "state": STATE,
-      "prompt": TASK, "extra": 1}, ValueError, "unknown key 'extra'"),
     ({"image": np.zeros((8, 8, 3), np.uint8), "observation/image": np.zeros((8, 8, 3), np.uint8),
-      "wrist_image": np.zeros((8, 8, 3), np.uint8), "state": STATE, "prompt": TASK}, ValueError, "given twice"),
+      "wrist_image": np.zeros((8, 8, 3), np.uint8), "state": STATE, "prompt": TASK}, molmoact.MolmoActError, "both give the image"),
     ({"image": np.zeros((8, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8), "state": STATE,
       "prompt": TASK, "noise": np.zeros((1, 10, 31), np.float32)}, molmoact.MolmoActError, "noise has 310 values"),
     ({"image": np.zeros((8, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8), "state": STATE,
@@ -210,3 +208,130 @@ def test_backend_and_worker_program_messages(tmp_path):
         molmoact.Policy(model("tiny-grid"), worker_exe=missing)
     assert missing in str(e.value) and "No such file" in str(e.value), str(e.value)
     os.environ.pop("MOLMOACT_BACKEND", None)  # the library sets it for its workers
+
+
+# ---------------------------------------------------------------------------- issue 29: LeRobot-style use
+
+def frame_forms():
+    """one camera frame in the forms a robot stack hands over, each with what the CLI reads"""
+    from PIL import Image
+    rgb = np.asarray(Image.open(IMG0).convert("RGB"))
+    rgba = np.asarray(Image.open(IMG0).convert("RGBA"))
+    f01 = (rgb.astype(np.float32) / 255.0)
+    return {
+        "uint8_hwc": rgb, "float01_chw": np.ascontiguousarray(f01.transpose(2, 0, 1)),
+        "float255_hwc": rgb.astype(np.float32), "float64_01": f01.astype(np.float64), "gray": rgb[:, :, 1].copy(),
+        "rgba": rgba, "batch_chw": np.ascontiguousarray(f01.transpose(2, 0, 1))[None],
+    }
+
+
+def cli_inputs(tmp_path, img0, img1, nz):
+    p = str(tmp_path / "in.npz")
+    np.savez(p, image0=img0, image1=img1, task=np.array(TASK), state=STATE.astype(np.float32), noise=nz)
+    r = subprocess.run([BIN, "run", "--model", model("tiny-grid"), "--inputs", p, "--runs", "1", "--json"], capture_output=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    return np.asarray(json.loads(r.stdout)["actions"], np.float32)
+
+
+@pytest.mark.parametrize("form", ["uint8_hwc", "float01_chw", "float255_hwc", "float64_01", "gray", "rgba", "batch_chw"])
+def test_frames_in_every_form_equal_the_cli(form, tmp_path):
+    forms = frame_forms()
+    a = forms[form]
+    nz = np.random.default_rng(3).standard_normal((1, 10, 32)).astype(np.float32)
+    cli_a = a[0] if form == "batch_chw" else a  # the CLI's npz takes [C, H, W] / [H, W, C] / [H, W]
+    want = cli_inputs(tmp_path, cli_a, forms["uint8_hwc"], nz)
+    with molmoact.Policy(model("tiny-grid"), inproc=True) as p:
+        got = p.infer({"observation.images.image": a, "observation.images.wrist_image": forms["uint8_hwc"],
+                       "observation.state": STATE[None].astype(np.float32), "task": [TASK], "noise": nz})["actions"]
+    assert np.array_equal(got, want), form
+
+
+class FakeTensor:
+    """an object with __array__ (what a CPU torch tensor offers), without torch"""
+    def __init__(self, a):
+        self.a = a
+
+    def __array__(self, dtype=None):
+        return self.a if dtype is None else self.a.astype(dtype)
+
+
+def lerobot_batch(step=0):
+    forms = frame_forms()
+    return {"observation.images.image": FakeTensor(forms["batch_chw"]),
+            "observation.images.wrist_image": FakeTensor(forms["batch_chw"]),
+            "observation.state": FakeTensor((STATE[None] + 0.01 * step).astype(np.float32)),
+            "task": [TASK], "index": FakeTensor(np.array([step])), "robot_type": ["franka"]}  # extra keys ignored
+
+
+def test_lerobot_adapter_in_an_eval_loop():
+    """LeRobot's loop: reset at each episode, select_action every step; the queue is refilled from
+    a new chunk every n_action_steps"""
+    with molmoact.Policy(model("tiny-grid"), inproc=True) as p:
+        calls = []
+        inner = p.infer
+
+        def counting(obs):
+            calls.append(1)
+            return inner(dict(obs, seed=len(calls)))
+        p.infer = counting
+        pol = molmoact.LeRobotPolicy(p, n_action_steps=4)
+        for episode in range(2):
+            pol.reset()
+            got = []
+            for step in range(10):
+                a = pol.select_action(lerobot_batch(step))
+                assert a.shape == (1, 7) and a.dtype == np.float32
+                got.append(a[0])
+            assert len(calls) == 3 * (episode + 1)  # steps 0, 4, 8 ask for a chunk
+        chunk = pol.predict_action_chunk(lerobot_batch())
+        assert chunk.shape == (1, 10, 7)
+        # the queued actions are the chunk's first four, in order
+        p.infer = lambda obs: inner(dict(obs, seed=99))
+        pol.reset()
+        first = p.infer(lerobot_batch(0))["actions"]
+        seq = [pol.select_action(lerobot_batch(0))[0] for _ in range(4)]
+        assert np.array_equal(np.stack(seq), first[:4])
+        with pytest.raises(molmoact.MolmoActError):
+            molmoact.LeRobotPolicy(p, n_action_steps=11)
+
+
+def test_openpi_chunk_broker_in_a_loop():
+    with molmoact.Policy(model("tiny-grid"), inproc=True) as p:
+        calls = []
+        inner = p.infer
+
+        def counting(obs):
+            calls.append(1)
+            return inner(obs)
+        p.infer = counting
+        broker = molmoact.ActionChunkBroker(p, action_horizon=5)
+        obs = {"observation/image": frame_forms()["uint8_hwc"], "observation/wrist_image": frame_forms()["uint8_hwc"],
+               "observation/state": STATE, "prompt": TASK, "seed": 4}
+        acts = [broker.infer(obs)["actions"] for _ in range(12)]
+        assert len(calls) == 3 and all(a.shape == (7,) for a in acts)
+        full = inner(obs)["actions"]
+        assert np.array_equal(np.stack(acts[:5]), full[:5]) and np.array_equal(np.stack(acts[5:10]), full[:5])
+        broker.reset()
+        broker.infer(obs)
+        assert len(calls) == 4
+
+
+def test_aliases_and_per_request_choices():
+    forms = frame_forms()
+    img = forms["uint8_hwc"]
+    with molmoact.Policy(model("tiny-grid"), inproc=True) as p:
+        base = p.infer({"image": img, "wrist_image": img, "state": STATE, "instruction": TASK, "seed": 1})["actions"]
+        same = p.infer({"images": [img, img], "states": STATE[None], "question": TASK, "seed": 1, "timestamp": 12.5,
+                        "normalization_tag": "libero"})["actions"]
+        assert np.array_equal(base, same)
+        four = p.infer({"image": img, "wrist_image": img, "state": STATE, "instruction": TASK, "seed": 1, "n_action_steps": 4})["actions"]
+        assert np.array_equal(four, base[:4])
+        five = p.infer({"image": img, "wrist_image": img, "state": STATE, "instruction": TASK, "seed": 1, "num_steps": 5})["actions"]
+        assert five.shape == base.shape and not np.array_equal(five, base)
+        ten = p.infer({"image": img, "wrist_image": img, "state": STATE, "instruction": TASK, "seed": 1, "num_steps": 10})["actions"]
+        assert np.array_equal(ten, base)
+        with pytest.raises(molmoact.MolmoActError, match=r"norm_tag \"nope\" is not a tag .*known: libero"):
+            p.infer({"image": img, "wrist_image": img, "state": STATE, "instruction": TASK, "tag": "nope"})
+        with pytest.raises(molmoact.MolmoActError, match="both give"):
+            p.infer({"images": [img, img], "image": img, "state": STATE, "instruction": TASK})

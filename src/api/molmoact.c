@@ -27,10 +27,16 @@
 
 #define TASK_MAX_BYTES 65536
 
+#define TAG_CACHE 8
+
 struct molmoact {
     pthread_mutex_t lock;
     ma_engine engine;
     char *dir, *tag, *exe;
+    /* norm_stats of other tags, read on first request (observation.norm_tag) */
+    int n_tags;
+    char tag_name[TAG_CACHE][64];
+    ma_normstats tag_ns[TAG_CACHE];
 };
 
 const char *molmoact_version(void) { return MOLMOACT_VERSION; }
@@ -352,6 +358,42 @@ static ma_status prepare(const ma_engine *eng, const molmoact_observation *o, pr
     } else if (o->noise_len)
         return ma_fail(err, MA_ERR_ARG, "observation.noise_len is %zu but noise is NULL", o->noise_len);
     p->obs.seed = o->have_seed ? o->seed : 0;
+    if (o->struct_size >= offsetof(molmoact_observation, flow_steps) + sizeof(int) && o->flow_steps) {
+        const int n = o->flow_steps;
+        if (n < 1 || n > MA_MAX_FLOW_STEPS) return ma_fail(err, MA_ERR_RANGE, "observation.flow_steps %d: 1..%d", n, MA_MAX_FLOW_STEPS);
+        if (m->from_contexts && c->flow_steps % n)
+            return ma_fail(err, MA_ERR_RANGE, "observation.flow_steps %d: this context directory holds the modulations of %d steps; "
+                           "use a divisor of %d (or run the checkpoint directory)", n, c->flow_steps, c->flow_steps);
+        p->obs.flow_steps = n;
+    }
+    return MA_OK;
+}
+
+/* observation.norm_tag: the statistics of that tag (read once, kept) */
+static ma_status tag_stats(molmoact *e, const char *tag, const ma_normstats **out, ma_error *err) {
+    for (int i = 0; i < e->n_tags; i++)
+        if (!strcmp(e->tag_name[i], tag)) { *out = &e->tag_ns[i]; return MA_OK; }
+    if (strlen(tag) >= sizeof e->tag_name[0] || !*tag) return ma_fail(err, MA_ERR_ARG, "observation.norm_tag: 1 to 63 characters");
+    const ma_model *m = &e->engine.host;
+    char *path = ma_path_join(m->dir, m->cfg.norm_stats_filename);
+    if (!path) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    ma_normstats ns;
+    ma_error le = {0};
+    ma_status s = ma_normstats_load(path, tag, &ns, &le);
+    if (s) {
+        char known[512] = "";
+        ma_normstats_tags(path, known, sizeof known);
+        s = ma_fail(err, MA_ERR_ARG, "observation.norm_tag \"%.63s\" is not a tag of %s (known: %s)", tag, m->cfg.norm_stats_filename,
+                    known[0] ? known : "none");
+    } else if (ns.action.dim != m->ns.action.dim || ns.state.dim != m->ns.state.dim || ns.action_horizon != m->ns.action_horizon)
+        s = ma_fail(err, MA_ERR_SHAPE, "observation.norm_tag \"%s\": its action/state dimensions or horizon differ from the engine's tag "
+                    "\"%s\" (open the engine with this tag instead)", tag, e->tag);
+    free(path);
+    if (s) return s;
+    const int slot = e->n_tags < TAG_CACHE ? e->n_tags++ : TAG_CACHE - 1;
+    snprintf(e->tag_name[slot], sizeof e->tag_name[slot], "%s", tag);
+    e->tag_ns[slot] = ns;
+    *out = &e->tag_ns[slot];
     return MA_OK;
 }
 
@@ -370,6 +412,19 @@ ma_status molmoact_internal_run(molmoact *e, const molmoact_observation *obs, mo
     prepared_obs p;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* another norm tag for this request: its statistics stand in for the engine's while it runs
+     * (calls are serialised by the engine's lock) */
+    const char *tag = obs->struct_size >= offsetof(molmoact_observation, norm_tag) + sizeof(char *) ? obs->norm_tag : NULL;
+    ma_normstats saved;
+    int swapped = 0;
+    if (tag && strcmp(tag, e->tag)) {
+        const ma_normstats *ns = NULL;
+        ma_status ts = tag_stats(e, tag, &ns, err);
+        if (ts) return ts;
+        saved = e->engine.host.ns;
+        e->engine.host.ns = *ns;
+        swapped = 1;
+    }
     ma_status s = prepare(&e->engine, obs, &p, err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (!s) {
@@ -387,6 +442,7 @@ ma_status molmoact_internal_run(molmoact *e, const molmoact_observation *obs, mo
         }
     }
     prepared_free(&p);
+    if (swapped) e->engine.host.ns = saved;
     return s;
 }
 

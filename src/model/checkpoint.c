@@ -153,20 +153,33 @@ static int precision_type(const char *p, ma_dtype *dt) {
 /* open and check one context file: format, component, precision tag against its tensors,
  * layer range, prompt length, and the embedded config (equal across files) */
 /* the set's fingerprint, and the first file that gave it (for the error naming both) */
-typedef struct { char fp[24], file[160]; char *config_json; char config_file[160]; ma_manifest mf; } set_check;
+typedef struct {
+    char fp[24], file[160];
+    char *config_json;
+    char config_file[160];
+    ma_manifest mf;
+    char id[8][24], id_file[8][160]; /* each context's compile id, checked once every fingerprint is */
+} set_check;
 
-/* the context was written by the compile the directory's manifest names for it */
-static ma_status check_compile_id(const set_check *sc, const ma_gguf *g, const char *file, ma_error *err) {
-    const ma_manifest_entry *e = ma_manifest_find(&sc->mf, file);
-    char id[24];
-    if (!e || !e->compile_id[0])
-        return ma_fail(err, MA_ERR_FORMAT, "%s is not listed in manifest.json (left by a compile that did not finish, or copied in?); "
-                       "compile the directory again", file);
-    if (ma_gguf_get_str(g, "molmoact.compile_id", id, sizeof id, NULL) != MA_OK)
-        return ma_fail(err, MA_ERR_FORMAT, "%s: metadata key molmoact.compile_id is missing", file);
-    if (strcmp(id, e->compile_id))
-        return ma_fail(err, MA_ERR_FORMAT, "%s was written by compile %s, but manifest.json lists compile %s for it: the directory mixes "
-                       "two compiles (one interrupted while it moved files in?); compile it again", file, id, e->compile_id);
+static void note_compile_id(set_check *sc, int slot, const ma_gguf *g, const char *file) {
+    if (ma_gguf_get_str(g, "molmoact.compile_id", sc->id[slot], sizeof sc->id[slot], NULL) != MA_OK) snprintf(sc->id[slot], sizeof sc->id[slot], "?");
+    snprintf(sc->id_file[slot], sizeof sc->id_file[slot], "%s", file);
+}
+
+/* every context was written by the compile the directory's manifest names for it */
+static ma_status check_compile_ids(const set_check *sc, ma_error *err) {
+    for (int slot = 0; slot < 8; slot++) {
+        if (!sc->id_file[slot][0]) continue;
+        const char *file = sc->id_file[slot], *id = sc->id[slot];
+        const ma_manifest_entry *e = ma_manifest_find(&sc->mf, file);
+        if (!e || !e->compile_id[0])
+            return ma_fail(err, MA_ERR_FORMAT, "%s is not listed in manifest.json (left by a compile that did not finish, or copied in?); "
+                           "compile the directory again", file);
+        if (!strcmp(id, "?")) return ma_fail(err, MA_ERR_FORMAT, "%s: metadata key molmoact.compile_id is missing", file);
+        if (strcmp(id, e->compile_id))
+            return ma_fail(err, MA_ERR_FORMAT, "%s was written by compile %s, but manifest.json lists compile %s for it: the directory "
+                           "mixes two compiles (one interrupted while it moved files in?); compile it again", file, id, e->compile_id);
+    }
     return MA_OK;
 }
 
@@ -255,7 +268,8 @@ static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *er
     }
     int which = slot == 0 ? 0 : (slot <= 5 ? 1 : 2);
     if (slot != 1) snprintf(m->precision[which], sizeof m->precision[which], "%s", prec);
-    if ((s = check_fingerprint(sc, g, label, err)) || (s = check_compile_id(sc, g, label, err))) return s;
+    if ((s = check_fingerprint(sc, g, label, err))) return s;
+    note_compile_id(sc, slot, g, label);
     /* --preload: this process's own contexts read in at open (the others it only checks) */
     const char *pre = getenv("MOLMOACT_PRELOAD");
     if (pre && *pre && strcmp(pre, "0")) ma_mapfile_preload(&g->map);
@@ -361,12 +375,13 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
                 if (slot != 1 && !m->precision[which][0])
                     ma_gguf_get_str(&g, "molmoact.precision", m->precision[which], sizeof m->precision[which], NULL);
                 s = check_fingerprint(&sc, &g, name, err);
-                if (!s) s = check_compile_id(&sc, &g, name, err);
+                note_compile_id(&sc, slot, &g, name);
                 ma_gguf_close(&g);
             }
             free(path);
             if (s) goto fail;
         }
+        if ((s = check_compile_ids(&sc, err))) goto fail;
         if ((s = ma_config_parse(sc.config_json, dir, &m->cfg, err))) goto fail;
         if ((s = check_host_files(dir, &sc, m->cfg.norm_stats_filename, err))) goto fail;
     } else {

@@ -187,3 +187,16 @@ void ma_unnormalize(const ma_normstats *ns, const ma_normalizer *n, const float 
         y[i] = (n->has_mask && !n->mask[i]) ? a : v;
     }
 }
+
+void ma_normstats_tags(const char *path, char *out, size_t cap) {
+    out[0] = '\0';
+    char *text = NULL;
+    if (ma_read_file(path, 64u << 20, &text, NULL, NULL)) return;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *tags = root ? cJSON_GetObjectItemCaseSensitive(root, "metadata_by_tag") : NULL;
+    size_t k = 0;
+    for (const cJSON *t = cJSON_IsObject(tags) ? tags->child : NULL; t && k + 1 < cap; t = t->next)
+        k += (size_t)snprintf(out + k, cap - k, "%s%s", k ? ", " : "", t->string);
+    cJSON_Delete(root);
+}

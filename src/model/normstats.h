@@ -7,6 +7,7 @@
 #ifndef MA_NORMSTATS_H
 #define MA_NORMSTATS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/error.h"
@@ -34,6 +35,8 @@ typedef struct ma_normstats {
 
 ma_status ma_normstats_parse(const char *json, const char *label, const char *tag, ma_normstats *ns, ma_error *err);
 ma_status ma_normstats_load(const char *path, const char *tag, ma_normstats *ns, ma_error *err);
+/* the tags of a norm_stats.json, comma-separated into out ("" when unreadable) */
+void ma_normstats_tags(const char *path, char *out, size_t cap);
 void ma_normalize(const ma_normstats *ns, const ma_normalizer *n, const float *x, float *y);
 void ma_unnormalize(const ma_normstats *ns, const ma_normalizer *n, const float *x, float *y);
 

@@ -199,7 +199,7 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     }
 
     /* ---- Euler loop: x0 = mask(noise); x <- mask(x + dt * mask(v(x, t_i))), t_i = i / steps */
-    const int Da = c->max_action_dim, steps = c->flow_steps;
+    const int Da = c->max_action_dim, steps = obs->flow_steps > 0 ? obs->flow_steps : c->flow_steps;
     const int masking = c->mask_action_dim_padding && action_dim < Da;
     int64_t xshape[2] = {A, Da}, tshape[1] = {1}, vshape[3] = {steps, A, Da};
     if ((s = ma_tensor_alloc(&x, MA_DT_F32, 2, xshape, err)) || (s = ma_tensor_alloc(&tt, MA_DT_F32, 1, tshape, err))) goto done;

@@ -15,6 +15,7 @@ typedef struct ma_obs {
     int64_t seq_len;
     const float *noise; /* [A * Da] initial noise, or NULL to draw torch.randn(seed) */
     uint64_t seed;
+    int flow_steps;     /* Euler steps; 0: the config's */
 } ma_obs;
 
 typedef struct ma_result {

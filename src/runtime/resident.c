@@ -176,6 +176,16 @@ static void *spawner_main(void *arg) {
 #ifdef __linux__
             prctl(PR_SET_PDEATHSIG, SIGKILL); /* a worker never outlives its orchestrator (this thread) */
 #endif
+            /* stopping is the orchestrator's business: Ctrl-C in a terminal or systemd's stop
+             * signals the whole process group, and a worker that died of it would fail the
+             * request in flight. Ignored dispositions survive exec; a worker ends when told to
+             * or when its orchestrator dies (above). */
+            struct sigaction ign;
+            memset(&ign, 0, sizeof ign);
+            ign.sa_handler = SIG_IGN;
+            sigaction(SIGINT, &ign, NULL);
+            sigaction(SIGTERM, &ign, NULL);
+            sigaction(SIGHUP, &ign, NULL);
             execv(sp->exe, sp->argv);
             _exit(127);
         }

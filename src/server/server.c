@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -81,6 +82,7 @@ typedef struct conn {
     ma_http_chunked chunk;
     uint64_t body_left;    /* Content-Length bytes still to come */
     int head_only;         /* answering HEAD */
+    int reset_route;       /* the body being read is POST /reset's */
     int keep_alive;
     /* websocket */
     ma_ws_frame frame;
@@ -89,7 +91,9 @@ typedef struct conn {
     int msg_opcode;        /* opcode of the message being assembled (0: none) */
     int n_replies;
     double last_reply_ms;
-    double prev_total_ms;  /* the previous request's whole cycle, receive to reply (openpi's prev_total_ms) */
+    double prev_total_ms;  /* the previous request's whole cycle (openpi's prev_total_ms) */
+    double cycle_start;    /* the end of the previous reply, or the connection's start */
+    int ignored_logged;    /* keys the server ignores: logged once per connection */
 } conn;
 
 typedef struct job {
@@ -100,9 +104,12 @@ typedef struct job {
     uint8_t *body;
     size_t bytes_in;
     double t_recv, t_start, t_done;
+    double t_infer;        /* the inference call alone (openpi's infer_ms, AllenAI's dt_ms) */
     ma_wire_request req;
     molmoact_result res;
     int decoded;           /* 0: the request itself was refused (400) */
+    int server_seed;       /* the noise's seed was drawn by the server */
+    int list_format;       /* HTTP ?format=list: actions as nested JSON lists */
     int status;            /* molmoact_status */
     char msg[1024];        /* for the client: built, never copied from internals */
     char log[1024];        /* for the log: the whole message */
@@ -122,6 +129,7 @@ static struct {
     size_t api_key_len;
     int have_key;
     size_t max_bytes, rx_total, rx_total_max;
+    uint64_t rng;          /* the noise seeds' generator */
     int listen_fd, bound_port;
     int wake[2];           /* the inference thread and the signal handler wake the loop */
     conn *conns;
@@ -207,6 +215,7 @@ static void log_line(const char *client, const char *proto, size_t bytes_in, siz
                               "\"action_step\": %.3f, \"transfer\": %.3f, \"host\": %.3f}",
                               j->t_start - j->t_recv, t->total, t->vision, t->llm_split[0] + t->llm_split[1] + t->llm_split[2] + t->llm_split[3],
                               t->action_context, t->action_step, t->transfer, t->host);
+        if (j->server_seed) k += (size_t)snprintf(line + k, sizeof line - k, ", \"seed\": %llu", (unsigned long long)j->req.obs.seed);
     }
     fputs(line, stderr);
     fputs(", \"outcome\": ", stderr);
@@ -260,12 +269,20 @@ static void job_free(job *j) {
     free(j);
 }
 
+/* splitmix64 over the server's state: one seed per request that brings neither noise nor seed */
+static uint64_t next_seed(void) {
+    uint64_t z = (S.rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 /* decoding (JSON, msgpack, base64, PNG/JPEG, the 180-degree flip) runs here, never on the
  * network loop: a large request delays the queue behind it, not health checks or pings */
 static void run_job(job *j) {
     j->t_start = now_ms();
     ma_error e = {0};
-    const ma_wire_model wm = {S.info.action_horizon, S.info.max_action_dim, S.info.state_dim};
+    const ma_wire_model wm = {S.info.action_horizon, S.info.max_action_dim, S.info.state_dim, S.info.n_steps};
     const ma_status s = j->json ? ma_wire_decode_json((const char *)j->body, j->bytes_in, S.o->flip180, &wm, &j->req, &e)
                                 : ma_wire_decode_msgpack(j->body, j->bytes_in, S.o->flip180, &wm, &j->req, &e);
     free(j->body);
@@ -277,8 +294,19 @@ static void run_job(job *j) {
         snprintf(j->log, sizeof j->log, "%s", e.msg);
     } else {
         j->decoded = 1;
+        /* neither noise nor seed: fresh noise per request, as openpi's and LeRobot's policies
+         * draw it, from the server's generator (serve --seed N: a reproducible sequence) */
+        if (!j->req.obs.noise && !j->req.obs.have_seed) {
+            j->req.obs.have_seed = 1;
+            j->req.obs.seed = next_seed();
+            j->server_seed = 1;
+        }
         molmoact_error err;
+        j->t_infer = now_ms();
         j->status = molmoact_infer(S.engine, &j->req.obs, &j->res, &err);
+        j->t_infer = now_ms() - j->t_infer;
+        /* n_action_steps: the first steps of the chunk */
+        if (!j->status && j->req.n_action_steps > 0 && j->req.n_action_steps < j->res.n_steps) j->res.n_steps = j->req.n_action_steps;
         if (j->status) {
             client_error(j->status, err.message, j->msg, sizeof j->msg);
             snprintf(j->log, sizeof j->log, "%s", err.message);
@@ -464,6 +492,12 @@ static cJSON *health_json(void) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "status", S.stopping ? "stopping" : "ok");
     cJSON_AddStringToObject(j, "model", S.model_name);
+    cJSON_AddStringToObject(j, "repo_id", S.model_name);
+    const char *be = getenv("MOLMOACT_BACKEND");
+    cJSON_AddStringToObject(j, "device", be && !strcmp(be, "qnn") ? "qnn" : "cpu");
+    char dt[64];
+    snprintf(dt, sizeof dt, "%s/%s/%s", S.info.precision[0], S.info.precision[1], S.info.precision[2]);
+    cJSON_AddStringToObject(j, "dtype", dt);
     cJSON_AddStringToObject(j, "variant", S.info.variant);
     add_precision(j);
     cJSON_AddStringToObject(j, "norm_tag", S.info.norm_tag);
@@ -582,6 +616,20 @@ static void rx_release(conn *c) {
     c->rx_len = c->rx_cap = 0;
 }
 
+/* does the query string hold name=value? */
+static int query_has(const char *q, const char *name, const char *value) {
+    char want[96];
+    snprintf(want, sizeof want, "%s=%s", name, value);
+    const size_t wl = strlen(want);
+    for (const char *p = q; p && *p;) {
+        const char *amp = strchr(p, '&');
+        const size_t n = amp ? (size_t)(amp - p) : strlen(p);
+        if (n == wl && !memcmp(p, want, wl)) return 1;
+        p = amp ? amp + 1 : NULL;
+    }
+    return 0;
+}
+
 static void start_request(conn *c, int json) {
     const char *proto = c->is_ws ? "ws" : "http";
     if (S.stopping) {
@@ -600,6 +648,7 @@ static void start_request(conn *c, int json) {
     j->conn_id = c->id;
     j->is_ws = c->is_ws;
     j->json = json;
+    j->list_format = !c->is_ws && query_has(c->req.query, "format", "list");
     j->bytes_in = c->rx_len;
     j->body = c->rx; /* handed over: the next message gets a new buffer */
     rx_release(c);
@@ -626,6 +675,10 @@ static void finish_job(job *j) {
     c->busy = 0;
     c->last_active = now_ms();
     if (!c->is_ws) c->hstate = H_HEAD;
+    if (j->req.ignored[0] && !c->ignored_logged) { /* once per connection */
+        c->ignored_logged = 1;
+        log_event("ignored keys", c->peer, j->req.ignored);
+    }
     if (j->status) {
         log_line(c->peer, proto, j->bytes_in, strlen(j->msg), j, j->log);
         if (c->is_ws) ws_error(c, j->msg, 1011);
@@ -635,31 +688,51 @@ static void finish_job(job *j) {
         if (!c->is_ws) process_http(c);
         return;
     }
-    const double server_ms = j->t_done - j->t_recv;
     if (c->is_ws) {
         ma_wire_buf b;
         ma_error err = {0};
-        if (ma_wire_encode_reply(&j->res, server_ms, c->n_replies ? c->prev_total_ms : -1.0, &b, &err)) ws_error(c, err.msg, 1011);
+        /* server_timing as openpi's server gives it: infer_ms this request's inference, and from
+         * the second reply on prev_total_ms, the previous request's whole cycle (from the end of
+         * the reply before it, or the connection's start, to the end of its own reply) */
+        if (ma_wire_encode_reply(&j->res, j->t_infer, c->n_replies ? c->prev_total_ms : -1.0, &b, &err)) ws_error(c, err.msg, 1011);
         else {
             ws_send(c, MA_WS_BINARY, b.data, b.len);
             log_line(c->peer, proto, j->bytes_in, b.len, j, "ok");
         }
         free(b.data);
         c->n_replies++;
-        c->last_reply_ms = now_ms();
-        c->prev_total_ms = c->last_reply_ms - j->t_recv;
+        const double t_end = now_ms();
+        c->prev_total_ms = t_end - c->cycle_start;
+        c->cycle_start = t_end;
     } else {
-        cJSON *o = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(o, "actions");
-        for (int k = 0; k < j->res.n_steps; k++) {
-            cJSON *r = cJSON_CreateArray();
-            for (int d = 0; d < j->res.action_dim; d++) {
-                char num[32];
-                snprintf(num, sizeof num, "%.9g", j->res.actions[k * j->res.action_dim + d]); /* round-trips the float */
-                cJSON_AddItemToArray(r, cJSON_CreateRaw(num));
+        /* actions as AllenAI's servers return them: a json_numpy float32 [N, D] array; nested
+         * lists with ?format=list */
+        cJSON *o = cJSON_CreateObject();
+        const size_t na = (size_t)j->res.n_steps * (size_t)j->res.action_dim;
+        if (j->list_format) {
+            cJSON *rows = cJSON_AddArrayToObject(o, "actions");
+            for (int k = 0; k < j->res.n_steps; k++) {
+                cJSON *r = cJSON_CreateArray();
+                for (int d = 0; d < j->res.action_dim; d++) {
+                    char num[32];
+                    snprintf(num, sizeof num, "%.9g", j->res.actions[k * j->res.action_dim + d]); /* round-trips the float */
+                    cJSON_AddItemToArray(r, cJSON_CreateRaw(num));
+                }
+                cJSON_AddItemToArray(rows, r);
             }
-            cJSON_AddItemToArray(rows, r);
+        } else {
+            char *b64 = malloc(4 * ((na * 4 + 2) / 3) + 1);
+            cJSON *a = cJSON_AddObjectToObject(o, "actions");
+            if (b64 && a) {
+                ma_b64_encode((const uint8_t *)j->res.actions, na * 4, b64); /* little-endian float32, as "<f4" says */
+                cJSON_AddStringToObject(a, "__numpy__", b64);
+                cJSON_AddStringToObject(a, "dtype", "<f4");
+                const int shape[2] = {j->res.n_steps, j->res.action_dim};
+                cJSON_AddItemToObject(a, "shape", cJSON_CreateIntArray(shape, 2));
+            }
+            free(b64);
         }
-        cJSON_AddNumberToObject(o, "dt_ms", server_ms);
+        cJSON_AddNumberToObject(o, "dt_ms", j->t_infer); /* model time, as AllenAI's servers report it */
         char *s = cJSON_PrintUnformatted(o);
         http_respond(c, 200, "application/json", s ? s : "{}", s ? strlen(s) : 2, NULL, 0);
         log_line(c->peer, proto, j->bytes_in, s ? strlen(s) : 0, j, "ok");
@@ -687,7 +760,18 @@ static void consume_in(conn *c, size_t n) {
     c->in_len -= n;
 }
 
-static const char NOT_FOUND[] = "not found: GET /healthz, /health, /act, /, /status.json; POST /act; a websocket upgrade on any path";
+static const char NOT_FOUND[] = "not found: GET /healthz, /health, /act, /, /status.json; POST /act, /reset; a websocket upgrade on any path";
+
+static int has_body_too_big(const ma_http_req *r) { return r->content_length > 65536; }
+
+static void finish_reset(conn *c) {
+    c->hstate = H_HEAD;
+    c->reset_route = 0;
+    c->rx_len = 0;
+    c->msg_start = 0;
+    static const char body[] = "{\"status\":\"ok\",\"removed\":[]}";
+    http_respond(c, 200, "application/json", body, sizeof body - 1, NULL, 0);
+}
 
 static void route(conn *c) {
     const ma_http_req *r = &c->req;
@@ -720,12 +804,24 @@ static void route(conn *c) {
                                             "Sec-WebSocket-Accept: %s\r\n\r\n", accept);
         out_append(c, h, (size_t)n);
         c->is_ws = 1;
-        c->last_active = now_ms();
+        c->last_active = c->cycle_start = now_ms();
         ma_wire_buf b;
         ma_error err = {0};
         if (ma_wire_encode_metadata(&S.info, S.model_name, &b, &err)) { ws_close(c, 1011, "metadata"); return; }
         ws_send(c, MA_WS_BINARY, b.data, b.len);
         free(b.data);
+        return;
+    }
+    if (!strcmp(p, "/reset") && r->method == MA_HTTP_POST && has_body_too_big(r)) { http_error(c, 413, "POST /reset: a body of at most 64 KiB", 1); return; }
+    if (!strcmp(p, "/reset") && r->method == MA_HTTP_POST) {
+        /* MolmoAct2's serve_policy.py keeps sessions; this server keeps none: nothing to remove.
+         * The body ({"session_id": ...}) is read and dropped. */
+        c->hstate = H_BODY;
+        c->body_left = r->chunked ? 0 : (uint64_t)(r->content_length > 0 ? r->content_length : 0);
+        memset(&c->chunk, 0, sizeof c->chunk);
+        c->rx_len = 0;
+        c->reset_route = 1;
+        if (!r->chunked && !c->body_left) finish_reset(c);
         return;
     }
     if (!strcmp(p, "/act") && r->method == MA_HTTP_POST) {
@@ -746,11 +842,15 @@ static void route(conn *c) {
         return;
     }
     /* everything else has no body: one that comes anyway is not read, and the connection closes */
-    const int known = health || !strcmp(p, "/act") || !strcmp(p, "/") || !strcmp(p, "/status.json") || !strcmp(p, "/status.js");
+    const int known = health || !strcmp(p, "/act") || !strcmp(p, "/") || !strcmp(p, "/status.json") || !strcmp(p, "/status.js") ||
+                      !strcmp(p, "/reset");
     if (known && !get) {
         char m[128];
-        snprintf(m, sizeof m, "method %s is not allowed on %s (%s)", r->method_name, p, !strcmp(p, "/act") ? "GET, HEAD, POST" : "GET, HEAD");
-        http_error_x(c, 405, m, !strcmp(p, "/act") ? "Allow: GET, HEAD, POST\r\n" : "Allow: GET, HEAD\r\n", has_body);
+        const char *allow = !strcmp(p, "/act") ? "GET, HEAD, POST" : !strcmp(p, "/reset") ? "POST" : "GET, HEAD";
+        snprintf(m, sizeof m, "method %s is not allowed on %s (%s)", r->method_name, p, allow);
+        char hdr[64];
+        snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
+        http_error_x(c, 405, m, hdr, has_body);
         return;
     }
     if (!known) { http_error(c, 404, NOT_FOUND, has_body); return; }
@@ -817,7 +917,8 @@ static void process_http(conn *c) {
             return;
         }
         consume_in(c, used);
-        if (r == 1) start_request(c, 1);
+        if (r == 1 && c->reset_route) finish_reset(c);
+        else if (r == 1) start_request(c, 1);
     }
 }
 
@@ -1165,6 +1266,8 @@ int ma_serve(const ma_serve_opts *o) {
     if (o->port < 0 || o->port > 65535) { fprintf(stderr, "molmoact serve: --port must be in [0, 65535]\n"); return 1; }
     if (o->max_clients < 1 || o->max_clients > 100000) { fprintf(stderr, "molmoact serve: --max-clients must be in [1, 100000]\n"); return 1; }
     S.max_bytes = (size_t)(o->max_message_mb * 1048576.0);
+    if (o->have_seed) S.rng = o->seed;
+    else if (getrandom(&S.rng, sizeof S.rng, 0) != (ssize_t)sizeof S.rng) S.rng = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 32;
     S.rx_total_max = S.max_bytes * 4 > (256u << 20) ? S.max_bytes * 4 : (256u << 20);
     if (o->api_key_file && read_key(o->api_key_file)) return 1;
     /* the model's name: its directory's (the parent's for .../NAME/model), never the path */

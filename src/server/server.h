@@ -29,6 +29,8 @@ typedef struct ma_serve_opts {
                                 * closes the client; so does a reply it does not read (default 30) */
     const char *worker_exe;    /* the molmoact program (the CLI passes itself) */
     int idle_timeout_s;        /* a websocket without a request for this long is closed (1001); 0: never */
+    int have_seed;             /* seed: the generator of the noise seeds of requests that bring */
+    unsigned long long seed;   /* neither noise nor seed (else seeded at random) */
 } ma_serve_opts;
 
 /* runs until SIGINT/SIGTERM; returns the process exit status (0 after a clean drain) */

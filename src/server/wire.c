@@ -146,19 +146,37 @@ static void shape_str(const warray *a, char *out, size_t cap) {
 
 /* ------------------------------------------------------------------------ request -> observation */
 
-typedef enum { R_IMAGE, R_WRIST, R_STATE, R_TASK, R_NOISE, R_SEED, R_NONE } role;
+/* What each key means. Keys of openpi (observation/...), of MolmoAct2's servers (image, state,
+ * instruction, ...), of LeRobot batches (observation.images.image, observation.state, task) and
+ * the aliases AllenAI's clients send; two keys of one role in a request contradict each other
+ * and are refused by name; any other key is ignored (the server logs it once per connection). */
+typedef enum { R_IMAGE, R_WRIST, R_STATE, R_TASK, R_NOISE, R_SEED, R_NORM_TAG, R_NUM_STEPS, R_N_ACTION_STEPS, R_IMAGES, R_NONE } role;
+
+static const struct { const char *key; role r; } KEYS[] = {
+    {"observation/image", R_IMAGE}, {"image", R_IMAGE}, {"observation.images.image", R_IMAGE},
+    {"observation/wrist_image", R_WRIST}, {"wrist_image", R_WRIST}, {"observation.images.wrist_image", R_WRIST},
+    {"observation/state", R_STATE}, {"state", R_STATE}, {"states", R_STATE}, {"observation.state", R_STATE},
+    {"prompt", R_TASK}, {"instruction", R_TASK}, {"task", R_TASK}, {"question", R_TASK},
+    {"noise", R_NOISE}, {"seed", R_SEED},
+    {"norm_tag", R_NORM_TAG}, {"tag", R_NORM_TAG}, {"normalization_tag", R_NORM_TAG},
+    {"num_steps", R_NUM_STEPS}, {"n_action_steps", R_N_ACTION_STEPS}, {"images", R_IMAGES}};
+
+static const char *const ROLE_NAME[] = {"the agent camera", "the wrist camera", "the state", "the task", "the noise", "the seed",
+                                        "the norm tag", "the flow steps", "the action steps", "both cameras"};
 
 static role role_of(const char *k, size_t n) {
-    static const struct { const char *key; role r; } KEYS[] = {
-        {"observation/image", R_IMAGE}, {"image", R_IMAGE}, {"observation/wrist_image", R_WRIST}, {"wrist_image", R_WRIST},
-        {"observation/state", R_STATE}, {"state", R_STATE}, {"prompt", R_TASK}, {"instruction", R_TASK}, {"task", R_TASK},
-        {"noise", R_NOISE}, {"seed", R_SEED}};
     for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0]; i++)
         if (strlen(KEYS[i].key) == n && !memcmp(KEYS[i].key, k, n)) return KEYS[i].r;
     return R_NONE;
 }
 
-static const char *ROLE_KEY[] = {"observation/image", "observation/wrist_image", "observation/state", "prompt", "noise", "seed"};
+/* every key of a role, for messages: "observation/image, image, observation.images.image" */
+static void role_keys(role r, char *out, size_t cap) {
+    size_t k = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0] && k < cap; i++)
+        if (KEYS[i].r == r) k += (size_t)snprintf(out + k, cap - k, "%s%s", k ? ", " : "", KEYS[i].key);
+}
 
 /* a value as the request gives it: an array, encoded image bytes, a string or an integer */
 typedef struct {
@@ -170,7 +188,43 @@ typedef struct {
     char key[64];
     uint8_t *owned; /* what a and bytes point into when decoded here (freed after build) */
     int from_list;  /* a list of numbers (float64 here, whatever the client meant) */
+    int claimed;    /* a key of this role was given */
 } wvalue;
+
+/* a key for role r: refused when another key already gave it */
+static ma_status claim(wvalue *v, role r, const char *key, size_t kl, ma_error *err) {
+    char k[64];
+    snprintf(k, sizeof k, "%.*s", (int)(kl < 48 ? kl : 48), key);
+    if (r == R_IMAGES) {
+        for (int i = 0; i < 2; i++)
+            if (v[i].claimed)
+                return ma_fail(err, MA_ERR_ARG, "request: keys '%s' and '%s' both give %s; send one", v[i].key, k, ROLE_NAME[i]);
+        for (int i = 0; i < 2; i++) {
+            v[i].claimed = 1;
+            snprintf(v[i].key, sizeof v[i].key, "%s[%d]", k, i);
+        }
+        return MA_OK;
+    }
+    if (v[r].claimed) {
+        char prev[64];
+        snprintf(prev, sizeof prev, "%s", v[r].key);
+        char *br = strchr(prev, '[');
+        if (br && (r == R_IMAGE || r == R_WRIST)) *br = '\0'; /* "images" */
+        return ma_fail(err, MA_ERR_ARG, "request: keys '%s' and '%s' both give %s; send one", prev, k, ROLE_NAME[r]);
+    }
+    v[r].claimed = 1;
+    snprintf(v[r].key, sizeof v[r].key, "%s", k);
+    return MA_OK;
+}
+
+/* an ignored key, for the server's log */
+static void note_ignored(ma_wire_request *r, const char *key, size_t kl) {
+    size_t n = strlen(r->ignored);
+    if (n + kl + 3 >= sizeof r->ignored) return;
+    snprintf(r->ignored + n, sizeof r->ignored - n, "%s%.*s", n ? ", " : "", (int)kl, key);
+    for (char *p = r->ignored + n; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e) *p = '?';
+}
 
 static void rotate180(uint8_t *rgb, int h, int w) {
     const size_t n = (size_t)h * w;
@@ -243,6 +297,13 @@ static ma_status take_image(const wvalue *v, int slot, int flip, ma_wire_request
     }
     if (v->kind != 1) return ma_fail(err, MA_ERR_FORMAT, "%s: expected an image array (uint8 [H, W, 3]) or PNG/JPEG bytes", v->key);
     const warray *a = &v->a;
+    if (a->dt == DT_U8 && a->ndim == 1) { /* the bytes of a PNG/JPEG file as a uint8 array (np.frombuffer) */
+        wvalue b = *v;
+        b.kind = 2;
+        b.bytes = a->data;
+        b.nbytes = a->nbytes;
+        return take_image(&b, slot, flip, r, err);
+    }
     char sh[64];
     shape_str(a, sh, sizeof sh);
     if (a->dt == DT_U8 && a->ndim == 3 && a->shape[2] == 3 && a->shape[0] >= 1 && a->shape[1] >= 1 &&
@@ -263,14 +324,18 @@ static ma_status take_image(const wvalue *v, int slot, int flip, ma_wire_request
     return MA_OK;
 }
 
+static ma_status image_strings(wvalue *v, ma_error *err);
+
 static ma_status build(wvalue *v, int flip, const ma_wire_model *m, ma_wire_request *r, ma_error *err) {
     ma_status s;
     molmoact_observation_init(&r->obs);
     for (int i = 0; i < 4; i++)
         if (!v[i].kind) {
-            static const char *alt[] = {"image", "wrist_image", "state", "instruction"};
-            return ma_fail(err, MA_ERR_ARG, "missing key: %s (or %s)", ROLE_KEY[i], alt[i]);
+            char keys[200];
+            role_keys((role)i, keys, sizeof keys);
+            return ma_fail(err, MA_ERR_ARG, "missing key for %s: one of %s%s", ROLE_NAME[i], keys, i < 2 ? ", or images (a list of two frames)" : "");
         }
+    if ((s = image_strings(v, err))) return s;
     if ((s = take_image(&v[R_IMAGE], 0, flip, r, err)) || (s = take_image(&v[R_WRIST], 1, flip, r, err))) return s;
     /* state: float32 / float64 [n] or [1, n] (or a list of numbers) */
     const wvalue *st = &v[R_STATE];
@@ -288,7 +353,7 @@ static ma_status build(wvalue *v, int flip, const ma_wire_model *m, ma_wire_requ
     }
     r->obs.state = r->state;
     r->obs.state_dim = (int)sn;
-    if (v[R_TASK].kind != 3) return ma_fail(err, MA_ERR_FORMAT, "%s: expected a string", v[R_TASK].key);
+    if (v[R_TASK].kind != 3) return ma_fail(err, MA_ERR_FORMAT, "%s: expected a string (or a list of one string)", v[R_TASK].key);
     if (v[R_TASK].nbytes > 65536) return ma_fail(err, MA_ERR_NOMEM, "%s: longer than 65536 bytes", v[R_TASK].key);
     if (memchr(v[R_TASK].bytes, 0, v[R_TASK].nbytes)) return ma_fail(err, MA_ERR_FORMAT, "%s: contains a NUL byte", v[R_TASK].key);
     r->task = malloc(v[R_TASK].nbytes + 1);
@@ -319,12 +384,55 @@ static ma_status build(wvalue *v, int flip, const ma_wire_model *m, ma_wire_requ
         r->obs.noise = r->noise;
         r->obs.noise_len = n;
     }
+    if (v[R_NORM_TAG].kind) {
+        const wvalue *t = &v[R_NORM_TAG];
+        if (t->kind != 3 || !t->nbytes || t->nbytes > 63) return ma_fail(err, MA_ERR_FORMAT, "%s: expected a tag name (1 to 63 characters)", t->key);
+        for (size_t i = 0; i < t->nbytes; i++)
+            if (t->bytes[i] < 0x21 || t->bytes[i] > 0x7e) return ma_fail(err, MA_ERR_FORMAT, "%s: a tag name is printable ASCII", t->key);
+        memcpy(r->norm_tag, t->bytes, t->nbytes);
+        r->norm_tag[t->nbytes] = '\0';
+        r->obs.norm_tag = r->norm_tag;
+    }
+    if (v[R_NUM_STEPS].kind) {
+        if (v[R_NUM_STEPS].kind != 4 || v[R_NUM_STEPS].u < 1 || v[R_NUM_STEPS].u > 256)
+            return ma_fail(err, MA_ERR_RANGE, "%s: expected an integer in [1, 256] (flow-matching steps)", v[R_NUM_STEPS].key);
+        r->obs.flow_steps = (int)v[R_NUM_STEPS].u;
+    }
+    if (v[R_N_ACTION_STEPS].kind) {
+        if (v[R_N_ACTION_STEPS].kind != 4 || v[R_N_ACTION_STEPS].u < 1 || v[R_N_ACTION_STEPS].u > (uint64_t)m->n_steps)
+            return ma_fail(err, MA_ERR_RANGE, "%s: expected an integer in [1, %d] (the chunk has %d steps)", v[R_N_ACTION_STEPS].key,
+                           m->n_steps, m->n_steps);
+        r->n_action_steps = (int)v[R_N_ACTION_STEPS].u;
+    }
     if (v[R_SEED].kind) {
         if (v[R_SEED].kind != 4) return ma_fail(err, MA_ERR_FORMAT, "seed: expected a non-negative integer");
         r->obs.have_seed = 1;
         r->obs.seed = v[R_SEED].u;
     }
     r->flip180 = flip;
+    return MA_OK;
+}
+
+/* an image given as a string: base64 PNG/JPEG bytes, or a data URL (data:image/png;base64,...) */
+static ma_status b64_into(wvalue *v, const char *txt, size_t len, const char *what, ma_error *err);
+
+static ma_status image_strings(wvalue *v, ma_error *err) {
+    for (int i = 0; i < 2; i++) {
+        if (v[i].kind != 3) continue;
+        const char *t = (const char *)v[i].bytes;
+        size_t n = v[i].nbytes;
+        if (n >= 5 && !memcmp(t, "data:", 5)) {
+            const char *comma = memchr(t, ',', n);
+            if (!comma || comma - t < 12 || memcmp(comma - 7, ";base64", 7) || strncmp(t + 5, "image/", 6))
+                return ma_fail(err, MA_ERR_FORMAT, "%s: a data URL must be data:image/...;base64,<bytes>", v[i].key);
+            n -= (size_t)(comma + 1 - t);
+            t = comma + 1;
+        }
+        ma_status s = b64_into(&v[i], t, n, "the image string (base64 PNG/JPEG bytes or a data:image URL)", err);
+        if (s) return s;
+        if (!v[i].nbytes) return ma_fail(err, MA_ERR_FORMAT, "%s: an empty image string", v[i].key);
+        v[i].kind = 2;
+    }
     return MA_OK;
 }
 
@@ -349,7 +457,9 @@ static ma_status mp_value(const msgpack_object *o, wvalue *v, ma_error *err) {
     case MSGPACK_OBJECT_BIN: v->kind = 2; v->bytes = (const uint8_t *)o->via.bin.ptr; v->nbytes = o->via.bin.size; return MA_OK;
     case MSGPACK_OBJECT_POSITIVE_INTEGER: v->kind = 4; v->u = o->via.u64; return MA_OK;
     case MSGPACK_OBJECT_NEGATIVE_INTEGER: return ma_fail(err, MA_ERR_RANGE, "%s: negative", v->key);
-    case MSGPACK_OBJECT_ARRAY: { /* nested lists of numbers (from clients without numpy) */
+    case MSGPACK_OBJECT_ARRAY: /* nested lists of numbers (from clients without numpy), or a batch of one string */
+        if (o->via.array.size == 1 && o->via.array.ptr[0].type == MSGPACK_OBJECT_STR) return mp_value(&o->via.array.ptr[0], v, err);
+        {
         int64_t shape[4];
         int ndim = 0;
         const msgpack_object *x = o;
@@ -445,10 +555,16 @@ ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, co
         const size_t kl = k->type == MSGPACK_OBJECT_STR ? k->via.str.size : k->type == MSGPACK_OBJECT_BIN ? k->via.bin.size : 0;
         if (!ks) { s = ma_fail(err, MA_ERR_FORMAT, "request: a key is not a string"); break; }
         const role r = role_of(ks, kl);
-        if (r == R_NONE) { s = ma_fail(err, MA_ERR_ARG, "request: unknown key '%.*s'", (int)(kl > 48 ? 48 : kl), ks); break; }
-        if (v[r].kind) { s = ma_fail(err, MA_ERR_ARG, "request: key '%.*s' repeats %s", (int)kl, ks, ROLE_KEY[r]); break; }
-        snprintf(v[r].key, sizeof v[r].key, "%.*s", (int)kl, ks);
-        s = mp_value(&u.data.via.map.ptr[i].val, &v[r], err);
+        if (r == R_NONE) { note_ignored(out, ks, kl); continue; }
+        if ((s = claim(v, r, ks, kl, err))) break;
+        const msgpack_object *val = &u.data.via.map.ptr[i].val;
+        if (r == R_IMAGES) { /* a list of two frames (arrays or bytes) */
+            if (val->type != MSGPACK_OBJECT_ARRAY || val->via.array.size != 2) {
+                s = ma_fail(err, MA_ERR_FORMAT, "%.*s: expected a list of two frames (the agent camera, then the wrist camera)", (int)kl, ks);
+                break;
+            }
+            for (int c = 0; c < 2 && !s; c++) s = mp_value(&val->via.array.ptr[c], &v[c], err);
+        } else s = mp_value(val, &v[r], err);
     }
     if (!s) s = build(v, flip180, m, out, err);
     for (int i = 0; i < R_NONE; i++) free(v[i].owned);
@@ -502,7 +618,9 @@ static ma_status json_value(const ma_jv *j, wvalue *v, ma_error *err) {
         v->a.data = (const uint8_t *)j->nums;
         v->a.nbytes = j->count * sizeof(double);
         return MA_OK;
-    case MA_JV_ARR: return ma_fail(err, MA_ERR_SHAPE, "%s: nested lists that are not rectangular, not all numbers, or deeper than 4", v->key);
+    case MA_JV_ARR:
+        if (j->len == 1 && j->first->kind == MA_JV_STR) return json_value(j->first, v, err); /* a batch of one string */
+        return ma_fail(err, MA_ERR_SHAPE, "%s: nested lists that are not rectangular, not all numbers, or deeper than 4", v->key);
     case MA_JV_OBJ: {
         const ma_jv *b64 = member(j, "__numpy__"), *dt = member(j, "dtype"), *sh = member(j, "shape");
         if (!b64 || b64->kind != MA_JV_STR || !dt || dt->kind != MA_JV_STR || !sh || (sh->kind != MA_JV_NUMARR && sh->kind != MA_JV_ARR))
@@ -526,6 +644,28 @@ static ma_status json_value(const ma_jv *j, wvalue *v, ma_error *err) {
     }
 }
 
+/* images: a list of two frames (each any image form), or one nested list of two frames */
+static ma_status json_images(const ma_jv *j, wvalue *v, ma_error *err) {
+    if (j->kind == MA_JV_ARR && j->len == 2) {
+        ma_status s = json_value(j->first, &v[0], err);
+        return s ? s : json_value(j->first->next, &v[1], err);
+    }
+    if (j->kind == MA_JV_NUMARR && j->shape[0] == 2 && j->ndim >= 3) {
+        const size_t half = j->count / 2;
+        for (int c = 0; c < 2; c++) {
+            v[c].kind = 1;
+            v[c].from_list = 1;
+            v[c].a.dt = DT_F64;
+            v[c].a.ndim = j->ndim - 1;
+            for (int d = 1; d < j->ndim; d++) v[c].a.shape[d - 1] = j->shape[d];
+            v[c].a.data = (const uint8_t *)(j->nums + (size_t)c * half);
+            v[c].a.nbytes = half * sizeof(double);
+        }
+        return MA_OK;
+    }
+    return ma_fail(err, MA_ERR_FORMAT, "%s: expected a list of two frames (the agent camera, then the wrist camera)", j->key);
+}
+
 ma_status ma_wire_decode_json(const char *buf, size_t len, int flip180, const ma_wire_model *m, ma_wire_request *out, ma_error *err) {
     memset(out, 0, sizeof *out);
     ma_json *doc = NULL;
@@ -533,25 +673,33 @@ ma_status ma_wire_decode_json(const char *buf, size_t len, int flip180, const ma
     ma_status s = ma_json_parse(buf, len, 4 * len + (4u << 20), &doc, err);
     if (s) return s;
     const ma_jv *root = ma_json_root(doc);
-    if (root->kind != MA_JV_OBJ) s = ma_fail(err, MA_ERR_FORMAT, "request: expected a JSON object");
+    /* OpenVLA's double encoding, also taken by MolmoAct2's serve_policy.py: {"encoded": "<the
+     * request as a json_numpy string>"} */
+    if (root->kind == MA_JV_OBJ && root->len == 1 && root->first->key_len == 7 && !memcmp(root->first->key, "encoded", 7)) {
+        const ma_jv *enc = root->first;
+        if (enc->kind != MA_JV_STR) s = ma_fail(err, MA_ERR_FORMAT, "encoded: expected the request as a JSON string");
+        else {
+            ma_json *inner = NULL;
+            s = ma_json_parse(enc->str, enc->len, 4 * enc->len + (4u << 20), &inner, err);
+            if (!s) {
+                ma_json_free(doc);
+                doc = inner;
+                root = ma_json_root(doc);
+            } else ma_error_wrap(err, s, "encoded");
+        }
+    }
+    if (!s && root->kind != MA_JV_OBJ) s = ma_fail(err, MA_ERR_FORMAT, "request: expected a JSON object");
     wvalue v[R_NONE];
     memset(v, 0, sizeof v);
     for (const ma_jv *e = s ? NULL : root->first; e; e = e->next) {
         if (memchr(e->key, 0, e->key_len)) { s = ma_fail(err, MA_ERR_ARG, "request: a key contains a NUL character"); break; }
         const role r = role_of(e->key, e->key_len);
-        if (r == R_NONE) { s = ma_fail(err, MA_ERR_ARG, "request: unknown key '%.48s'", e->key); break; }
-        if (v[r].kind) { s = ma_fail(err, MA_ERR_ARG, "request: key '%.48s' repeats %s", e->key, ROLE_KEY[r]); break; }
-        snprintf(v[r].key, sizeof v[r].key, "%s", e->key);
-        s = json_value(e, &v[r], err);
+        if (r == R_NONE) { note_ignored(out, e->key, e->key_len); continue; }
+        if ((s = claim(v, r, e->key, e->key_len, err))) break;
+        if (r == R_IMAGES) s = json_images(e, v, err);
+        else s = json_value(e, &v[r], err);
         if (s) break;
     }
-    /* an image as a base64 string of PNG/JPEG bytes */
-    for (int i = 0; i < 2 && !s; i++)
-        if (v[i].kind == 3) {
-            s = b64_into(&v[i], (const char *)v[i].bytes, v[i].nbytes, "the image string (base64 PNG/JPEG bytes)", err);
-            if (!s && !v[i].nbytes) s = ma_fail(err, MA_ERR_FORMAT, "%s: an empty image string", v[i].key);
-            v[i].kind = 2;
-        }
     if (!s) s = build(v, flip180, m, out, err);
     for (int i = 0; i < R_NONE; i++) free(v[i].owned);
     ma_json_free(doc);

@@ -6,10 +6,15 @@
  *  - json_numpy (allenai's MolmoAct2 servers, OpenVLA's deploy.py): arrays are objects
  *    {"__numpy__": base64, "dtype": "<f4", "shape": [...]}.
  *
- * Request keys: observation/image, observation/wrist_image (uint8 [H, W, 3], or PNG/JPEG bytes),
- * observation/state (float32/float64 [8]), prompt (str), or MolmoAct2's image, wrist_image,
- * state, instruction (task, prompt); optional noise (float32 [1, 10, 32]) and seed (int).
- * Every refusal names the key at fault; nothing here trusts a length it has not checked. */
+ * Request keys (wire.c's KEYS table): openpi's observation/image, observation/wrist_image,
+ * observation/state, prompt; MolmoAct2's image, wrist_image, state, instruction (question, task),
+ * images (a list of two frames), states; LeRobot's observation.images.image,
+ * observation.images.wrist_image, observation.state, task; optional noise ([1, 10, 32] or
+ * [10, 32]), seed, norm_tag (tag, normalization_tag), num_steps (flow steps), n_action_steps.
+ * Other keys are ignored and listed in ma_wire_request.ignored; two keys of one role are refused.
+ * A frame: an array (uint8, or float in [0, 1] or [0, 255], or integers; [H, W, C], [C, H, W],
+ * [H, W], a batch of 1), nested lists, PNG/JPEG bytes, or a base64 string / data:image URL of
+ * them. Every refusal names the key at fault; nothing here trusts a length it has not checked. */
 #ifndef MA_SERVER_WIRE_H
 #define MA_SERVER_WIRE_H
 
@@ -27,13 +32,16 @@ typedef struct ma_wire_request {
     float *noise;
     char *task;
     int flip180;
+    char norm_tag[64];       /* obs.norm_tag points here when the request names a tag */
+    int n_action_steps;      /* the request's n_action_steps (0: the whole chunk) */
+    char ignored[256];       /* keys the request gave that mean nothing here, comma-separated */
 } ma_wire_request;
 
 void ma_wire_request_free(ma_wire_request *r);
 
 /* what a request is checked against: the model's dimensions */
 typedef struct ma_wire_model {
-    int horizon, max_action_dim, state_dim;
+    int horizon, max_action_dim, state_dim, n_steps;
 } ma_wire_model;
 
 /* msgpack-numpy request -> observation. flip180 rotates raw frames by 180 degrees. */

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import websockets
 
-from test_server import (BIN, IMG_PNG, PROMPT, STATE, Server, cli_actions, curl, fault, healthy, json_numpy, model,
+from test_server import (BIN, IMG_PNG, PROMPT, STATE, Server, actions_of, cli_actions, curl, fault, healthy, json_numpy, model,
                          observation, oc, png_pixels)
 
 SRC = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -356,7 +356,7 @@ def test_sigterm_answers_every_queued_http_reply(noise):
     for c in socks:
         r, _ = read_responses(c, 1)
         assert r and r[0][0] == 200, r
-        assert np.array_equal(np.asarray(json.loads(r[0][2])["actions"], np.float32), want)
+        assert np.array_equal(actions_of(json.loads(r[0][2])), want)
         c.close()
     assert s.p.wait(timeout=60) == 0
     s.log.close()
@@ -401,8 +401,8 @@ def test_pipelined_requests_answered_in_order(srv, noise):
     body = http_body(noise)
     r = raw(srv.port, post(body) + post(b"{not json") + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + post(body), n=4)
     assert [x[0] for x in r] == [200, 400, 200, 200], [x[0] for x in r]
-    assert np.array_equal(np.asarray(json.loads(r[0][2])["actions"], np.float32), want)
-    assert np.array_equal(np.asarray(json.loads(r[3][2])["actions"], np.float32), want)
+    assert np.array_equal(actions_of(json.loads(r[0][2])), want)
+    assert np.array_equal(actions_of(json.loads(r[3][2])), want)
     assert r[2][2] == b"OK"
 
 
@@ -412,7 +412,7 @@ def test_chunked_and_expect_continue(srv, noise):
     chunks = b"".join(b"%x\r\n" % len(body[i:i + 1000]) + body[i:i + 1000] + b"\r\n" for i in range(0, len(body), 1000))
     req = b"POST /act HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
     r = raw(srv.port, req)
-    assert r[0][0] == 200 and np.array_equal(np.asarray(json.loads(r[0][2])["actions"], np.float32), want)
+    assert r[0][0] == 200 and np.array_equal(actions_of(json.loads(r[0][2])), want)
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
     s.sendall(post(b"", extra=b"Expect: 100-continue\r\n").replace(b"Content-Length: 0", b"Content-Length: %d" % len(body)))
     assert s.recv(100).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
