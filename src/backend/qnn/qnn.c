@@ -54,7 +54,7 @@ static ma_status qfail(ma_error *err, const char *fn, const char *file, qnn_err_
  * machine's class and architecture. */
 static ma_status check_elf(const char *path, ma_error *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ma_fail(err, MA_ERR_IO, "qnn: cannot open %s: %s", path, strerror(errno));
+    if (fd < 0) return ma_fail(err, MA_ERR_IO, "qnn: cannot load %s (%s)%s", path, strerror(errno), errno == ENOENT ? "; check --qnn-lib-dir" : "");
     struct stat st;
     Elf64_Ehdr eh;
     const char *why = NULL;
