@@ -111,7 +111,7 @@ MOLMOACT_API const char *molmoact_status_name(molmoact_status s);
 typedef struct molmoact_options {
     uint32_t struct_size;      /* sizeof(molmoact_options), set by molmoact_options_init */
     const char *model_dir;     /* required */
-    const char *backend;       /* "cpu" (NULL = "cpu") */
+    const char *backend;       /* "cpu" or "qnn" (NULL = MOLMOACT_BACKEND, else "cpu") */
     int inproc;                /* 0: six resident worker processes (default); 1: this process */
     int threads;               /* kernel threads per process; 0 = MOLMOACT_THREADS or all CPUs */
     const char *norm_tag;      /* norm_stats.json tag; NULL = "libero" */
@@ -121,6 +121,10 @@ typedef struct molmoact_options {
     const char *vision_suffix, *llm_suffix, *action_suffix;
     const char *worker_exe;    /* the molmoact program the workers run; NULL = found (above) */
     int deadline_ms;           /* per request and worker; 0 = MOLMOACT_WORKER_DEADLINE_MS or 60000 */
+    /* since 0.9: a LeRobot policy directory's base (the HF MolmoAct2 directory its config.json,
+     * tokenizer and processor config come from); NULL = MOLMOACT_BASE_DIR, else the Hugging Face
+     * cache entry of the policy's checkpoint_path. Set in the environment like the suffixes. */
+    const char *base_dir;
 } molmoact_options;
 
 MOLMOACT_API void molmoact_options_init(molmoact_options *opt);

@@ -31,6 +31,7 @@
 #include "runtime/latency.h"
 #include "runtime/request.h"
 #include "api/internal.h"
+#include "model/lerobot.h"
 #include "server/server.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
@@ -775,6 +776,28 @@ static int cmd_inspect(int argc, char **argv) {
     const char *path = argv[2];
     ma_error err = {0};
     if (ma_is_dir(path)) {
+        /* what the directory is, and what of its config this runtime ignores */
+        ma_config cfg;
+        char *cj = NULL;
+        if (ma_is_lerobot_dir(path)) {
+            ma_lerobot *lr = calloc(1, sizeof *lr);
+            if (!lr) return 1;
+            if (ma_lerobot_open(path, getenv("MOLMOACT_BASE_DIR"), lr, &err)) { free(lr); return fail(&err); }
+            printf("%s: a LeRobot MolmoAct2 policy; base %s (from %s; checkpoint_path %s)\n", path, lr->base_dir, lr->base_from, lr->repo_id);
+            printf("  action_mode %s (the expert attends to %s), chunk_size %d, n_action_steps %d, %s%s\n", lr->action_mode,
+                   lr->full_encoder_mask ? "every prompt token" : "the prompt less EOS and action spans", lr->chunk_size, lr->n_action_steps,
+                   lr->lora ? "LoRA (compile merges it)" : "full fine-tune or frozen VLM", "");
+            printf("  statistics: state %d, action %d values (LeRobot's arithmetic, eps %g)\n", lr->ns.has_state ? lr->ns.state.dim : 0,
+                   lr->ns.action.dim, (double)lr->ns.eps);
+            if (!ma_lerobot_config_json(lr, &cj, &err) && !ma_config_parse(cj, lr->base_dir, &cfg, NULL) && cfg.unknown[0])
+                printf("  config fields this runtime ignores: %s\n", cfg.unknown);
+            free(cj);
+            free(lr);
+        } else {
+            char *cp = ma_path_join(path, "config.json");
+            if (cp && ma_is_file(cp) && !ma_config_load(cp, &cfg, NULL) && cfg.unknown[0]) printf("%s/config.json: fields this runtime ignores: %s\n", path, cfg.unknown);
+            free(cp);
+        }
         ma_safetensors st;
         if (ma_st_open(&st, path, &err)) return fail(&err);
         printf("%s: %zu tensors in %d file(s)\n", path, st.count, st.nfiles);
@@ -1143,6 +1166,27 @@ static int take_backend_options(int *argc, char **argv) {
     return 0;
 }
 
+/* --base DIR (a LeRobot policy's HF base directory) becomes MOLMOACT_BASE_DIR, which the model
+ * loader and the workers read; removed from argv */
+static int take_base_option(int *argc, char **argv) {
+    int w = 2, seen = 0;
+    for (int i = 2; i < *argc; i++) {
+        const char *v = NULL;
+        if (!strcmp(argv[i], "--base")) {
+            if (i + 1 >= *argc) { fprintf(stderr, "molmoact: --base needs a directory\n"); return -1; }
+            v = argv[++i];
+        } else if (!strncmp(argv[i], "--base=", 7)) v = argv[i] + 7;
+        if (!v) { argv[w++] = argv[i]; continue; }
+        if (seen++) { fprintf(stderr, "molmoact: --base is given twice\n"); return -1; }
+        struct stat st;
+        if (!*v || stat(v, &st) || !S_ISDIR(st.st_mode)) { fprintf(stderr, "molmoact: --base %s is not a directory\n", v); return -1; }
+        setenv("MOLMOACT_BASE_DIR", v, 1);
+    }
+    argv[w] = NULL;
+    *argc = w;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) { usage(argc < 2 ? stderr : stdout); return argc < 2; }
     const char *cmd = argv[1];
@@ -1150,6 +1194,7 @@ int main(int argc, char **argv) {
     if ((!strcmp(cmd, "run") || !strcmp(cmd, "bench") || !strcmp(cmd, "parity") || !strcmp(cmd, "serve")) &&
         take_backend_options(&argc, argv))
         return 1;
+    if (strcmp(cmd, "__worker") && take_base_option(&argc, argv)) return 1;
     if (strcmp(cmd, "__worker")) {
         ma_error err = {0};
         if (ma_env_check(&err)) return fail(&err);

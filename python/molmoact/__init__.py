@@ -48,7 +48,7 @@ class _Options(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("model_dir", ctypes.c_char_p), ("backend", ctypes.c_char_p),
                 ("inproc", ctypes.c_int), ("threads", ctypes.c_int), ("norm_tag", ctypes.c_char_p),
                 ("vision_suffix", ctypes.c_char_p), ("llm_suffix", ctypes.c_char_p), ("action_suffix", ctypes.c_char_p),
-                ("worker_exe", ctypes.c_char_p), ("deadline_ms", ctypes.c_int)]
+                ("worker_exe", ctypes.c_char_p), ("deadline_ms", ctypes.c_int), ("base_dir", ctypes.c_char_p)]
 
 
 class _Image(ctypes.Structure):
@@ -155,7 +155,7 @@ def _raise(rc, err):
 
 
 _OPTIONS = {"inproc", "threads", "norm_tag", "backend", "vision_suffix", "llm_suffix", "action_suffix", "worker_exe",
-            "deadline_ms"}
+            "deadline_ms", "base"}
 _KEYS = {  # accepted request keys -> role: openpi's, MolmoAct2's, LeRobot's (as the server takes them)
     "observation/image": "image", "image": "image", "observation.images.image": "image",
     "observation/wrist_image": "wrist_image", "wrist_image": "wrist_image", "observation.images.wrist_image": "wrist_image",
@@ -266,6 +266,7 @@ class Policy:
         opt.deadline_ms = i("deadline_ms", 0, 2 ** 31 - 1)
         for k in ("norm_tag", "backend", "vision_suffix", "llm_suffix", "action_suffix", "worker_exe"):
             setattr(opt, k, s(k, options.get(k)))
+        opt.base_dir = s("base", options.get("base"))  # a LeRobot policy's HF base directory
         err = _Error()
         rc = _lib.molmoact_open(ctypes.byref(opt), ctypes.byref(self._h), ctypes.byref(err))
         if rc:

@@ -642,7 +642,7 @@ def encoder_mask(cfg, input_ids):
     hide every eos id (the inserted BOS and the <|im_end|> closing the user turn) and any
     <action_start>..<action_end> span (to the end if unterminated)."""
     mask = input_ids != -1
-    if cfg["action_mode"] != "both":
+    if cfg["action_mode"] != "both" or cfg.get("molmoact_encoder_mask") == "prompt":
         return mask
     mask = mask & (input_ids != int(cfg["eos_token_id"]))
     start_id, end_id = cfg["action_start_token_id"], cfg["action_end_token_id"]

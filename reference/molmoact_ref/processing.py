@@ -79,10 +79,14 @@ def preprocess_image(cfg, image):
 
 
 class Normalizer:
-    """One feature's normaliser (upstream _FeatureNormalizer semantics, fp32 numpy)."""
+    """One feature's normaliser (upstream _FeatureNormalizer semantics, fp32 numpy), or with
+    lerobot=True LeRobot's MolmoAct2 pipeline arithmetic (processor_molmoact2.py: the masked
+    normaliser, the clamp of normalised dims, the action clamp before the masked unnormaliser;
+    eps only for a zero range)."""
 
-    def __init__(self, stats, mode, where):
+    def __init__(self, stats, mode, where, lerobot=False, eps=1e-8):
         self.mode = mode
+        self.lerobot, self.eps = lerobot, np.float32(eps)
         get = lambda k: None if stats.get(k) is None else np.asarray(stats[k], dtype=np.float32)
         self.mean, self.std, self.min, self.max = get("mean"), get("std"), get("min"), get("max")
         self.low = self.high = None
@@ -109,8 +113,28 @@ class Normalizer:
         if mode == "min_max" or (mode in ("q01_q99", "q10_q90") and self.min is not None and self.max is not None):
             self.zero = self.min == self.max
 
+    def _range(self, lo, hi):
+        d = (hi - lo).astype(np.float32)
+        return np.where(d == 0, self.eps, d).astype(np.float32)
+
     def normalize(self, x):
         x = np.asarray(x, dtype=np.float32)
+        if self.lerobot:
+            if self.mode == "mean_std":
+                y = (x - self.mean) / (self.std + self.eps)
+            elif self.mode == "min_max":
+                y = np.float32(2) * (x - self.min) / self._range(self.min, self.max) - np.float32(1)
+            elif self.mode in ("q01_q99", "q10_q90"):
+                y = np.float32(2) * (x - self.low) / self._range(self.low, self.high) - np.float32(1)
+            else:
+                y = x
+            y = np.clip(y, -1.0, 1.0).astype(np.float32)
+            if self.mask is not None:
+                bad = (~self.mask) & ~((x >= -1) & (x <= 1))
+                if bad.any():
+                    raise ValueError(f"state dimension {int(np.argmax(bad))} passes through and is outside [-1, 1]")
+                y = np.where(self.mask, y, x)
+            return y.astype(np.float32)
         eps = 1e-6
         if self.mode == "mean_std":
             y = (x - self.mean) / np.maximum(self.std, eps)
@@ -130,6 +154,19 @@ class Normalizer:
 
     def unnormalize(self, x):
         x = np.asarray(x, dtype=np.float32)
+        if self.lerobot:
+            a = np.clip(x, -1.0, 1.0).astype(np.float32)
+            if self.mode == "mean_std":
+                y = a * self.std + self.mean
+            elif self.mode == "min_max":
+                y = (a + np.float32(1)) / np.float32(2) * self._range(self.min, self.max) + self.min
+            elif self.mode in ("q01_q99", "q10_q90"):
+                y = (a + np.float32(1)) * self._range(self.low, self.high) / np.float32(2) + self.low
+            else:
+                y = a
+            if self.mask is not None:
+                y = np.where(self.mask, y, a)
+            return y.astype(np.float32)
         if self.mode in ("min_max", "q01_q99", "q10_q90"):
             x = np.clip(x, -1.0, 1.0)
         if self.mode == "mean_std":
@@ -150,12 +187,16 @@ class NormStats:
         if not isinstance(payload, dict) or payload.get("format") != "molmoact2_norm_stats.v1":
             raise ValueError("norm_stats.json: format must be 'molmoact2_norm_stats.v1'")
         tags = payload.get("metadata_by_tag") or {}
+        if tag not in tags and len(tags) == 1 and payload.get("default_tag") in tags:
+            tag = payload["default_tag"]  # a LeRobot policy's statistics (compile writes them so)
         if tag not in tags:
             raise ValueError(f"norm_stats.json: unknown tag {tag!r} (have {sorted(tags)})")
         self.mode = str(payload.get("norm_mode", "min_max"))
         self.meta = tags[tag]
-        self.action = Normalizer(self.meta["action_stats"], self.mode, f"norm_stats.json {tag}.action_stats")
-        self.state = (Normalizer(self.meta["state_stats"], self.mode, f"norm_stats.json {tag}.state_stats")
+        lr = self.meta.get("arithmetic") == "lerobot"
+        eps = float(self.meta.get("eps", 1e-8))
+        self.action = Normalizer(self.meta["action_stats"], self.mode, f"norm_stats.json {tag}.action_stats", lr, eps)
+        self.state = (Normalizer(self.meta["state_stats"], self.mode, f"norm_stats.json {tag}.state_stats", lr, eps)
                       if self.meta.get("state_stats") is not None else None)
 
     @classmethod

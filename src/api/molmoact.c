@@ -171,6 +171,14 @@ molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmo
      * back as it was when the open fails */
     char *old_backend = getenv("MOLMOACT_BACKEND") ? strdup(getenv("MOLMOACT_BACKEND")) : NULL;
     if (opt->backend) setenv("MOLMOACT_BACKEND", opt->backend, 1);
+    if (opt->struct_size >= offsetof(molmoact_options, base_dir) + sizeof(char *) && opt->base_dir) {
+        if (!*opt->base_dir || !ma_is_dir(opt->base_dir)) {
+            molmoact_close(&e);
+            free(old_backend);
+            return fail(err, MOLMOACT_ERR_IO, "options.base_dir %s is not a directory", opt->base_dir);
+        }
+        setenv("MOLMOACT_BASE_DIR", opt->base_dir, 1);
+    }
     set_suffix("VISION_CTX_SUFFIX", opt->vision_suffix);
     set_suffix("LLM_CTX_SUFFIX", opt->llm_suffix);
     set_suffix("ACTION_CTX_SUFFIX", opt->action_suffix);

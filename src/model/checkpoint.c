@@ -2,6 +2,7 @@
 #include "model/checkpoint.h"
 #include "io/jsonline.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,12 +11,15 @@
 #include <zlib.h>
 
 #include "io/mapfile.h"
+#include "model/lerobot.h"
 #include "model/manifest.h"
 
-/* processor_config.json: single-crop column tokens (absent file: the released processor's
- * setting, none) */
+/* processor_config.json (as the HF converter writes it; its image processor nested under
+ * "image_processor"): the column tokens of a single crop, and every image setting checked against
+ * what this runtime implements, so a release that differs is refused by name instead of running
+ * silently wrong. Absent file: the released processor's settings. */
 static ma_status read_processor(ma_model *m, ma_error *err) {
-    char *path = ma_path_join(m->dir, "processor_config.json");
+    char *path = ma_path_join(m->host_dir ? m->host_dir : m->dir, "processor_config.json");
     if (!path) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
     m->col_tokens = 0;
     if (!ma_is_file(path)) { free(path); return MA_OK; }
@@ -30,9 +34,41 @@ static ma_status read_processor(ma_model *m, ma_error *err) {
     const cJSON *image = cJSON_GetObjectItemCaseSensitive(root, "image_use_col_tokens");
     if (cJSON_IsBool(single)) m->col_tokens = cJSON_IsTrue(single);
     else m->col_tokens = image ? cJSON_IsTrue(image) : 1;
+    const ma_config *c = &m->cfg;
+    const cJSON *ip = cJSON_GetObjectItemCaseSensitive(root, "image_processor");
+    if (!ip) ip = root; /* an image processor config saved on its own */
+    const cJSON *v;
+    if ((v = cJSON_GetObjectItemCaseSensitive(ip, "crop_mode")) && !cJSON_IsNull(v) && (!cJSON_IsString(v) || strcmp(v->valuestring, "resize")))
+        s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.crop_mode \"%s\" is not implemented (only \"resize\": one 378x378 crop per "
+                    "camera)", path, cJSON_IsString(v) ? v->valuestring : "?");
+    const cJSON *size = cJSON_GetObjectItemCaseSensitive(ip, "size");
+    if (!s && size && !cJSON_IsNull(size)) {
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(size, "height"), *w = cJSON_GetObjectItemCaseSensitive(size, "width");
+        if (!cJSON_IsNumber(h) || !cJSON_IsNumber(w) || (int)h->valuedouble != c->image_h || (int)w->valuedouble != c->image_w)
+            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.size is not {height: %d, width: %d}, the ViT's input size", path, c->image_h, c->image_w);
+    }
+    if (!s && (v = cJSON_GetObjectItemCaseSensitive(ip, "resample")) && !cJSON_IsNull(v) && (!cJSON_IsNumber(v) || v->valuedouble != 2))
+        s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.resample must be 2 (bilinear, as implemented)", path);
+    static const char *const norms[2] = {"image_mean", "image_std"};
+    for (int k = 0; k < 2 && !s; k++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(ip, norms[k]);
+        if (!a || cJSON_IsNull(a)) continue;
+        int ok = cJSON_IsArray(a) && cJSON_GetArraySize(a) == 3;
+        for (const cJSON *e = ok ? a->child : NULL; e; e = e->next) ok = ok && cJSON_IsNumber(e) && e->valuedouble == 0.5;
+        if (!ok) s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.%s must be [0.5, 0.5, 0.5] (pixels to [-1, 1], as implemented)", path, norms[k]);
+    }
+    if (!s && (v = cJSON_GetObjectItemCaseSensitive(ip, "patch_size")) && !cJSON_IsNull(v) && (!cJSON_IsNumber(v) || (int)v->valuedouble != c->patch))
+        s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.patch_size must be the ViT's patch, %d", path, c->patch);
+    if (!s && (v = cJSON_GetObjectItemCaseSensitive(ip, "pooling_size")) && !cJSON_IsNull(v)) {
+        int ok = cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2;
+        for (const cJSON *e = ok ? v->child : NULL; e; e = e->next) ok = ok && cJSON_IsNumber(e) && e->valuedouble == 2;
+        if (!ok) s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.pooling_size must be [2, 2] (as implemented)", path);
+    }
+    if (!s && (v = cJSON_GetObjectItemCaseSensitive(ip, "do_convert_rgb")) && cJSON_IsFalse(v))
+        s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.do_convert_rgb false is not implemented (frames are converted to RGB)", path);
     cJSON_Delete(root);
     free(path);
-    return MA_OK;
+    return s;
 }
 
 static ma_status build_weightset(ma_model *m, ma_error *err) {
@@ -347,6 +383,7 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
     ma_status s;
     set_check sc;
     memset(&sc, 0, sizeof sc);
+    ma_lerobot *lr = NULL;
     m->dir = strdup(dir);
     m->parts = parts;
     if (!m->dir) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
@@ -384,6 +421,20 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
         if ((s = check_compile_ids(&sc, err))) goto fail;
         if ((s = ma_config_parse(sc.config_json, dir, &m->cfg, err))) goto fail;
         if ((s = check_host_files(dir, &sc, m->cfg.norm_stats_filename, err))) goto fail;
+    } else if (ma_is_lerobot_dir(dir)) {
+        /* a LeRobot policy: the base's HF config as LeRobot changes it at load, the statistics
+         * of its processor pipelines, its base's tokenizer and processor config */
+        lr = calloc(1, sizeof *lr);
+        if (!lr) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
+        if ((s = ma_lerobot_open(dir, getenv("MOLMOACT_BASE_DIR"), lr, err))) goto fail;
+        char *cj = NULL, label[PATH_MAX + 64];
+        if ((s = ma_lerobot_config_json(lr, &cj, err))) goto fail;
+        snprintf(label, sizeof label, "%s/config.json (the base of %s)", lr->base_dir, dir);
+        s = ma_config_parse(cj, label, &m->cfg, err);
+        free(cj);
+        if (s) goto fail;
+        m->lerobot = 1;
+        if (!(m->host_dir = strdup(lr->base_dir))) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
     } else {
         char *cfg_path = ma_path_join(dir, "config.json");
         if (!cfg_path) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
@@ -396,14 +447,40 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
     if (m->from_contexts)
         for (int slot = 0; slot < 8; slot++)
             if ((parts & slot_parts(slot)) && (s = check_context_ranges(m, slot, err))) goto fail;
-    char *ns_path = ma_path_join(dir, c->norm_stats_filename);
-    if (!ns_path) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
-    s = ma_normstats_load(ns_path, norm_tag ? norm_tag : "libero", &m->ns, err);
-    free(ns_path);
-    if (s) goto fail;
+    if (lr) m->ns = lr->ns; /* the policy's own statistics: no tags */
+    else {
+        char *ns_path = ma_path_join(dir, c->norm_stats_filename);
+        if (!ns_path) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
+        s = ma_normstats_load(ns_path, norm_tag ? norm_tag : "libero", &m->ns, err);
+        free(ns_path);
+        if (s) goto fail;
+    }
     if (m->from_contexts) s = weightset_from_contexts(m, err);
     else if (!(s = ma_st_open(&m->st, dir, err))) s = build_weightset(m, err);
     if (s) goto fail;
+    if (m->ws.n_lora) {
+        if (!(parts & MA_PART_LORA_OK)) {
+            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: %zu matrices carry unmerged LoRA adapters (%s, ...): compile the directory first, which merges "
+                        "them (molmoact compile %s%s%s -o CTX_DIR), then run CTX_DIR", dir, m->ws.n_lora, m->ws.lora_first, dir,
+                        getenv("MOLMOACT_BASE_DIR") ? " --base " : "", getenv("MOLMOACT_BASE_DIR") ? getenv("MOLMOACT_BASE_DIR") : "");
+            goto fail;
+        }
+        if (!lr || !lr->lora) {
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: LoRA adapters (%s, ...) but no LoRA settings in config.json (train_mode_vlm \"lora\", lora_rank, "
+                        "lora_alpha)%s", dir, m->ws.lora_first, lr ? "" : ": a LeRobot policy's config.json (or PEFT's adapter_config.json) is needed");
+            goto fail;
+        }
+        /* PEFT's scaling: lora_alpha / r (rsLoRA is not used by LeRobot's MolmoAct2) */
+        for (size_t i = 0; i < m->ws.count; i++)
+            if (m->ws.refs[i].has_lora) {
+                if (m->ws.refs[i].lora_rank != lr->lora_rank) {
+                    s = ma_fail(err, MA_ERR_SHAPE, "%s: %s has LoRA rank %lld, config.json lora_rank %d", dir, m->ws.refs[i].name,
+                                (long long)m->ws.refs[i].lora_rank, lr->lora_rank);
+                    goto fail;
+                }
+                m->ws.refs[i].lora_scale = (float)(lr->lora_alpha / lr->lora_rank);
+            }
+    }
     if ((parts & MA_PART_VISION) && (s = ma_vision_bind(&m->ws, c, &m->vision, err))) goto fail;
     if ((parts & MA_PART_EMBED) && (s = ma_embed_bind(&m->ws, c, &m->embed, err))) goto fail;
     for (int i = 0; i < MA_NUM_SPLITS; i++)
@@ -431,7 +508,7 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
         }
     }
     if ((s = read_processor(m, err))) goto fail;
-    char *tok_path = ma_path_join(dir, "tokenizer.json");
+    char *tok_path = ma_path_join(m->host_dir ? m->host_dir : dir, "tokenizer.json");
     if (!tok_path) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
     if ((parts & MA_PART_EMBED) && ma_is_file(tok_path)) s = ma_tokenizer_load(tok_path, &m->tok, err);
     free(tok_path);
@@ -447,9 +524,11 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
         goto fail;
     }
     free(sc.config_json);
+    free(lr);
     return MA_OK;
 fail:
     free(sc.config_json);
+    free(lr);
     ma_model_close(m);
     return s;
 }
@@ -464,5 +543,6 @@ void ma_model_close(ma_model *m) {
     ma_st_close(&m->st);
     for (int i = 0; i < 8; i++) ma_gguf_close(&m->ctx[i]);
     free(m->dir);
+    free(m->host_dir);
     memset(m, 0, sizeof *m);
 }

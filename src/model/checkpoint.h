@@ -20,6 +20,7 @@ enum {
     MA_PART_ACTION_CONTEXT = 1u << 6,
     MA_PART_ACTION_STEP = 1u << 7,
     MA_PART_ALL = 0xffu,
+    MA_PART_LORA_OK = 1u << 16, /* unmerged LoRA adapters are accepted (compile merges them) */
 };
 #define MA_PART_LLM(i) (MA_PART_LLM0 << (i))
 
@@ -31,6 +32,8 @@ enum {
 
 typedef struct ma_model {
     char *dir;
+    char *host_dir;     /* config.json, tokenizer.json, processor_config.json: dir, or a LeRobot policy's base */
+    int lerobot;        /* dir is a LeRobot policy directory */
     unsigned parts;
     int from_contexts;
     ma_gguf ctx[8];     /* vision, embed, llm_split0..3, action_context, action_step */

@@ -32,7 +32,7 @@ static const char *TEXT_KEYS[] = {
     "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "additional_vocab_size",
     "qkv_bias", "num_hidden_layers", "intermediate_size", "hidden_act", "embedding_dropout", "attention_dropout",
     "residual_dropout", "max_position_embeddings", "rope_theta", "rope_scaling", "rope_scaling_layers",
-    "use_qk_norm", "qk_norm_type", "layer_norm_eps", "norm_after", NULL};
+    "use_qk_norm", "qk_norm_type", "layer_norm_eps", "norm_after", "rope_parameters", NULL};
 static const char *EXPERT_KEYS[] = {
     "max_action_horizon", "max_action_dim", "hidden_size", "num_layers", "num_heads", "mlp_ratio",
     "ffn_multiple_of", "timestep_embed_dim", "dropout", "attn_dropout", "context_layer_norm", "qk_norm",
@@ -49,7 +49,7 @@ static const char *TOP_KEYS[] = {
     "num_action_tokens", "depth_output_token_id", "depth_start_token_id", "depth_end_token_id",
     "depth_token_start_id", "num_depth_tokens", "state_start_token_id", "state_end_token_id",
     "state_token_start_id", "num_state_tokens", "add_setup_tokens", "add_control_tokens", "norm_stats_filename",
-    "use_grid_token_sampler", "grid_token_sampler_num_tokens", NULL};
+    "use_grid_token_sampler", "grid_token_sampler_num_tokens", "depth_mode", "molmoact_encoder_mask", NULL};
 
 static int in_list(const char *k, const char **list) {
     for (int i = 0; list[i]; i++)
@@ -57,11 +57,15 @@ static int in_list(const char *k, const char **list) {
     return 0;
 }
 
-static ma_status check_keys(const cJSON *obj, const char **known, const char *where, const char *label, ma_error *err) {
+/* A field this parser does not know: it cannot be one that changes what is computed here (those
+ * are known, and either implemented or refused by name below), so it is ignored and listed in
+ * cfg->unknown for `inspect`. */
+static void note_unknown(const cJSON *obj, const char **known, const char *where, ma_config *cfg) {
     for (const cJSON *e = obj ? obj->child : NULL; e; e = e->next)
-        if (!in_list(e->string, known) && !in_list(e->string, GENERIC))
-            return ma_fail(err, MA_ERR_FORMAT, "%s: unknown field %s%s", label, where, e->string);
-    return MA_OK;
+        if (!in_list(e->string, known) && !in_list(e->string, GENERIC)) {
+            const size_t n = strlen(cfg->unknown);
+            snprintf(cfg->unknown + n, sizeof cfg->unknown - n, "%s%s%s", n ? ", " : "", where, e->string);
+        }
 }
 
 typedef struct { const char *label, *where; ma_error *err; ma_status s; } ctx;
@@ -157,11 +161,11 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     for (int i = 0; i < 4 && !c.s; i++)
         if (sects[i] && !cJSON_IsNull(sects[i]) && !cJSON_IsObject(sects[i]))
             c.s = ma_fail(err, MA_ERR_FORMAT, "%s: %s is not an object", label, sect_names[i]);
-    if (!c.s) c.s = check_keys(root, TOP_KEYS, "", label, err);
-    if (!c.s) c.s = check_keys(vit, VIT_KEYS, "vit_config.", label, err);
-    if (!c.s) c.s = check_keys(ad, ADAPTER_KEYS, "adapter_config.", label, err);
-    if (!c.s) c.s = check_keys(tx, TEXT_KEYS, "text_config.", label, err);
-    if (!c.s) c.s = check_keys(ex, EXPERT_KEYS, "action_expert_config.", label, err);
+    note_unknown(root, TOP_KEYS, "", cfg);
+    note_unknown(vit, VIT_KEYS, "vit_config.", cfg);
+    note_unknown(ad, ADAPTER_KEYS, "adapter_config.", cfg);
+    note_unknown(tx, TEXT_KEYS, "text_config.", cfg);
+    note_unknown(ex, EXPERT_KEYS, "action_expert_config.", cfg);
 
     /* ---- vit */
     c.where = "vit_config.";
@@ -237,6 +241,26 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     get_num(&c, tx, "layer_norm_eps", 1e-6, &d); cfg->eps = (float)d;
     positive(&c, "text_config.layer_norm_eps", d);
     get_num(&c, tx, "rope_theta", 1000000.0, &cfg->rope_theta);
+    /* transformers 5 moves RoPE's settings into rope_parameters {rope_type, rope_theta}: the
+     * default RoPE is implemented, a scaled one is refused by name; a theta in both places must
+     * agree */
+    if (!c.s && get(tx, "rope_parameters") && !cJSON_IsNull(get(tx, "rope_parameters"))) {
+        const cJSON *rp = get(tx, "rope_parameters"), *ty = get(rp, "rope_type"), *th = get(rp, "rope_theta");
+        if (!cJSON_IsObject(rp)) c.s = ma_fail(err, MA_ERR_FORMAT, "%s: text_config.rope_parameters must be an object", label);
+        else if (ty && !cJSON_IsNull(ty) && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "default")))
+            c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: text_config.rope_parameters.rope_type %s is not supported (default RoPE only)", label,
+                          cJSON_IsString(ty) ? ty->valuestring : "(not a string)");
+        else if (th && !cJSON_IsNull(th)) {
+            if (!cJSON_IsNumber(th)) c.s = ma_fail(err, MA_ERR_FORMAT, "%s: text_config.rope_parameters.rope_theta must be a number", label);
+            else if (get(tx, "rope_theta") && !cJSON_IsNull(get(tx, "rope_theta")) && th->valuedouble != cfg->rope_theta)
+                c.s = ma_fail(err, MA_ERR_FORMAT, "%s: text_config.rope_theta %g and rope_parameters.rope_theta %g disagree", label, cfg->rope_theta,
+                              th->valuedouble);
+            else cfg->rope_theta = th->valuedouble;
+        }
+        for (const cJSON *e = cJSON_IsObject(rp) ? rp->child : NULL; !c.s && e; e = e->next)
+            if (strcmp(e->string, "rope_type") && strcmp(e->string, "rope_theta"))
+                c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: text_config.rope_parameters.%s is not supported (default RoPE only)", label, e->string);
+    }
     positive(&c, "text_config.rope_theta", cfg->rope_theta);
     get_act(&c, tx, "hidden_act", "silu", &cfg->act);
     check_attn_impl(&c, tx, "text_config.");
@@ -321,6 +345,13 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
             else if (!strcmp(j->valuestring, "continuous")) cfg->action_mode_both = 0;
             else c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: action_mode %s: continuous actions need 'both' or 'continuous'", label, j->valuestring);
         } else cfg->action_mode_both = 1;
+        /* the expert's encoder mask: "action_mode" (the HF model's rule) or "prompt" (every prompt
+         * token: LeRobot's for a policy saved in continuous mode; written by compile) */
+        if (!c.s && (j = get(root, "molmoact_encoder_mask")) && !cJSON_IsNull(j)) {
+            if (!cJSON_IsString(j) || (strcmp(j->valuestring, "prompt") && strcmp(j->valuestring, "action_mode")))
+                c.s = ma_fail(err, MA_ERR_FORMAT, "%s: molmoact_encoder_mask must be \"prompt\" or \"action_mode\"", label);
+            else cfg->encoder_mask_prompt = !strcmp(j->valuestring, "prompt");
+        }
         if (!c.s && (j = get(root, "state_format")) && !cJSON_IsNull(j) && (!cJSON_IsString(j) || strcmp(j->valuestring, "discrete")))
             c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: state_format must be 'discrete'", label);
         if (!c.s && (j = get(root, "add_action_expert")) && !cJSON_IsNull(j) && !cJSON_IsTrue(j))

@@ -52,6 +52,8 @@ typedef struct ma_config {
     /* derived */
     int patch_h, patch_w, pooled_h, pooled_w;
     char norm_stats_filename[256];
+    int encoder_mask_prompt;  /* the expert attends to every prompt token (LeRobot, continuous policy) */
+    char unknown[512];        /* fields this parser does not know, ignored (inspect lists them) */
 } ma_config;
 
 /* parse config.json text; `label` names the file in messages */

@@ -41,7 +41,7 @@ void ma_image_token_mask(const ma_config *cfg, const int64_t *ids, int64_t S, ui
 
 void ma_encoder_mask(const ma_config *cfg, const int64_t *ids, int64_t S, uint8_t *mask) {
     for (int64_t i = 0; i < S; i++) mask[i] = ids[i] != -1;
-    if (!cfg->action_mode_both) return;
+    if (!cfg->action_mode_both || cfg->encoder_mask_prompt) return;
     for (int64_t i = 0; i < S; i++)
         if (ids[i] == cfg->eos_id) mask[i] = 0;
     if (cfg->action_start_id < 0 || cfg->action_end_id < 0) return;

@@ -29,7 +29,7 @@ static ma_status read_vec(const cJSON *stats, const char *key, int *dim, float *
     return MA_OK;
 }
 
-static ma_status parse_normalizer(const cJSON *stats, ma_norm_mode mode, const char *where, ma_normalizer *n, ma_error *err) {
+static ma_status parse_normalizer(const cJSON *stats, ma_norm_mode mode, int lerobot, const char *where, ma_normalizer *n, ma_error *err) {
     memset(n, 0, sizeof *n);
     if (!cJSON_IsObject(stats)) return ma_fail(err, MA_ERR_FORMAT, "%s must be an object", where);
     const char *lowk = mode == MA_NORM_Q10_Q90 ? "q10" : "q01", *highk = mode == MA_NORM_Q10_Q90 ? "q90" : "q99";
@@ -74,7 +74,7 @@ static ma_status parse_normalizer(const cJSON *stats, ma_norm_mode mode, const c
         /* equal quantiles only for a constant dimension (min == max given: normalised to 0) */
         const int constant = n->has_min && n->has_max && n->min[i] == n->max[i];
         if (used && (mode == MA_NORM_Q01_Q99 || mode == MA_NORM_Q10_Q90) && !(n->low[i] < n->high[i]) &&
-            !(constant && n->low[i] == n->high[i]))
+            !((constant || lerobot) && n->low[i] == n->high[i])) /* LeRobot: an equal pair divides by eps */
             return ma_fail(err, MA_ERR_RANGE, "%s: %s[%d] = %g is not below %s[%d] = %g", where, lowk, i, n->low[i], highk, i, n->high[i]);
         if (used && mode == MA_NORM_MEAN_STD && !(n->std[i] >= 0))
             return ma_fail(err, MA_ERR_RANGE, "%s: std[%d] = %g is negative", where, i, n->std[i]);
@@ -119,14 +119,34 @@ ma_status ma_normstats_parse(const char *json, const char *label, const char *ta
     else { s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: unknown norm_mode %s", label, m); goto done; }
     const cJSON *tags = cJSON_GetObjectItemCaseSensitive(root, "metadata_by_tag");
     const cJSON *meta = cJSON_IsObject(tags) ? cJSON_GetObjectItemCaseSensitive(tags, tag) : NULL;
+    /* the statistics of a LeRobot checkpoint (written by compile) have no tag of their own: the
+     * file's only tag, named by default_tag, serves whatever tag is asked */
+    const cJSON *dflt = cJSON_GetObjectItemCaseSensitive(root, "default_tag");
+    if (!meta && cJSON_IsString(dflt) && cJSON_GetArraySize(tags) == 1) meta = cJSON_GetObjectItemCaseSensitive(tags, dflt->valuestring);
     if (!cJSON_IsObject(meta)) { s = ma_fail(err, MA_ERR_FORMAT, "%s: no metadata for tag %s", label, tag); goto done; }
+    const cJSON *arith = cJSON_GetObjectItemCaseSensitive(meta, "arithmetic");
+    ns->eps = 1e-6f;
+    if (arith && !cJSON_IsNull(arith)) {
+        if (!cJSON_IsString(arith) || (strcmp(arith->valuestring, "lerobot") && strcmp(arith->valuestring, "hf"))) {
+            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: %s.arithmetic must be \"hf\" or \"lerobot\"", label, tag);
+            goto done;
+        }
+        ns->lerobot = !strcmp(arith->valuestring, "lerobot");
+        const cJSON *eps = cJSON_GetObjectItemCaseSensitive(meta, "eps");
+        ns->eps = 1e-8f;
+        if (eps && (!cJSON_IsNumber(eps) || !(eps->valuedouble > 0) || eps->valuedouble > 1)) {
+            s = ma_fail(err, MA_ERR_RANGE, "%s: %s.eps must be in (0, 1]", label, tag);
+            goto done;
+        }
+        if (eps) ns->eps = (float)eps->valuedouble;
+    }
     char where[300];
     snprintf(where, sizeof where, "%s: %s.action_stats", label, tag);
-    if ((s = parse_normalizer(cJSON_GetObjectItemCaseSensitive(meta, "action_stats"), ns->mode, where, &ns->action, err))) goto done;
+    if ((s = parse_normalizer(cJSON_GetObjectItemCaseSensitive(meta, "action_stats"), ns->mode, ns->lerobot, where, &ns->action, err))) goto done;
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(meta, "state_stats");
     if (st && !cJSON_IsNull(st)) {
         snprintf(where, sizeof where, "%s: %s.state_stats", label, tag);
-        if ((s = parse_normalizer(st, ns->mode, where, &ns->state, err))) goto done;
+        if ((s = parse_normalizer(st, ns->mode, ns->lerobot, where, &ns->state, err))) goto done;
         ns->has_state = 1;
     }
     snprintf(where, sizeof where, "%s: %s", label, tag);
@@ -152,10 +172,47 @@ ma_status ma_normstats_load(const char *path, const char *tag, ma_normstats *ns,
     return s;
 }
 
+
 static int ranged(ma_norm_mode m) { return m == MA_NORM_MIN_MAX || m == MA_NORM_Q01_Q99 || m == MA_NORM_Q10_Q90; }
 static float clip1(float v) { return v < -1.0f ? -1.0f : (v > 1.0f ? 1.0f : v); }
 
+/* LeRobot's MolmoAct2 normaliser (its masked normaliser, then the clamp of the normalised
+ * dimensions), in its float32 operation order */
+static void normalize_lerobot(const ma_normstats *ns, const ma_normalizer *n, const float *x, float *y) {
+    for (int i = 0; i < n->dim; i++) {
+        if (n->has_mask && !n->mask[i]) { y[i] = x[i]; continue; } /* passes through */
+        float v = x[i], d;
+        switch (ns->mode) {
+        case MA_NORM_MEAN_STD: v = (x[i] - n->mean[i]) / (n->std[i] + ns->eps); break;
+        case MA_NORM_MIN_MAX:
+            d = n->max[i] - n->min[i];
+            if (d == 0.0f) d = ns->eps;
+            v = 2.0f * (x[i] - n->min[i]) / d - 1.0f;
+            break;
+        case MA_NORM_Q01_Q99:
+        case MA_NORM_Q10_Q90:
+            d = n->high[i] - n->low[i];
+            if (d == 0.0f) d = ns->eps;
+            v = 2.0f * (x[i] - n->low[i]) / d - 1.0f;
+            break;
+        case MA_NORM_NONE: break;
+        }
+        y[i] = isnan(v) ? v : clip1(v);
+    }
+}
+
+ma_status ma_normstats_check_state(const ma_normstats *ns, const float *x, int dim, ma_error *err) {
+    const ma_normalizer *n = &ns->state;
+    if (!ns->lerobot || !ns->has_state || !n->has_mask) return MA_OK;
+    for (int i = 0; i < dim && i < n->dim; i++)
+        if (!n->mask[i] && !(x[i] >= -1.0f && x[i] <= 1.0f))
+            return ma_fail(err, MA_ERR_RANGE, "observation.state[%d] is %g: this dimension passes through unnormalised (the checkpoint's "
+                           "mask; normalize_gripper false) and must lie in [-1, 1], as LeRobot requires", i, (double)x[i]);
+    return MA_OK;
+}
+
 void ma_normalize(const ma_normstats *ns, const ma_normalizer *n, const float *x, float *y) {
+    if (ns->lerobot) { normalize_lerobot(ns, n, x, y); return; }
     const float eps = 1e-6f;
     for (int i = 0; i < n->dim; i++) {
         float v = x[i];
@@ -174,6 +231,29 @@ void ma_normalize(const ma_normstats *ns, const ma_normalizer *n, const float *x
 }
 
 void ma_unnormalize(const ma_normstats *ns, const ma_normalizer *n, const float *x, float *y) {
+    if (ns->lerobot) { /* LeRobot: every dimension clamped, then the masked unnormaliser */
+        for (int i = 0; i < n->dim; i++) {
+            const float a = isnan(x[i]) ? x[i] : clip1(x[i]);
+            float v = a, d;
+            if (!n->has_mask || n->mask[i]) switch (ns->mode) {
+                case MA_NORM_MEAN_STD: v = a * n->std[i] + n->mean[i]; break;
+                case MA_NORM_MIN_MAX:
+                    d = n->max[i] - n->min[i];
+                    if (d == 0.0f) d = ns->eps;
+                    v = (a + 1.0f) / 2.0f * d + n->min[i];
+                    break;
+                case MA_NORM_Q01_Q99:
+                case MA_NORM_Q10_Q90:
+                    d = n->high[i] - n->low[i];
+                    if (d == 0.0f) d = ns->eps;
+                    v = (a + 1.0f) * d / 2.0f + n->low[i];
+                    break;
+                case MA_NORM_NONE: break;
+                }
+            y[i] = v;
+        }
+        return;
+    }
     for (int i = 0; i < n->dim; i++) {
         float a = ranged(ns->mode) ? clip1(x[i]) : x[i];
         float v = a;

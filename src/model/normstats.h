@@ -26,6 +26,12 @@ typedef struct ma_normalizer {
 
 typedef struct ma_normstats {
     ma_norm_mode mode;
+    /* LeRobot's arithmetic (its MolmoAct2 pipelines) instead of the HF model's: eps only for an
+     * exactly zero range (MEAN_STD: added to std), no clip in the normaliser but a clamp of the
+     * normalised dimensions to [-1, 1] after it, no "min == max -> 0" rule, a pass-through
+     * dimension outside [-1, 1] refused, and every action dimension clamped before unnormalising */
+    int lerobot;
+    float eps;
     ma_normalizer action, state;
     int has_state;
     int action_horizon, n_action_steps; /* 0 when absent */
@@ -38,6 +44,8 @@ ma_status ma_normstats_load(const char *path, const char *tag, ma_normstats *ns,
 /* the tags of a norm_stats.json, comma-separated into out ("" when unreadable) */
 void ma_normstats_tags(const char *path, char *out, size_t cap);
 void ma_normalize(const ma_normstats *ns, const ma_normalizer *n, const float *x, float *y);
+/* LeRobot refuses a pass-through (masked-out) state value outside [-1, 1]; MA_OK otherwise */
+ma_status ma_normstats_check_state(const ma_normstats *ns, const float *x, int dim, ma_error *err);
 void ma_unnormalize(const ma_normstats *ns, const ma_normalizer *n, const float *x, float *y);
 
 #endif

@@ -7,40 +7,93 @@
 
 static int ref_cmp(const void *a, const void *b) { return strcmp(((const ma_wref *)a)->name, ((const ma_wref *)b)->name); }
 
+/* name with `from` replaced by `to` at its end (NULL when it does not end so) */
+static char *swap_suffix(const char *name, const char *from, const char *to) {
+    const size_t n = strlen(name), f = strlen(from), t = strlen(to);
+    if (n < f || strcmp(name + n - f, from)) return NULL;
+    char *r = malloc(n - f + t + 1);
+    if (!r) return NULL;
+    memcpy(r, name, n - f);
+    memcpy(r + n - f, to, t + 1);
+    return r;
+}
+
 ma_status ma_ws_init(ma_weightset *ws, const char *label, size_t n, const char *const *names, const ma_dtype *dtypes,
                      const int *ndims, const int64_t (*shapes)[MA_MAX_DIMS], const void *const *datas, ma_error *err) {
     memset(ws, 0, sizeof *ws);
     ws->label = label;
-    int lerobot = n > 0, has_double = 0;
+    /* the prefix every key carries: "model." (LeRobot), "model.base_model.model." (LeRobot with
+     * its VLM wrapped for LoRA), or none (the HF layout) */
+    int lerobot = n > 0, peft = n > 0, has_double = 0;
     for (size_t i = 0; i < n; i++) {
         if (strncmp(names[i], "model.", 6) != 0) lerobot = 0;
+        if (strncmp(names[i], "model.base_model.model.", 23) != 0) peft = 0;
         if (strncmp(names[i], "model.model.", 12) == 0) has_double = 1;
-        if (strstr(names[i], ".lora_A.") || strstr(names[i], ".base_layer."))
-            return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: tensor %s: unmerged LoRA adapters are not supported; merge them first", label, names[i]);
     }
-    lerobot = lerobot && has_double;
+    const size_t skip = peft ? 23 : (lerobot && has_double) ? 6 : 0;
     ws->refs = ma_calloc(n ? n : 1, sizeof *ws->refs, err, label);
     ws->names = ma_calloc(n ? n : 1, sizeof *ws->names, err, label);
     if (!ws->refs || !ws->names) { ma_ws_free(ws); return MA_ERR_NOMEM; }
-    for (size_t i = 0; i < n; i++) {
-        ws->names[i] = strdup(names[i] + (lerobot ? 6 : 0));
-        if (!ws->names[i]) { ma_ws_free(ws); return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label); }
-        ma_wref *r = &ws->refs[i];
-        r->name = ws->names[i];
+    ma_status s = MA_OK;
+    for (size_t i = 0; i < n && !s; i++) {
+        const char *nm = names[i] + skip;
+        if (strstr(nm, ".lora_A.") || strstr(nm, ".lora_B.") || strstr(nm, ".lora_embedding_")) continue; /* attached below */
+        char *own = swap_suffix(nm, ".base_layer.weight", ".weight");
+        if (!own) own = swap_suffix(nm, ".base_layer.bias", ".bias");
+        if (!own) own = strdup(nm);
+        if (!own) { s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label); break; }
+        ma_wref *r = &ws->refs[ws->count];
+        ws->names[ws->count] = own;
+        r->name = own;
         r->dtype = dtypes[i];
         r->ndim = ndims[i];
         memcpy(r->shape, shapes[i], sizeof r->shape);
         r->data = datas[i];
-        ws->count = i + 1;
+        ws->count++;
     }
-    qsort(ws->refs, ws->count, sizeof *ws->refs, ref_cmp);
-    for (size_t i = 1; i < ws->count; i++)
-        if (strcmp(ws->refs[i].name, ws->refs[i - 1].name) == 0) {
-            ma_status s = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s appears twice", label, ws->refs[i].name);
-            ma_ws_free(ws);
-            return s;
+    if (!s) qsort(ws->refs, ws->count, sizeof *ws->refs, ref_cmp);
+    for (size_t i = 1; !s && i < ws->count; i++)
+        if (strcmp(ws->refs[i].name, ws->refs[i - 1].name) == 0) s = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s appears twice", label, ws->refs[i].name);
+    /* the adapters: X.lora_A.<adapter>.weight [r, cols] and X.lora_B.<adapter>.weight [rows, r] */
+    for (size_t i = 0; i < n && !s; i++) {
+        const char *nm = names[i] + skip, *a = strstr(nm, ".lora_A."), *b = strstr(nm, ".lora_B.");
+        if (strstr(nm, ".lora_embedding_")) { s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: tensor %s: LoRA on an embedding is not supported", label, names[i]); break; }
+        if (!a && !b) continue;
+        const char *at = a ? a : b;
+        if (strcmp(at + 8, "default.weight") && strcmp(at + 8, "weight")) {
+            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: tensor %s: a LoRA adapter other than the default one, or a LoRA bias", label, names[i]);
+            break;
         }
-    return MA_OK;
+        char base[512];
+        snprintf(base, sizeof base, "%.*s.weight", (int)(at - nm), nm);
+        ma_wref *w = ma_ws_find(ws, base);
+        if (!w || w->ndim != 2 || ndims[i] != 2) {
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: LoRA tensor %s has no matrix %s to adapt", label, names[i], base);
+            break;
+        }
+        if (a) {
+            if (shapes[i][1] != w->shape[1]) { s = ma_fail(err, MA_ERR_SHAPE, "%s: %s is [%lld, %lld], %s has %lld columns", label, names[i], (long long)shapes[i][0], (long long)shapes[i][1], base, (long long)w->shape[1]); break; }
+            w->lora_a = datas[i];
+            w->lora_dtype_a = dtypes[i];
+            if (w->lora_rank && w->lora_rank != shapes[i][0]) { s = ma_fail(err, MA_ERR_SHAPE, "%s: %s: rank %lld, lora_B says %lld", label, names[i], (long long)shapes[i][0], (long long)w->lora_rank); break; }
+            w->lora_rank = shapes[i][0];
+        } else {
+            if (shapes[i][0] != w->shape[0]) { s = ma_fail(err, MA_ERR_SHAPE, "%s: %s is [%lld, %lld], %s has %lld rows", label, names[i], (long long)shapes[i][0], (long long)shapes[i][1], base, (long long)w->shape[0]); break; }
+            w->lora_b = datas[i];
+            w->lora_dtype_b = dtypes[i];
+            if (w->lora_rank && w->lora_rank != shapes[i][1]) { s = ma_fail(err, MA_ERR_SHAPE, "%s: %s: rank %lld, lora_A says %lld", label, names[i], (long long)shapes[i][1], (long long)w->lora_rank); break; }
+            w->lora_rank = shapes[i][1];
+        }
+        if (w->lora_a && w->lora_b && !w->has_lora) {
+            w->has_lora = 1;
+            if (!ws->n_lora++) snprintf(ws->lora_first, sizeof ws->lora_first, "%s", w->name);
+        }
+    }
+    for (size_t i = 0; !s && i < ws->count; i++)
+        if ((ws->refs[i].lora_a != NULL) != (ws->refs[i].lora_b != NULL))
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: %s has lora_%s but not lora_%s", label, ws->refs[i].name, ws->refs[i].lora_a ? "A" : "B", ws->refs[i].lora_a ? "B" : "A");
+    if (s) ma_ws_free(ws);
+    return s;
 }
 
 void ma_ws_free(ma_weightset *ws) {

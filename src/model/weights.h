@@ -22,6 +22,13 @@ typedef struct ma_wref {
     int64_t shape[MA_MAX_DIMS];
     const void *data;
     int used; /* 0 unclaimed, 1 bound, 2 known but not needed (ma_ws_ignore) */
+    /* unmerged LoRA (LeRobot's PEFT wrapping: base_layer + lora_A.default + lora_B.default):
+     * W + lora_scale * B A, merged by compile (B [rows, r], A [r, cols]) */
+    int has_lora;
+    ma_dtype lora_dtype_a, lora_dtype_b;
+    int64_t lora_rank;
+    const void *lora_a, *lora_b;
+    float lora_scale;
 } ma_wref;
 
 typedef struct ma_weightset {
@@ -32,10 +39,15 @@ typedef struct ma_weightset {
     void **owned;  /* converted vectors */
     size_t n_owned, cap_owned;
     const char *label;
+    size_t n_lora; /* matrices with unmerged LoRA adapters */
+    char lora_first[256]; /* the first of them, for messages */
 } ma_weightset;
 
 /* Build from parallel arrays (names need not be sorted). A LeRobot layout (every key under
- * "model." with "model.model." present) is mapped onto the HF layout. */
+ * "model." with "model.model." present, or under "model.base_model.model." when the VLM was
+ * wrapped for LoRA) is mapped onto the HF layout; LoRA adapters are attached to their matrix
+ * (X.base_layer.weight becomes X.weight; X.lora_A.default.weight and X.lora_B.default.weight
+ * its adapters) and counted in n_lora, their scale left at 0 for the caller to set. */
 ma_status ma_ws_init(ma_weightset *ws, const char *label, size_t n, const char *const *names, const ma_dtype *dtypes,
                      const int *ndims, const int64_t (*shapes)[MA_MAX_DIMS], const void *const *datas, ma_error *err);
 void ma_ws_free(ma_weightset *ws);

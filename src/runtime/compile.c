@@ -21,6 +21,7 @@
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 #include "model/checkpoint.h"
+#include "model/lerobot.h"
 #include "model/manifest.h"
 
 static int parse_precision(const char *p, ma_dtype *dt) {
@@ -96,12 +97,50 @@ static ma_status fill_tensor(void *ctx, void *dst, size_t bytes, ma_error *err) 
     size_t src_row = 0;
     const int64_t one[1] = {cols};
     if (ma_shape_nbytes(r->dtype, 1, one, &src_row, NULL)) src_row = 0;
+    /* unmerged LoRA: W + scale * B A, row by row, as PEFT merges (lora/layer.py, merge and
+     * get_delta_weight): the delta in fp32, cast to W's dtype, added in W's dtype */
+    float *la = NULL, *lb = NULL, *delta = NULL;
+    const int64_t R = r->has_lora ? r->lora_rank : 0;
+    if (R) {
+        la = malloc(sizeof(float) * (size_t)(R * cols));
+        lb = malloc(sizeof(float) * (size_t)R);
+        delta = malloc(sizeof(float) * (size_t)cols);
+        if (!la || !lb || !delta) {
+            free(la); free(lb); free(delta); free(row);
+            if (pack) free(buf);
+            return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory (LoRA merge)", r->name);
+        }
+        ma_convert_to_f32(r->lora_dtype_a, r->lora_a, 0, R * cols, la);
+    }
+    void *rt = R && r->dtype != MA_DT_F32 ? malloc(sizeof(float) * (size_t)cols) : NULL; /* a row in W's dtype */
     for (int64_t k = 0; k < rows; k++) {
         ma_convert_to_f32(r->dtype, r->data, k * cols, cols, row);
+        if (R) {
+            ma_convert_to_f32(r->lora_dtype_b, r->lora_b, k * R, R, lb);
+            for (int64_t c = 0; c < cols; c++) delta[c] = 0.0f;
+            for (int64_t t = 0; t < R; t++) {
+                const float bt = lb[t], *at = la + t * cols;
+                for (int64_t c = 0; c < cols; c++) delta[c] += bt * at[c];
+            }
+            for (int64_t c = 0; c < cols; c++) delta[c] *= r->lora_scale;
+            if (rt) { /* cast to W's dtype, then the sum rounded to it */
+                ma_convert_from_f32(r->dtype, delta, cols, rt);
+                ma_convert_to_f32(r->dtype, rt, 0, cols, delta);
+            }
+            for (int64_t c = 0; c < cols; c++) row[c] += delta[c];
+            if (rt) {
+                ma_convert_from_f32(r->dtype, row, cols, rt);
+                ma_convert_to_f32(r->dtype, rt, 0, cols, row);
+            }
+        }
         ma_convert_from_f32(j->dt, row, cols, (uint8_t *)buf + (size_t)k * row_bytes);
         if (src_row && (k & 1023) == 1023) /* the source rows read so far leave this process */
             ma_mapfile_release((const uint8_t *)r->data + (size_t)(k - 1023) * src_row, 1024 * src_row);
     }
+    free(la);
+    free(lb);
+    free(delta);
+    free(rt);
     if (pack) {
         ma_pack_panels(j->dt, buf, rows, cols, dst);
         free(buf);
@@ -376,8 +415,18 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
     const int exists = stat(out_dir, &st) == 0;
     if (exists && !S_ISDIR(st.st_mode)) return ma_fail(err, MA_ERR_IO, "%s: exists and is not a directory", out_dir);
     ma_model m;
-    ma_status s = ma_model_open(hf_dir, "libero", &m, err);
+    ma_status s = ma_model_open_parts(hf_dir, "libero", MA_PART_ALL | MA_PART_LORA_OK, &m, err);
     if (s) return s;
+    /* the time embedding and adaLN modulations are evaluated here for the table of step
+     * modulations: from merged weights only */
+    for (size_t i = 0; i < m.ws.count; i++)
+        if (m.ws.refs[i].has_lora && !strncmp(m.ws.refs[i].name, "model.action_expert.", 20) &&
+            (strstr(m.ws.refs[i].name, "modulation") || strstr(m.ws.refs[i].name, "time_embed"))) {
+            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: %s carries a LoRA adapter: merge the action expert's adapters first (PEFT merge_and_unload)",
+                        hf_dir, m.ws.refs[i].name);
+            ma_model_close(&m);
+            return s;
+        }
     /* everything is written into a staging directory beside out_dir and moved there only when
      * every file is complete: a failed compile leaves nothing new behind */
     size_t ol = strlen(out_dir);
@@ -402,9 +451,18 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
     free(lock);
     char fingerprint[17], compile_id[17];
     ma_manifest_new_id(compile_id);
-    char *cfg_path = ma_path_join(hf_dir, "config.json"), *config_json = NULL;
-    s = cfg_path ? ma_read_file(cfg_path, 16u << 20, &config_json, NULL, err) : MA_ERR_NOMEM;
-    free(cfg_path);
+    char *config_json = NULL, *lr_stats = NULL;
+    ma_lerobot *lr = NULL;
+    if (m.lerobot) { /* the HF config as LeRobot runs the policy, and its statistics */
+        lr = calloc(1, sizeof *lr);
+        s = lr ? ma_lerobot_open(hf_dir, getenv("MOLMOACT_BASE_DIR"), lr, err) : ma_fail(err, MA_ERR_NOMEM, "out of memory");
+        if (!s) s = ma_lerobot_config_json(lr, &config_json, err);
+        if (!s) s = ma_lerobot_norm_stats_json(lr, "lerobot", &lr_stats, err);
+    } else {
+        char *cfg_path = ma_path_join(hf_dir, "config.json");
+        s = cfg_path ? ma_read_file(cfg_path, 16u << 20, &config_json, NULL, err) : MA_ERR_NOMEM;
+        free(cfg_path);
+    }
     if (!s) s = ma_checkpoint_fingerprint(&m.st, fingerprint, err);
     const char *precs[8] = {o->vision, "f16", o->llm, o->llm, o->llm, o->llm, o->action, o->action};
     /* the host embedding table stays f16 (bf16 when the LLM is bf16): a lookup reads one row */
@@ -412,8 +470,20 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
     precs[1] = tl == MA_DT_BF16 ? "bf16" : "f16";
     for (int slot = 0; slot < 8 && !s; slot++)
         s = write_slot(&m, slot, staging, config_json, fingerprint, compile_id, precs[slot], types[slot], o, err);
-    const char *host[] = {m.cfg.norm_stats_filename, "tokenizer.json", "processor_config.json", "config.json"};
-    for (int i = 0; i < 4 && !s; i++) s = copy_host_file(hf_dir, staging, host[i], i == 0, err);
+    if (lr) { /* config.json and norm_stats.json written, the tokenizer and processor from the base */
+        char *p1 = ma_path_join(staging, "config.json"), *p2 = ma_path_join(staging, "norm_stats.json");
+        if (!s) s = p1 ? ma_write_file(p1, config_json, strlen(config_json), err) : MA_ERR_NOMEM;
+        if (!s) s = p2 ? ma_write_file(p2, lr_stats, strlen(lr_stats), err) : MA_ERR_NOMEM;
+        free(p1);
+        free(p2);
+        if (!s) s = copy_host_file(lr->base_dir, staging, "tokenizer.json", 1, err);
+        if (!s) s = copy_host_file(lr->base_dir, staging, "processor_config.json", 0, err);
+    } else {
+        const char *host[] = {m.cfg.norm_stats_filename, "tokenizer.json", "processor_config.json", "config.json"};
+        for (int i = 0; i < 4 && !s; i++) s = copy_host_file(hf_dir, staging, host[i], i == 0, err);
+    }
+    free(lr_stats);
+    free(lr);
     if (!s && !exists) { /* mkdtemp made it 0700: the mode mkdir would have given */
         mode_t um = umask(022);
         umask(um);
