@@ -268,6 +268,7 @@ ma_status ma_build_prompt(const ma_config *cfg, const ma_normstats *ns, const ma
     if (ma_utf8_valid_prefix((const uint8_t *)task, task_len) != task_len) return ma_fail(err, MA_ERR_FORMAT, "task is not valid UTF-8");
     if (memchr(task, '\0', task_len)) { /* keep it: upstream passes NUL through to the tokenizer */ }
     out->state_dim = state_dim;
+    if ((s = ma_normstats_check_state(ns, state, state_dim, err))) return s; /* LeRobot's refusal of pass-through values */
     if (ns->has_state) ma_normalize(ns, &ns->state, state, out->state_norm);
     else memcpy(out->state_norm, state, sizeof(float) * (size_t)state_dim);
     for (int i = 0; i < state_dim; i++) out->state_bins[i] = ma_state_bin(out->state_norm[i], cfg->num_state_tokens);

@@ -16,8 +16,6 @@ ma_status ma_prepare_observation(const ma_model *m, const ma_image *images, int 
     const ma_config *c = &m->cfg;
     if (!m->tok) return ma_fail(err, MA_ERR_FORMAT, "%s: tokenizer.json is missing; task + state need it", m->dir);
     if (n_images < 1 || n_images > 16) return ma_fail(err, MA_ERR_ARG, "%d camera images (1..16)", n_images);
-    ma_status cs = ma_normstats_check_state(&m->ns, state, state_dim, err); /* LeRobot's refusal of pass-through values */
-    if (cs) return cs;
     const size_t P = (size_t)c->patch_h * c->patch_w, pp = 3u * c->patch * c->patch, hw = (size_t)c->image_h * c->image_w * 3;
     out->pixels = ma_malloc((size_t)n_images * P * pp, sizeof(float), err, "pixels");
     out->resized = ma_malloc((size_t)n_images * hw, 1, err, "resized images");
