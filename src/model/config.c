@@ -60,6 +60,25 @@ static int in_list(const char *k, const char **list) {
 /* A field this parser does not know: it cannot be one that changes what is computed here (those
  * are known, and either implemented or refused by name below), so it is ignored and listed in
  * cfg->unknown for `inspect`. */
+/* fields other configs of these model families carry that would change the computation and are
+ * not implemented here: refused by name when set to anything but their neutral value */
+static const struct { const char *key; const char *neutral; } CHANGES[] = {
+    {"sliding_window", "null"}, {"use_sliding_window", "false"}, {"max_window_layers", NULL}, {"layer_types", NULL},
+    {"partial_rotary_factor", "1"}, {"attention_logit_softcapping", "null"}, {"final_logit_softcapping", "null"},
+    {"use_bidirectional_attention", "false"}, {"attention_chunk_size", "null"}, {"no_rope_layers", NULL}, {NULL, NULL}};
+
+static ma_status refuse_changing(const cJSON *obj, const char *where, const char *label, ma_error *err) {
+    for (const cJSON *e = obj ? obj->child : NULL; e; e = e->next)
+        for (int i = 0; CHANGES[i].key; i++) {
+            if (strcmp(e->string, CHANGES[i].key)) continue;
+            const char *n = CHANGES[i].neutral;
+            const int neutral = cJSON_IsNull(e) || (n && ((!strcmp(n, "false") && cJSON_IsFalse(e)) ||
+                                                          (!strcmp(n, "1") && cJSON_IsNumber(e) && e->valuedouble == 1.0)));
+            if (!neutral) return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: %s%s changes the computation and is not implemented", label, where, e->string);
+        }
+    return MA_OK;
+}
+
 static void note_unknown(const cJSON *obj, const char **known, const char *where, ma_config *cfg) {
     for (const cJSON *e = obj ? obj->child : NULL; e; e = e->next)
         if (!in_list(e->string, known) && !in_list(e->string, GENERIC)) {
@@ -161,6 +180,8 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     for (int i = 0; i < 4 && !c.s; i++)
         if (sects[i] && !cJSON_IsNull(sects[i]) && !cJSON_IsObject(sects[i]))
             c.s = ma_fail(err, MA_ERR_FORMAT, "%s: %s is not an object", label, sect_names[i]);
+    for (int i = 0; i < 4 && !c.s; i++) c.s = refuse_changing(sects[i], i == 0 ? "vit_config." : i == 1 ? "adapter_config." : i == 2 ? "text_config." : "action_expert_config.", label, err);
+    if (!c.s) c.s = refuse_changing(root, "", label, err);
     note_unknown(root, TOP_KEYS, "", cfg);
     note_unknown(vit, VIT_KEYS, "vit_config.", cfg);
     note_unknown(ad, ADAPTER_KEYS, "adapter_config.", cfg);
