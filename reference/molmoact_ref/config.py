@@ -56,9 +56,6 @@ TOP_DEFAULTS = dict(
     num_depth_tokens=0, state_start_token_id=None, state_end_token_id=None,
     state_token_start_id=None, num_state_tokens=256, add_setup_tokens=True,
     add_control_tokens=True, norm_stats_filename="norm_stats.json", model_type="molmoact2",
-    # the expert's encoder mask: "action_mode" (the HF model's rule) or "prompt" (every prompt
-    # token, as LeRobot runs a policy saved in continuous mode); ours, written by compile
-    molmoact_encoder_mask="action_mode", depth_mode=2,
     # Grid Sampler variant (ours; upstream MolmoAct2 has no sampler). The sampler's presence,
     # width and placement are decided from the checkpoint tensors; these only document them.
     use_grid_token_sampler=False, grid_token_sampler_num_tokens=16,
@@ -85,10 +82,16 @@ class ConfigError(ValueError):
     pass
 
 
+# top-level fields read when present, never written by default: the expert's encoder mask
+# ("action_mode": the HF model's rule; "prompt": every prompt token, as LeRobot runs a policy
+# saved in continuous mode; ours, written by compile) and depth_mode (only with depth reasoning)
+OPTIONAL_TOP = {"molmoact_encoder_mask", "depth_mode"}
+
+
 def _fill(section, defaults, where):
     out = copy.deepcopy(defaults)
     for key, value in section.items():
-        if key not in defaults and key not in GENERIC_KEYS:
+        if key not in defaults and key not in GENERIC_KEYS and not (where == "" and key in OPTIONAL_TOP):
             raise ConfigError(f"config.json: unknown field {where}{key!r}")
         out[key] = value
     return out

@@ -624,11 +624,12 @@ class MolmoAct2(nn.Module):
         x[patch] = x[patch] + image_features
         return x
 
-    def llm_layers(self, hidden, first, last, image_mask, positions):
-        """llm_split session: layers [first, last) -> (hidden [S, D], k, v [n, S, kvh, hd])"""
+    def llm_layers(self, hidden, first, last, image_mask, positions, valid=None):
+        """llm_split session: layers [first, last) -> (hidden [S, D], k, v [n, S, kvh, hd]);
+        valid [S] (optional): keys hidden from every query where False (left padding)"""
         t = self.cfg["text_config"]
         cos, sin = llm_rope(positions, t["head_dim"], t["rope_theta"])
-        bias, _ = llm_attention_bias(image_mask)
+        bias, _ = llm_attention_bias(image_mask, valid)
         ks, vs = [], []
         for block in self.model.transformer.blocks[first:last]:
             hidden, k, v = block(hidden, cos, sin, bias)

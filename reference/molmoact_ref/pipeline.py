@@ -44,11 +44,32 @@ def action_plan(cfg, norm):
     return action_dim, horizon, n_steps
 
 
+def lerobot_layout(cfg, input_ids, multiple=8):
+    """The prompt as LeRobot lays it out (huggingface/lerobot c13d79e6 and later,
+    processor_molmoact2.py and processing_molmoact2.py insert_bos, utils_molmoact2.py): the
+    tokens after BOS left-padded with the pad id to a multiple of 8, BOS written at the first
+    valid place, positions clamp(cumsum(mask) - 1, 0). -> (ids, valid mask, positions)."""
+    ids = np.asarray(input_ids, dtype=np.int64)
+    body = ids[1:]
+    npad = (-len(body)) % multiple
+    pad = cfg["pad_token_id"] if cfg.get("pad_token_id") is not None else 0
+    out = np.concatenate([np.full(npad, pad, np.int64), ids[:1], body])
+    valid = np.concatenate([np.zeros(npad, bool), np.ones(len(ids), bool)])
+    pos = np.maximum(np.cumsum(valid.astype(np.int64)) - 1, 0)
+    return out, valid, pos
+
+
 @torch.no_grad()
-def run(model, cfg, norm, pixels, input_ids, noise):
-    """pixels float32 [n, P, 588], input_ids int64 [S], noise float32 [1, A, Da] -> dict of arrays."""
+def run(model, cfg, norm, pixels, input_ids, noise, layout=None):
+    """pixels float32 [n, P, 588], input_ids int64 [S], noise float32 [1, A, Da] -> dict of arrays.
+    layout "lerobot": the prompt left-padded as LeRobot pads it (lerobot_layout), the padding
+    hidden from attention by a key mask."""
     out = {}
     pixels = torch.as_tensor(np.asarray(pixels, dtype=np.float32))
+    valid = None
+    if layout == "lerobot":
+        input_ids, valid, positions = lerobot_layout(cfg, input_ids)
+        valid = torch.as_tensor(valid)
     ids = torch.as_tensor(np.asarray(input_ids, dtype=np.int64))
     noise = torch.as_tensor(np.asarray(noise, dtype=np.float32))
     s = ids.shape[0]
@@ -69,7 +90,7 @@ def run(model, cfg, norm, pixels, input_ids, noise):
     hidden = model.embed(ids, feats)
     out["llm_input"] = hidden
     img = image_token_mask(cfg, ids)
-    pos = torch.arange(s, dtype=torch.int64)
+    pos = torch.arange(s, dtype=torch.int64) if valid is None else torch.as_tensor(positions)
     out["image_token_mask"] = img
     out["position_ids"] = pos
 
@@ -77,7 +98,7 @@ def run(model, cfg, norm, pixels, input_ids, noise):
     ks, vs, hs, splits = [], [], [], []
     for first, last in split_ranges(cfg["text_config"]["num_hidden_layers"]):
         h_in = hidden
-        hidden, k, v = (model.llm_layers(hidden, first, last, img, pos) if last > first else
+        hidden, k, v = (model.llm_layers(hidden, first, last, img, pos, valid) if last > first else
                         (hidden, *_empty_kv(cfg, s)))
         splits.append(dict(first=first, last=last, hidden_in=h_in, hidden_out=hidden, k=k, v=v))
         ks.append(k)
@@ -94,6 +115,8 @@ def run(model, cfg, norm, pixels, input_ids, noise):
 
     # ---- host glue: Euler loop state
     enc = encoder_mask(cfg, ids)
+    if valid is not None:
+        enc = enc & valid
     out["encoder_mask"] = enc
     cross_bias = ((1.0 - enc.to(torch.float32)) * torch.finfo(torch.float32).min)[None]
     action_dim, horizon, n_steps = action_plan(cfg, norm)

@@ -252,3 +252,32 @@ def test_processor_config_checked(tmp_path, field, value, needle):
     edit_json(d / "processor_config.json", lambda p: p["image_processor"].update({field: value}))
     rc, out, err = run("parity", "--model", str(d), "--golden", os.path.join(SRC, "assets/tiny-grid/golden"))
     assert rc != 0 and needle in err, err
+
+
+@pytest.mark.parametrize("variant", ["tiny-grid", "tiny-original"])
+def test_molmoact_equals_lerobots_padded_layout(variant, tmp_path):
+    """LeRobot left-pads the prompt to a multiple of 8 before BOS and derives positions from the
+    mask (reference pipeline.lerobot_layout); molmoact runs the prompt unpadded. The real tokens
+    have the same positions and see the same keys, so the actions agree to fp32 rounding."""
+    import torch
+    from molmoact_ref import config as cfglib, loader, pipeline, processing
+    mdir, gdir = os.path.join(SRC, "assets", variant, "model"), os.path.join(SRC, "assets", variant, "golden")
+    cfg = cfglib.load(os.path.join(mdir, "config.json"))
+    cfg, model = loader.load(mdir)
+    norm = processing.NormStats.load(os.path.join(mdir, "norm_stats.json"))
+    vis, step0 = np.load(os.path.join(gdir, "vision_io.npz")), np.load(os.path.join(gdir, "step0_boundary.npz"))
+    ids = step0["input_ids"]
+    padded, valid, pos = pipeline.lerobot_layout(cfg, ids)
+    assert len(padded) % 8 == 1 and (len(ids) - 1) % 8 != 0  # padding happens: 8k + 1 wide
+    assert pos[valid].tolist() == list(range(len(ids)))
+    with torch.no_grad():
+        lr = pipeline.run(model, cfg, norm, vis["pixels"], ids, step0["noise"], layout="lerobot")
+    inp = str(tmp_path / "in.npz")
+    np.savez(inp, pixels=vis["pixels"], input_ids=ids, noise=step0["noise"])
+    out = str(tmp_path / "out.npz")
+    rc, _, err = run("run", "--model", mdir, "--inputs", inp, "--out", out, "--runs", "1", "--inproc")
+    assert rc == 0, err
+    got = np.load(out)
+    for k, ref in (("actions", lr["actions"].numpy()), ("trajectory", lr["traj_final"].numpy())):
+        scale = max(1.0, float(np.abs(ref).max()))
+        assert np.abs(got[k] - ref).max() <= 1e-5 * scale, (k, np.abs(got[k] - ref).max())
