@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Side-by-side component benchmark: the PyTorch reference (fp32) and ONNX Runtime (fp32, and
 4-bit MatMulNBits for action_step) on one checkpoint, with the same inputs molmoact times.
 

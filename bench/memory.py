@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Peak memory of the resident runtime, measured on the bench model per precision and
 extrapolated to the full MolmoAct2-LIBERO model.
 

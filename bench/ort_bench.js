@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Times one ONNX model in ONNX Runtime (npm onnxruntime-node, CPU execution provider).
 //   node ort_bench.js MODEL.onnx INPUT_DIR RUNS THREADS LABEL SESSION
 // INPUT_DIR holds manifest.json and one raw .bin per input (bench/compare.py prepare writes them).

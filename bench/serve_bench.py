@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The server path measured (a measurement, not a test):
   - the latency `molmoact serve` adds over the engine per request: the client's round trip minus
     the engine's own time for the request (policy_timing infer_ms + preprocess_ms: the pipeline,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Cross-compiling for the device's CPU (aarch64 Linux) with Debian's gcc-aarch64-linux-gnu.
 # The third-party libraries come from an arm64 sysroot that scripts/build_device.sh unpacks from
 # Debian's arm64 packages (MA_AARCH64_SYSROOT); glibc is the cross toolchain's own.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A minimal libmolmoact client: open a model, run one observation from two image files (PNG or
  * JPEG, decoded by the library), print the action chunk.
  *

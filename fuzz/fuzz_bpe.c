@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer: the BPE encoder (added-token split, NFC, pre-tokenizer, merges) and the decoder on
  * arbitrary bytes, with a small real BPE vocabulary (fuzz/corpus/bpe_tokenizer.json, or the path
  * in MOLMOACT_FUZZ_TOKENIZER). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer: the GGUF v3 parser and its typed getters on arbitrary bytes. */
 #include <stddef.h>
 #include <stdint.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer: the server's HTTP request heads, chunked bodies (fed in pieces of every size the
  * input suggests, which must decode the same as whole), websocket frame headers and base64. */
 #include <stddef.h>

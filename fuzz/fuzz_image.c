@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer: the PNG (libpng) and JPEG (libjpeg-turbo) decoders behind ma_image_decode, then
  * the torch-exact resize of whatever decoded. */
 #include <stddef.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer: config.json and norm_stats.json parsing (cJSON underneath) on arbitrary text. */
 #include <stddef.h>
 #include <stdint.h>

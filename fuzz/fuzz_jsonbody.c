@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer: the JSON body parser (server/json.h) under a small budget and a large one, then
  * the json_numpy decoder on what parses; every value the tree holds is visited, so ASan sees
  * any pointer into freed or unowned memory. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer: .npz (zip + deflate) and .npy parsing on arbitrary bytes. */
 #include <stddef.h>
 #include <stdint.h>

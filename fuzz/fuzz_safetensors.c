@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer: the safetensors header parser on arbitrary bytes. */
 #include <stddef.h>
 #include <stdint.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer: tokenizer.json loading on arbitrary bytes, then encoding a fixed sentence with
  * whatever loaded. */
 #include <stddef.h>

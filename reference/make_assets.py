@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Regenerate the committed tiny models and goldens in assets/ (the demo model and the C engine's
 parity fixtures). Each asset records how it was made in REGENERATE.json.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Write a random MolmoAct2 checkpoint directory with the real key names:
 config.json, model.safetensors (or shards), norm_stats.json, tokenizer.json, processor_config.json.
 

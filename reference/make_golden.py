@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Run the fp32 reference on one observation and write a golden directory.
 
   make_golden.py --model DIR -o GOLDEN [--inputs IN.npz] [--seed N] [--streaming]

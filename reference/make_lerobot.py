@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Write a LeRobot MolmoAct2 policy directory from a Hugging Face MolmoAct2 checkpoint, in the
 layout LeRobot saves (huggingface/lerobot 7427f31801f944f5ec9ce53cda02862ce7d1638b:
 configs/policies.py writes config.json; policies/pretrained.py one model.safetensors of the

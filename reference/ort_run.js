@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runs one ONNX graph in ONNX Runtime (npm onnxruntime-node, CPU) and writes its outputs.
 //   node ort_run.js MODEL.onnx INPUT_DIR OUT_DIR
 // INPUT_DIR: manifest.json [{name, type, dims}] and one raw little-endian NAME.bin per input (as

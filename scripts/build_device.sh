@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The device build: molmoact cross-compiled for aarch64 Linux (the IQ-9075's Cortex-A78AE cores)
 # with Debian's gcc-aarch64-linux-gnu, packed with what it needs to run on an older glibc:
 #   dist/molmoact-<version>-aarch64-linux.tar.gz

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The long fuzzing campaign (CI runs each target for a few seconds only):
 #   scripts/fuzz.sh [--minutes N] [--grow] [TARGET ...]
 # TARGET: safetensors npz gguf json tokenizer_json bpe image wire jsonbody http (default: all), each for N minutes

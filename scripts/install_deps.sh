@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Debian 12 packages molmoact needs to build, test and run its PyTorch reference.
 set -euo pipefail
 pkgs=(build-essential cmake clang libclang-rt-14-dev pkg-config git

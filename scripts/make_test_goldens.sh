@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Generate the checkpoints and goldens the C test suite checks beyond the committed ones, with the
 # PyTorch reference: second seeds, the other sampler placement, every storage layout, a config
 # with other upstream-schema choices, and the bench configuration (real widths).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One-command profiling on the device from the host (the reference deployment's
 # runtime/profile_device.sh, for molmoact):
 #   1. copies the device tarball (scripts/build_device.sh) into an ephemeral directory on the

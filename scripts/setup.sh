@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One command for a fresh Debian 12 machine: install dependencies, build, run the demo
 # (the shipped tiny Grid Sampler model: actions, parity against its golden, latencies).
 set -euo pipefail

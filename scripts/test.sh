@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The whole test suite: the PyTorch reference (pytest), generated goldens, the C suite (ctest)
 # in a release build, an ASan + UBSan build (GCC) and a UBSan build (clang), the aarch64 device
 # build under qemu, then every fuzzer for a bounded time.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The device build tested under emulation (qemu-user), as CI runs it:
 #  1. scripts/build_device.sh --tests: the aarch64 tarball, its glibc <= 2.35 check, and the demo
 #     through the parity gate in process on cortex-a76 (fp16 + dotprod, like the A78AE) and

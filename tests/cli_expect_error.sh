@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # cli_expect_error.sh BINARY EXPECTED_TEXT ARGS...: the command must fail (non-zero, no crash
 # signal) and print EXPECTED_TEXT on stderr.
 bin=$1; want=$2; shift 2

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared helpers for the cmocka tests. */
 #ifndef MA_TEST_UTIL_H
 #define MA_TEST_UTIL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* molmoact: MolmoAct2-LIBERO inference from the command line.
  *
  * Commands: run (resident sessions, or --inproc), bench, parity, compile, inspect, tokenize,

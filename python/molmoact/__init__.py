@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """molmoact: the MolmoAct2-LIBERO robot policy from Python, over libmolmoact (ctypes, numpy).
 
     import molmoact

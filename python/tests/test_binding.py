@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python binding (python/molmoact) against the command line: the same actions bit for bit on
 both tiny variants, openpi's and MolmoAct2's keys, clear exceptions on bad input.
 

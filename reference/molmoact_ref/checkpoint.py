@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Random MolmoAct2 checkpoints with the real key names and healthy activations.
 
 Initialisation (one torch.Generator, parameters visited in sorted-name order):

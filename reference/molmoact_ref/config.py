@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """MolmoAct2 config.json: the real Hugging Face schema (field names and defaults of upstream
 configuration_molmoact2.py), strict validation, and the three configurations we use
 (tiny, bench, full).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Load a MolmoAct2 checkpoint directory (config.json + safetensors, single or sharded, fp32 /
 bf16 / f16 / mixed, HF or LeRobot key layout) into the fp32 reference model.
 

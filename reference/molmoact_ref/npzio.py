@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Byte-deterministic .npz writing (numpy's savez stamps the current time into the zip)."""
 
 import io

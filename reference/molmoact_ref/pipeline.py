@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One observation end to end, session by session, keeping every intermediate.
 
 The session boundaries are the C engine's: vision, llm_split0..3, action_context, action_step

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Host-side processing: images -> pixels, task + state -> prompt token ids, norm_stats.json.
 
 Follows the upstream HF processor path in crop_mode 'resize' (one 378x378 view per camera) and

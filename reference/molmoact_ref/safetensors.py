@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Minimal safetensors reader/writer (the format: u64 LE header length, a JSON header mapping
 tensor names to {dtype, shape, data_offsets}, then raw little-endian data).
 

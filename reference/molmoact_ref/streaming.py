@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Checkpoints and the reference at any size without holding the model in memory (issue 22).
 
 write(): a random checkpoint written tensor by tensor, with exactly checkpoint.make()'s

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Deterministic stand-ins for what a real checkpoint directory and a real robot provide:
 LIBERO-like norm_stats.json, a byte-level tokenizer.json with the model's special tokens, the
 processor config, and synthetic observations (two camera frames, an 8-d state, a task)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Checkpoint files: safetensors round trips, layouts, refusals, determinism."""
 
 import hashlib

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The reference against what LeRobot's own code produced (tests/fixtures/lerobot/recorded.json):
 the LeRobot arithmetic of processing.Normalizer, the state bins, the task text and the robot
 prompt's text, bit for bit or character for character."""

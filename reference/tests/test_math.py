@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The reference's building blocks against independent, hand-written facts."""
 
 import math

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The streaming writer and reference (issue 22): what the full-size model uses, checked at tiny
 size against the in-memory paths, bit for bit (the same generator draws, the same attention-sink
 calibration, the same forward)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Both variants and both sampler placements end to end, golden contents, the sensitivity of the
 committed tiny model to the bugs the parity gate must catch, and the committed goldens."""
 

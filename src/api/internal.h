@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the molmoact program itself needs beyond the public API (include/molmoact.h): the engine
  * behind a handle (for --golden parity, bench's memory report) and a run that also records every
  * intermediate (--dump). Not exported from libmolmoact.so; the program links the API statically. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libmolmoact: the public C API (include/molmoact.h) over the engine (runtime/engine.h).
  *
  * An engine is the resident runtime (or the in-process one) plus a mutex: molmoact_infer holds it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Status codes and error messages.
  *
  * Every fallible function returns an ma_status and, on failure, fills an ma_error (which may be

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* IEEE half (f16) and bfloat16 conversions, bit-exact and portable (no F16C needed). */
 #ifndef MA_HALF_H
 #define MA_HALF_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Tensors: a dtype, up to MA_MAX_DIMS dimensions (row-major, last fastest) and a data pointer.
  * A tensor either owns its data (owned = 1, freed by ma_tensor_free) or views memory owned by
  * someone else (a mapped file, another tensor). */

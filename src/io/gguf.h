@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* GGUF v3 reader (mmap) and writer.
  *
  * Layout (little-endian):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Minimal JSON pieces for line-oriented tools: a string literal with every escape (including
  * \u0000 and surrogate pairs) to raw UTF-8 bytes, an array of integers, and escaping bytes back
  * into a JSON string. cJSON cannot carry NUL bytes inside strings, hence this. */

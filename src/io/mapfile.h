@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Read-only memory-mapped files, and whole-file reads for small files. */
 #ifndef MA_MAPFILE_H
 #define MA_MAPFILE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* numpy .npy / .npz reader and writer.
  *
  * .npy: "\x93NUMPY", version (1|2|3).0, header length (u16 for v1, u32 after), a Python dict

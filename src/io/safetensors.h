@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* safetensors reader (mmap) and writer.
  *
  * File layout: u64 little-endian N, then N bytes of JSON header

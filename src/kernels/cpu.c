@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 #define _DEFAULT_SOURCE /* syscall(), for arch_prctl */
 #include "kernels/cpu.h"
 

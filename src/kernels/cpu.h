@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* CPU features the SIMD kernels need, read with CPUID (x86-64) or the kernel's HWCAP (aarch64).
  * A feature counts only when the OS saves its registers too (XGETBV). */
 #ifndef MA_CPU_H

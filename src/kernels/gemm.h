@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* GEMM with fp32 activations and weights in their stored precision:
  *     C[M, N] (+)= A[M, K] B^T (+ bias),  B given as N x K.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* AMX tiles for the GEMM at fp32 accuracy (compiled with -mamx-tile -mamx-bf16 -mavx512f
  * -mavx512bw -mavx512bf16; used only where the CPU has AMX-BF16 and the OS grants the tile state).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* AVX2 + FMA + F16C micro-kernel and panel loaders (compiled with -mavx2 -mfma -mf16c; used
  * only when the CPU has them). The portable versions in gemm.c are the reference. */
 #include <immintrin.h>

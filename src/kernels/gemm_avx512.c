@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* AVX-512F micro-kernel (compiled with -mavx512f -mfma -mf16c; used only when the CPU has it):
  * 12 x 16 tiles, one zmm accumulator per row, so twelve independent FMA chains hide the FMA
  * latency on both ports. The panel loaders are the AVX2 ones, but for f16 / bf16 panels, which

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Internal to the GEMM module: the micro-kernel and panel-loader signatures that the portable
  * and SIMD implementations provide. */
 #ifndef MA_GEMM_IMPL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* NEON GEMM micro-kernel (aarch64): C[6, 16] (+)= A x P with fp32 FMAs, the portable set's tile
  * and packing. Per k: four 4-float loads of the panel row, one 4-float and one 2-float load of
  * the six A values, and 24 FMAs (VFMLA by lane: no broadcast instructions), on 24 accumulator

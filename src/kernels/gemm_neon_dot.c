@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Integer dot products for q8_0 / q4_0 panels on aarch64 with the dot-product instructions
  * (ARMv8.2 SDOT, HWCAP asimddp: the Cortex-A78AE, not the A72; compiled with
  * -march=armv8.2-a+dotprod and used only where the CPU reports them).

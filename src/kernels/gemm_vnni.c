@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Integer dot products for q8_0 / q4_0 weights with at most 12 rows of A (the action expert's 10
  * tokens), on AVX-512 VNNI + VBMI (compiled with -mavx512f -mavx512bw -mavx512vnni -mavx512vbmi
  * -mf16c; used only when the CPU has them).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Compute kernels: fp32 activations, weights in their stored precision.
  *
  * A weight matrix (ma_mat) is a row-major [rows = N out features, cols = K in features] view of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Weight conversion into the stored precisions of contexts: f16, bf16, and ggml's Q8_0 / Q4_0
  * blocks (32 values per block; round-to-nearest as ggml's reference quantisers). */
 #ifndef MA_QUANT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A persistent pool of compute threads (created once, never per call).
  *
  * ma_parallel(fn, ctx) runs fn(ctx, t, T) for t = 0..T-1, the calling thread taking t = 0, and

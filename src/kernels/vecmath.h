@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Elementwise math over float arrays: exp, the activations and the softmax, with a portable
  * version and AVX2 + FMA / AVX-512F ones (one source, vecmath_simd.h; chosen by CPU features). The SIMD exp is a degree-6
  * polynomial after range reduction (relative error about 2e-7); arguments below -87 give 0.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* AVX2 + FMA elementwise math (compiled with -mavx2 -mfma): vecmath_simd.h on 8 floats. */
 #include <immintrin.h>
 #include <math.h>

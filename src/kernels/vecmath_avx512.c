@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* AVX-512F elementwise math (compiled with -mavx512f): vecmath_simd.h on 16 floats (twice the
  * lanes per instruction, where the CPU runs 512-bit operations at full width, as Zen 5 does). */
 #include <immintrin.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* NEON elementwise math (aarch64, Advanced SIMD is always there): vecmath_simd.h on 4 floats.
  * The same polynomial as the AVX2 / AVX-512 sets, so the same results per lane; the row sums
  * in double keep the portable set's eight partial sums lane for lane (the same bits). */

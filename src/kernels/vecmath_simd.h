@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The SIMD elementwise math, written once over a vector of VW floats and included by
  * vecmath_avx2.c (VW = 8) and vecmath_avx512.c (VW = 16), which define the V_* operations and
  * INSTALL. Same polynomial and the same results per lane at either width. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A MolmoAct2 model opened from a Hugging Face checkpoint directory: config.json, the mapped
  * safetensors (single or sharded; F32 / F16 / BF16 / mixed; HF or LeRobot keys), norm_stats.json,
  * and every component bound. Opening checks the whole checkpoint: a missing or mis-shaped

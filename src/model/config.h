@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* MolmoAct2 config.json (the Hugging Face schema of upstream configuration_molmoact2.py).
  *
  * Defaults are the upstream class defaults; unknown fields are refused by name, and so are

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Flow-matching action expert: action_context (project the LLM K/V once per observation) and
  * action_step (one Euler step's velocity). Architecture doc section 9. */
 #include <math.h>

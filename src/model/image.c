@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 #include "model/image.h"
 
 #include <stdio.h> /* before jpeglib.h, which uses FILE */

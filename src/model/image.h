@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Camera frames -> ViT pixels, as upstream preprocesses them (crop_mode "resize"):
  *   decode (PNG via libpng, JPEG via libjpeg-turbo) or take a raw buffer -> HxWx3 uint8 RGB
  *   (grayscale replicated, alpha dropped, channel-first moved last, float frames with max <= 1

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A LeRobot MolmoAct2 policy directory (lerobot.h). The formats are LeRobot's, read in
  * huggingface/lerobot at 7427f31801f944f5ec9ce53cda02862ce7d1638b (main) and at the releases
  * v0.6.0 (30da8e687a6dfc617fcd94afc367ac7071c376ce), v0.6.1 (7e241bd630a3719a56157a497ce5d08f244784f1)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A LeRobot MolmoAct2 policy directory, as LeRobot saves one (docs/CHECKPOINTS.md has the facts
  * and where each was read in LeRobot's code):
  *

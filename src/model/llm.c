@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* LLM split session: a contiguous range of Qwen3-style decoder layers over the whole prompt
  * (one prefill), returning each layer's K (post qk-norm, post RoPE) and V. Architecture doc
  * sections 6.4 and 7. */

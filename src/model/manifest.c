@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* manifest.json of a context directory (manifest.h). */
 #define _GNU_SOURCE
 #include "model/manifest.h"

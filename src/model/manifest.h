@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* manifest.json of a context directory: written last by `molmoact compile`, it names every file
  * of the directory that a run reads and ties it to the compile that wrote it:
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* MolmoAct2 components: weights (views into a checkpoint or context) and forward passes.
  * Shapes: n images of P = patch_h*patch_w patches, T = pooled_h*pooled_w pooled tokens, K tokens
  * per image after the Grid Sampler (K = T without it), S prompt tokens, D LLM width, A action

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* norm_stats.json (format "molmoact2_norm_stats.v1"): per-tag action/state statistics and the
  * robot metadata. Normalisation follows upstream _FeatureNormalizer in fp32:
  *   q01_q99: s_n = clip(2 (s - q01) / max(q99 - q01, 1e-6) - 1, -1, 1); a = (clip(x) + 1) (q99 - q01) / 2 + q01

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Byte-level BPE tokenizer read from a Hugging Face tokenizer.json (Qwen2/Qwen3 family), with
  * the semantics of the Rust `tokenizers` library:
  *   1. added tokens with normalized=false are split out of the raw text (leftmost-longest

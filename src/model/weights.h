@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Binding checkpoint tensors to the model's weight structs.
  *
  * A weight set is a name-sorted list of tensor references from a safetensors checkpoint (or a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* `molmoact compile`: a Hugging Face checkpoint directory -> one GGUF context per session
  * (vision, llm_split0..3, action_context, action_step) plus the host files (embed.gguf with the
  * embedding table, norm_stats.json, tokenizer.json, processor_config.json, config.json).

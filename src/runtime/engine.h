@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The runtime a command uses: the seven sessions resident in six worker processes (default), or
  * in this process (--inproc). Both run the same pipeline (runtime/pipeline.h) over the same
  * sessions; only the link to the sessions differs. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The latency table: per-component means (and minima) over N requests, pure inference apart from
  * host glue and transfer, as text or JSON. */
 #ifndef MA_LATENCY_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A raw robot observation -> the pipeline's inputs: camera frames preprocessed into pixels, the
  * task and state built into the prompt and tokenised with the model's tokenizer.json. */
 #ifndef MA_OBSERVATION_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The host pipeline of one observation (DESIGN.md section 1), written against sessions only:
  * vision -> embed + scatter -> llm_split0..3 (K/V collected) -> action_context -> 10 x
  * action_step with the Euler update and padding mask -> slice and de-normalise. */

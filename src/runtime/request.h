@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One observation as the command line and the stream mode receive it, turned into the
  * pipeline's inputs (ma_obs): an IN.npz (DESIGN contract: pixels | image0 + image1, input_ids |
  * task + state, noise) and/or camera files, a task sentence and a state list; or a synthetic

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Sessions: one loaded component with named, shaped inputs and outputs (DESIGN.md section 2).
  *
  *   vision          in  pixels f32 [n, P, 3*patch^2]            out image_features f32 [n*K, D]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A trace: named copies of intermediate tensors, for --dump and the parity tests. */
 #ifndef MA_TRACE_H
 #define MA_TRACE_H

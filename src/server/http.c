@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* HTTP/1.x request heads, chunked bodies, websocket frames and base64 (see http.h). Written
  * from RFC 9112 (HTTP/1.1 message syntax), RFC 6455 (websocket framing and handshake) and
  * RFC 4648 (base64). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The server's wire primitives, pure functions over byte buffers (no sockets, no allocation
  * beyond what the caller passes), so each can be fuzzed on its own:
  *

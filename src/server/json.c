@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* JSON request bodies within a memory budget (see json.h). Written from RFC 8259. */
 #include "server/json.h"
 

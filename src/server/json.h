@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* JSON request bodies, parsed within a memory budget.
  *
  * A request is mostly arrays of numbers (frames as nested lists, a state, noise) or base64

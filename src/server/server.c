@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* `molmoact serve` (server.h): a poll() loop on this thread speaking HTTP/1.1 and websockets
  * over the parsers of http.h; decoding and inference on another thread.
  *

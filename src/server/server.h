@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* `molmoact serve`: the robot-facing policy server, on the public API (include/molmoact.h).
  *
  * One port, two protocols (our own HTTP/1.1 and websocket layer, server/http.h):

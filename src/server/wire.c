@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* msgpack-numpy and json_numpy <-> the API's observation and result (see wire.h). */
 #include "server/wire.h"
 

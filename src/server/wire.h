@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The robot-facing wire formats, mapped to and from the public API's observation and result:
  *
  *  - openpi's msgpack-numpy (openpi_client/msgpack_numpy.py): a request is a msgpack map with

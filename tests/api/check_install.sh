@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # An installed prefix used as a client uses it: cmake --install, then examples/infer.c built with
 # pkg-config alone and run (resident: the workers are the installed bin/molmoact, found from the
 # library's own place) on two image files; its chunk must equal `molmoact run`'s on the same input.

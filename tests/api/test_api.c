@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libmolmoact's public API (include/molmoact.h), used as a client would: through the shared
  * library (this test links libmolmoact.so, found by the real dynamic loader), on both tiny
  * variants, resident and in process:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # scripts/profile_device.sh against a real sshd (Debian's openssh-server, started here on a
 # loopback port with throwaway keys) whose "device" is this machine: the aarch64 tarball runs
 # through qemu-user (binfmt_misc), the workspace is a local folder. Checks: the latency table and

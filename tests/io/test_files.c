@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Output files (ma_outfile, ma_write_file) and input files (ma_map_file, ma_read_file) against
  * what a careless or hostile user hands them: device nodes, FIFOs, symlinks, directories, empty
  * paths, a full device, and a mapped file truncated while in use. Device nodes are made with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The blocked GEMM (portable and SIMD micro-kernels, every B layout and weight type, the panel
  * packing), the batched attention, the vector math and the thread pool, each against a plain
  * reference: a double-precision triple loop on the dequantised weights, ma_attention_head on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Every kernel against its scalar twin, and the conversions against independent facts. */
 #include "../test_util.h"
 

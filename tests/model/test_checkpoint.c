@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 #define _POSIX_C_SOURCE 200809L
 /* Loading checkpoints in every layout; refusing broken ones by name. Variants are written from
  * the committed f16 tiny checkpoint with the C safetensors writer. */

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """LeRobot MolmoAct2 policy directories (issue 27): written by reference/make_lerobot.py in the
 layout LeRobot saves, run with --base and through the Hugging Face cache, compiled (LoRA merged),
 against the PyTorch reference's golden of the equivalent HF directory; LeRobot's arithmetic and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The C normaliser with LeRobot's arithmetic against what LeRobot's own code produced
  * (tests/fixtures/lerobot/recorded.json and its README): bit for bit. */
 #include <setjmp.h>

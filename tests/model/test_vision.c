@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The vision session's fast path against its scalar path on the committed tiny checkpoints:
  * the fast path computes the 2x2 attention pooling in its linear form (wk and wv applied to one
  * row per token and head) and the Grid Sampler over both images at once; the scalar path keys and

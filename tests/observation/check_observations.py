@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Real observations, C against the PyTorch reference:
   1. images: >= 20 PNG/JPEG files of many sizes and modes -> bit-identical resized image and pixels;
   2. prompts: many tasks and states -> identical token ids (byte-level stand-in tokenizers of both

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # reference/export_onnx.py on both tiny variants, every graph verified in ONNX Runtime (npm
 # onnxruntime-node, installed into ORT_DIR once with --ignore-scripts: its install script only
 # fetches GPU providers) against the PyTorch reference: cosine >= 0.99999 on every output; the

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Write stand-in QNN context binaries (tests/qnn_stub/qnn_stub.c reads them) for a molmoact
 context directory: CTX_DIR/ctx/<session>_socid77_archv73.bin, one graph each, whose tensors have
 the session's names (or other names), fixed shapes (prompt length --seq) and the I/O types asked.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A stand-in for libQnnHtp.so and libQnnSystem.so with the same binary interface (our
  * declarations in src/backend/qnn/qnn_abi.h), for testing the qnn backend without the SDK or a
  * device. Its "context binaries" are files tests/qnn_stub/make_contexts.py writes:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The qnn backend (issue 21) through a stand-in QNN library (tests/qnn_stub/qnn_stub.c, the same
 binary interface as libQnnHtp.so / libQnnSystem.so) whose context binaries run the cpu kernels:
 the real molmoact binary, resident (six worker processes) and --inproc, on both tiny variants.

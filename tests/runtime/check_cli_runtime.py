@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The resident runtime from the command line: `run --stream` (one JSON line per observation, bad
 ones reported without stopping the stream), `run --json --runs N`, `bench --json` and `bench
 --session` on a compiled context, with and without `--cold`.

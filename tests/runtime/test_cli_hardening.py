@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The CLI against hostile and careless input (issue 17): each case once crashed, hung, leaked,
 replaced what it should not have, or accepted a contradiction. Runs the real binary.
 

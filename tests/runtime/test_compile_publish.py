@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`molmoact compile` publishing its contexts (issue 26: E7, E22, E23): the manifest ties every
 file of a context directory to the compile that wrote it; an interrupted compile leaves neither a
 staging directory nor a mix of plans; edited host files are refused.

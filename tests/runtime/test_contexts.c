@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* GGUF contexts: compile, open (suffixes, prompt length), parity equal to the checkpoint's in
  * f16, documented gates in q8_0 / q4_0, refusal of corrupt or mismatched contexts. */
 #define _POSIX_C_SOURCE 200809L

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 #define _POSIX_C_SOURCE 200809L
 /* The engine against the PyTorch reference goldens and the upstream code's own outputs. */
 #include "../test_util.h"

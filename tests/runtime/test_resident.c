@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The resident runtime: six worker processes give the same bits as --inproc; a worker killed or
  * stopped mid-request fails that request with an error naming it and comes back (one that dies
  * between requests is replaced before the next, which succeeds); 100 requests

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A Node.js client of `molmoact serve`'s openpi websocket protocol, on npm's `ws` and
 // `@msgpack/msgpack` (which writes map keys as msgpack str: the server takes str or bin keys).
 //   node node_client.mjs URI REQUEST.json   -> one JSON line: {"metadata": ..., "actions": [[...]]}

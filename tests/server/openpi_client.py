@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A client that speaks openpi's websocket protocol exactly as openpi-client does
 (websocket_client_policy.py + msgpack_numpy.py), rewritten here on Debian's python3-websockets
 (asyncio API) and python3-msgpack: binary keys for arrays, numpy dtype strings, the metadata

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The Node client's npm packages (ws, @msgpack/msgpack) into NODE_DIR/node_modules, once.
 #   setup_node.sh NODE_DIR
 set -euo pipefail

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`molmoact serve` against the robot clients users have (issue 29): request shapes written from
 AllenAI's MolmoAct2 servers and clients (DROID-style /act, serve_policy.py), OpenVLA's encoded
 wrapper, openpi's websocket client and LIBERO example, LeRobot batches; python-requests (Debian's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`molmoact serve` against the second hostile-input campaign (issue 26): the API key, slow
 senders and idle clients, the memory a request may cost, the drain, pipelining, bad addresses,
 escaping on the status page, strict request checks and messages, and a soak of the limits.

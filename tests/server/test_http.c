@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The server's wire primitives (server/http.h) on the cases their RFCs spell out. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`molmoact serve` with real clients: openpi's protocol from Python (python3-websockets +
 python3-msgpack, as openpi-client does it) and from Node (npm ws + @msgpack/msgpack), curl for the
 HTTP side, headless Chromium for the status page; faults, a soak, and a clean drain on SIGTERM.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The C tokenizer against the Rust Hugging Face tokenizers library (@anush008/tokenizers) and
 # the pure-JS one (@huggingface/tokenizers) on the Qwen3 tokenizer.json and the derived
 # MolmoAct2 one, on >= 500 strings; plus decode(encode(s)) == NFC(s).

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The tokenizer test corpus: one JSON string per line (>= 500 strings). LIBERO task sentences,
 the full MolmoAct2 prompt with state and image tokens, digits, contractions, whitespace runs,
 tabs and newlines, Unicode (accents, CJK, emoji, combining marks, NFC vs NFD, U+0085 and U+FEFF

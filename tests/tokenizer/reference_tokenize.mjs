@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reference token ids for the C tokenizer's tests.
 //   node reference_tokenize.mjs rust|js TOKENIZER_JSON < strings.jsonl > ids.jsonl
 // rust: @anush008/tokenizers (Node binding of the Rust Hugging Face tokenizers library);

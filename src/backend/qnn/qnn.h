@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The qnn backend: each session runs a QNN HTP context binary (the reference deployment's
  * ctx/<session><suffix>_socid77_archv73.bin) through libQnnHtp.so and libQnnSystem.so, loaded at
  * run time with dlopen (nothing links against the SDK, so one build runs with or without it).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The part of the QNN C ABI (Qualcomm AI Engine Direct, QAIRT 2.x) that molmoact uses, declared
  * in our own words from public facts, so that nothing here needs the SDK's headers (which are
  * proprietary). Every layout is for LP64 (aarch64, x86-64); the sizes are checked below and, with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Our QNN declarations (qnn_abi.h) against the SDK's own headers: compiled only when the SDK is
  * at hand (cmake -DMOLMOACT_QNN_SDK=/path/to/qairt/2.4x), where every assertion below must hold.
  * Nothing here is built or linked into molmoact; the build fails if a size, an offset or an enum
