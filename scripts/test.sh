@@ -10,10 +10,9 @@ cd "$root"
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 jobs=$(nproc)
-for cand in "${MOLMOACT_UPSTREAM_FIXTURE:-}" "$root/../shared/fixtures/upstream-tiny" /work/shared/fixtures/upstream-tiny; do
-  if [ -n "$cand" ] && [ -d "$cand/full" ]; then export MOLMOACT_UPSTREAM_FIXTURE=$(cd "$cand" && pwd); break; fi
-done
-echo "== upstream fixture: ${MOLMOACT_UPSTREAM_FIXTURE:-NOT FOUND (its tests are skipped)}"
+scripts/install_test_deps.sh
+export MOLMOACT_UPSTREAM_FIXTURE=${MOLMOACT_UPSTREAM_FIXTURE:-$root/tests/fixtures/upstream-tiny}
+echo "== upstream fixture: $MOLMOACT_UPSTREAM_FIXTURE"
 goldens="$root/out/goldens"
 bench_flag=""
 [ $quick = 1 ] && bench_flag="--no-bench"
@@ -27,21 +26,21 @@ echo "== reference: pytest"
 MOLMOACT_TEST_GOLDENS="$goldens" /usr/bin/python3 -m pytest -q reference/tests
 
 echo "== C: release build + ctest"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMA_TEST_GOLDENS="$goldens" -DMA_TEST_BENCH=$([ $quick = 1 ] && echo OFF || echo ON) > /dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMA_TESTS=ON -DMA_WERROR=ON -DMA_TEST_GOLDENS="$goldens" -DMA_TEST_BENCH=$([ $quick = 1 ] && echo OFF || echo ON) > /dev/null
 cmake --build build -j"$jobs" > /dev/null
 (cd build && ctest --output-on-failure)
 
 [ $quick = 1 ] && { echo "== quick run: done"; exit 0; }
 
 echo "== C: ASan + UBSan build + ctest"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMA_SANITIZE=ON -DMA_TEST_GOLDENS="$goldens" > /dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMA_SANITIZE=ON -DMA_TESTS=ON -DMA_WERROR=ON -DMA_TEST_GOLDENS="$goldens" > /dev/null
 cmake --build build-asan -j"$jobs" > /dev/null
 (cd build-asan && MOLMOACT_SKIP_BENCH_CONTEXTS=1 MOLMOACT_RESIDENT_REQUESTS=40 MOLMOACT_SOAK_REQUESTS=200 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure)
 
 echo "== C: clang UBSan build + ctest (clang also checks pointer arithmetic on NULL, which GCC's UBSan does not)"
 t0=$(date +%s)
-CC=clang cmake -S . -B build-ubsan -DCMAKE_BUILD_TYPE=Debug -DMA_UBSAN=ON -DMA_TEST_GOLDENS="$goldens" -DMA_TEST_BENCH=OFF > /dev/null
+CC=clang cmake -S . -B build-ubsan -DCMAKE_BUILD_TYPE=Debug -DMA_UBSAN=ON -DMA_TESTS=ON -DMA_WERROR=ON -DMA_TEST_GOLDENS="$goldens" -DMA_TEST_BENCH=OFF > /dev/null
 cmake --build build-ubsan -j"$jobs" > /dev/null
 (cd build-ubsan && MOLMOACT_RESIDENT_REQUESTS=40 MOLMOACT_SOAK_REQUESTS=200 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure -E "generate_goldens|test_parity|test_contexts|compile_publish|tokenizer_parity|observations|onnx_export|qnn_backend")
@@ -53,7 +52,7 @@ scripts/test_device.sh
 echo "   ($(( $(date +%s) - t0 )) s)"
 
 echo "== fuzzers (libFuzzer + ASan + UBSan, ${MOLMOACT_FUZZ_SECONDS:-12} s each)"
-CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMA_FUZZ=ON -DMA_SANITIZE=ON -DMA_TESTS=OFF > /dev/null
+CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMA_FUZZ=ON -DMA_SANITIZE=ON -DMA_TESTS=OFF -DMA_WERROR=ON > /dev/null
 targets="safetensors npz gguf json tokenizer_json bpe image wire jsonbody http"
 cmake --build build-fuzz -j"$jobs" --target $(for f in $targets; do printf 'fuzz_%s ' "$f"; done) > /dev/null
 for f in $targets; do

@@ -5,7 +5,7 @@
 #     through the parity gate in process on cortex-a76 (fp16 + dotprod, like the A78AE) and
 #     cortex-a72 (neither);
 #  2. the C tests cross-built and run under qemu: the kernel tests (NEON against the portable
-#     set) on both CPU models; the parity tests (tiny goldens and ../shared's upstream fixture),
+#     set) on both CPU models; the parity tests (tiny goldens and the committed upstream fixture),
 #     the contexts, the vision fast path and the resident runtime (fewer requests: emulation is
 #     about 30x slower) on cortex-a76; the resident demo; and scripts/profile_device.sh against
 #     a real sshd on a loopback port (tests/device/test_profile_device.sh).
@@ -32,7 +32,7 @@ binfmt=0
 
 export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
 export LD_LIBRARY_PATH=$sysroot/usr/lib/aarch64-linux-gnu:$sysroot/lib/aarch64-linux-gnu
-for cand in "${MOLMOACT_UPSTREAM_FIXTURE:-}" "$root/../shared/fixtures/upstream-tiny"; do
+for cand in "${MOLMOACT_UPSTREAM_FIXTURE:-}" "$root/tests/fixtures/upstream-tiny"; do
   if [ -n "$cand" ] && [ -d "$cand/full" ]; then export MOLMOACT_UPSTREAM_FIXTURE=$cand; break; fi
 done
 passed=0 failed=0

@@ -11,7 +11,7 @@ ROOT = os.path.dirname(REF)
 sys.path.insert(0, REF)
 
 UPSTREAM = os.environ.get("MOLMOACT_UPSTREAM_FIXTURE",
-                          os.path.join(ROOT, "..", "shared", "fixtures", "upstream-tiny"))
+                          os.path.join(ROOT, "tests", "fixtures", "upstream-tiny"))
 ASSETS = os.path.join(ROOT, "assets")
 
 

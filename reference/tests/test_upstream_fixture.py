@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The reference against the upstream code's own outputs on a tiny random model
-(../shared/fixtures/upstream-tiny): every intermediate to fp32 round-off."""
+(tests/fixtures/upstream-tiny): every intermediate to fp32 round-off."""
 
 import json
 import os

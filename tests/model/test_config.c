@@ -6,7 +6,7 @@
 static const char *upstream_config(void) {
     static char path[1200];
     const char *env = getenv("MOLMOACT_UPSTREAM_FIXTURE");
-    snprintf(path, sizeof path, "%s/full/config.json", env ? env : MA_SOURCE_DIR "/../shared/fixtures/upstream-tiny");
+    snprintf(path, sizeof path, "%s/full/config.json", env ? env : MA_SOURCE_DIR "/tests/fixtures/upstream-tiny");
     return path;
 }
 

@@ -52,12 +52,12 @@ static void test_generated_goldens(void **state) {
     }
 }
 
-/* ---- ../shared/fixtures/upstream-tiny: pooled, projected, K/V of every layer, context,
+/* ---- tests/fixtures/upstream-tiny: pooled, projected, K/V of every layer, context,
  * every step's velocity and the final trajectory, cos >= 0.99999 and max|diff| <= 1e-3 rms */
 static const char *fixture_dir(void) {
     static char p[1200];
     const char *env = getenv("MOLMOACT_UPSTREAM_FIXTURE");
-    snprintf(p, sizeof p, "%s", env ? env : MA_SOURCE_DIR "/../shared/fixtures/upstream-tiny");
+    snprintf(p, sizeof p, "%s", env ? env : MA_SOURCE_DIR "/tests/fixtures/upstream-tiny");
     return p;
 }
 
