@@ -38,40 +38,152 @@
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/threads.h"
+#include "core/env.h"
+#include "core/progress.h"
+#include "cli.h"
+#include "model/manifest.h"
+#include "backend/qnn/qnn.h"
 
 #ifndef MA_SOURCE_DIR
 #define MA_SOURCE_DIR "."
 #endif
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: molmoact <command> [options]\n"
-            "  run      --model DIR (--inputs IN.npz | --image0 A.png --image1 B.png --state s0,..,s7 --task TEXT)\n"
-            "           [--out OUT.npz] [--dump DIR] [--seed N | --noise FILE] [--golden DIR] [--runs N] [--json]\n"
-            "           [--inproc] [--stream]   (--stream: IN.npz paths on stdin, one JSON result per line)\n"
-            "           (no --model: the demo model and golden in assets/tiny-grid; --golden without an\n"
-            "           observation: the golden's own)\n"
-            "  bench    [--model DIR] [--runs N] [--inputs IN.npz] [--inproc] [--json]\n"
-            "  bench    --model DIR --session NAME --inputs IO.npz [--runs N] [--cold] [--json]   (one session, in process;\n"
-            "           --cold: its weights flushed from the caches before each run)\n"
-            "  parity   --model DIR --golden DIR [--gate G] [--json]\n"
-            "  compile  HF_DIR -o CTX_DIR [--vision P] [--llm P] [--action P] [--suffix S] [--prompt-seq N]\n"
-            "           [--keep PATTERN=P ...]   (P: f16 (default), bf16, q8_0, q4_0; --keep: matrices whose name matches\n"
-            "           the glob PATTERN stored in P where it is more precise, e.g. --keep '*scout_mlp*=f16')\n"
-            "  inspect  FILE.safetensors | FILE.npz | FILE.gguf | CHECKPOINT_DIR\n"
-            "  tokenize --tokenizer tokenizer.json [--decode]   (stdin: one JSON string / id array per line)\n"
-            "  prompt   --model DIR   (stdin: {\"task\": ..., \"state\": [...]} per line -> prompt ids)\n"
-            "  preprocess --model DIR --image0 FILE [-o OUT.npz]   (pixels and the resized image)\n"
-            "  serve    --model DIR [--host 127.0.0.1] [--port 8000] [--api-key-file F] [--max-message-mb 32]\n"
-            "           [--max-clients 512] [--recv-timeout-s 30] [--idle-timeout-s 300] [--seed N] [--flip180] [--inproc] [--threads N]\n"
-            "           (openpi websocket + HTTP POST /act on one port; GET / status page, /healthz)\n"
-            "options: --norm-tag TAG (default libero), --threads N (GEMM threads per process)\n"
-            "backend (run, bench, parity, serve): --backend cpu|qnn (default cpu); with qnn: [--qnn-lib-dir DIR]\n"
-            "           [--qnn-io-map MAP.json] [--qnn-soc 77] [--qnn-arch 73]; DIR/ctx/<session>_socid77_archv73.bin\n"
-            "           --preload: read every context into memory at open and run one warm-up request (blank\n"
-            "           frames), so the first real request pays neither page faults nor first-touch costs\n"
-            "DIR: a Hugging Face checkpoint directory or a context directory from `molmoact compile`\n");
-}
+/* ------------------------------------------------------------------------- the command line */
+
+/* option ids (0 ends a command's list) */
+enum {
+    O_END, O_MODEL, O_BASE, O_GOLDEN, O_INPUTS, O_OUT, O_DUMP, O_NORM_TAG, O_IMAGE0, O_IMAGE1, O_TASK, O_STATE, O_NOISE, O_SEED,
+    O_SESSION, O_JSON, O_STREAM, O_INPROC, O_COLD, O_RUNS, O_THREADS, O_GATE, O_BACKEND, O_QNN_LIB_DIR, O_QNN_IO_MAP,
+    O_QNN_SOC, O_QNN_ARCH, O_PRELOAD, O_VISION, O_LLM, O_ACTION, O_SUFFIX, O_PROMPT_SEQ, O_KEEP, O_QUIET, O_HOST, O_PORT,
+    O_API_KEY_FILE, O_MAX_MESSAGE_MB, O_MAX_CLIENTS, O_RECV_TIMEOUT, O_IDLE_TIMEOUT, O_FLIP180, O_TOKENIZER, O_DECODE,
+    O_MARKDOWN, O_QNN_PERF, O_QNN_ZERO_COPY, O_VERBOSE, O_COUNT
+};
+
+static const cli_opt OPTS[O_COUNT] = {
+    [O_MODEL] = {"--model", NULL, "DIR", CLI_STR, 0, 0, "a Hugging Face checkpoint directory, a LeRobot policy directory or a context directory (molmoact compile)"},
+    [O_BASE] = {"--base", NULL, "DIR", CLI_STR, 0, 0, "the Hugging Face base directory of a LeRobot policy (default: found in the Hugging Face hub cache)"},
+    [O_GOLDEN] = {"--golden", NULL, "DIR", CLI_STR, 0, 0, "a golden directory (reference/make_golden.py): the parity table against it"},
+    [O_INPUTS] = {"--inputs", NULL, "IN.npz", CLI_STR, 0, 0, "the observation as arrays: pixels or image0/image1, input_ids or task + state, optional noise"},
+    [O_OUT] = {"--out", "-o", "OUT.npz", CLI_STR, 0, 0, "write the actions [10, 7] and the trajectory [10, 32]"},
+    [O_DUMP] = {"--dump", NULL, "DIR", CLI_STR, 0, 0, "write every intermediate of the first run to DIR/intermediates.npz"},
+    [O_NORM_TAG] = {"--norm-tag", NULL, "TAG", CLI_STR, 0, 0, "the norm_stats.json entry to normalise with (default libero)"},
+    [O_IMAGE0] = {"--image0", NULL, "FILE", CLI_STR, 0, 0, "the first camera frame (PNG or JPEG)"},
+    [O_IMAGE1] = {"--image1", NULL, "FILE", CLI_STR, 0, 0, "the second camera frame (PNG or JPEG)"},
+    [O_TASK] = {"--task", NULL, "TEXT", CLI_STR, 0, 0, "the task sentence"},
+    [O_STATE] = {"--state", NULL, "S0,..,S7", CLI_STR, 0, 0, "the proprio state: comma-separated decimal numbers (spaces allowed after the commas)"},
+    [O_NOISE] = {"--noise", NULL, "FILE", CLI_STR, 0, 0, "the initial noise [1, 10, 32]: an .npy, or an .npz holding noise"},
+    [O_SEED] = {"--seed", NULL, "N", CLI_U64, 0, 0, "the noise from torch.randn with this seed (default 0)"},
+    [O_SESSION] = {"--session", NULL, "NAME", CLI_STR, 0, 0, "one session in process: vision, llm_split0..3, action_context, action_step"},
+    [O_JSON] = {"--json", NULL, NULL, CLI_FLAG, 0, 0, "print one JSON object instead of tables"},
+    [O_STREAM] = {"--stream", NULL, NULL, CLI_FLAG, 0, 0, "read IN.npz paths (optionally a tab and OUT.npz) from stdin, one JSON line per observation"},
+    [O_INPROC] = {"--inproc", NULL, NULL, CLI_FLAG, 0, 0, "run every session in this process instead of six resident workers"},
+    [O_COLD] = {"--cold", NULL, NULL, CLI_FLAG, 0, 0, "flush the session's weights from every cache level before each run (a context directory)"},
+    [O_RUNS] = {"--runs", NULL, "N", CLI_INT, 1, 1000000, "requests of the same observation"},
+    [O_THREADS] = {"--threads", NULL, "N", CLI_INT, 1, 64, "GEMM threads per process (default: the cores this process may use; MOLMOACT_THREADS)"},
+    [O_GATE] = {"--gate", NULL, "G", CLI_REAL, 1e-9, 1, "the cosine gate (default: by precision, 0.9999 for f16/bf16/f32 weights, 0.999 for q8_0, 0.99 for q4_0)"},
+    [O_BACKEND] = {"--backend", NULL, "cpu|qnn", CLI_STR, 0, 0, "where the sessions run (default cpu; qnn: QNN HTP context binaries, docs/QNN.md)"},
+    [O_QNN_LIB_DIR] = {"--qnn-lib-dir", NULL, "DIR", CLI_STR, 0, 0, "qnn: the directory of libQnnHtp.so and libQnnSystem.so"},
+    [O_QNN_IO_MAP] = {"--qnn-io-map", NULL, "MAP.json", CLI_STR, 0, 0, "qnn: {session: {our tensor name: graph tensor name}}"},
+    [O_QNN_SOC] = {"--qnn-soc", NULL, "N", CLI_U64, 0, 4294967295.0, "qnn: the SoC model of the device config (default 77)"},
+    [O_QNN_ARCH] = {"--qnn-arch", NULL, "N", CLI_U64, 0, 4294967295.0, "qnn: the HTP architecture of the device config (default 73)"},
+    [O_PRELOAD] = {"--preload", NULL, NULL, CLI_FLAG, 0, 0, "read every context in at open and run one warm-up request, so the first real request runs warm"},
+    [O_VISION] = {"--vision", NULL, "P", CLI_STR, 0, 0, "the vision encoder's precision: f16 (default), bf16, q8_0, q4_0"},
+    [O_LLM] = {"--llm", NULL, "P", CLI_STR, 0, 0, "the LLM's precision (the four splits)"},
+    [O_ACTION] = {"--action", NULL, "P", CLI_STR, 0, 0, "the action expert's precision (action_context and action_step)"},
+    [O_SUFFIX] = {"--suffix", NULL, "S", CLI_STR, 0, 0, "name the files of the components given with --vision/--llm/--action vision{S}.gguf, llm_split0..3{S}.gguf, action_step{S}.gguf (picked at run time by MOLMOACT_*_CTX_SUFFIX=S); the other files keep their names"},
+    [O_PROMPT_SEQ] = {"--prompt-seq", NULL, "N", CLI_INT, 1, MA_MAX_PROMPT_SEQ, "the prompt length the static graphs are built for, recorded in the contexts (default 128, or MOLMOACT_PROMPT_SEQ)"},
+    [O_KEEP] = {"--keep", NULL, "PATTERN=P", CLI_LIST, 0, 0, "matrices whose checkpoint name matches the glob PATTERN stored in P where P is more precise (repeatable), e.g. --keep '*scout_mlp*=f16'"},
+    [O_QUIET] = {"--quiet", "-q", NULL, CLI_FLAG, 0, 0, "no progress lines"},
+    [O_HOST] = {"--host", NULL, "ADDR", CLI_STR, 0, 0, "the address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)"},
+    [O_PORT] = {"--port", NULL, "N", CLI_INT, 0, 65535, "the port (default 8000; 0: any free port, printed at start)"},
+    [O_API_KEY_FILE] = {"--api-key-file", NULL, "FILE", CLI_STR, 0, 0, "require this key (Authorization: Api-Key KEY, or Bearer KEY) on every request but /healthz"},
+    [O_MAX_MESSAGE_MB] = {"--max-message-mb", NULL, "MB", CLI_REAL, 1.0 / 1024, 4096, "the largest request body or websocket message (default 32)"},
+    [O_MAX_CLIENTS] = {"--max-clients", NULL, "N", CLI_INT, 1, 100000, "connections at once (default 512; /healthz is answered beyond it)"},
+    [O_RECV_TIMEOUT] = {"--recv-timeout-s", NULL, "S", CLI_INT, 1, 3600, "the deadline for one whole request or message to arrive (default 30)"},
+    [O_IDLE_TIMEOUT] = {"--idle-timeout-s", NULL, "S", CLI_INT, 0, 86400, "close a connection idle between requests this long (default 300; 0: never)"},
+    [O_FLIP180] = {"--flip180", NULL, NULL, CLI_FLAG, 0, 0, "rotate every camera frame by 180 degrees (LIBERO's renders are upside down)"},
+    [O_TOKENIZER] = {"--tokenizer", NULL, "FILE", CLI_STR, 0, 0, "a tokenizer.json"},
+    [O_DECODE] = {"--decode", NULL, NULL, CLI_FLAG, 0, 0, "read id arrays and print the decoded strings"},
+    [O_MARKDOWN] = {"--markdown", NULL, NULL, CLI_FLAG, 0, 0, "print the README's command list and environment table"},
+    [O_QNN_PERF] = {"--qnn-perf", NULL, "default|high|burst", CLI_STR, 0, 0, "qnn: the HTP power vote (default: none; high: TURBO corner, 100 us sleep latency; burst: the highest corner, 40 us, RPC polling)"},
+    [O_QNN_ZERO_COPY] = {"--qnn-zero-copy", NULL, NULL, CLI_FLAG, 0, 0, "qnn: the graphs' tensors in rpcmem buffers registered with the contexts (libcdsprpc.so), no copies into client buffers"},
+    [O_VERBOSE] = {"--verbose", "-v", NULL, CLI_FLAG, 0, 0, "say more at open: each QNN context binary's graph count and names"},
+};
+
+static int cmd_run_a(cli_args *a);
+static int cmd_bench_a(cli_args *a);
+static int cmd_parity_a(cli_args *a);
+static int cmd_compile_a(cli_args *a);
+static int cmd_inspect_a(cli_args *a);
+static int cmd_tokenize_a(cli_args *a);
+static int cmd_prompt_a(cli_args *a);
+static int cmd_preprocess_a(cli_args *a);
+static int cmd_serve_a(cli_args *a);
+static int cmd_help_a(cli_args *a);
+static int cmd_version_a(cli_args *a);
+
+/* the options of everything that opens a model and runs its sessions */
+#define SESSION_USES {O_NORM_TAG, NULL, NULL}, {O_THREADS, NULL, NULL}, {O_BASE, NULL, NULL}, {O_BACKEND, NULL, NULL}, \
+    {O_QNN_LIB_DIR, NULL, NULL}, {O_QNN_IO_MAP, NULL, NULL}, {O_QNN_SOC, NULL, NULL}, {O_QNN_ARCH, NULL, NULL}, {O_QNN_PERF, NULL, NULL}, \
+    {O_QNN_ZERO_COPY, NULL, NULL}, {O_PRELOAD, NULL, NULL}, {O_VERBOSE, NULL, NULL}
+
+static const cli_cmd CMDS[] = {
+    {"run", "[--model DIR] [(--inputs IN.npz | --image0 A --image1 B --state S --task T)] [options]",
+     "Run one observation through the sessions (resident in six worker processes) and print the action chunk, the latency per component, peak memory and, with --golden, the parity table.",
+     "Without --model: the demo model (assets/tiny-grid) and its golden observation. --golden DIR without an observation runs the golden's own. With --runs N the latency table is over the warm runs (2..N) and the first request is reported on its own line; every run must give the same chunk. Exit status: 0, 1 an error, 2 a failed parity gate, 3 (--stream) an observation failed, 128+N stopped by signal N.",
+     0, 0, "sessions",
+     {{O_MODEL, NULL, "a Hugging Face checkpoint, LeRobot policy or context directory (default: the demo model, assets/tiny-grid)"}, {O_INPUTS, NULL, NULL}, {O_IMAGE0, NULL, NULL}, {O_IMAGE1, NULL, NULL},
+      {O_TASK, NULL, NULL}, {O_STATE, NULL, NULL}, {O_NOISE, NULL, NULL}, {O_SEED, NULL, NULL}, {O_OUT, NULL, NULL},
+      {O_DUMP, NULL, NULL}, {O_GOLDEN, NULL, NULL}, {O_GATE, NULL, NULL}, {O_RUNS, NULL, "requests of the same observation (default 1)"},
+      {O_STREAM, NULL, NULL}, {O_INPROC, NULL, NULL}, {O_JSON, NULL, NULL}, SESSION_USES},
+     cmd_run_a},
+    {"bench", "[--model DIR] [--runs N] [--inputs IN.npz] [options]  |  --model DIR --session NAME --inputs IO.npz",
+     "Time the pipeline on a synthetic LIBERO-like observation (or --inputs) after one warm-up request; or, with --session, one session in process on the arrays of IO.npz named as its inputs.",
+     "Prints the latency table, the kernel set, the precision plan and the threads, peak memory and the time to open. Nothing asserts a time.",
+     0, 0, "sessions",
+     {{O_MODEL, NULL, "a Hugging Face checkpoint, LeRobot policy or context directory (default: the demo model, assets/tiny-grid)"}, {O_INPUTS, NULL, "IN.npz (pipeline) or IO.npz (--session: a golden's <session>_io.npz)"},
+      {O_IMAGE0, NULL, NULL}, {O_IMAGE1, NULL, NULL}, {O_TASK, NULL, NULL}, {O_STATE, NULL, NULL},
+      {O_SEED, NULL, "the synthetic observation's and the noise's seed (default 0)"}, {O_RUNS, NULL, "timed requests after the warm-up (default 5)"},
+      {O_SESSION, NULL, NULL}, {O_COLD, NULL, NULL}, {O_INPROC, NULL, NULL}, {O_JSON, NULL, NULL}, SESSION_USES},
+     cmd_bench_a},
+    {"parity", "--model DIR --golden DIR [--gate G] [--json]",
+     "Feed every session its golden inputs and print cosine, max |diff| and the share within 1e-3 x rms per output, then the end-to-end action cosine.",
+     "Exit status 2 when the gate fails. For quantised contexts only the end-to-end actions are gated.", 0, 0, "sessions",
+     {{O_MODEL, NULL, NULL}, {O_GOLDEN, NULL, NULL}, {O_GATE, NULL, NULL}, {O_JSON, NULL, NULL}, SESSION_USES}, cmd_parity_a},
+    {"compile", "SRC_DIR -o CTX_DIR [--vision P] [--llm P] [--action P] [--suffix S] [--prompt-seq N] [--keep PATTERN=P ...]",
+     "Compile a checkpoint (Hugging Face or LeRobot directory; LoRA adapters merged) into one GGUF context per session plus the host files and manifest.json.",
+     "Matrices are stored in the component's precision (f16, bf16, q8_0, q4_0), vectors in f32. A new directory appears whole; into an existing one the files are moved in only when all are written. A variant with --suffix is added beside the files already there: e.g. `molmoact compile SRC -o CTX --llm q4_0 --suffix _w4a16`, then `MOLMOACT_LLM_CTX_SUFFIX=_w4a16 molmoact run --model CTX`.",
+     1, 1, "compile",
+     {{O_OUT, "CTX_DIR", "the output directory (created; or an existing one, the new files added)"}, {O_VISION, NULL, NULL}, {O_LLM, NULL, NULL}, {O_ACTION, NULL, NULL}, {O_SUFFIX, NULL, NULL},
+      {O_PROMPT_SEQ, NULL, NULL}, {O_KEEP, NULL, NULL}, {O_BASE, NULL, NULL}, {O_THREADS, NULL, NULL}, {O_QUIET, NULL, NULL}},
+     cmd_compile_a},
+    {"inspect", "FILE.gguf | FILE.safetensors | FILE.npz | FILE.bin | DIR",
+     "Show what a file or directory holds: tensors, shapes and dtypes; a checkpoint's kind and the config fields this runtime ignores; a context directory's sessions, precisions, prompt length and compile; a QNN context binary's graphs.",
+     NULL, 1, 1, "inspect", {{O_BASE, NULL, NULL}, {O_QNN_LIB_DIR, NULL, "for FILE.bin: the directory of libQnnSystem.so"}}, cmd_inspect_a},
+    {"tokenize", "--tokenizer tokenizer.json [--decode]",
+     "Tokenise stdin, one JSON string per line, printing one id array per line (--decode: the reverse).", NULL, 0, 0, NULL,
+     {{O_TOKENIZER, NULL, NULL}, {O_DECODE, NULL, NULL}}, cmd_tokenize_a},
+    {"prompt", "--model DIR",
+     "Build the prompt ids of {\"task\": ..., \"state\": [...]} lines on stdin, one id array per line.", NULL, 0, 0, NULL,
+     {{O_MODEL, NULL, NULL}, {O_NORM_TAG, NULL, NULL}, {O_BASE, NULL, NULL}}, cmd_prompt_a},
+    {"preprocess", "--model DIR --image0 FILE [-o OUT.npz]",
+     "Decode a frame and write it, its 378x378 resize and the pixels the vision encoder takes (default preprocessed.npz).", NULL, 0, 0, NULL,
+     {{O_MODEL, NULL, NULL}, {O_IMAGE0, NULL, NULL}, {O_OUT, NULL, "the output (default preprocessed.npz)"}, {O_BASE, NULL, NULL}},
+     cmd_preprocess_a},
+    {"serve", "--model DIR [--host ADDR] [--port N] [options]",
+     "Serve robots on one port: the openpi websocket protocol (msgpack), HTTP POST /act (JSON, json_numpy), GET / (a status page), /healthz, /metrics (Prometheus).",
+     "docs/SERVER.md describes the protocols, the keys and the replies. SIGTERM or SIGINT drains: requests in flight are answered, then it exits.",
+     0, 0, "sessions",
+     {{O_MODEL, NULL, NULL}, {O_HOST, NULL, NULL}, {O_PORT, NULL, NULL}, {O_API_KEY_FILE, NULL, NULL}, {O_MAX_MESSAGE_MB, NULL, NULL},
+      {O_MAX_CLIENTS, NULL, NULL}, {O_RECV_TIMEOUT, NULL, NULL}, {O_IDLE_TIMEOUT, NULL, NULL},
+      {O_SEED, NULL, "seed the generator that gives each request without noise or seed its own (default: seeded at random, logged)"},
+      {O_FLIP180, NULL, NULL}, {O_INPROC, NULL, NULL}, {O_QUIET, NULL, "no progress lines at start-up"}, SESSION_USES},
+     cmd_serve_a},
+    {"help", "[COMMAND | env]", "This overview, a command's help, or the environment variables.", NULL, 0, 1, NULL,
+     {{O_MARKDOWN, NULL, NULL}}, cmd_help_a},
+    {"version", "", "Print the version.", NULL, 0, 0, NULL, {{O_END, NULL, NULL}}, cmd_version_a},
+};
+#define N_CMDS ((int)(sizeof CMDS / sizeof CMDS[0]))
 
 typedef struct {
     const char *model, *golden, *inputs, *out, *dump, *norm_tag, *image0, *image1, *task, *state, *noise, *session;
@@ -80,82 +192,80 @@ typedef struct {
     double gate;
 } opts;
 
-/* every option once; contradictions refused (--seed with --noise, --inputs with raw-frame
- * options or --stream) rather than one silently winning */
-static int parse_opts(int argc, char **argv, int first, opts *o) {
-    static const char *names[] = {"--model", "-o", "--golden", "--inputs", "--out", "--dump", "--norm-tag", "--image0",
-                                  "--image1", "--task", "--state", "--noise", "--session", "--json", "--stream", "--inproc",
-                                  "--cold", "--runs", "--threads", "--seed", "--gate", NULL};
-    unsigned long seen = 0;
-    memset(o, 0, sizeof *o);
-    o->gate = 0;
-    o->norm_tag = "libero";
-    for (int i = first; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        for (int k = 0; names[k]; k++)
-            if (!strcmp(a, names[k])) {
-                /* -o and --out are one option */
-                const int id = !strcmp(a, "-o") ? 4 : k;
-                if (seen & (1ul << id)) { fprintf(stderr, "molmoact: %s is given twice\n", a); return -1; }
-                seen |= 1ul << id;
-            }
-#define TAKE(field) do { if (!v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return -1; } o->field = v; i++; } while (0)
-        if (!strcmp(a, "--model")) TAKE(model);
-        else if (!strcmp(a, "-o")) TAKE(out);
-        else if (!strcmp(a, "--golden")) TAKE(golden);
-        else if (!strcmp(a, "--inputs")) TAKE(inputs);
-        else if (!strcmp(a, "--out")) TAKE(out);
-        else if (!strcmp(a, "--dump")) TAKE(dump);
-        else if (!strcmp(a, "--norm-tag")) TAKE(norm_tag);
-        else if (!strcmp(a, "--image0")) TAKE(image0);
-        else if (!strcmp(a, "--image1")) TAKE(image1);
-        else if (!strcmp(a, "--task")) TAKE(task);
-        else if (!strcmp(a, "--state")) TAKE(state);
-        else if (!strcmp(a, "--noise")) TAKE(noise);
-        else if (!strcmp(a, "--session")) TAKE(session);
-        else if (!strcmp(a, "--json")) o->json = 1;
-        else if (!strcmp(a, "--stream")) o->stream = 1;
-        else if (!strcmp(a, "--inproc")) o->inproc = 1;
-        else if (!strcmp(a, "--cold")) o->cold = 1;
-        else if (!strcmp(a, "--runs") || !strcmp(a, "--threads")) {
-            char *end;
-            errno = 0;
-            long n = v ? strtol(v, &end, 10) : 0;
-            const long max = !strcmp(a, "--runs") ? 1000000 : 64;
-            if (!v || !*v || *end || errno || n < 1 || n > max) {
-                fprintf(stderr, "molmoact: %s needs an integer in [1, %ld]\n", a, max);
-                return -1;
-            }
-            if (!strcmp(a, "--runs")) o->runs = (int)n;
-            else o->threads = (int)n;
-            i++;
-        }
-        else if (!strcmp(a, "--seed") || !strcmp(a, "--gate")) {
-            if (!v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return -1; }
-            char *end;
-            errno = 0;
-            if (!strcmp(a, "--seed")) {
-                unsigned long long s = strtoull(v, &end, 10);
-                if (errno || !*v || *end || v[0] == '-' || v[0] == '+') { fprintf(stderr, "molmoact: --seed %s is not a non-negative integer\n", v); return -1; }
-                o->seed = s;
-                o->have_seed = 1;
-            } else {
-                o->gate = strtod(v, &end);
-                if (errno || *end || !(o->gate > 0 && o->gate <= 1)) { fprintf(stderr, "molmoact: --gate %s must be in (0, 1]\n", v); return -1; }
-            }
-            i++;
-        } else { fprintf(stderr, "molmoact: unknown option %s\n", a); return -1; }
-#undef TAKE
+/* the session options become the environment the sessions and the workers read (--backend
+ * MOLMOACT_BACKEND, --qnn-* MOLMOACT_QNN_*, --preload MOLMOACT_PRELOAD, --base MOLMOACT_BASE_DIR,
+ * --threads MOLMOACT_THREADS) */
+static int session_env(const cli_args *a) {
+    const char *name = a->cmd->name;
+    if (a->given[O_BACKEND] && strcmp(a->str[O_BACKEND], "cpu") && strcmp(a->str[O_BACKEND], "qnn")) {
+        fprintf(stderr, "molmoact %s: --backend %s: must be cpu or qnn\n", name, a->str[O_BACKEND]);
+        return 1;
     }
-    if (o->have_seed && o->noise) { fprintf(stderr, "molmoact: --seed and --noise contradict each other (give one)\n"); return -1; }
+    const int qnn_opts = a->given[O_QNN_LIB_DIR] || a->given[O_QNN_IO_MAP] || a->given[O_QNN_SOC] || a->given[O_QNN_ARCH] ||
+                         a->given[O_QNN_PERF] || a->given[O_QNN_ZERO_COPY];
+    if (qnn_opts && strcmp(a->cmd->name, "inspect") && !a->given[O_BACKEND] && !getenv("MOLMOACT_BACKEND")) {
+        fprintf(stderr, "molmoact %s: the --qnn-* options need --backend qnn\n", name);
+        return 1;
+    }
+    static const struct { int id; const char *var; } map[] = {
+        {O_BACKEND, "MOLMOACT_BACKEND"}, {O_QNN_LIB_DIR, "MOLMOACT_QNN_LIB_DIR"}, {O_QNN_IO_MAP, "MOLMOACT_QNN_IO_MAP"},
+        {O_QNN_SOC, "MOLMOACT_QNN_SOC"}, {O_QNN_ARCH, "MOLMOACT_QNN_ARCH"}, {O_THREADS, "MOLMOACT_THREADS"}, {O_QNN_PERF, "MOLMOACT_QNN_PERF"}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (a->given[map[i].id]) setenv(map[i].var, a->str[map[i].id], 1);
+    if (a->given[O_PRELOAD]) setenv("MOLMOACT_PRELOAD", "1", 1);
+    if (a->given[O_QNN_ZERO_COPY]) setenv("MOLMOACT_QNN_ZERO_COPY", "1", 1);
+    if (a->given[O_VERBOSE]) setenv("MOLMOACT_VERBOSE", "1", 1);
+    if (a->given[O_THREADS]) ma_kernel_set_threads((int)a->i[O_THREADS]);
+    if (a->given[O_BASE]) {
+        struct stat st;
+        const char *v = a->str[O_BASE];
+        if (!*v || stat(v, &st) || !S_ISDIR(st.st_mode)) { fprintf(stderr, "molmoact %s: --base %s is not a directory\n", name, v); return 1; }
+        setenv("MOLMOACT_BASE_DIR", v, 1);
+    }
+    if (a->given[O_QUIET]) ma_progress_set_quiet(1);
+    ma_error err = {0};
+    if (ma_env_check(&err)) { fprintf(stderr, "molmoact %s: %s\n", name, err.msg); return 1; }
+    return 0;
+}
+
+/* the options of run, bench, parity, prompt and preprocess; contradictions refused (--seed with
+ * --noise, --inputs with raw-frame options or --stream) rather than one silently winning */
+static int opts_from(const cli_args *a, opts *o) {
+    memset(o, 0, sizeof *o);
+    const char *name = a->cmd->name;
+    o->model = a->str[O_MODEL];
+    o->golden = a->str[O_GOLDEN];
+    o->inputs = a->str[O_INPUTS];
+    o->out = a->str[O_OUT];
+    o->dump = a->str[O_DUMP];
+    o->norm_tag = a->given[O_NORM_TAG] ? a->str[O_NORM_TAG] : "libero";
+    o->image0 = a->str[O_IMAGE0];
+    o->image1 = a->str[O_IMAGE1];
+    o->task = a->str[O_TASK];
+    o->state = a->str[O_STATE];
+    o->noise = a->str[O_NOISE];
+    o->session = a->str[O_SESSION];
+    o->have_seed = a->given[O_SEED];
+    o->seed = a->u[O_SEED];
+    o->json = a->given[O_JSON];
+    o->stream = a->given[O_STREAM];
+    o->inproc = a->given[O_INPROC];
+    o->cold = a->given[O_COLD];
+    o->runs = a->given[O_RUNS] ? (int)a->i[O_RUNS] : 0;
+    o->threads = a->given[O_THREADS] ? (int)a->i[O_THREADS] : 0;
+    o->gate = a->given[O_GATE] ? a->r[O_GATE] : 0;
+    if (o->model && (!*o->model || !ma_is_dir(o->model))) {
+        fprintf(stderr, "molmoact %s: --model %s is not a directory\n", name, o->model);
+        return -1;
+    }
+    if (o->have_seed && o->noise) { fprintf(stderr, "molmoact %s: --seed and --noise contradict each other (give one)\n", name); return -1; }
     if (o->inputs && (o->image0 || o->image1 || o->task || o->state)) {
-        fprintf(stderr, "molmoact: --inputs and --image0/--image1/--task/--state contradict each other (give one observation)\n");
+        fprintf(stderr, "molmoact %s: --inputs and --image0/--image1/--task/--state contradict each other (give one observation)\n", name);
         return -1;
     }
     if (o->stream && (o->inputs || o->image0 || o->image1 || o->task || o->state || o->out || o->dump || o->golden)) {
-        fprintf(stderr, "molmoact: --stream reads its observations and output paths from stdin: it takes no --inputs, "
-                        "--image0/--image1/--task/--state, --out, --dump or --golden\n");
+        fprintf(stderr, "molmoact %s: --stream reads its observations and output paths from stdin: it takes no --inputs, "
+                        "--image0/--image1/--task/--state, --out, --dump or --golden\n", name);
         return -1;
     }
     return 0;
@@ -202,6 +312,29 @@ static void request_src_of(const opts *o, ma_request_src *src) {
     src->seed = o->seed;
 }
 
+/* the demo (the tiny Grid Sampler model and its golden): PREFIX/share/molmoact/tiny-grid when this
+ * program is installed (bin/molmoact), else the source tree's assets/tiny-grid */
+static const char *demo_dir(void) {
+    static char dir[PATH_MAX];
+    char exe[PATH_MAX];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(dir, sizeof dir, "%.*s/../share/molmoact/tiny-grid", PATH_MAX - 64, exe);
+            char probe[PATH_MAX + 16];
+            snprintf(probe, sizeof probe, "%s/model", dir);
+            if (ma_is_dir(probe)) return dir;
+        }
+    }
+    snprintf(dir, sizeof dir, "%s/assets/tiny-grid", MA_SOURCE_DIR);
+    char probe[PATH_MAX + 16];
+    snprintf(probe, sizeof probe, "%s/model", dir);
+    return ma_is_dir(probe) ? dir : NULL;
+}
+
 /* the request source of the command line; without --model, the demo: the shipped tiny model,
  * its golden and (with golden_observation, when no observation is given) the golden's inputs.
  * Returns 1 when the demo is used. */
@@ -218,8 +351,13 @@ static int request_setup(opts *o, ma_request_src *src, int golden_observation) {
         }
         return 0;
     }
-    snprintf(model, sizeof model, "%s/assets/tiny-grid/model", MA_SOURCE_DIR);
-    snprintf(golden, sizeof golden, "%s/assets/tiny-grid/golden", MA_SOURCE_DIR);
+    const char *demo = demo_dir();
+    if (!demo) {
+        fprintf(stderr, "molmoact: no demo model: neither PREFIX/share/molmoact/tiny-grid beside this program nor %s/assets/tiny-grid; give --model DIR\n", MA_SOURCE_DIR);
+        return -1;
+    }
+    snprintf(model, sizeof model, "%s/model", demo);
+    snprintf(golden, sizeof golden, "%s/golden", demo);
     snprintf(inputs, sizeof inputs, "%s/step0_boundary.npz", golden);
     snprintf(pixels, sizeof pixels, "%s/vision_io.npz", golden);
     o->model = model;
@@ -243,6 +381,21 @@ static ma_status write_result(const char *path, const ma_result *res, ma_error *
 }
 
 static const char *mode_name(const ma_engine *e) { return e->inproc ? "inproc" : "resident, 6 worker processes"; }
+
+/* what ran: the backend, the kernel set, the threads per process and the precision plan */
+static void print_plan(const ma_engine *e, int json) {
+    const char *prec[3];
+    for (int i = 0; i < 3; i++) prec[i] = e->host.precision[i][0] ? e->host.precision[i] : "checkpoint";
+    ma_backend b = MA_BACKEND_CPU;
+    ma_backend_current(&b, NULL);
+    const char *backend = b == MA_BACKEND_QNN ? "qnn" : "cpu";
+    if (json)
+        printf(", \"backend\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"precision\": {\"vision\": \"%s\", \"llm\": \"%s\", \"action\": \"%s\"}",
+               backend, ma_gemm_kernels(), ma_kernel_threads(), prec[0], prec[1], prec[2]);
+    else
+        printf("backend %s, kernels %s, %d threads per process, precision: vision %s, llm %s, action %s\n", backend, ma_gemm_kernels(),
+               ma_kernel_threads(), prec[0], prec[1], prec[2]);
+}
 
 static void print_memory(const ma_engine *e, int json) {
     long self_kb, workers_kb;
@@ -514,8 +667,10 @@ static int cmd_run(opts *o) {
     ma_error err = {0};
     ma_request_src src;
     if (check_outputs(o)) return 1;
-    if (request_setup(o, &src, 1) && !o->json && !o->stream) printf("demo: model %s\n", o->model);
-    if (o->runs < 1) o->runs = 5;
+    const int demo = request_setup(o, &src, 1);
+    if (demo < 0) return 1;
+    if (demo && !o->json && !o->stream) printf("demo: model %s\n", o->model);
+    if (o->runs < 1) o->runs = 1;
     molmoact *api;
     struct timespec t_open0, t_open1;
     clock_gettime(CLOCK_MONOTONIC, &t_open0);
@@ -544,7 +699,7 @@ static int cmd_run(opts *o) {
         ma_result_free(&res);
         ma_timing tm;
         if (api_run(api, &q, &res, &tm, o->dump && i == 0 ? &trace : NULL, &err)) { fail(&err); goto out; }
-        ma_latency_add(&lat, &tm);
+        if (i > 0 || o->runs == 1) ma_latency_add(&lat, &tm); /* the table: the warm runs (2..N), or the only one */
         if (i == 0) { first_ms = tm.total; first = res; memset(&res, 0, sizeof res); continue; }
         warm_sum += tm.total;
         if (memcmp(first.actions, res.actions, sizeof(float) * (size_t)res.n_steps * res.action_dim) != 0) {
@@ -565,7 +720,14 @@ static int cmd_run(opts *o) {
     if (o->json) { printf("{"); print_actions_json(&first); }
     else print_actions(&first);
     if (o->json) { printf(", \"latency\": "); ma_latency_print_json(&lat, ep->inproc ? "inproc" : "resident", ep->host.cfg.flow_steps, stdout); }
-    else { printf("\n"); ma_latency_print(&lat, mode_name(ep), ep->host.cfg.flow_steps, stdout); }
+    else {
+        printf("\n");
+        char mode[96];
+        if (o->runs > 1) snprintf(mode, sizeof mode, "%s; the warm runs 2-%d, the first on its own below", mode_name(ep), o->runs);
+        else snprintf(mode, sizeof mode, "%s", mode_name(ep));
+        ma_latency_print(&lat, mode, ep->host.cfg.flow_steps, stdout);
+    }
+    print_plan(ep, o->json);
     print_memory(ep, o->json);
     /* the open (sessions started, contexts mapped; with --preload also read in) and the first
      * request after it, which pays the page faults --preload moves into the open */
@@ -694,7 +856,7 @@ static int cmd_bench(opts *o) {
     if (o->session) return cmd_bench_session(o);
     ma_error err = {0};
     ma_request_src src;
-    request_setup(o, &src, 0); /* the demo model, but a synthetic observation */
+    if (request_setup(o, &src, 0) < 0) return 1; /* the demo model, but a synthetic observation */
     if (o->runs < 1) o->runs = 5;
     molmoact *api;
     struct timespec t0, t1;
@@ -719,20 +881,17 @@ static int cmd_bench(opts *o) {
         ma_result_free(&res);
     }
     if (!rc) {
-        const char *prec[3] = {ep->host.precision[0][0] ? ep->host.precision[0] : "checkpoint",
-                               ep->host.precision[1][0] ? ep->host.precision[1] : "checkpoint",
-                               ep->host.precision[2][0] ? ep->host.precision[2] : "checkpoint"};
         if (o->json) {
             printf("{\"model\": ");
             ma_json_write_string(stdout, o->model, strlen(o->model));
-            printf(", \"precision\": {\"vision\": \"%s\", \"llm\": \"%s\", \"action\": \"%s\"}, \"prompt_tokens\": %lld, \"latency\": ",
-                   prec[0], prec[1], prec[2], (long long)q.obs.seq_len);
+            print_plan(ep, 1);
+            printf(", \"prompt_tokens\": %lld, \"runs\": %d, \"latency\": ", (long long)q.obs.seq_len, o->runs);
             ma_latency_print_json(&lat, ep->inproc ? "inproc" : "resident", ep->host.cfg.flow_steps, stdout);
             print_memory(ep, 1);
             printf(", \"open_ms\": %.3f}\n", open_ms);
         } else {
-            printf("bench: %s (vision %s, llm %s, action %s), prompt %lld tokens, %d threads\n", o->model, prec[0], prec[1],
-                   prec[2], (long long)q.obs.seq_len, ma_kernel_threads());
+            printf("bench: %s, prompt %lld tokens, %d runs after one warm-up\n", o->model, (long long)q.obs.seq_len, o->runs);
+            print_plan(ep, 0);
             ma_latency_print(&lat, mode_name(ep), ep->host.cfg.flow_steps, stdout);
             print_memory(ep, 0);
             printf("open %.1f ms (sessions started, contexts mapped and checked)\n", open_ms);
@@ -772,10 +931,56 @@ static void print_shape(int nd, const int64_t *sh) {
     printf("]");
 }
 
-static int cmd_inspect(int argc, char **argv) {
-    if (argc < 3) { usage(stderr); return 1; }
-    const char *path = argv[2];
+/* a QNN context binary: its graphs through the QNN system library (--qnn-lib-dir) */
+static int inspect_qnn_binary(const char *path) {
     ma_error err = {0};
+    if (ma_qnn_inspect(path, stdout, &err)) {
+        fprintf(stderr, "molmoact inspect: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* a context directory: its files as the manifest lists them, with what each context carries */
+static int inspect_context_dir(const char *path) {
+    ma_error err = {0};
+    ma_manifest mf;
+    if (ma_manifest_load(path, &mf, &err)) return fail(&err);
+    printf("%s: a context directory (molmoact compile), %d files\n", path, mf.n);
+    printf("  %-28s %-15s %-9s %-8s %-10s %-17s %s\n", "file", "component", "precision", "prompt", "layers", "compile", "size");
+    char fingerprint[24] = "";
+    double total = 0;
+    for (int i = 0; i < mf.n; i++) {
+        const ma_manifest_entry *e = &mf.e[i];
+        total += (double)e->bytes;
+        char *fp = ma_path_join(path, e->name);
+        ma_gguf g;
+        if (!e->compile_id[0] || !fp || ma_gguf_open(&g, fp, NULL) != MA_OK) {
+            printf("  %-28s %-15s %-9s %-8s %-10s %-17s %.1f MiB\n", e->name, e->compile_id[0] ? "(unreadable)" : "host file", "", "", "",
+                   e->compile_id[0] ? e->compile_id : "", (double)e->bytes / 1048576.0);
+            free(fp);
+            continue;
+        }
+        char comp[32] = "", prec[16] = "", seq[16] = "", layers[24] = "";
+        int64_t v, a, b;
+        ma_gguf_get_str(&g, "molmoact.component", comp, sizeof comp, NULL);
+        ma_gguf_get_str(&g, "molmoact.precision", prec, sizeof prec, NULL);
+        if (!fingerprint[0]) ma_gguf_get_str(&g, "molmoact.source_fingerprint", fingerprint, sizeof fingerprint, NULL);
+        if (ma_gguf_get_i64(&g, "molmoact.prompt_seq", &v, NULL) == MA_OK) snprintf(seq, sizeof seq, "%lld", (long long)v);
+        if (ma_gguf_get_i64(&g, "molmoact.layer_first", &a, NULL) == MA_OK && ma_gguf_get_i64(&g, "molmoact.layer_last", &b, NULL) == MA_OK)
+            snprintf(layers, sizeof layers, "%lld-%lld", (long long)a, (long long)b - 1);
+        printf("  %-28s %-15s %-9s %-8s %-10s %-17s %.1f MiB\n", e->name, comp, prec, seq, layers, e->compile_id, (double)e->bytes / 1048576.0);
+        ma_gguf_close(&g);
+        free(fp);
+    }
+    printf("total %.2f GiB; source checkpoint fingerprint %s\n", total / 1073741824.0, fingerprint[0] ? fingerprint : "?");
+    printf("(molmoact inspect DIR/FILE.gguf lists a context's tensors; which files a run opens: MOLMOACT_*_CTX_SUFFIX)\n");
+    return 0;
+}
+
+static int cmd_inspect(const char *path) {
+    ma_error err = {0};
+    if (ma_is_dir(path) && ma_is_context_dir(path)) return inspect_context_dir(path);
     if (ma_is_dir(path)) {
         /* what the directory is, and what of its config this runtime ignores */
         ma_config cfg;
@@ -853,6 +1058,23 @@ static int cmd_inspect(int argc, char **argv) {
         }
         ma_npz_free(&z);
         ma_unmap_file(&mf);
+    } else if (mf.size >= 6 && !memcmp(mf.data, "\x93NUMPY", 6)) {
+        ma_tensor t;
+        ma_status st = ma_npy_parse(mf.data, mf.size, path, &t, &err);
+        ma_unmap_file(&mf);
+        if (st) return fail(&err);
+        printf("%s: .npy, %s ", path, ma_dtype_name(t.dtype));
+        print_shape(t.ndim, t.shape);
+        printf("\n");
+        ma_tensor_free(&t);
+    } else if (!(mf.size >= 9 && mf.data[8] == '{')) {
+        /* a safetensors file begins with its header's length and '{' */
+        const size_t nl = strlen(path);
+        ma_unmap_file(&mf);
+        if (nl > 4 && !strcmp(path + nl - 4, ".bin")) return inspect_qnn_binary(path);
+        fprintf(stderr, "molmoact inspect: %s is not a file inspect reads (GGUF, safetensors, .npz, .npy, a QNN context binary .bin, "
+                        "or a checkpoint or context directory)\n", path);
+        return 1;
     } else {
         ma_st_tensor *ts;
         size_t n;
@@ -952,130 +1174,9 @@ static int cmd_preprocess(opts *o) {
 
 /* ---------------------------------------------------------------------------------- compile */
 
-static int parse_prompt_seq(const char *what, const char *v, int *out) {
-    char *end;
-    errno = 0;
-    long n = strtol(v, &end, 10);
-    if (!*v || *end || errno || n < 1 || n > MA_MAX_PROMPT_SEQ) {
-        fprintf(stderr, "molmoact: %s %s: must be an integer in [1, %d]\n", what, v, MA_MAX_PROMPT_SEQ);
-        return -1;
-    }
-    *out = (int)n;
-    return 0;
-}
-
-/* the index of option a in the NULL-terminated list valued (options that take a value), -1 when
- * it is none of them, -2 (reported) when its value is missing or it was given before */
-static int valued_option(const char *const *valued, const char *a, const char *v, unsigned *seen) {
-    int k = 0;
-    while (valued[k] && strcmp(a, valued[k])) k++;
-    if (!valued[k]) return -1;
-    if (!v) { fprintf(stderr, "molmoact: %s needs a value\n", a); return -2; }
-    if (*seen & (1u << k)) { fprintf(stderr, "molmoact: %s is given twice\n", a); return -2; }
-    *seen |= 1u << k;
-    return k;
-}
-
-static int cmd_compile(int argc, char **argv) {
-    ma_compile_opts co = {"f16", "f16", "f16", "", 128, 0, {NULL}, {NULL}};
-    const char *src = NULL, *out = NULL;
-    const char *env = getenv("MOLMOACT2_PROMPT_SEQ");
-    if (env && *env && parse_prompt_seq("MOLMOACT2_PROMPT_SEQ", env, &co.prompt_seq)) return 1;
-    static const char *const valued[] = {"-o", "--vision", "--llm", "--action", "--suffix", "--prompt-seq", NULL};
-    unsigned seen = 0;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (valued_option(valued, a, v, &seen) == -2) return 1;
-        if (!strcmp(a, "-o")) out = argv[++i];
-        else if (!strcmp(a, "--vision")) co.vision = argv[++i];
-        else if (!strcmp(a, "--llm")) co.llm = argv[++i];
-        else if (!strcmp(a, "--action")) co.action = argv[++i];
-        else if (!strcmp(a, "--suffix")) co.suffix = argv[++i];
-        else if (!strcmp(a, "--prompt-seq")) { if (parse_prompt_seq("--prompt-seq", argv[++i], &co.prompt_seq)) return 1; }
-        else if (!strcmp(a, "--keep")) { /* repeatable: PATTERN=P */
-            if (!v) { fprintf(stderr, "molmoact: --keep needs PATTERN=P\n"); return 1; }
-            char *eq = strrchr(argv[++i], '=');
-            if (!eq || co.n_keep == MA_COMPILE_MAX_KEEP) {
-                fprintf(stderr, "molmoact: --keep %s: must be PATTERN=P (at most %d)\n", v, MA_COMPILE_MAX_KEEP);
-                return 1;
-            }
-            *eq = '\0';
-            co.keep_pattern[co.n_keep] = argv[i];
-            co.keep_prec[co.n_keep++] = eq + 1;
-        }
-        else if (a[0] == '-') { fprintf(stderr, "molmoact: compile: unknown option %s\n", a); return 1; }
-        else if (!src) src = a;
-        else { fprintf(stderr, "molmoact: compile: unexpected argument %s\n", a); return 1; }
-    }
-    if (!src || !out) { fprintf(stderr, "molmoact: compile needs HF_DIR and -o CTX_DIR\n"); return 1; }
-    ma_error err = {0};
-    if (ma_env_check(&err) || ma_compile(src, out, &co, &err)) return fail(&err);
-    printf("compiled %s -> %s (vision %s, llm %s, action %s, prompt length %d%s%s)\n", src, out, co.vision, co.llm, co.action,
-           co.prompt_seq, co.suffix[0] ? ", suffix " : "", co.suffix);
-    return 0;
-}
-
-/* ---------------------------------------------------------------------------------- serve */
-
-static int cmd_serve(int argc, char **argv) {
-    ma_serve_opts so = {NULL, "127.0.0.1", 8000, NULL, 32.0, 512, "libero", 0, 0, 0, 30, "/proc/self/exe", 300, 0, 0};
-    static const char *const valued[] = {"--model", "--host", "--port", "--api-key-file", "--max-message-mb", "--max-clients",
-                                         "--norm-tag", "--threads", "--recv-timeout-s", "--idle-timeout-s", "--seed", NULL};
-    unsigned seen = 0;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        const int k = valued_option(valued, a, v, &seen);
-        if (k == -2) return 1;
-        if (k >= 0) {
-            i++;
-            char *end;
-            errno = 0;
-            if (k == 0) so.model_dir = v;
-            else if (k == 1) so.host = v;
-            else if (k == 3) so.api_key_file = v;
-            else if (k == 6) so.norm_tag = v;
-            else if (k == 10) {
-                so.seed = strtoull(v, &end, 10);
-                if (!*v || *v == '-' || errno || *end) { fprintf(stderr, "molmoact: --seed must be a non-negative integer\n"); return 1; }
-                so.have_seed = 1;
-            } else if (k == 4) {
-                so.max_message_mb = strtod(v, &end);
-                if (errno || *end || !(so.max_message_mb >= 1.0 / 1024 && so.max_message_mb <= 4096)) { fprintf(stderr, "molmoact: --max-message-mb must be in [0.001, 4096] (1 KiB to 4 GiB)\n"); return 1; }
-            } else {
-                long n = strtol(v, &end, 10);
-                const long lo = k == 2 || k == 9 ? 0 : 1, hi = k == 2 ? 65535 : k == 5 ? 100000 : k == 7 ? 64 : k == 9 ? 86400 : 3600;
-                if (!*v || errno || *end || n < lo || n > hi) { fprintf(stderr, "molmoact: %s must be an integer in [%ld, %ld]\n", a, lo, hi); return 1; }
-                if (k == 2) so.port = (int)n;
-                else if (k == 5) so.max_clients = (int)n;
-                else if (k == 7) so.threads = (int)n;
-                else if (k == 9) so.idle_timeout_s = (int)n;
-                else so.recv_timeout_s = (int)n;
-            }
-        } else if (!strcmp(a, "--inproc")) so.inproc = 1;
-        else if (!strcmp(a, "--flip180")) so.flip180 = 1;
-        else { fprintf(stderr, "molmoact: serve: unknown option %s\n", a); return 1; }
-    }
-    if (!so.model_dir) { fprintf(stderr, "molmoact: serve needs --model DIR\n"); return 1; }
-    if (so.threads > 0) {
-        char n[16];
-        snprintf(n, sizeof n, "%d", so.threads);
-        setenv("MOLMOACT_THREADS", n, 1);
-        ma_kernel_set_threads(so.threads);
-    }
-    return ma_serve(&so);
-}
-
 /* ---------------------------------------------------------------------------------- tokenize */
 
-static int cmd_tokenize(int argc, char **argv) {
-    const char *path = NULL;
-    int decode = 0;
-    for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) path = argv[++i];
-        else if (!strcmp(argv[i], "--decode")) decode = 1;
-        else { fprintf(stderr, "molmoact: tokenize: unknown option %s\n", argv[i]); return 1; }
-    }
-    if (!path) { fprintf(stderr, "molmoact: tokenize needs --tokenizer FILE\n"); return 1; }
+static int cmd_tokenize(const char *path, int decode) {
     ma_error err = {0};
     ma_tokenizer *tok;
     if (ma_tokenizer_load(path, &tok, &err)) return fail(&err);
@@ -1131,97 +1232,163 @@ static int cmd_tokenize(int argc, char **argv) {
     return rc;
 }
 
-/* run, bench, parity, serve: the backend options become the environment the sessions and the
- * workers read (--backend MOLMOACT_BACKEND, --qnn-lib-dir MOLMOACT_QNN_LIB_DIR, --qnn-io-map
- * MOLMOACT_QNN_IO_MAP, --qnn-soc / --qnn-arch MOLMOACT_QNN_SOC / _ARCH) and are removed from argv */
-static int take_backend_options(int *argc, char **argv) {
-    static const char *const names[] = {"--backend", "--qnn-lib-dir", "--qnn-io-map", "--qnn-soc", "--qnn-arch", NULL};
-    static const char *const vars[] = {"MOLMOACT_BACKEND", "MOLMOACT_QNN_LIB_DIR", "MOLMOACT_QNN_IO_MAP", "MOLMOACT_QNN_SOC", "MOLMOACT_QNN_ARCH"};
-    unsigned seen = 0;
-    int w = 2;
-    for (int i = 2; i < *argc; i++) {
-        int k = -1;
-        for (int j = 0; names[j]; j++)
-            if (!strcmp(argv[i], names[j])) k = j;
-        if (!strcmp(argv[i], "--preload")) { setenv("MOLMOACT_PRELOAD", "1", 1); continue; }
-        if (k < 0) { argv[w++] = argv[i]; continue; }
-        if (i + 1 >= *argc) { fprintf(stderr, "molmoact: %s needs a value\n", argv[i]); return -1; }
-        if (seen & (1u << k)) { fprintf(stderr, "molmoact: %s is given twice\n", argv[i]); return -1; }
-        seen |= 1u << k;
-        const char *v = argv[++i];
-        if (k == 0 && strcmp(v, "cpu") && strcmp(v, "qnn")) { fprintf(stderr, "molmoact: --backend %s: must be cpu or qnn\n", v); return -1; }
-        if (k >= 3) {
-            char *end;
-            errno = 0;
-            unsigned long n = strtoul(v, &end, 10);
-            if (!*v || *end || errno || v[0] == '-' || n > 0xffffffffUL) { fprintf(stderr, "molmoact: %s %s: must be an unsigned integer\n", names[k], v); return -1; }
+/* ---------------------------------------------------------------------------------- commands */
+
+static int cmd_run_a(cli_args *a) {
+    opts o;
+    if (opts_from(a, &o) || session_env(a)) return 1;
+    return cmd_run(&o);
+}
+
+static int cmd_bench_a(cli_args *a) {
+    opts o;
+    if (opts_from(a, &o) || session_env(a)) return 1;
+    if (o.cold && !o.session) { fprintf(stderr, "molmoact bench: --cold times one session: give --session NAME\n"); return 1; }
+    return cmd_bench(&o);
+}
+
+static int cmd_parity_a(cli_args *a) {
+    opts o;
+    if (opts_from(a, &o) || session_env(a)) return 1;
+    return cmd_parity(&o);
+}
+
+static int cmd_prompt_a(cli_args *a) {
+    opts o;
+    if (opts_from(a, &o) || session_env(a)) return 1;
+    return cmd_prompt(&o);
+}
+
+static int cmd_preprocess_a(cli_args *a) {
+    opts o;
+    if (opts_from(a, &o) || session_env(a)) return 1;
+    return cmd_preprocess(&o);
+}
+
+static int cmd_compile_a(cli_args *a) {
+    ma_compile_opts co = {"f16", "f16", "f16", "", 0, 128, 0, {NULL}, {NULL}};
+    if (session_env(a)) return 1;
+    const char *env = ma_env("MOLMOACT_PROMPT_SEQ");
+    if (env && *env) co.prompt_seq = atoi(env); /* checked by ma_env_check */
+    if (a->given[O_PROMPT_SEQ]) co.prompt_seq = (int)a->i[O_PROMPT_SEQ];
+    if (a->given[O_VISION]) { co.vision = a->str[O_VISION]; co.suffixed |= MA_COMPILE_SUFFIX_VISION; }
+    if (a->given[O_LLM]) { co.llm = a->str[O_LLM]; co.suffixed |= MA_COMPILE_SUFFIX_LLM; }
+    if (a->given[O_ACTION]) { co.action = a->str[O_ACTION]; co.suffixed |= MA_COMPILE_SUFFIX_ACTION; }
+    if (a->given[O_SUFFIX]) {
+        co.suffix = a->str[O_SUFFIX];
+        if (!co.suffixed && co.suffix[0]) {
+            fprintf(stderr, "molmoact compile: --suffix %s names the files of the components given with --vision, --llm or --action: give at least one\n", co.suffix);
+            return 1;
         }
-        setenv(vars[k], v, 1);
     }
-    if ((seen & ~1u) && !(seen & 1u) && !getenv("MOLMOACT_BACKEND")) {
-        fprintf(stderr, "molmoact: the --qnn-* options need --backend qnn\n");
-        return -1;
+    static char keep[CLI_MAX_LIST][256];
+    for (int k = 0; k < a->nlist[O_KEEP]; k++) {
+        const char *v = a->list[O_KEEP][k];
+        snprintf(keep[k], sizeof keep[k], "%s", v);
+        char *eq = strrchr(keep[k], '=');
+        if (!eq || strlen(v) >= sizeof keep[k] || k >= MA_COMPILE_MAX_KEEP) {
+            fprintf(stderr, "molmoact compile: --keep %s: must be PATTERN=P (at most %d)\n", v, MA_COMPILE_MAX_KEEP);
+            return 1;
+        }
+        *eq = '\0';
+        co.keep_pattern[co.n_keep] = keep[k];
+        co.keep_prec[co.n_keep++] = eq + 1;
     }
-    argv[w] = NULL;
-    *argc = w;
+    const char *src = a->pos[0], *out = a->str[O_OUT];
+    if (!out) { fprintf(stderr, "molmoact compile: give the output directory with -o CTX_DIR\n"); return 1; }
+    if (!ma_is_dir(src)) { fprintf(stderr, "molmoact compile: %s is not a directory\n", src); return 1; }
+    ma_error err = {0};
+    if (ma_compile(src, out, &co, &err)) return fail(&err);
+    printf("compiled %s -> %s (vision %s, llm %s, action %s, prompt length %d%s%s)\n", src, out, co.vision, co.llm, co.action,
+           co.prompt_seq, co.suffix[0] ? ", suffix " : "", co.suffix);
     return 0;
 }
 
-/* --base DIR (a LeRobot policy's HF base directory) becomes MOLMOACT_BASE_DIR, which the model
- * loader and the workers read; removed from argv */
-static int take_base_option(int *argc, char **argv) {
-    int w = 2, seen = 0;
-    for (int i = 2; i < *argc; i++) {
-        const char *v = NULL;
-        if (!strcmp(argv[i], "--base")) {
-            if (i + 1 >= *argc) { fprintf(stderr, "molmoact: --base needs a directory\n"); return -1; }
-            v = argv[++i];
-        } else if (!strncmp(argv[i], "--base=", 7)) v = argv[i] + 7;
-        if (!v) { argv[w++] = argv[i]; continue; }
-        if (seen++) { fprintf(stderr, "molmoact: --base is given twice\n"); return -1; }
-        struct stat st;
-        if (!*v || stat(v, &st) || !S_ISDIR(st.st_mode)) { fprintf(stderr, "molmoact: --base %s is not a directory\n", v); return -1; }
-        setenv("MOLMOACT_BASE_DIR", v, 1);
+static int cmd_serve_a(cli_args *a) {
+    ma_serve_opts so = {NULL, "127.0.0.1", 8000, NULL, 32.0, 512, "libero", 0, 0, 0, 30, "/proc/self/exe", 300, 0, 0};
+    if (session_env(a)) return 1;
+    so.model_dir = a->str[O_MODEL];
+    if (a->given[O_HOST]) so.host = a->str[O_HOST];
+    if (a->given[O_PORT]) so.port = (int)a->i[O_PORT];
+    so.api_key_file = a->str[O_API_KEY_FILE];
+    if (a->given[O_MAX_MESSAGE_MB]) so.max_message_mb = a->r[O_MAX_MESSAGE_MB];
+    if (a->given[O_MAX_CLIENTS]) so.max_clients = (int)a->i[O_MAX_CLIENTS];
+    if (a->given[O_NORM_TAG]) so.norm_tag = a->str[O_NORM_TAG];
+    if (a->given[O_THREADS]) so.threads = (int)a->i[O_THREADS];
+    if (a->given[O_RECV_TIMEOUT]) so.recv_timeout_s = (int)a->i[O_RECV_TIMEOUT];
+    if (a->given[O_IDLE_TIMEOUT]) so.idle_timeout_s = (int)a->i[O_IDLE_TIMEOUT];
+    so.have_seed = a->given[O_SEED];
+    so.seed = a->u[O_SEED];
+    so.inproc = a->given[O_INPROC];
+    so.flip180 = a->given[O_FLIP180];
+    if (!so.model_dir) { fprintf(stderr, "molmoact serve: give the model with --model DIR\n"); return 1; }
+    if (!*so.model_dir || !ma_is_dir(so.model_dir)) { fprintf(stderr, "molmoact serve: --model %s is not a directory\n", so.model_dir); return 1; }
+    return ma_serve(&so);
+}
+
+static int cmd_tokenize_a(cli_args *a) {
+    if (!a->str[O_TOKENIZER]) { fprintf(stderr, "molmoact tokenize: give the tokenizer with --tokenizer FILE\n"); return 1; }
+    return cmd_tokenize(a->str[O_TOKENIZER], a->given[O_DECODE]);
+}
+
+static int cmd_inspect_a(cli_args *a) {
+    if (session_env(a)) return 1;
+    if (a->given[O_QNN_LIB_DIR]) setenv("MOLMOACT_QNN_LIB_DIR", a->str[O_QNN_LIB_DIR], 1);
+    return cmd_inspect(a->pos[0]);
+}
+
+static int cmd_version_a(cli_args *a) {
+    (void)a;
+    printf("molmoact %s (kernels: %s; %s)\n", molmoact_version(), ma_gemm_kernels(), "Apache-2.0");
+    return 0;
+}
+
+static const cli_cmd *find_cmd(const char *name) {
+    for (int i = 0; i < N_CMDS; i++)
+        if (!strcmp(CMDS[i].name, name)) return &CMDS[i];
+    return NULL;
+}
+
+static int unknown_command(const char *name) {
+    const char *names[N_CMDS];
+    for (int i = 0; i < N_CMDS; i++) names[i] = CMDS[i].name;
+    const char *near = cli_nearest(name, names, N_CMDS);
+    if (near) fprintf(stderr, "molmoact: unknown command %s (did you mean %s? `molmoact help` lists the commands)\n", name, near);
+    else fprintf(stderr, "molmoact: unknown command %s (`molmoact help` lists the commands)\n", name);
+    return 1;
+}
+
+static int cmd_help_a(cli_args *a) {
+    if (a->given[O_MARKDOWN]) { cli_print_markdown(stdout, OPTS, CMDS, N_CMDS); return 0; }
+    if (!a->npos) { cli_print_overview(stdout, CMDS, N_CMDS); return 0; }
+    if (!strcmp(a->pos[0], "env") || !strcmp(a->pos[0], "environment")) {
+        printf("environment variables (molmoact help COMMAND shows those a command reads):\n");
+        cli_print_env(stdout, NULL);
+        return 0;
     }
-    argv[w] = NULL;
-    *argc = w;
+    const cli_cmd *c = find_cmd(a->pos[0]);
+    if (!c) return unknown_command(a->pos[0]);
+    cli_print_command_help(stdout, OPTS, c);
     return 0;
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) { usage(argc < 2 ? stderr : stdout); return argc < 2; }
-    const char *cmd = argv[1];
-    ma_keep_freed_memory();
-    if ((!strcmp(cmd, "run") || !strcmp(cmd, "bench") || !strcmp(cmd, "parity") || !strcmp(cmd, "serve")) &&
-        take_backend_options(&argc, argv))
-        return 1;
-    if (strcmp(cmd, "__worker") && take_base_option(&argc, argv)) return 1;
-    if (strcmp(cmd, "__worker")) {
-        ma_error err = {0};
-        if (ma_env_check(&err)) return fail(&err);
-    }
-    if (!strcmp(cmd, "__worker")) { /* a resident worker process, started by the orchestrator */
+    if (argc < 2) { cli_print_overview(stderr, CMDS, N_CMDS); return 1; }
+    const char *name = argv[1];
+    if (!strcmp(name, "__worker")) { /* a resident worker process, started by the orchestrator */
         if (argc != 7) { fprintf(stderr, "molmoact: __worker is started by molmoact run, not by hand\n"); return 2; }
         return ma_worker_main(atoi(argv[2]), argv[3], argv[4], (unsigned)strtoul(argv[5], NULL, 10), atoi(argv[6]));
     }
-    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
-    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
-    if (!strcmp(cmd, "compile")) return cmd_compile(argc, argv);
-    if (!strcmp(cmd, "serve")) return cmd_serve(argc, argv);
-    opts o;
-    if (parse_opts(argc, argv, 2, &o)) return 1;
-    if (o.threads > 0) {
-        char n[16];
-        snprintf(n, sizeof n, "%d", o.threads);
-        setenv("MOLMOACT_THREADS", n, 1); /* for the workers */
-        ma_kernel_set_threads(o.threads);
-    }
-    if (!strcmp(cmd, "run")) return cmd_run(&o);
-    if (!strcmp(cmd, "bench")) return cmd_bench(&o);
-    if (!strcmp(cmd, "parity")) return cmd_parity(&o);
-    if (!strcmp(cmd, "prompt")) return cmd_prompt(&o);
-    if (!strcmp(cmd, "preprocess")) return cmd_preprocess(&o);
-    fprintf(stderr, "molmoact: unknown command %s\n", cmd);
-    usage(stderr);
-    return 1;
+    if (!strcmp(name, "--help") || !strcmp(name, "-h")) { cli_print_overview(stdout, CMDS, N_CMDS); return 0; }
+    if (!strcmp(name, "--version") || !strcmp(name, "-V")) return cmd_version_a(NULL);
+    const cli_cmd *c = find_cmd(name);
+    if (!c) return unknown_command(name);
+    ma_keep_freed_memory();
+    cli_args *a = calloc(1, sizeof *a);
+    if (!a) return 1;
+    int rc = cli_parse(OPTS, O_COUNT, c, argc, argv, 2, a);
+    if (rc == 2) rc = 0; /* --help */
+    else if (rc == 0) rc = c->run(a);
+    free(a);
+    return rc;
 }

@@ -131,8 +131,11 @@ static char *find_worker_exe(void) {
 }
 
 /* context-suffix options become the variables the context loader and the workers read */
-static void set_suffix(const char *var, const char *value) {
-    if (value) setenv(var, value, 1);
+/* an option's suffix under both names the sessions read (core/env.h), so they agree */
+static void set_suffix(const char *var, const char *alias, const char *value) {
+    if (!value) return;
+    setenv(var, value, 1);
+    setenv(alias, value, 1);
 }
 
 molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmoact_error *err) {
@@ -180,9 +183,9 @@ molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmo
         }
         setenv("MOLMOACT_BASE_DIR", opt->base_dir, 1);
     }
-    set_suffix("VISION_CTX_SUFFIX", opt->vision_suffix);
-    set_suffix("LLM_CTX_SUFFIX", opt->llm_suffix);
-    set_suffix("ACTION_CTX_SUFFIX", opt->action_suffix);
+    set_suffix("MOLMOACT_VISION_CTX_SUFFIX", "VISION_CTX_SUFFIX", opt->vision_suffix);
+    set_suffix("MOLMOACT_LLM_CTX_SUFFIX", "LLM_CTX_SUFFIX", opt->llm_suffix);
+    set_suffix("MOLMOACT_ACTION_CTX_SUFFIX", "ACTION_CTX_SUFFIX", opt->action_suffix);
     if (opt->threads > 0) {
         char n[16];
         snprintf(n, sizeof n, "%d", opt->threads);

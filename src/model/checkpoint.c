@@ -13,6 +13,7 @@
 
 #include "io/mapfile.h"
 #include "model/lerobot.h"
+#include "core/env.h"
 #include "model/manifest.h"
 
 /* processor_config.json (as the HF converter writes it; its image processor nested under
@@ -135,17 +136,19 @@ static const char *SLOT_BASE[8] = {"vision", "embed", "llm_split0", "llm_split1"
                                    "action_context", "action_step"};
 static const char *SLOT_COMPONENT[8] = {"vision", "embed", "llm", "llm", "llm", "llm", "action_context", "action_step"};
 
+/* the variable that picks a slot's variant: action_step only for the action expert, as the
+ * reference deployment's ACTION_CTX_SUFFIX (action_context is one small context, kept as is) */
 static const char *slot_env(int slot) {
-    if (slot == 0) return "VISION_CTX_SUFFIX";
-    if (slot >= 2 && slot <= 5) return "LLM_CTX_SUFFIX";
-    if (slot >= 6) return "ACTION_CTX_SUFFIX";
+    if (slot == 0) return "MOLMOACT_VISION_CTX_SUFFIX";
+    if (slot >= 2 && slot <= 5) return "MOLMOACT_LLM_CTX_SUFFIX";
+    if (slot == 7) return "MOLMOACT_ACTION_CTX_SUFFIX";
     return NULL;
 }
 
 void ma_context_name(int slot, const char *suffix, char *out, size_t cap) {
     const char *env = slot_env(slot);
-    const char *sfx = suffix ? suffix : (env && getenv(env) ? getenv(env) : "");
-    if (slot == 1) sfx = "";
+    const char *sfx = suffix ? suffix : (env && ma_env(env) ? ma_env(env) : "");
+    if (slot == 1 || slot == 6) sfx = "";
     snprintf(out, cap, "%s%s.gguf", SLOT_BASE[slot], sfx);
 }
 
@@ -168,13 +171,30 @@ static unsigned slot_parts(int slot) {
     return parts[slot];
 }
 
-/* the expected prompt length of the action contexts: MOLMOACT2_PROMPT_SEQ or 128 */
-static int expected_prompt_seq(void) {
-    const char *e = getenv("MOLMOACT2_PROMPT_SEQ");
-    if (!e || !*e) return 128;
+/* the prompt length asked for by the environment (MOLMOACT_PROMPT_SEQ or MOLMOACT2_PROMPT_SEQ):
+ * 0 when unset, -1 when not an integer in range */
+static int env_prompt_seq(void) {
+    const char *e = ma_env("MOLMOACT_PROMPT_SEQ");
+    if (!e || !*e) return 0;
     char *end;
     long v = strtol(e, &end, 10);
     return (*end || v < 1 || v > MA_MAX_PROMPT_SEQ) ? -1 : (int)v;
+}
+
+/* a context's recorded prompt length (llm and action contexts; the llm contexts of an older
+ * compile have none): every context of the set must agree */
+static ma_status note_prompt_seq(ma_model *m, int slot, const ma_gguf *g, const char *name, ma_error *err) {
+    if (slot < 2) return MA_OK;
+    int64_t seq;
+    ma_status s = ma_gguf_get_i64(g, "molmoact.prompt_seq", &seq, NULL);
+    if (s) return slot >= 6 ? ma_fail(err, MA_ERR_FORMAT, "%s: metadata key molmoact.prompt_seq is missing", name) : MA_OK;
+    if (seq < 1 || seq > MA_MAX_PROMPT_SEQ) return ma_fail(err, MA_ERR_FORMAT, "%s: molmoact.prompt_seq %lld out of range", name, (long long)seq);
+    if (m->prompt_seq && m->prompt_seq != seq)
+        return ma_fail(err, MA_ERR_FORMAT, "%s: compiled for prompt length %lld, %s for %d: compile them again with one --prompt-seq", name,
+                       (long long)seq, m->prompt_seq_file, m->prompt_seq);
+    if (!m->prompt_seq) snprintf(m->prompt_seq_file, sizeof m->prompt_seq_file, "%s", name);
+    m->prompt_seq = (int)seq;
+    return MA_OK;
 }
 
 static int precision_type(const char *p, ma_dtype *dt) {
@@ -336,16 +356,7 @@ static ma_status check_context_ranges(ma_model *m, int slot, ma_error *err) {
             return ma_fail(err, MA_ERR_FORMAT, "%s: holds layers [%lld, %lld), split %d is [%d, %d)", name, (long long)first,
                            (long long)last, slot - 2, m->split_first[slot - 2], m->split_last[slot - 2]);
     }
-    if (slot >= 6) {
-        int64_t seq;
-        if ((s = ma_gguf_get_i64(g, "molmoact.prompt_seq", &seq, err))) return ma_error_wrap(err, s, "%s", name);
-        int want = expected_prompt_seq();
-        if (want < 0) return ma_fail(err, MA_ERR_ARG, "MOLMOACT2_PROMPT_SEQ=%s is not a positive integer", getenv("MOLMOACT2_PROMPT_SEQ"));
-        if (seq != want)
-            return ma_fail(err, MA_ERR_FORMAT, "%s: shaped for prompt length %lld, MOLMOACT2_PROMPT_SEQ is %d", name, (long long)seq, want);
-        m->prompt_seq = (int)seq;
-    }
-    return MA_OK;
+    return note_prompt_seq(m, slot, g, name, err);
 }
 
 static ma_status weightset_from_contexts(ma_model *m, ma_error *err) {
@@ -410,9 +421,10 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
             char *path = ma_path_join(dir, name);
             ma_gguf g;
             if (path && ma_gguf_open(&g, path, NULL) == MA_OK) {
-                if (slot != 1 && !m->precision[which][0])
+                if (slot != 1 && (!m->precision[which][0] || slot == 7)) /* action: action_step's, the bulk of its weights */
                     ma_gguf_get_str(&g, "molmoact.precision", m->precision[which], sizeof m->precision[which], NULL);
                 s = check_fingerprint(&sc, &g, name, err);
+                if (!s) s = note_prompt_seq(m, slot, &g, name, err);
                 note_compile_id(&sc, slot, &g, name);
                 ma_gguf_close(&g);
             }
@@ -420,6 +432,15 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
             if (s) goto fail;
         }
         if ((s = check_compile_ids(&sc, err))) goto fail;
+        /* a static prompt length asked for by the environment must be the compiled one */
+        const int want = env_prompt_seq();
+        const char *var = ma_env_source("MOLMOACT_PROMPT_SEQ");
+        if (want < 0) { s = ma_fail(err, MA_ERR_ARG, "%s=%s is not an integer in [1, %d]", var, ma_env("MOLMOACT_PROMPT_SEQ"), MA_MAX_PROMPT_SEQ); goto fail; }
+        if (want && m->prompt_seq && want != m->prompt_seq) {
+            s = ma_fail(err, MA_ERR_ARG, "%s: compiled for prompt length %d, %s is %d (unset it: the length is read from the contexts)",
+                        m->prompt_seq_file, m->prompt_seq, var, want);
+            goto fail;
+        }
         if ((s = ma_config_parse(sc.config_json, dir, &m->cfg, err))) goto fail;
         if ((s = check_host_files(dir, &sc, m->cfg.norm_stats_filename, err))) goto fail;
     } else if (ma_is_lerobot_dir(dir)) {

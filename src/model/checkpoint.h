@@ -39,7 +39,8 @@ typedef struct ma_model {
     int from_contexts;
     ma_gguf ctx[8];     /* vision, embed, llm_split0..3, action_context, action_step */
     char precision[3][8]; /* vision, llm, action: as the contexts say ("" for a checkpoint) */
-    int prompt_seq;     /* contexts: the prompt length the action context is shaped for */
+    int prompt_seq;     /* contexts: the prompt length their static graphs are built for (0: none recorded) */
+    char prompt_seq_file[64]; /* the context it was first read from */
     ma_config cfg;
     ma_safetensors st;
     ma_weightset ws;
@@ -55,9 +56,9 @@ typedef struct ma_model {
 } ma_model;
 
 /* norm_tag: the norm_stats.json tag ("libero"). dir is a Hugging Face checkpoint directory or a
- * context directory written by `molmoact compile` (VISION_CTX_SUFFIX, LLM_CTX_SUFFIX and
- * ACTION_CTX_SUFFIX pick context variants; MOLMOACT2_PROMPT_SEQ, default 128, must match the
- * action contexts). ma_model_open binds everything; ma_model_open_parts only the given parts. */
+ * context directory written by `molmoact compile` (MOLMOACT_VISION_CTX_SUFFIX, _LLM_ and _ACTION_
+ * pick context variants, see core/env.h; MOLMOACT_PROMPT_SEQ, when set, must be the length the
+ * contexts were compiled for). ma_model_open binds everything; ma_model_open_parts only the given parts. */
 ma_status ma_model_open(const char *dir, const char *norm_tag, ma_model *m, ma_error *err);
 ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned parts, ma_model *m, ma_error *err);
 /* the context file name of slot i (0 vision, 1 embed, 2..5 llm_split0..3, 6 action_context,

@@ -124,7 +124,14 @@ ma_status ma_normstats_parse(const char *json, const char *label, const char *ta
      * file's only tag, named by default_tag, serves whatever tag is asked */
     const cJSON *dflt = cJSON_GetObjectItemCaseSensitive(root, "default_tag");
     if (!meta && cJSON_IsString(dflt) && cJSON_GetArraySize(tags) == 1) meta = cJSON_GetObjectItemCaseSensitive(tags, dflt->valuestring);
-    if (!cJSON_IsObject(meta)) { s = ma_fail(err, MA_ERR_FORMAT, "%s: no metadata for tag %s", label, tag); goto done; }
+    if (!cJSON_IsObject(meta)) {
+        char have[256] = "";
+        size_t n = 0;
+        for (const cJSON *t = cJSON_IsObject(tags) ? tags->child : NULL; t && n + 4 < sizeof have; t = t->next)
+            n += (size_t)snprintf(have + n, sizeof have - n, "%s%.64s", n ? ", " : "", t->string);
+        s = ma_fail(err, MA_ERR_ARG, "%s: no statistics for --norm-tag %s (it has: %s)", label, tag, n ? have : "none");
+        goto done;
+    }
     const cJSON *arith = cJSON_GetObjectItemCaseSensitive(meta, "arithmetic");
     ns->eps = 1e-6f;
     if (arith && !cJSON_IsNull(arith)) {

@@ -16,6 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/progress.h"
 #include "io/gguf.h"
 #include "io/mapfile.h"
 #include "kernels/gemm.h"
@@ -77,6 +78,19 @@ typedef struct fill_job {
     const ma_wref *r;
     ma_dtype dt;
 } fill_job;
+
+static ma_progress g_progress; /* the compile's progress (one compile per process at a time) */
+
+static uint64_t ref_bytes(const ma_wref *r) {
+    size_t n = 0;
+    return ma_shape_nbytes(r->dtype, r->ndim, r->shape, &n, NULL) ? 0 : (uint64_t)n;
+}
+
+/* the checkpoint tensors a slot's context stores, as write_slot chooses them */
+static int slot_takes(const ma_model *m, int slot, const ma_wref *r) {
+    if (r->used != 1 || !in_slot(m, slot, r->name)) return 0;
+    return !(slot == 7 && (strstr(r->name, "modulation.linear") || strstr(r->name, "time_embed.")));
+}
 
 static ma_status fill_tensor(void *ctx, void *dst, size_t bytes, ma_error *err) {
     const fill_job *j = ctx;
@@ -149,7 +163,41 @@ static ma_status fill_tensor(void *ctx, void *dst, size_t bytes, ma_error *err) 
     free(row);
     size_t src_bytes = 0;
     if (!ma_shape_nbytes(r->dtype, r->ndim, r->shape, &src_bytes, NULL)) ma_mapfile_release(r->data, src_bytes);
+    ma_progress_add(&g_progress, ref_bytes(r), 1);
     return MA_OK;
+}
+
+/* --suffix names the files of the components it applies to (o->suffixed; all three when 0):
+ * vision, llm_split0..3 and action_step (action_context keeps its name, as the reference
+ * deployment's ACTION_CTX_SUFFIX selects action_step only) */
+static const char *slot_suffix(const ma_compile_opts *o, int slot) {
+    if (!o->suffix || !o->suffix[0] || slot == 1 || slot == 6) return "";
+    const unsigned mask = o->suffixed ? o->suffixed : MA_COMPILE_SUFFIX_ALL;
+    const unsigned bit = slot == 0 ? MA_COMPILE_SUFFIX_VISION : slot <= 5 ? MA_COMPILE_SUFFIX_LLM : MA_COMPILE_SUFFIX_ACTION;
+    return (mask & bit) ? o->suffix : "";
+}
+
+/* compiling a suffixed variant into a directory that already holds this checkpoint's unsuffixed
+ * file for a slot the suffix does not name: that file is kept (the variant is added beside the
+ * set) when it is of this format, this checkpoint and this prompt length */
+static int keep_existing(const char *out_dir, int slot, const ma_compile_opts *o, const char *fingerprint) {
+    if (!o->suffix || !o->suffix[0] || slot_suffix(o, slot)[0]) return 0;
+    char name[160];
+    ma_context_name(slot, "", name, sizeof name);
+    char *path = ma_path_join(out_dir, name);
+    ma_gguf g;
+    int keep = 0;
+    if (path && ma_is_file(path) && ma_gguf_open(&g, path, NULL) == MA_OK) {
+        int64_t fmt = 0, seq = -1;
+        char fp[24] = "";
+        ma_gguf_get_i64(&g, "molmoact.format", &fmt, NULL);
+        ma_gguf_get_str(&g, "molmoact.source_fingerprint", fp, sizeof fp, NULL);
+        if (slot >= 2 && ma_gguf_get_i64(&g, "molmoact.prompt_seq", &seq, NULL) != MA_OK) seq = -1;
+        keep = fmt == MA_CONTEXT_FORMAT && !strcmp(fp, fingerprint) && (slot < 2 || seq == o->prompt_seq);
+        ma_gguf_close(&g);
+    }
+    free(path);
+    return keep;
 }
 
 static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, const char *config_json, const char *fingerprint,
@@ -170,7 +218,9 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
         s = ma_gguf_set_i64(w, "molmoact.layer_first", m->split_first[slot - 2], err);
         if (!s) s = ma_gguf_set_i64(w, "molmoact.layer_last", m->split_last[slot - 2], err);
     }
-    if (!s && slot >= 6) s = ma_gguf_set_i64(w, "molmoact.prompt_seq", o->prompt_seq, err);
+    /* the prompt length the static graphs of this context are built for (llm and action): a run
+     * pads to it on the qnn backend; the cpu backend takes any length */
+    if (!s && slot >= 2) s = ma_gguf_set_i64(w, "molmoact.prompt_seq", o->prompt_seq, err);
     if (!s && slot == 1) s = ma_gguf_set_i64(w, "molmoact.tokens_per_image", m->tokens_per_image, err);
     float *mods = NULL, *fins = NULL;
     if (!s && slot == 7) {
@@ -196,8 +246,7 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
     size_t kept_len = 0;
     for (size_t i = 0; i < m->ws.count && !s; i++) {
         const ma_wref *r = &m->ws.refs[i];
-        if (r->used != 1 || !in_slot(m, slot, r->name)) continue;
-        if (slot == 7 && (strstr(r->name, "modulation.linear") || strstr(r->name, "time_embed."))) continue;
+        if (!slot_takes(m, slot, r)) continue;
         ma_dtype dt = r->ndim == 1 ? MA_DT_F32 : mat_type;
         for (int k = 0; k < o->n_keep && r->ndim == 2; k++) {
             ma_dtype kt;
@@ -226,7 +275,7 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
     free(kept);
     if (!s) {
         char name[160];
-        ma_context_name(slot, o->suffix ? o->suffix : "", name, sizeof name);
+        ma_context_name(slot, slot_suffix(o, slot), name, sizeof name);
         char *path = ma_path_join(out_dir, name);
         s = path ? ma_gguf_write(w, path, err) : ma_fail(err, MA_ERR_NOMEM, "out of memory");
         free(path);
@@ -408,7 +457,7 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
     }
     if (o->prompt_seq < 1 || o->prompt_seq > MA_MAX_PROMPT_SEQ)
         return ma_fail(err, MA_ERR_ARG, "--prompt-seq %d: must be in [1, %d]", o->prompt_seq, MA_MAX_PROMPT_SEQ);
-    if (o->suffix && (strchr(o->suffix, '/') || strlen(o->suffix) > 64))
+    if (o->suffix && (strchr(o->suffix, '/') || strlen(o->suffix) > 64 || !strcmp(o->suffix, ".") || !strcmp(o->suffix, "..")))
         return ma_fail(err, MA_ERR_ARG, "--suffix %s: at most 64 characters, no '/'", o->suffix);
     if (!out_dir[0]) return ma_fail(err, MA_ERR_ARG, "-o: empty output directory");
     if (ma_is_context_dir(hf_dir)) return ma_fail(err, MA_ERR_ARG, "%s is already a context directory", hf_dir);
@@ -469,8 +518,20 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
     /* the host embedding table stays f16 (bf16 when the LLM is bf16): a lookup reads one row */
     ma_dtype types[8] = {tv, tl == MA_DT_BF16 ? MA_DT_BF16 : MA_DT_F16, tl, tl, tl, tl, ta, ta};
     precs[1] = tl == MA_DT_BF16 ? "bf16" : "f16";
+    int keep[8] = {0};
+    uint64_t total_bytes = 0, total_tensors = 0;
+    for (int slot = 0; slot < 8 && !s; slot++) {
+        keep[slot] = exists && keep_existing(out_dir, slot, o, fingerprint);
+        for (size_t i = 0; i < m.ws.count && !keep[slot]; i++)
+            if (slot_takes(&m, slot, &m.ws.refs[i])) {
+                total_bytes += ref_bytes(&m.ws.refs[i]);
+                total_tensors++;
+            }
+    }
+    if (!s) ma_progress_begin(&g_progress, "compile", total_bytes, total_tensors, "tensors");
     for (int slot = 0; slot < 8 && !s; slot++)
-        s = write_slot(&m, slot, staging, config_json, fingerprint, compile_id, precs[slot], types[slot], o, err);
+        if (!keep[slot]) s = write_slot(&m, slot, staging, config_json, fingerprint, compile_id, precs[slot], types[slot], o, err);
+    if (g_progress.mode || !s) ma_progress_end(&g_progress, !s);
     if (lr) { /* config.json and norm_stats.json written, the tokenizer and processor from the base */
         char *p1 = ma_path_join(staging, "config.json"), *p2 = ma_path_join(staging, "norm_stats.json");
         if (!s) s = p1 ? ma_write_file(p1, config_json, strlen(config_json), err) : MA_ERR_NOMEM;

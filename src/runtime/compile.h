@@ -5,10 +5,15 @@
  *
  * Every context carries: molmoact.format, molmoact.component, molmoact.precision, the full
  * config.json (molmoact.config_json), the fingerprint of the source checkpoint
- * (molmoact.source_fingerprint: opening refuses contexts of different checkpoints), and per component the layer range (llm) or the prompt length
- * the action context is shaped for (molmoact.prompt_seq). Tensors keep their checkpoint names;
+ * (molmoact.source_fingerprint: opening refuses contexts of different checkpoints), the layer range
+ * (llm), and the prompt length the static graphs are built for (llm and action contexts:
+ * molmoact.prompt_seq, which a run on the qnn backend pads to). Tensors keep their checkpoint names;
  * matrices are stored in the component's precision (f16, bf16, q8_0, q4_0; rows that do not fill
  * 32-value blocks fall back to f16), vectors in f32.
+ *
+ * With a suffix, the files of the components it names are vision{S}.gguf, llm_split0..3{S}.gguf,
+ * action_step{S}.gguf; the others keep their names and, where the directory already holds them
+ * for the same checkpoint, are kept as they are (a variant is added beside the set).
  *
  * Files are written into a staging directory beside out_dir (out_dir.compile-XXXXXX) and moved
  * into out_dir (created, or an existing directory: other precisions may already be there) only
@@ -19,10 +24,15 @@
 #include "core/error.h"
 
 #define MA_COMPILE_MAX_KEEP 16
+#define MA_COMPILE_SUFFIX_VISION 1u
+#define MA_COMPILE_SUFFIX_LLM 2u
+#define MA_COMPILE_SUFFIX_ACTION 4u /* action_step only: action_context keeps its name */
+#define MA_COMPILE_SUFFIX_ALL 7u
 
 typedef struct ma_compile_opts {
     const char *vision, *llm, *action; /* precisions */
-    const char *suffix;                /* appended to the session context names */
+    const char *suffix;                /* appended to the context names of the components in suffixed */
+    unsigned suffixed;                 /* MA_COMPILE_SUFFIX_*: the components --suffix names (0: all) */
     int prompt_seq;
     /* per-tensor choices (--keep PATTERN=P): matrices whose checkpoint name matches the glob
      * PATTERN (fnmatch) are stored in P instead of their component's precision, where P is the

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "runtime/engine.h"
 
+#include "backend/qnn/qnn.h"
+#include "core/env.h"
 #include "kernels/gemm.h"
 
 #include <errno.h>
@@ -45,7 +47,8 @@ ma_status ma_env_check(ma_error *err) {
         return ma_fail(err, MA_ERR_ARG, "MOLMOACT_GEMM_PANELS=%s: must be in_place or convert", p);
     ma_status s;
     if ((s = env_positive("MOLMOACT_THREADS", 64, err)) || (s = env_positive("MOLMOACT_WORKER_DEADLINE_MS", 86400000L, err)) ||
-        (s = env_positive("MOLMOACT2_PROMPT_SEQ", MA_MAX_PROMPT_SEQ, err)))
+        (s = env_positive("MOLMOACT_PROMPT_SEQ", MA_MAX_PROMPT_SEQ, err)) ||
+        (s = env_positive("MOLMOACT2_PROMPT_SEQ", MA_MAX_PROMPT_SEQ, err)) || (s = ma_env_check_aliases(err)))
         return s;
     return MA_OK;
 }
@@ -58,6 +61,7 @@ ma_status ma_engine_open(const char *dir, const char *norm_tag, int inproc, cons
     if (s) return s;
     ma_backend backend;
     if ((s = ma_backend_current(&backend, err))) return s;
+    if (backend == MA_BACKEND_QNN && (s = ma_qnn_prepare_env(err))) return s;
     /* in process on the cpu backend, the host holds every weight; otherwise only the embedding */
     s = inproc && backend == MA_BACKEND_CPU ? ma_model_open(dir, norm_tag, &e->host, err)
                                             : ma_model_open_parts(dir, norm_tag, MA_PART_EMBED, &e->host, err);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/pipeline.h"
+#include "core/env.h"
 #include "io/mapfile.h"
 
 #include <math.h>
@@ -73,15 +74,16 @@ ma_status ma_action_plan(const ma_model *m, int *action_dim, int *horizon, int *
     return MA_OK;
 }
 
-int64_t ma_static_prompt_seq(void) {
-    const char *e = getenv("MOLMOACT2_PROMPT_SEQ");
+int64_t ma_static_prompt_seq(const ma_model *m) {
+    const char *e = ma_env("MOLMOACT_PROMPT_SEQ");
     if (e && *e) {
         char *end;
         long v = strtol(e, &end, 10);
         return *end || v < 1 || v > MA_MAX_PROMPT_SEQ ? 0 : v; /* ma_env_check refuses a bad value first */
     }
     ma_backend b;
-    return ma_backend_current(&b, NULL) == MA_OK && b == MA_BACKEND_QNN ? 128 : 0;
+    if (ma_backend_current(&b, NULL) != MA_OK || b != MA_BACKEND_QNN) return 0;
+    return m && m->prompt_seq > 0 ? m->prompt_seq : 128; /* the compiled length, else the reference's */
 }
 
 #define TRACE(name, t) do { if (trace && !s) s = ma_trace_add(trace, name, t, err); } while (0)
@@ -101,9 +103,9 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
      * masks treat as padding (no image token, no cross-attention), so the causal prefill leaves
      * the real tokens' K/V as they are */
     int64_t S = obs->seq_len;
-    const int64_t static_seq = ma_static_prompt_seq();
+    const int64_t static_seq = ma_static_prompt_seq(m);
     if (static_seq > 0 && S > static_seq)
-        return ma_fail(err, MA_ERR_SHAPE, "the prompt has %lld tokens, the contexts take %lld (MOLMOACT2_PROMPT_SEQ)", (long long)S,
+        return ma_fail(err, MA_ERR_SHAPE, "the prompt has %lld tokens, the contexts take %lld (MOLMOACT_PROMPT_SEQ, or compile --prompt-seq)", (long long)S,
                        (long long)static_seq);
     int64_t *padded = NULL;
     const int64_t *input_ids = obs->input_ids;

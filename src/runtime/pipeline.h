@@ -70,9 +70,10 @@ void ma_runner_close(ma_runner *r);
 ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err);
 void ma_result_free(ma_result *res);
 
-/* the prompt length every observation is padded to: MOLMOACT2_PROMPT_SEQ when set, 128 on the qnn
- * backend (the reference deployment's contexts), else 0 (each prompt at its own length) */
-int64_t ma_static_prompt_seq(void);
+/* the prompt length every observation is padded to: MOLMOACT_PROMPT_SEQ (or MOLMOACT2_PROMPT_SEQ)
+ * when set; on the qnn backend the length the contexts were compiled for, 128 (the reference
+ * deployment's) when none is recorded; else 0 (each prompt at its own length) */
+int64_t ma_static_prompt_seq(const ma_model *m);
 
 /* (action_dim, horizon, n_action_steps) from norm_stats and the config */
 ma_status ma_action_plan(const ma_model *m, int *action_dim, int *horizon, int *n_steps, ma_error *err);

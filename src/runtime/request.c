@@ -47,6 +47,9 @@ static ma_status parse_state(const char *csv, float *state, int *dim, ma_error *
     for (;;) {
         const char *end = strchr(p, ',');
         if (!end) end = p + strlen(p);
+        const char *next = end;
+        while (p < end && (*p == ' ' || *p == '\t')) p++; /* "0.1, 0.2": spaces around a value */
+        while (end > p && (end[-1] == ' ' || end[-1] == '\t')) end--;
         if (*dim == MA_NORM_MAX_DIM) return ma_fail(err, MA_ERR_ARG, "--state: more than %d values", MA_NORM_MAX_DIM);
         if (!decimal_token(p, end))
             return ma_fail(err, MA_ERR_ARG, "--state: value %d (\"%.*s\") is not a decimal number (%s)", *dim + 1,
@@ -54,8 +57,8 @@ static ma_status parse_state(const char *csv, float *state, int *dim, ma_error *
         const float v = strtof(p, NULL);
         if (!isfinite(v)) return ma_fail(err, MA_ERR_RANGE, "--state: value %d is out of the float range", *dim + 1);
         state[(*dim)++] = v;
-        if (!*end) break;
-        p = end + 1;
+        if (!*next) break;
+        p = next + 1;
     }
     return MA_OK;
 }
@@ -115,6 +118,9 @@ static ma_status load(const ma_model *m, const ma_request_src *src, ma_request *
             const ma_tensor *t = ma_npz_get(&q->in, key);
             if (t) s = ma_image_from_tensor(t, key, &q->imgs[i], err);
             else if (files[i]) s = ma_image_load(files[i], &q->imgs[i], err);
+            else if (!src->inputs && !src->image0 && !src->image1)
+                return ma_fail(err, MA_ERR_ARG, "no observation: give --inputs IN.npz, or --image0 A --image1 B --task T --state S, "
+                                                "or --golden DIR (its own observation)");
             else return ma_fail(err, MA_ERR_ARG, "%s: needs `pixels`, or both camera frames (image0 and image1)", label);
             if (s) return s;
         }

@@ -254,7 +254,10 @@ static ma_status spawn(ma_resident *r, int wi, ma_error *err) {
     snprintf(fdarg, sizeof fdarg, "%d", sv[1]);
     snprintf(parts, sizeof parts, "%u", w->parts);
     snprintf(delay, sizeof delay, "%d", r->opts.worker_delay_ms);
-    char *argv[] = {"molmoact", "__worker", fdarg, r->dir, r->tag, parts, delay, NULL};
+    /* argv[0] names the worker in ps (molmoact:vision, ...); the worker sets its thread name too */
+    char argv0[32];
+    snprintf(argv0, sizeof argv0, "molmoact:%s", w->name);
+    char *argv[] = {argv0, "__worker", fdarg, r->dir, r->tag, parts, delay, NULL};
     pid_t pid = spawner_run(r->spawner, r->exe, argv, sv[1]);
     if (pid < 0) {
         const int e = errno;
@@ -551,6 +554,17 @@ static void sleep_ms(int ms) {
 
 int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int delay_ms) {
     signal(SIGPIPE, SIG_IGN);
+#ifdef __linux__
+    /* the name top and ps -o comm show (15 bytes: llm_splitN becomes llmN) */
+    for (int i = 0; i < MA_NUM_WORKERS; i++)
+        if (worker_parts(i) == parts) {
+            char comm[16];
+            const char *n = WORKER_NAMES[i];
+            if (!strncmp(n, "llm_split", 9)) snprintf(comm, sizeof comm, "molmoact:llm%s", n + 9);
+            else snprintf(comm, sizeof comm, "molmoact:%s", n);
+            prctl(PR_SET_NAME, comm, 0, 0, 0);
+        }
+#endif
     wire_msg m;
     memset(&m, 0, sizeof m);
     m.magic = WIRE_MAGIC;

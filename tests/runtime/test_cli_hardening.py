@@ -197,7 +197,7 @@ def test_long_task_string_named(tmp_path):
     (["--inputs", "a.npz", "--image0", "a.png"], "--inputs and --image0"),
     (["--inputs", "a.npz", "--stream"], "--stream"),
     (["--model", "a", "--model", "b"], "--model is given twice"),
-    (["--out", "a.npz", "-o", "b.npz"], "-o is given twice"),
+    (["--out", "a.npz", "-o", "b.npz"], "--out is given twice"),
     (["--runs", "0"], "--runs"),
     (["--threads", "abc"], "--threads"),
     (["--seed", "-1"], "--seed"),

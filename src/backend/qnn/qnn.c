@@ -16,23 +16,73 @@
 #include <string.h>
 
 #include "backend/qnn/qnn_abi.h"
+#include "core/env.h"
 #include "core/half.h"
 #include "io/jsonline.h"
 #include "io/mapfile.h"
 #include "model/checkpoint.h"
+#include "runtime/pipeline.h"
 
 /* ------------------------------------------------------------------ the process's QNN state
- * One backend, device and log per process, shared by its sessions (the action worker holds two)
- * and torn down, in order, with the last of them. */
+ * One backend, device, log and power vote per process, shared by its sessions (the action worker
+ * holds two) and torn down, in order, with the last of them. */
+typedef void *(*rpcmem_alloc_fn)(int heap, uint32_t flags, int size);
+typedef void (*rpcmem_free_fn)(void *p);
+typedef int (*rpcmem_to_fd_fn)(void *p);
+
 static struct {
     pthread_mutex_t mu;
     int refs;
-    void *lib_htp, *lib_sys;
+    void *lib_htp, *lib_sys, *lib_stub, *lib_rpc;
     const qnn_interface *qi;
-    const qnn_system_interface *qs;
+    qnn_system_table sys; /* the exported functions, else the provider's table */
+    qnn_version sys_api;
     qnn_handle log, backend, device;
-    char htp_path[1024];
-} G = {PTHREAD_MUTEX_INITIALIZER, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {0}};
+    char htp_path[1024], sys_path[1024];
+    /* the power vote (--qnn-perf) */
+    const qnn_htp_infrastructure *infra;
+    uint32_t power_id;
+    int voted;
+    unsigned restarts, vote_restarts; /* DSP restarts seen; the count the last vote was made at */
+    /* zero-copy (--qnn-zero-copy) */
+    rpcmem_alloc_fn rpc_alloc;
+    rpcmem_free_fn rpc_free;
+    rpcmem_to_fd_fn rpc_to_fd;
+} G = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* the published error codes, by name (the low 16 bits of an error handle; several components
+ * share 1000-1100) */
+static const struct { unsigned code; const char *name; } QNN_ERRORS[] = {
+    {1000, "NOT_SUPPORTED"}, {1002, "MEM_ALLOC"}, {1003, "SYSTEM"}, {1004, "INVALID_ARGUMENT"}, {1005, "OPERATION_NOT_PERMITTED"},
+    {1006, "PLATFORM_NOT_SUPPORTED"}, {1007, "SYSTEM_COMMUNICATION: the DSP subsystem restarted"}, {1008, "INCOMPATIBLE_BINARIES"},
+    {1009, "LOADING_BINARIES"}, {1010, "RESOURCE_UNAVAILABLE"}, {1011, "SYSTEM_COMMUNICATION_FATAL: the DSP subsystem restart did not recover"},
+    {1100, "GENERAL"}, {2000, "PROPERTY_UNKNOWN_KEY"}, {4000, "BACKEND_CANNOT_INITIALIZE"}, {4002, "BACKEND_TERMINATE_FAILED"},
+    {4003, "BACKEND_NOT_SUPPORTED"}, {4004, "BACKEND_INVALID_ARGUMENT"}, {4010, "BACKEND_INCONSISTENT_CONFIG"},
+    {4011, "BACKEND_INVALID_HANDLE"}, {4012, "BACKEND_INVALID_CONFIG"}, {5000, "CONTEXT_INVALID_ARGUMENT"},
+    {5001, "CONTEXT_DOES_NOT_EXIST"}, {5002, "CONTEXT_INVALID_HANDLE"}, {5003, "CONTEXT_NOT_FINALIZED"},
+    {5004, "CONTEXT_BINARY_VERSION"}, {5005, "CONTEXT_CREATE_FROM_BINARY"}, {5006, "CONTEXT_GET_BINARY_SIZE_FAILED"},
+    {5007, "CONTEXT_GET_BINARY_FAILED"}, {5008, "CONTEXT_BINARY_CONFIGURATION: not built for this device"},
+    {5009, "CONTEXT_SET_PROFILE"}, {5010, "CONTEXT_INVALID_CONFIG"}, {5011, "CONTEXT_BINARY_SUBOPTIMAL"},
+    {5012, "CONTEXT_ABORTED"}, {5013, "CONTEXT_TIMED_OUT"}, {6000, "GRAPH_INVALID_ARGUMENT"}, {6001, "GRAPH_INVALID_HANDLE"},
+    {6002, "GRAPH_DOES_NOT_EXIST"}, {6003, "GRAPH_INVALID_NAME"}, {6004, "GRAPH_INVALID_TENSOR"},
+    {6005, "GRAPH_INVALID_OP_CONFIG"}, {6023, "GRAPH_NOT_FINALIZED"}, {6031, "GRAPH_ABORTED"}, {6033, "GRAPH_TIMED_OUT"},
+    {6034, "GRAPH_SUBGRAPH"}, {6035, "GRAPH_DISABLED"}, {6036, "GRAPH_DYNAMIC_TENSOR_SHAPE"}, {6039, "GRAPH_INVALID_CONTEXT"},
+    {7001, "TENSOR_INVALID_HANDLE"}, {7002, "TENSOR_DOES_NOT_EXIST"}, {7004, "TENSOR_INVALID_TENSOR_PARAM"},
+    {7005, "TENSOR_UNSUPPORTED_TENSOR_PARAM"}, {8000, "MEM_INVALID_ARGUMENT"}, {8001, "MEM_INVALID_HANDLE"},
+    {8002, "MEM_ALREADY_REGISTERED"}, {8003, "MEM_MAPPING"}, {8004, "MEM_INVALID_SHAPE"}, {8005, "MEM_UNSUPPORTED_MEMTYPE"},
+    {11002, "LOG_INITIALIZATION"}, {11003, "LOG_INVALID_ARGUMENT"}, {11004, "LOG_INVALID_HANDLE"},
+    {13000, "PERF_INVALID_HANDLE_PTR"}, {13001, "PERF_INVALID_INPUT"}, {13002, "PERF_UNSUPPORTED_CONFIG"},
+    {13003, "PERF_TRANSPORT"}, {13004, "PERF_UNSUPPORTED"}, {13005, "PERF_MEM_ALLOC"}, {13006, "PERF_FAILED"},
+    {14000, "DEVICE_INVALID_HANDLE"}, {14001, "DEVICE_INVALID_CONFIG"}, {14002, "DEVICE_HARDWARE_UNAVAILABLE"},
+    {14003, "DEVICE_ASSOCIATED_TO_CONTEXT"}, {30000, "SYSTEM_CONTEXT_INVALID_HANDLE"}, {30001, "SYSTEM_CONTEXT_INVALID_ARGUMENT"},
+    {30002, "SYSTEM_CONTEXT_OPERATION_FAILED"}, {30010, "SYSTEM_CONTEXT_MALFORMED_BINARY"},
+};
+
+const char *ma_qnn_error_name(unsigned code) {
+    for (size_t i = 0; i < sizeof QNN_ERRORS / sizeof QNN_ERRORS[0]; i++)
+        if (QNN_ERRORS[i].code == code) return QNN_ERRORS[i].name;
+    return NULL;
+}
 
 static void log_cb(const char *fmt, uint32_t level, uint64_t ts, va_list args) {
     (void)ts;
@@ -42,11 +92,12 @@ static void log_cb(const char *fmt, uint32_t level, uint64_t ts, va_list args) {
     if (!*fmt || fmt[strlen(fmt) - 1] != '\n') fputc('\n', stderr);
 }
 
-/* "QnnX_y on FILE: error N: the library's text" */
+/* "QnnX_y on FILE: error N (ITS_NAME): the library's text" */
 static ma_status qfail(ma_error *err, const char *fn, const char *file, qnn_err_t e) {
-    const char *msg = NULL;
+    const char *msg = NULL, *name = ma_qnn_error_name(QNN_CODE(e));
     if (G.qi && G.qi->t.error_get_message && G.qi->t.error_get_message(e, &msg) != QNN_OK) msg = NULL;
-    return ma_fail(err, MA_ERR_IO, "%s on %s: error %u%s%s", fn, file, QNN_CODE(e), msg && *msg ? ": " : "", msg && *msg ? msg : "");
+    return ma_fail(err, MA_ERR_IO, "%s on %s: error %u%s%s%s%s%s", fn, file, QNN_CODE(e), name ? " (" : "", name ? name : "", name ? ")" : "",
+                   msg && *msg ? ": " : "", msg && *msg ? msg : "");
 }
 
 /* A library file is checked before dlopen maps it: the loader reads its headers and segments
@@ -100,20 +151,27 @@ static void *open_lib(const char *name, char *path, size_t cap, ma_error *err, m
     return h;
 }
 
+/* the power vote's release: before the device is freed */
+static void unvote_locked(void) {
+    if (G.voted && G.infra && G.infra->destroy_power_config_id) G.infra->destroy_power_config_id(G.power_id);
+    G.voted = 0;
+}
+
 static void global_release_locked(void) {
     if (--G.refs > 0) return;
     if (G.qi) {
+        unvote_locked();
         if (G.device && G.qi->t.device_free) G.qi->t.device_free(G.device);
         if (G.backend && G.qi->t.backend_free) G.qi->t.backend_free(G.backend);
         if (G.log && G.qi->t.log_free) G.qi->t.log_free(G.log);
     }
     if (G.lib_sys) dlclose(G.lib_sys);
     if (G.lib_htp) dlclose(G.lib_htp);
-    G.lib_sys = G.lib_htp = NULL;
-    G.qi = NULL;
-    G.qs = NULL;
-    G.log = G.backend = G.device = NULL;
-    G.refs = 0;
+    if (G.lib_stub) dlclose(G.lib_stub);
+    if (G.lib_rpc) dlclose(G.lib_rpc);
+    pthread_mutex_t mu = G.mu;
+    memset(&G, 0, sizeof G);
+    G.mu = mu;
 }
 
 static int env_u32(const char *name, uint32_t *v) {
@@ -126,59 +184,153 @@ static int env_u32(const char *name, uint32_t *v) {
     return 1;
 }
 
+/* The HTP stub (libQnnHtpV73Stub.so) is opened by libQnnHtp.so by its bare name, which the loader
+ * looks up in the LD_LIBRARY_PATH this process started with: --qnn-lib-dir set later would not
+ * reach it. So the stub of the device's architecture is opened here first, by its full path
+ * (the later lookup by name finds the library already loaded); and ma_qnn_prepare_env puts the
+ * directory on LD_LIBRARY_PATH for the workers, which are started after. */
+static ma_status preload_stub(ma_error *err) {
+    const char *dir = getenv("MOLMOACT_QNN_LIB_DIR");
+    if (!dir || !*dir) return MA_OK;
+    uint32_t arch = 73;
+    if (env_u32("MOLMOACT_QNN_ARCH", &arch) < 0) return ma_fail(err, MA_ERR_ARG, "MOLMOACT_QNN_ARCH must be an unsigned integer");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/libQnnHtpV%uStub.so", dir, arch);
+    if (access(path, F_OK) != 0) return MA_OK; /* not every installation has one (and the stand-in none) */
+    ma_status st = check_elf(path, err);
+    if (st) return st;
+    if (!(G.lib_stub = dlopen(path, RTLD_NOW | RTLD_GLOBAL))) {
+        const char *why = dlerror();
+        return ma_fail(err, MA_ERR_IO, "qnn: cannot load %s (%s)", path, why ? why : "unknown reason");
+    }
+    return MA_OK;
+}
+
+/* the libraries and their interfaces, without creating anything (inspect reads binary infos
+ * with this alone) */
+static ma_status libs_open_locked(ma_error *err) {
+    ma_status st = MA_OK;
+    qnn_err_t e;
+    if (!G.lib_htp && !(G.lib_htp = open_lib("libQnnHtp.so", G.htp_path, sizeof G.htp_path, err, &st))) return st;
+    if (!G.qi) {
+        qnn_get_providers_fn getp;
+        *(void **)&getp = dlsym(G.lib_htp, "QnnInterface_getProviders");
+        if (!getp) return ma_fail(err, MA_ERR_IO, "qnn: %s does not export QnnInterface_getProviders", G.htp_path);
+        const qnn_interface **prov = NULL;
+        uint32_t n = 0;
+        if ((e = getp(&prov, &n)) != QNN_OK || !prov || !n)
+            return ma_fail(err, MA_ERR_IO, "qnn: QnnInterface_getProviders of %s: error %u, %u providers", G.htp_path, QNN_CODE(e), n);
+        char seen[256] = "";
+        for (uint32_t i = 0; i < n; i++) {
+            const qnn_api_version *v = &prov[i]->api_version;
+            snprintf(seen + strlen(seen), sizeof seen - strlen(seen), "%s%u.%u.%u", i ? ", " : "", v->core.major, v->core.minor, v->core.patch);
+            if (v->core.major == MA_QNN_CORE_MAJOR && v->core.minor >= MA_QNN_CORE_MIN_MINOR && !G.qi) G.qi = prov[i];
+        }
+        if (!G.qi)
+            return ma_fail(err, MA_ERR_IO, "qnn: %s provides QNN API %s; molmoact needs %u.%u or newer within %u.x", G.htp_path, seen,
+                           MA_QNN_CORE_MAJOR, MA_QNN_CORE_MIN_MINOR, MA_QNN_CORE_MAJOR);
+        const qnn_interface_table *t = &G.qi->t;
+        if (!t->backend_create || !t->backend_free || !t->context_create_from_binary || !t->context_free || !t->graph_retrieve ||
+            !t->graph_execute) {
+            G.qi = NULL;
+            return ma_fail(err, MA_ERR_IO, "qnn: %s lacks a function molmoact needs (backendCreate, contextCreateFromBinary, graphRetrieve, graphExecute)", G.htp_path);
+        }
+    }
+    if (!G.lib_sys && !(G.lib_sys = open_lib("libQnnSystem.so", G.sys_path, sizeof G.sys_path, err, &st))) return st;
+    if (!G.sys.context_create) {
+        /* the exported functions first: SDK 2.44 changed the system interface table's layout by
+         * mistake (API 2.34's notes), the functions' names and signatures stayed */
+        *(void **)&G.sys.context_create = dlsym(G.lib_sys, "QnnSystemContext_create");
+        *(void **)&G.sys.context_get_metadata = dlsym(G.lib_sys, "QnnSystemContext_getMetadata");
+        *(void **)&G.sys.context_get_binary_info = dlsym(G.lib_sys, "QnnSystemContext_getBinaryInfo");
+        *(void **)&G.sys.context_free = dlsym(G.lib_sys, "QnnSystemContext_free");
+        qnn_system_get_providers_fn gets;
+        *(void **)&gets = dlsym(G.lib_sys, "QnnSystemInterface_getProviders");
+        const qnn_system_interface **sprov = NULL, *qs = NULL;
+        uint32_t n = 0;
+        char seen[256] = "";
+        if (gets && (e = gets(&sprov, &n)) == QNN_OK && sprov)
+            for (uint32_t i = 0; i < n; i++) {
+                const qnn_version *v = &sprov[i]->api_version;
+                snprintf(seen + strlen(seen), sizeof seen - strlen(seen), "%s%u.%u.%u", i ? ", " : "", v->major, v->minor, v->patch);
+                if (v->major == MA_QNN_SYSTEM_MAJOR && !qs) qs = sprov[i];
+            }
+        if (qs) {
+            G.sys_api = qs->api_version;
+            if (!G.sys.context_create && !G.sys.context_free) { /* the table only where nothing is exported */
+                G.sys.context_create = qs->t.context_create;
+                G.sys.context_get_binary_info = qs->t.context_get_binary_info;
+                G.sys.context_get_metadata = qs->t.context_get_metadata;
+                G.sys.context_free = qs->t.context_free;
+            }
+        }
+        if (!G.sys.context_create || !G.sys.context_free || (!G.sys.context_get_metadata && !G.sys.context_get_binary_info)) {
+            memset(&G.sys, 0, sizeof G.sys);
+            return ma_fail(err, MA_ERR_IO, "qnn: %s provides neither QnnSystemContext_create/_getMetadata/_free nor a system interface "
+                           "%u.x (it has: %s)", G.sys_path, MA_QNN_SYSTEM_MAJOR, seen[0] ? seen : "none");
+        }
+    }
+    return MA_OK;
+}
+
+/* --qnn-perf (MOLMOACT_QNN_PERF): default sends no vote; high and burst vote as onnxruntime's
+ * QNN provider does (qnn_htp_power_config_manager.cc @ cee6c0d9): DCVS off in performance mode,
+ * sleep latency 100 us at the TURBO corner (high) or 40 us at the highest corner (burst), and for
+ * burst the RPC polling time 9999 us and control latency 100 us that Qualcomm's HTP documentation
+ * recommends. Once per process after the device, again after a DSP restart. */
+static ma_status vote_locked(ma_error *err) {
+    const char *mode = getenv("MOLMOACT_QNN_PERF");
+    if (!mode || !*mode || !strcmp(mode, "default")) return MA_OK;
+    const int burst = !strcmp(mode, "burst");
+    if (!burst && strcmp(mode, "high")) return ma_fail(err, MA_ERR_ARG, "--qnn-perf %s: must be default, high or burst", mode);
+    qnn_err_t e;
+    if (!G.infra) {
+        void *infra = NULL;
+        if (!G.qi->t.device_get_infrastructure) return ma_fail(err, MA_ERR_UNSUPPORTED, "qnn: %s has no deviceGetInfrastructure: --qnn-perf %s cannot vote", G.htp_path, mode);
+        if ((e = G.qi->t.device_get_infrastructure(&infra)) != QNN_OK || !infra) return qfail(err, "QnnDevice_getInfrastructure", G.htp_path, e);
+        G.infra = infra;
+        if (G.infra->type != 0 || !G.infra->create_power_config_id || !G.infra->set_power_config || !G.infra->destroy_power_config_id) {
+            G.infra = NULL;
+            return ma_fail(err, MA_ERR_UNSUPPORTED, "qnn: %s: the device infrastructure is not the HTP performance one: --qnn-perf %s cannot vote", G.htp_path, mode);
+        }
+    }
+    if (!G.voted) {
+        if ((e = G.infra->create_power_config_id(0, 0, &G.power_id)) != QNN_OK) return qfail(err, "createPowerConfigId", G.htp_path, e);
+        G.voted = 1;
+    }
+    qnn_htp_power_config dcvs, latency, polling;
+    memset(&dcvs, 0, sizeof dcvs);
+    memset(&latency, 0, sizeof latency);
+    memset(&polling, 0, sizeof polling);
+    dcvs.option = QNN_HTP_POWER_DCVS_V3;
+    qnn_htp_dcvs_v3 *d = &dcvs.u.dcvs;
+    const uint32_t corner = burst ? QNN_HTP_CORNER_MAX : QNN_HTP_CORNER_TURBO;
+    d->context_id = G.power_id;
+    d->set_dcvs_enable = 1;
+    d->dcvs_enable = 0;
+    d->power_mode = QNN_HTP_POWER_MODE_PERFORMANCE;
+    d->set_sleep_latency = 1;
+    d->sleep_latency_us = burst ? 40 : 100;
+    d->set_bus_params = d->set_core_params = 1;
+    d->bus_corner_min = d->bus_corner_target = d->bus_corner_max = corner;
+    d->core_corner_min = d->core_corner_target = d->core_corner_max = corner;
+    latency.option = QNN_HTP_POWER_RPC_CONTROL_LATENCY;
+    latency.u.rpc_control_latency_us = 100;
+    polling.option = QNN_HTP_POWER_RPC_POLLING_TIME;
+    polling.u.rpc_polling_time_us = 9999;
+    const void *list[4] = {&dcvs, burst ? (const void *)&latency : NULL, burst ? (const void *)&polling : NULL, NULL};
+    if ((e = G.infra->set_power_config(G.power_id, list)) != QNN_OK) return qfail(err, "setPowerConfig", G.htp_path, e);
+    G.vote_restarts = G.restarts;
+    return MA_OK;
+}
+
 static ma_status global_acquire(ma_error *err) {
     pthread_mutex_lock(&G.mu);
     if (G.refs++ > 0) { pthread_mutex_unlock(&G.mu); return MA_OK; }
     ma_status st = MA_OK;
-    char sys_path[1024];
     qnn_err_t e;
-    if (!(G.lib_htp = open_lib("libQnnHtp.so", G.htp_path, sizeof G.htp_path, err, &st))) goto fail;
-    qnn_get_providers_fn getp;
-    *(void **)&getp = dlsym(G.lib_htp, "QnnInterface_getProviders");
-    if (!getp) { st = ma_fail(err, MA_ERR_IO, "qnn: %s does not export QnnInterface_getProviders", G.htp_path); goto fail; }
-    const qnn_interface **prov = NULL;
-    uint32_t n = 0;
-    if ((e = getp(&prov, &n)) != QNN_OK || !prov || !n) {
-        st = ma_fail(err, MA_ERR_IO, "qnn: QnnInterface_getProviders of %s: error %u, %u providers", G.htp_path, QNN_CODE(e), n);
-        goto fail;
-    }
-    char seen[256] = "";
-    for (uint32_t i = 0; i < n; i++) {
-        const qnn_api_version *v = &prov[i]->api_version;
-        snprintf(seen + strlen(seen), sizeof seen - strlen(seen), "%s%u.%u.%u", i ? ", " : "", v->core.major, v->core.minor, v->core.patch);
-        if (v->core.major == MA_QNN_CORE_MAJOR && v->core.minor >= MA_QNN_CORE_MIN_MINOR && !G.qi) G.qi = prov[i];
-    }
-    if (!G.qi) {
-        st = ma_fail(err, MA_ERR_IO, "qnn: %s provides QNN API %s; molmoact needs %u.%u or newer within %u.x", G.htp_path, seen,
-                     MA_QNN_CORE_MAJOR, MA_QNN_CORE_MIN_MINOR, MA_QNN_CORE_MAJOR);
-        goto fail;
-    }
+    if ((st = preload_stub(err)) || (st = libs_open_locked(err))) goto fail;
     const qnn_interface_table *t = &G.qi->t;
-    if (!t->backend_create || !t->backend_free || !t->context_create_from_binary || !t->context_free || !t->graph_retrieve ||
-        !t->graph_execute) {
-        st = ma_fail(err, MA_ERR_IO, "qnn: %s lacks a function molmoact needs (backendCreate, contextCreateFromBinary, graphRetrieve, graphExecute)", G.htp_path);
-        goto fail;
-    }
-    if (!(G.lib_sys = open_lib("libQnnSystem.so", sys_path, sizeof sys_path, err, &st))) goto fail;
-    qnn_system_get_providers_fn gets;
-    *(void **)&gets = dlsym(G.lib_sys, "QnnSystemInterface_getProviders");
-    if (!gets) { st = ma_fail(err, MA_ERR_IO, "qnn: %s does not export QnnSystemInterface_getProviders", sys_path); goto fail; }
-    const qnn_system_interface **sprov = NULL;
-    n = 0;
-    if ((e = gets(&sprov, &n)) != QNN_OK || !sprov || !n) {
-        st = ma_fail(err, MA_ERR_IO, "qnn: QnnSystemInterface_getProviders of %s: error %u, %u providers", sys_path, QNN_CODE(e), n);
-        goto fail;
-    }
-    seen[0] = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const qnn_version *v = &sprov[i]->api_version;
-        snprintf(seen + strlen(seen), sizeof seen - strlen(seen), "%s%u.%u.%u", i ? ", " : "", v->major, v->minor, v->patch);
-        if (v->major == MA_QNN_SYSTEM_MAJOR && !G.qs) G.qs = sprov[i];
-    }
-    if (!G.qs || !G.qs->t.context_create || !G.qs->t.context_get_binary_info || !G.qs->t.context_free) {
-        st = ma_fail(err, MA_ERR_IO, "qnn: %s provides QNN system API %s; molmoact needs %u.x", sys_path, seen, MA_QNN_SYSTEM_MAJOR);
-        goto fail;
-    }
     if (t->log_create && (e = t->log_create(log_cb, 2, &G.log)) != QNN_OK) { st = qfail(err, "QnnLog_create", G.htp_path, e); goto fail; }
     if ((e = t->backend_create(G.log, NULL, &G.backend)) != QNN_OK) { st = qfail(err, "QnnBackend_create", G.htp_path, e); goto fail; }
     if (t->device_create) {
@@ -194,6 +346,7 @@ static ma_status global_acquire(ma_error *err) {
         if (has_arch) cfg[k++] = &ca;
         if ((e = t->device_create(G.log, k ? cfg : NULL, &G.device)) != QNN_OK) { st = qfail(err, "QnnDevice_create", G.htp_path, e); goto fail; }
     }
+    if ((st = vote_locked(err))) goto fail;
     pthread_mutex_unlock(&G.mu);
     return MA_OK;
 fail:
@@ -219,12 +372,16 @@ typedef struct qtensor {
     float scale;
     int32_t offset;
     size_t bytes;
-    void *buf;
+    void *buf;       /* calloc'd, or an rpcmem allocation (zero-copy) */
+    int rpc;         /* buf is rpcmem's */
+    qnn_handle mem;  /* zero-copy: its registration with the context */
 } qtensor;
 
 typedef struct qnn_sess {
     char file[256];  /* ctx/... as the messages name it */
+    char *path;      /* the binary, read again when the context is recreated after a DSP restart */
     char graph_name[128];
+    int zero_copy;
     qnn_handle context, graph;
     int n_in, n_out;
     qtensor in[MA_SESSION_MAX_IO], out[MA_SESSION_MAX_IO]; /* in our io order (bound) */
@@ -260,27 +417,60 @@ static int convertible(ma_dtype ours, uint32_t dt) {
     return 1; /* masks and positions: integers, booleans or floats */
 }
 
-static void copy_desc(qtensor *q, const qnn_tensor *src) {
+static const char *encoding_name(uint32_t e) {
+    static const char *names[] = {"scale_offset", "axis_scale_offset", "bw_scale_offset", "bw_axis_scale_offset", "block",
+                                  "blockwise_expansion", "vector", "float_block", "bw_axis_scale_offset_mapped", "bw_block_mapped",
+                                  "bw_blockwise_expansion_mapped", "bw_float_block"};
+    return e < sizeof names / sizeof names[0] ? names[e] : e == QNN_QENC_UNDEFINED ? "undefined" : "unknown";
+}
+
+static int is_fixed(uint32_t dt);
+
+/* a graph tensor's descriptor, copied out of the binary info (which the system context frees):
+ * its name and dimensions into q, its quantisation as a per-tensor scale and offset. Any other
+ * encoding (per axis, per block, vector, ...) is refused by name rather than read as 1 and 0; so
+ * is a fixed-point tensor without one. */
+static ma_status copy_desc(qtensor *q, const qnn_tensor *src, const char *file, ma_error *err) {
     const qnn_tensor_v1 *v = &src->u.v1; /* version 2 begins with version 1's fields */
     q->version = src->version;
     q->name = strdup(v->name ? v->name : "");
+    if (!q->name) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    if (src->version != 1 && src->version != 2) return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s has version %u (1 or 2 known)", file, q->name, src->version);
     q->rank = v->rank <= MA_MAX_DIMS ? v->rank : MA_MAX_DIMS + 1;
-    for (uint32_t i = 0; i < v->rank && i < MA_MAX_DIMS; i++) q->dims[i] = v->dims ? v->dims[i] : 0;
+    if (v->rank && !v->dims) return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s has rank %u and no dimensions", file, q->name, v->rank);
+    for (uint32_t i = 0; i < v->rank && i < MA_MAX_DIMS; i++) q->dims[i] = v->dims[i];
     q->dtype = v->data_type;
     q->scale = 1.0f;
     q->offset = 0;
-    if (v->quant.encoding == QNN_QENC_SCALE_OFFSET) { q->scale = v->quant.u.so.scale; q->offset = v->quant.u.so.offset; }
-    else if (v->quant.encoding == QNN_QENC_BW_SCALE_OFFSET) { q->scale = v->quant.u.bw.scale; q->offset = v->quant.u.bw.offset; }
+    const int defined = v->quant.definition == QNN_DEF_DEFINED;
+    if (defined && v->quant.encoding == QNN_QENC_SCALE_OFFSET) { q->scale = v->quant.u.so.scale; q->offset = v->quant.u.so.offset; }
+    else if (defined && v->quant.encoding == QNN_QENC_BW_SCALE_OFFSET) { q->scale = v->quant.u.bw.scale; q->offset = v->quant.u.bw.offset; }
+    else if (defined && v->quant.encoding != QNN_QENC_UNDEFINED)
+        return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: tensor %s is quantised with the %s encoding (%u); molmoact applies one scale and offset "
+                       "per tensor (scale_offset, bw_scale_offset): rebuild the graph's I/O with per-tensor encodings", file, q->name,
+                       encoding_name(v->quant.encoding), v->quant.encoding);
+    else if (is_fixed(q->dtype))
+        return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s is fixed-point without a scale and offset (encoding %s)", file, q->name,
+                       encoding_name(v->quant.encoding));
     memset(&q->desc, 0, sizeof q->desc);
-    q->desc.version = src->version == 2 ? 2 : 1;
-    if (src->version == 2) q->desc.u.v2 = src->u.v2;
-    else q->desc.u.v1 = src->u.v1;
-    q->desc.u.v1.name = q->name;
-    q->desc.u.v1.dims = q->dims;
-    if (q->desc.version == 2) {
+    q->desc.version = src->version;
+    q->desc.u.v1 = src->u.v1;
+    if (src->version == 2) { /* sparse params are plain values; dynamic dims are not ours to keep */
+        q->desc.u.v2.sparse = src->u.v2.sparse;
         q->desc.u.v2.dynamic_dims = NULL;
         q->desc.u.v2.produced = 0;
     }
+    /* the union past the per-tensor encodings may hold pointers into the binary info: cleared */
+    qnn_quant_params qp;
+    memset(&qp, 0, sizeof qp);
+    qp.definition = v->quant.definition;
+    qp.encoding = v->quant.encoding;
+    if (defined && v->quant.encoding == QNN_QENC_SCALE_OFFSET) qp.u.so = v->quant.u.so;
+    if (defined && v->quant.encoding == QNN_QENC_BW_SCALE_OFFSET) qp.u.bw = v->quant.u.bw;
+    q->desc.u.v1.quant = qp;
+    q->desc.u.v1.name = q->name;
+    q->desc.u.v1.dims = q->dims;
+    return MA_OK;
 }
 
 static void describe(char *out, size_t cap, const qtensor *q) {
@@ -377,10 +567,10 @@ static ma_status bind(const char *session, const char *file, const ma_io *ours, 
     return MA_OK;
 }
 
-static int expected_seq(void) {
-    const char *e = getenv("MOLMOACT2_PROMPT_SEQ");
-    if (!e || !*e) return 128;
-    long v = strtol(e, NULL, 10);
+/* the prompt length the graphs must be built for: the pipeline's static length (the environment,
+ * else the length the directory's contexts were compiled for, else 128) */
+static int expected_seq(const ma_model *m) {
+    const int64_t v = ma_static_prompt_seq(m);
     return v > 0 && v <= MA_MAX_PROMPT_SEQ ? (int)v : -1;
 }
 
@@ -406,9 +596,10 @@ static ma_status fix_dims(ma_session *s, qnn_sess *q, ma_error *err) {
             }
     }
     if (S >= 0) {
-        int want = expected_seq();
+        int want = expected_seq(s->model);
         if (S != want)
-            return ma_fail(err, MA_ERR_SHAPE, "%s (%s): built for prompt length %lld, MOLMOACT2_PROMPT_SEQ is %d", q->file, s->name, (long long)S, want);
+            return ma_fail(err, MA_ERR_SHAPE, "%s (%s): built for prompt length %lld, the run pads to %d (MOLMOACT_PROMPT_SEQ, or the "
+                           "length the directory was compiled for)", q->file, s->name, (long long)S, want);
     }
     if (s->kind == MA_SESS_VISION && s->out[0].shape[0] != s->in[0].shape[0] * s->model->tokens_per_image)
         return ma_fail(err, MA_ERR_SHAPE, "%s (vision): %lld feature rows for %lld images of %d tokens", q->file, (long long)s->out[0].shape[0],
@@ -491,43 +682,348 @@ static int from_graph(const qtensor *g, ma_tensor *t) {
     return 0;
 }
 
+/* ------------------------------------------------------------------ binary info */
+
+#define MA_QNN_MAX_GRAPHS 64
+
+typedef struct graph_view {
+    uint32_t version;
+    const char *name;
+    uint32_t n_in, n_out;
+    const qnn_tensor *in, *out;
+} graph_view;
+
+/* the graph-info array's stride for the loaded library (its core API version) */
+static uint32_t graph_stride(uint32_t minor) {
+    return minor <= 16 ? MA_QNN_GRAPH_STRIDE_V1 : minor <= 20 ? MA_QNN_GRAPH_STRIDE_V2 : MA_QNN_GRAPH_STRIDE_V3;
+}
+
+static int name_ok(const char *p) { return p && memchr(p, '\0', 256) && p[0]; }
+
+/* every graph of a binary info, checked: its version, the graphs' versions against the stride,
+ * names (NUL-terminated, at most 255 bytes), counts and pointers */
+static ma_status list_graphs(const qnn_binary_info *info, const char *file, graph_view *out, uint32_t *n, char *about, size_t about_cap,
+                             ma_error *err) {
+    *n = 0;
+    uint32_t count;
+    const uint8_t *base;
+    const char *build = NULL, *soc = NULL;
+    if (info->version == 1 || info->version == 2) {
+        count = info->u.v1.n_graphs;
+        base = info->u.v1.graphs;
+        build = info->u.v1.build_id;
+        soc = info->u.v1.soc_version;
+    } else if (info->version == 3) {
+        count = info->u.v3.n_graphs;
+        base = info->u.v3.graphs;
+        build = info->u.v3.build_id;
+        soc = info->u.v3.soc_version;
+    } else return ma_fail(err, MA_ERR_FORMAT, "%s: binary info version %u (1..3 known)", file, info->version);
+    const qnn_version *core = info->version == 3 ? &info->u.v3.core_api : &info->u.v1.core_api;
+    if (about)
+        snprintf(about, about_cap, "binary info v%u, built by %.80s (QNN API %u.%u.%u)%s%.40s", info->version, name_ok(build) ? build : "?",
+                 core->major, core->minor, core->patch, name_ok(soc) ? ", soc " : "", name_ok(soc) ? soc : "");
+    if (count == 0 || !base) return ma_fail(err, MA_ERR_FORMAT, "%s: holds no graph", file);
+    if (count > MA_QNN_MAX_GRAPHS) return ma_fail(err, MA_ERR_FORMAT, "%s: holds %u graphs (at most %d read)", file, count, MA_QNN_MAX_GRAPHS);
+    const uint32_t minor = G.qi ? G.qi->api_version.core.minor : 0;
+    const int verified = G.qi && minor <= MA_QNN_CORE_MINOR_VERIFIED;
+    if (count > 1 && !G.qi)
+        return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: holds %u graphs, and without libQnnHtp.so (its API version) the graph list's layout is not known",
+                       file, count);
+    const uint32_t stride = graph_stride(minor);
+    for (uint32_t k = 0; k < count; k++) {
+        const qnn_graph_info *g = (const qnn_graph_info *)(const void *)(base + (size_t)k * stride);
+        const qnn_graph_info_v1 *v = &g->u.v1;
+        const char *why = NULL;
+        if (g->version < 1 || g->version > 3) why = "an unknown graph info version";
+        else if ((g->version == 3 && stride < MA_QNN_GRAPH_STRIDE_V3) || (g->version == 2 && stride < MA_QNN_GRAPH_STRIDE_V2))
+            why = "a graph info version newer than the library's layout";
+        else if (!name_ok(v->name)) why = "no name, or one longer than 255 bytes";
+        else if (v->n_inputs > MA_SESSION_MAX_IO * 4 || v->n_outputs > MA_SESSION_MAX_IO * 4) why = "more than 64 inputs or outputs";
+        else if ((v->n_inputs && !v->inputs) || (v->n_outputs && !v->outputs)) why = "tensor counts without tensors";
+        if (why) {
+            if (count > 1 && !verified)
+                return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: holds %u graphs and this library's QNN API %u.%u is newer than the versions whose "
+                               "graph list layout is known (up to 2.%u, SDK 2.43): graph %u has %s at stride %u", file, count,
+                               G.qi->api_version.core.major, minor, MA_QNN_CORE_MINOR_VERIFIED, k, why, stride);
+            return ma_fail(err, MA_ERR_FORMAT, "%s: graph %u of %u has %s (graph info version %u, stride %u for QNN API 2.%u)", file, k, count,
+                           why, g->version, stride, minor);
+        }
+        out[k] = (graph_view){g->version, v->name, v->n_inputs, v->n_outputs, v->inputs, v->outputs};
+    }
+    *n = count;
+    return MA_OK;
+}
+
+/* the binary info of a mapped context binary: getMetadata (a const buffer) where the library has
+ * it, else the deprecated getBinaryInfo, which takes a writable buffer: given a private copy */
+static ma_status binary_info(qnn_handle sys, const ma_mapfile *mf, const char *file, const qnn_binary_info **info, void **copy, ma_error *err) {
+    qnn_err_t e;
+    *info = NULL;
+    *copy = NULL;
+    if (G.sys.context_get_metadata) {
+        if ((e = G.sys.context_get_metadata(sys, mf->data, mf->size, info)) != QNN_OK || !*info) return qfail(err, "QnnSystemContext_getMetadata", file, e);
+        return MA_OK;
+    }
+    if (!(*copy = malloc(mf->size))) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory for a copy of the binary (%zu bytes)", file, mf->size);
+    memcpy(*copy, mf->data, mf->size);
+    uint64_t info_size = 0;
+    if ((e = G.sys.context_get_binary_info(sys, *copy, mf->size, info, &info_size)) != QNN_OK || !*info)
+        return qfail(err, "QnnSystemContext_getBinaryInfo", file, e);
+    return MA_OK;
+}
+
+static void print_tensor(FILE *f, const qnn_tensor *t) {
+    const qnn_tensor_v1 *v = &t->u.v1;
+    fprintf(f, "%s %s [", name_ok(v->name) ? v->name : "?", dt_name(v->data_type) ? dt_name(v->data_type) : "unsupported type");
+    for (uint32_t d = 0; v->dims && d < v->rank && d < 8; d++) fprintf(f, "%s%u", d ? ", " : "", v->dims[d]);
+    fprintf(f, "]");
+    if (v->quant.definition == QNN_DEF_DEFINED && v->quant.encoding == QNN_QENC_SCALE_OFFSET)
+        fprintf(f, " scale %g offset %d", (double)v->quant.u.so.scale, v->quant.u.so.offset);
+    else if (v->quant.definition == QNN_DEF_DEFINED && v->quant.encoding != QNN_QENC_UNDEFINED) fprintf(f, " encoding %s", encoding_name(v->quant.encoding));
+}
+
+ma_status ma_qnn_inspect(const char *path, FILE *f, ma_error *err) {
+    pthread_mutex_lock(&G.mu);
+    G.refs++;
+    ma_status st = libs_open_locked(err);
+    ma_mapfile mf = {0};
+    qnn_handle sys = NULL;
+    void *copy = NULL;
+    qnn_err_t e;
+    if (!st && !(st = ma_map_file(&mf, path, err)) && (e = G.sys.context_create(&sys)) != QNN_OK) st = qfail(err, "QnnSystemContext_create", path, e);
+    const qnn_binary_info *info = NULL;
+    if (!st) st = binary_info(sys, &mf, path, &info, &copy, err);
+    graph_view gv[MA_QNN_MAX_GRAPHS];
+    uint32_t n = 0;
+    char about[256] = "";
+    if (!st) st = list_graphs(info, path, gv, &n, about, sizeof about, err);
+    if (!st) {
+        fprintf(f, "%s: %u graph%s:", path, n, n == 1 ? "" : "s");
+        for (uint32_t k = 0; k < n; k++) fprintf(f, "%s %s", k ? "," : "", gv[k].name);
+        fprintf(f, " (%s; read with %s, QNN API %u.%u)\n", about, G.sys.context_get_metadata ? "getMetadata" : "getBinaryInfo",
+                G.qi ? G.qi->api_version.core.major : 0, G.qi ? G.qi->api_version.core.minor : 0);
+        for (uint32_t k = 0; k < n; k++) {
+            fprintf(f, "  graph %s (graph info v%u)\n", gv[k].name, gv[k].version);
+            for (uint32_t i = 0; i < gv[k].n_in; i++) { fprintf(f, "    input  "); print_tensor(f, &gv[k].in[i]); fprintf(f, "\n"); }
+            for (uint32_t i = 0; i < gv[k].n_out; i++) { fprintf(f, "    output "); print_tensor(f, &gv[k].out[i]); fprintf(f, "\n"); }
+        }
+    }
+    if (sys) G.sys.context_free(sys);
+    free(copy);
+    ma_unmap_file(&mf);
+    global_release_locked();
+    pthread_mutex_unlock(&G.mu);
+    return st;
+}
+
+/* the environment a qnn run needs before any worker starts: the library directory on
+ * LD_LIBRARY_PATH (the workers' loader reads it at their start), ADSP_LIBRARY_PATH checked */
+ma_status ma_qnn_prepare_env(ma_error *err) {
+    const char *dir = getenv("MOLMOACT_QNN_LIB_DIR");
+    if (dir && *dir) {
+        const char *old = getenv("LD_LIBRARY_PATH");
+        int present = 0;
+        if (old) { /* already listed */
+            const size_t dl = strlen(dir);
+            for (const char *p = old; *p;) {
+                const char *c = strchr(p, ':');
+                const size_t l = c ? (size_t)(c - p) : strlen(p);
+                present |= l == dl && !strncmp(p, dir, dl);
+                p += l + (c ? 1 : 0);
+            }
+        }
+        if (!present) {
+            const size_t n = strlen(dir) + (old ? strlen(old) + 1 : 0) + 1;
+            char *v = malloc(n);
+            if (!v) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+            snprintf(v, n, "%s%s%s", dir, old && *old ? ":" : "", old ? old : "");
+            setenv("LD_LIBRARY_PATH", v, 1);
+            free(v);
+        }
+    }
+    const char *adsp = getenv("ADSP_LIBRARY_PATH");
+    if (adsp && strchr(adsp, ':'))
+        return ma_fail(err, MA_ERR_ARG, "ADSP_LIBRARY_PATH=%s: the DSP loader separates directories with ';', not ':' "
+                       "(e.g. ADSP_LIBRARY_PATH=\"$PWD/dsp_libs;/usr/lib/rfsa/adsp;/dsp\")", adsp);
+    const char *perf = getenv("MOLMOACT_QNN_PERF");
+    if (perf && *perf && strcmp(perf, "default") && strcmp(perf, "high") && strcmp(perf, "burst"))
+        return ma_fail(err, MA_ERR_ARG, "MOLMOACT_QNN_PERF=%s: must be default, high or burst", perf);
+    return MA_OK;
+}
+
+/* ------------------------------------------------------------------ zero-copy */
+
+static ma_status rpc_open_locked(ma_error *err) {
+    if (G.rpc_alloc) return MA_OK;
+    char path[1024];
+    const char *dir = getenv("MOLMOACT_QNN_LIB_DIR");
+    G.lib_rpc = NULL;
+    if (dir && *dir) { /* the directory first (a stand-in for tests), then the system's */
+        snprintf(path, sizeof path, "%s/libcdsprpc.so", dir);
+        if (access(path, F_OK) == 0) {
+            ma_status st = check_elf(path, err);
+            if (st) return st;
+            G.lib_rpc = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        }
+    }
+    if (!G.lib_rpc) G.lib_rpc = dlopen("libcdsprpc.so", RTLD_NOW | RTLD_LOCAL);
+    if (!G.lib_rpc) {
+        const char *why = dlerror();
+        return ma_fail(err, MA_ERR_IO, "qnn: --qnn-zero-copy needs libcdsprpc.so (the FastRPC library of the device), which cannot be loaded (%s)",
+                       why ? why : "not found");
+    }
+    *(void **)&G.rpc_alloc = dlsym(G.lib_rpc, "rpcmem_alloc");
+    *(void **)&G.rpc_free = dlsym(G.lib_rpc, "rpcmem_free");
+    *(void **)&G.rpc_to_fd = dlsym(G.lib_rpc, "rpcmem_to_fd");
+    if (!G.rpc_alloc || !G.rpc_free || !G.rpc_to_fd) {
+        G.rpc_alloc = NULL;
+        return ma_fail(err, MA_ERR_IO, "qnn: libcdsprpc.so lacks rpcmem_alloc, rpcmem_free or rpcmem_to_fd");
+    }
+    return MA_OK;
+}
+
+/* the tensors' buffers from rpcmem, registered with the session's (new) context */
+static ma_status register_buffers(qnn_sess *q, ma_error *err) {
+    qnn_err_t e;
+    for (int side = 0; side < 2; side++)
+        for (int i = 0; i < (side ? q->n_out : q->n_in); i++) {
+            qtensor *t = side ? &q->out[i] : &q->in[i];
+            if (!t->rpc) {
+                if (t->bytes > 0x7fffffffu) return ma_fail(err, MA_ERR_SHAPE, "%s: tensor %s holds %zu bytes (rpcmem_alloc takes at most 2 GiB)", q->file, t->name, t->bytes);
+                void *p = G.rpc_alloc(MA_RPCMEM_HEAP_ID_SYSTEM, MA_RPCMEM_DEFAULT_FLAGS, (int)(t->bytes ? t->bytes : 1));
+                if (!p) return ma_fail(err, MA_ERR_NOMEM, "%s: rpcmem_alloc of %zu bytes for tensor %s failed", q->file, t->bytes, t->name);
+                free(t->buf);
+                t->buf = p;
+                t->rpc = 1;
+            }
+            const int fd = G.rpc_to_fd(t->buf);
+            if (fd < 0) return ma_fail(err, MA_ERR_IO, "%s: rpcmem_to_fd for tensor %s gave no descriptor", q->file, t->name);
+            qnn_mem_descriptor d;
+            memset(&d, 0, sizeof d);
+            d.shape.rank = t->rank;
+            d.shape.dims = t->dims;
+            d.data_type = t->dtype;
+            d.mem_type = QNN_MEMTYPE_ION;
+            d.u.ion_fd = fd;
+            t->mem = NULL;
+            if ((e = G.qi->t.mem_register(q->context, &d, 1, &t->mem)) != QNN_OK || !t->mem) {
+                t->mem = NULL;
+                return qfail(err, "QnnMem_register", q->file, e);
+            }
+        }
+    return MA_OK;
+}
+
+static void deregister_buffers(qnn_sess *q) {
+    for (int side = 0; side < 2; side++)
+        for (int i = 0; i < MA_SESSION_MAX_IO; i++) {
+            qtensor *t = side ? &q->out[i] : &q->in[i];
+            if (t->mem && G.qi && G.qi->t.mem_deregister) G.qi->t.mem_deregister(&t->mem, 1);
+            t->mem = NULL;
+        }
+}
+
 /* ------------------------------------------------------------------ the session ops */
 
 static void free_sess(qnn_sess *q) {
     if (!q) return;
     for (int i = 0; i < MA_SESSION_MAX_IO; i++) {
-        free(q->in[i].name); free(q->in[i].buf);
-        free(q->out[i].name); free(q->out[i].buf);
+        qtensor *t[2] = {&q->in[i], &q->out[i]};
+        for (int k = 0; k < 2; k++) {
+            free(t[k]->name);
+            if (t[k]->rpc && G.rpc_free) G.rpc_free(t[k]->buf);
+            else free(t[k]->buf);
+        }
     }
+    free(q->path);
     free(q);
 }
 
 static void qnn_close(ma_session *s) {
     qnn_sess *q = s->impl;
     if (!q) return;
+    deregister_buffers(q); /* before the context, the buffers after it */
     if (q->context && G.qi) G.qi->t.context_free(q->context, NULL);
+    q->context = NULL;
     free_sess(q);
     s->impl = NULL;
     global_release();
 }
 
-static ma_status qnn_run(ma_session *s, const ma_tensor *in, ma_tensor *out, ma_error *err) {
-    qnn_sess *q = s->impl;
-    ma_status st = MA_OK;
+/* the context and graph of a session, from its binary (at open, and after a DSP restart) */
+static ma_status create_context(qnn_sess *q, const ma_mapfile *mf, ma_error *err) {
+    qnn_err_t e;
+    if ((e = G.qi->t.context_create_from_binary(G.backend, G.device, NULL, mf->data, mf->size, &q->context, NULL)) != QNN_OK) {
+        q->context = NULL;
+        return qfail(err, "QnnContext_createFromBinary", q->file, e);
+    }
+    if ((e = G.qi->t.graph_retrieve(q->context, q->graph_name, &q->graph)) != QNN_OK) return qfail(err, "QnnGraph_retrieve", q->file, e);
+    return q->zero_copy ? register_buffers(q, err) : MA_OK;
+}
+
+/* After a DSP subsystem restart (1007, recovered) the contexts, graphs, memory registrations and
+ * power votes of this process are gone: this session's context is created again from its file
+ * (the other session of the process does the same at its next request), the vote renewed. */
+static ma_status recover(qnn_sess *q, ma_error *err) {
+    deregister_buffers(q);
+    if (q->context) G.qi->t.context_free(q->context, NULL); /* its handle is stale: the result does not matter */
+    q->context = q->graph = NULL;
+    ma_mapfile mf = {0};
+    ma_status st = ma_map_file(&mf, q->path, err);
+    if (!st) st = create_context(q, &mf, err);
+    ma_unmap_file(&mf);
+    pthread_mutex_lock(&G.mu);
+    G.restarts++;
+    if (!st && G.voted) {
+        G.voted = 0; /* the id died with the DSP */
+        st = vote_locked(err);
+    }
+    pthread_mutex_unlock(&G.mu);
+    return st;
+}
+
+static qnn_err_t execute(qnn_sess *q) {
     for (int i = 0; i < q->n_in; i++) {
-        to_graph(&in[i], &q->in[i]);
         q->run_in[i] = q->in[i].desc;
-        q->run_in[i].u.v1.mem_type = QNN_MEM_RAW;
-        q->run_in[i].u.v1.buf.client.data = q->in[i].buf;
-        q->run_in[i].u.v1.buf.client.size = (uint32_t)q->in[i].bytes;
+        if (q->zero_copy) { q->run_in[i].u.v1.mem_type = QNN_MEM_HANDLE; q->run_in[i].u.v1.buf.mem = q->in[i].mem; }
+        else {
+            q->run_in[i].u.v1.mem_type = QNN_MEM_RAW;
+            q->run_in[i].u.v1.buf.client.data = q->in[i].buf;
+            q->run_in[i].u.v1.buf.client.size = (uint32_t)q->in[i].bytes;
+        }
     }
     for (int i = 0; i < q->n_out; i++) {
         q->run_out[i] = q->out[i].desc;
-        q->run_out[i].u.v1.mem_type = QNN_MEM_RAW;
-        q->run_out[i].u.v1.buf.client.data = q->out[i].buf;
-        q->run_out[i].u.v1.buf.client.size = (uint32_t)q->out[i].bytes;
+        if (q->zero_copy) { q->run_out[i].u.v1.mem_type = QNN_MEM_HANDLE; q->run_out[i].u.v1.buf.mem = q->out[i].mem; }
+        else {
+            q->run_out[i].u.v1.mem_type = QNN_MEM_RAW;
+            q->run_out[i].u.v1.buf.client.data = q->out[i].buf;
+            q->run_out[i].u.v1.buf.client.size = (uint32_t)q->out[i].bytes;
+        }
     }
-    qnn_err_t e = G.qi->t.graph_execute(q->graph, q->run_in, (uint32_t)q->n_in, q->run_out, (uint32_t)q->n_out, NULL, NULL);
+    return G.qi->t.graph_execute(q->graph, q->run_in, (uint32_t)q->n_in, q->run_out, (uint32_t)q->n_out, NULL, NULL);
+}
+
+static ma_status qnn_run(ma_session *s, const ma_tensor *in, ma_tensor *out, ma_error *err) {
+    qnn_sess *q = s->impl;
+    ma_status st = MA_OK;
+    if (!q->context) { /* a recovery that failed before: try again */
+        if ((st = recover(q, err))) return ma_error_wrap(err, st, "%s (%s): the context lost in a DSP restart cannot be created again", q->file, s->name);
+    }
+    for (int i = 0; i < q->n_in; i++) to_graph(&in[i], &q->in[i]);
+    qnn_err_t e = execute(q);
+    if (QNN_CODE(e) == QNN_ERR_COMMON_SYSTEM_COMMUNICATION) {
+        fprintf(stderr, "molmoact: qnn: %s (%s): the DSP subsystem restarted (error 1007); creating the context again and retrying\n", q->file, s->name);
+        if ((st = recover(q, err)))
+            return ma_error_wrap(err, st, "%s (%s): after a DSP subsystem restart (error 1007, SYSTEM_COMMUNICATION) the context cannot be "
+                                 "created again", q->file, s->name);
+        for (int i = 0; i < q->n_in; i++) to_graph(&in[i], &q->in[i]); /* zero-copy buffers may be new */
+        e = execute(q);
+    }
+    if (QNN_CODE(e) == QNN_ERR_COMMON_SYSTEM_COMMUNICATION_FATAL)
+        return ma_fail(err, MA_ERR_IO, "QnnGraph_execute on %s (%s): error 1011 (SYSTEM_COMMUNICATION_FATAL): the DSP subsystem restarted and did "
+                       "not recover; restart the device's cDSP (or reboot) and the server", q->file, s->name);
     if (e != QNN_OK) return qfail(err, "QnnGraph_execute", q->file, e);
     for (int i = 0; i < q->n_out && !st; i++) {
         if ((st = ma_tensor_alloc(&out[i], MA_DT_F32, s->out[i].ndim, s->out[i].shape, err))) break;
@@ -539,59 +1035,85 @@ static ma_status qnn_run(ma_session *s, const ma_tensor *in, ma_tensor *out, ma_
 static const ma_session_ops qnn_ops = {"qnn", qnn_run, qnn_close};
 
 void ma_qnn_context_name(const char *session, char *out, size_t cap) {
-    const char *var = !strcmp(session, "vision") ? "VISION_CTX_SUFFIX"
-                      : !strncmp(session, "llm_split", 9) ? "LLM_CTX_SUFFIX"
-                      : !strcmp(session, "action_step") ? "ACTION_CTX_SUFFIX" : NULL;
-    const char *suffix = var ? getenv(var) : NULL;
+    const char *var = !strcmp(session, "vision") ? "MOLMOACT_VISION_CTX_SUFFIX"
+                      : !strncmp(session, "llm_split", 9) ? "MOLMOACT_LLM_CTX_SUFFIX"
+                      : !strcmp(session, "action_step") ? "MOLMOACT_ACTION_CTX_SUFFIX" : NULL;
+    const char *suffix = var ? ma_env(var) : NULL;
     snprintf(out, cap, "ctx/%s%s_socid77_archv73.bin", session, suffix ? suffix : "");
+}
+
+/* the session's graph: the only one, or (several) the one named as the session or by the io
+ * map's "@graph" entry; never chosen by its position */
+static ma_status pick_graph(const ma_session *s, const char *file, const graph_view *gv, uint32_t n, const cJSON *map, uint32_t *k, ma_error *err) {
+    if (n == 1) { *k = 0; return MA_OK; }
+    const cJSON *sm = map ? cJSON_GetObjectItemCaseSensitive(map, s->name) : NULL;
+    const cJSON *named = sm ? cJSON_GetObjectItemCaseSensitive(sm, "@graph") : NULL;
+    const char *want = named ? named->valuestring : s->name;
+    for (uint32_t i = 0; i < n; i++)
+        if (!strcmp(gv[i].name, want)) { *k = i; return MA_OK; }
+    char names[1024] = "";
+    size_t l = 0;
+    for (uint32_t i = 0; i < n && l + 2 < sizeof names; i++) l += (size_t)snprintf(names + l, sizeof names - l, "%s%.64s", i ? ", " : "", gv[i].name);
+    return ma_fail(err, MA_ERR_FORMAT, "%s: holds %u graphs (%s) and none is named %s%s", file, n, names, want,
+                   named ? " (--qnn-io-map's @graph)" : "; name the session's graph in --qnn-io-map: {\"SESSION\": {\"@graph\": \"NAME\"}}");
 }
 
 ma_status ma_qnn_session_attach(ma_session *s, ma_error *err) {
     qnn_sess *q = calloc(1, sizeof *q);
     if (!q) return ma_fail(err, MA_ERR_NOMEM, "session %s: out of memory", s->name);
     ma_qnn_context_name(s->name, q->file, sizeof q->file);
-    if (expected_seq() < 0) { free(q); return ma_fail(err, MA_ERR_ARG, "MOLMOACT2_PROMPT_SEQ=%s is not a positive integer", getenv("MOLMOACT2_PROMPT_SEQ")); }
+    if (expected_seq(s->model) < 0) { free(q); return ma_fail(err, MA_ERR_ARG, "%s=%s is not a positive integer", ma_env_source("MOLMOACT_PROMPT_SEQ"), ma_env("MOLMOACT_PROMPT_SEQ")); }
+    const char *zc = getenv("MOLMOACT_QNN_ZERO_COPY");
+    q->zero_copy = zc && *zc && strcmp(zc, "0");
     ma_status st = global_acquire(err);
     if (st) { free(q); return st; }
     s->impl = q;
     s->ops = &qnn_ops; /* from here qnn_close undoes everything */
-    char *path = ma_path_join(s->model->dir, q->file);
+    q->path = ma_path_join(s->model->dir, q->file);
     ma_mapfile mf = {0};
     cJSON *map = NULL;
     qnn_handle sys = NULL;
+    void *copy = NULL;
     qnn_err_t e;
-    if (!path) { st = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto done; }
-    if ((st = ma_map_file(&mf, path, err))) { st = ma_error_wrap(err, st, "qnn context for %s", s->name); goto done; }
+    if (!q->path) { st = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto done; }
+    if (q->zero_copy) {
+        pthread_mutex_lock(&G.mu);
+        st = rpc_open_locked(err);
+        pthread_mutex_unlock(&G.mu);
+        if (st) goto done;
+    }
+    if ((st = ma_map_file(&mf, q->path, err))) { st = ma_error_wrap(err, st, "qnn context for %s", s->name); goto done; }
     if (!mf.size) { st = ma_fail(err, MA_ERR_FORMAT, "%s: empty context binary", q->file); goto done; }
     if ((st = io_map(s->name, &map, err))) goto done;
-    if ((e = G.qs->t.context_create(&sys)) != QNN_OK) { st = qfail(err, "QnnSystemContext_create", q->file, e); goto done; }
+    if ((e = G.sys.context_create(&sys)) != QNN_OK) { st = qfail(err, "QnnSystemContext_create", q->file, e); goto done; }
     const qnn_binary_info *info = NULL;
-    uint64_t info_size = 0;
-    if ((e = G.qs->t.context_get_binary_info(sys, (void *)mf.data, mf.size, &info, &info_size)) != QNN_OK || !info) {
-        st = qfail(err, "QnnSystemContext_getBinaryInfo", q->file, e);
-        goto done;
+    if ((st = binary_info(sys, &mf, q->file, &info, &copy, err))) goto done;
+    graph_view gv[MA_QNN_MAX_GRAPHS];
+    uint32_t n_graphs = 0, k = 0;
+    char about[256];
+    if ((st = list_graphs(info, q->file, gv, &n_graphs, about, sizeof about, err))) goto done;
+    if (getenv("MOLMOACT_VERBOSE")) {
+        fprintf(stderr, "molmoact: qnn: %s: %u graph%s:", q->file, n_graphs, n_graphs == 1 ? "" : "s");
+        for (uint32_t i = 0; i < n_graphs; i++) fprintf(stderr, "%s %s", i ? "," : "", gv[i].name);
+        fprintf(stderr, " (%s)\n", about);
     }
-    if (info->version < 1 || info->version > 3) { st = ma_fail(err, MA_ERR_FORMAT, "%s: binary info version %u (1..3 known)", q->file, info->version); goto done; }
-    const qnn_binary_info_common *b = &info->b;
-    /* the graph info array's stride grows with its version, so only a single-graph binary (every
-     * reference context) is read without knowing the library's struct size */
-    if (b->n_graphs != 1 || !b->graphs) { st = ma_fail(err, MA_ERR_FORMAT, "%s: holds %u graphs; molmoact reads single-graph context binaries", q->file, b->n_graphs); goto done; }
-    const qnn_graph_info *gi = &b->graphs[0];
-    if (gi->version < 1 || gi->version > 3 || !gi->g.name) { st = ma_fail(err, MA_ERR_FORMAT, "%s: graph info version %u (1..3 known)", q->file, gi->version); goto done; }
-    snprintf(q->graph_name, sizeof q->graph_name, "%s", gi->g.name);
-    if (gi->g.n_inputs > MA_SESSION_MAX_IO || gi->g.n_outputs > MA_SESSION_MAX_IO) {
+    if ((st = pick_graph(s, q->file, gv, n_graphs, map, &k, err))) goto done;
+    const graph_view *gi = &gv[k];
+    snprintf(q->graph_name, sizeof q->graph_name, "%s", gi->name);
+    if (gi->n_in > MA_SESSION_MAX_IO || gi->n_out > MA_SESSION_MAX_IO) {
         st = ma_fail(err, MA_ERR_SHAPE, "%s: graph %s has %u inputs and %u outputs, the session %d and %d", q->file, q->graph_name,
-                     gi->g.n_inputs, gi->g.n_outputs, s->n_in, s->n_out);
+                     gi->n_in, gi->n_out, s->n_in, s->n_out);
         goto done;
     }
+    /* copied out now: the system context owns the binary info */
     qtensor gin[MA_SESSION_MAX_IO], gout[MA_SESSION_MAX_IO];
     memset(gin, 0, sizeof gin);
     memset(gout, 0, sizeof gout);
-    for (uint32_t i = 0; i < gi->g.n_inputs; i++) copy_desc(&gin[i], &gi->g.inputs[i]);
-    for (uint32_t i = 0; i < gi->g.n_outputs; i++) copy_desc(&gout[i], &gi->g.outputs[i]);
+    for (uint32_t i = 0; i < gi->n_in && !st; i++) st = copy_desc(&gin[i], &gi->in[i], q->file, err);
+    for (uint32_t i = 0; i < gi->n_out && !st; i++) st = copy_desc(&gout[i], &gi->out[i], q->file, err);
     int bi[MA_SESSION_MAX_IO], bo[MA_SESSION_MAX_IO];
-    st = bind(s->name, q->file, s->in, s->n_in, gin, (int)gi->g.n_inputs, map, bi, "inputs", err);
-    if (!st) st = bind(s->name, q->file, s->out, s->n_out, gout, (int)gi->g.n_outputs, map, bo, "outputs", err);
+    if (!st) st = bind(s->name, q->file, s->in, s->n_in, gin, (int)gi->n_in, map, bi, "inputs", err);
+    if (!st) st = bind(s->name, q->file, s->out, s->n_out, gout, (int)gi->n_out, map, bo, "outputs", err);
     if (!st) {
         for (int i = 0; i < s->n_in; i++) { q->in[i] = gin[bi[i]]; gin[bi[i]].name = NULL; }
         for (int i = 0; i < s->n_out; i++) { q->out[i] = gout[bo[i]]; gout[bo[i]].name = NULL; }
@@ -602,6 +1124,8 @@ ma_status ma_qnn_session_attach(ma_session *s, ma_error *err) {
     }
     for (int i = 0; i < MA_SESSION_MAX_IO; i++) { free(gin[i].name); free(gout[i].name); }
     if (st) goto done;
+    G.sys.context_free(sys); /* nothing of the binary info is used after this */
+    sys = NULL;
     if ((st = fix_dims(s, q, err))) goto done;
     for (int side = 0; side < 2 && !st; side++)
         for (int i = 0; i < (side ? q->n_out : q->n_in) && !st; i++) {
@@ -615,19 +1139,11 @@ ma_status ma_qnn_session_attach(ma_session *s, ma_error *err) {
                 st = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s is %s with scale %g (must be positive)", q->file, t->name, dt_name(t->dtype), (double)t->scale);
         }
     if (st) goto done;
-    if ((e = G.qi->t.context_create_from_binary(G.backend, G.device, NULL, mf.data, mf.size, &q->context, NULL)) != QNN_OK) {
-        q->context = NULL;
-        st = qfail(err, "QnnContext_createFromBinary", q->file, e);
-        goto done;
-    }
-    if ((e = G.qi->t.graph_retrieve(q->context, q->graph_name, &q->graph)) != QNN_OK) {
-        st = qfail(err, "QnnGraph_retrieve", q->file, e);
-        goto done;
-    }
+    st = create_context(q, &mf, err);
 done:
-    if (sys) G.qs->t.context_free(sys);
+    if (sys) G.sys.context_free(sys);
+    free(copy);
     cJSON_Delete(map);
     ma_unmap_file(&mf);
-    free(path);
     return st; /* on failure the caller's ma_session_close runs qnn_close */
 }

@@ -9,13 +9,20 @@
  *                          side's, read by the libraries themselves
  *   MOLMOACT_QNN_IO_MAP    JSON {session: {our tensor name: graph tensor name}} (--qnn-io-map)
  *   MOLMOACT_QNN_SOC, MOLMOACT_QNN_ARCH  device configs (soc model 77, arch 73) (--qnn-soc/-arch)
- *   VISION_CTX_SUFFIX, LLM_CTX_SUFFIX, ACTION_CTX_SUFFIX  context variants, as the reference
- *                          deployment: vision, the four LLM splits, action_step
- *   MOLMOACT2_PROMPT_SEQ   the prompt length the graphs were built for (default 128)
+ *   MOLMOACT_QNN_PERF      default | high | burst: the HTP power vote (--qnn-perf)
+ *   MOLMOACT_QNN_ZERO_COPY 1: tensors in rpcmem buffers registered with the context (--qnn-zero-copy)
+ *   MOLMOACT_VERBOSE       1: each context binary's graph count and names at open (-v)
+ *   MOLMOACT_VISION_CTX_SUFFIX, _LLM_, _ACTION_ (or the reference deployment's VISION_CTX_SUFFIX,
+ *                          LLM_CTX_SUFFIX, ACTION_CTX_SUFFIX)  context variants: vision, the four
+ *                          LLM splits, action_step
+ *   MOLMOACT_PROMPT_SEQ (or MOLMOACT2_PROMPT_SEQ)  the prompt length the graphs were built for
+ *                          (default: the length the directory was compiled for, else 128)
  * Graph tensors bind to the session's io spec by name (or the io map), else by order and shape;
  * fp32 tensors convert to and from the graph's fp32, fp16 and (u)fixed 8/16 with scale / offset. */
 #ifndef MA_QNN_H
 #define MA_QNN_H
+
+#include <stdio.h>
 
 #include "runtime/session.h"
 
@@ -25,5 +32,16 @@ ma_status ma_qnn_session_attach(ma_session *s, ma_error *err);
 
 /* the context file of a session: ctx/<name><suffix>_socid77_archv73.bin */
 void ma_qnn_context_name(const char *session, char *out, size_t cap);
+
+/* before any qnn worker starts: --qnn-lib-dir onto LD_LIBRARY_PATH (the HTP stub is loaded by its
+ * bare name), ADSP_LIBRARY_PATH checked (';' separates its directories), --qnn-perf checked */
+ma_status ma_qnn_prepare_env(ma_error *err);
+
+/* `molmoact inspect FILE.bin`: the binary info (version, producer) and every graph with its
+ * inputs and outputs, read through libQnnSystem.so (and libQnnHtp.so for its API version) */
+ma_status ma_qnn_inspect(const char *path, FILE *f, ma_error *err);
+
+/* a published QNN error code's name (e.g. 5005 CONTEXT_CREATE_FROM_BINARY), NULL when unknown */
+const char *ma_qnn_error_name(unsigned code);
 
 #endif

@@ -4,16 +4,20 @@
  * proprietary). Every layout is for LP64 (aarch64, x86-64); the sizes are checked below and, with
  * the SDK at hand, against its headers by `cmake -DMOLMOACT_QNN_SDK=DIR` (qnn_layout_check.c).
  *
- * Where each fact comes from (public code that uses or mirrors the API):
- *  - the interface table order and the provider struct: QnnInterface.h as vendored by
- *    budcribar/QualcommNPU (SDK 2.22.6) and its C# mirror SampleCSharpApplication/QnnInterface.cs
- *    (byte offsets 0..448); used the same way by onnxruntime's qnn_backend_manager.cc;
- *  - tensor v1/v2, data types, quantisation encodings, error code ranges: QnnTypes.h and
- *    QnnCommon.h of the same SDK copy;
- *  - the system interface and the binary / graph info: QnnSystemContext.h (same copy) and the
- *    consumers in qai-appbuilder, onnxruntime and executorch, which read binary info v1..v3 and
- *    graph info v1..v3 through the fields common to every version;
- *  - HTP device custom configs (soc model, arch): QnnHtpDevice.h of the same copy. */
+ * Where each fact comes from: the public copies of the SDK's headers, compiled for aarch64 and
+ * x86-64 to read every offset and size (identical on both):
+ *   SDK 2.22.6  budcribar/QualcommNPU @ f0843ce860f0263a832f9db1415af7edb494174a (core API 2.15)
+ *   SDK 2.25.0  qdsp6sw/qualcomm-ai-engine-direct-sdk @ e32f4b482c9d0f941eae317e5a5d6dd48d600352 (2.18)
+ *   SDK 2.36.1  qualcomm/geniex-qairt-plugin @ fb1c582bad66efbfa02dac83f5cc0f31afd26ee1 (2.27)
+ *   SDK 2.40.0  kyungraekim/qnn @ da1ce8781f9ecb536517002b3c6eaa51602e7a08 (2.30)
+ *   SDK 2.43.0  chuzcjoe/qnnx @ 844820579ee06d25091df5fbf5b0cf83a252271d (2.32)
+ * and the consumers that read the same structures: onnxruntime's QNN provider
+ * (microsoft/onnxruntime qnn_model.cc @ 00565edf074a263e7cb17325d5ecd0f4718d0bc0: binary info v3
+ * and graph info v3 from API 2.21 / SDK 2.28, graph info v2 from 2.18; onnxruntime/onnxruntime-qnn
+ * @ cee6c0d91e583d43f5ecef6391e93c19b4042c0f qnn_htp_power_config_manager.cc: the power votes,
+ * rpcmem and memRegister), LiteRT context_binary_info.cc @ 44acf0393dc6226241ee749b3c33622e9d7c63ef,
+ * sherpa-onnx csrc/qnn/utils.cc @ 0dba87d5c1cc9aa0c1e14845ddc37af1115e3b0a, and the rpcmem API of
+ * qualcomm/fastrpc inc/rpcmem.h @ ed52d6037d0e27dc5f73f085a1b8c32ffe702104. */
 #ifndef MA_QNN_ABI_H
 #define MA_QNN_ABI_H
 
@@ -25,12 +29,15 @@ typedef uint64_t qnn_err_t; /* the low 16 bits are the error code */
 #define QNN_CODE(e) ((unsigned)((e) & 0xffffu))
 typedef void *qnn_handle;
 
-/* error codes a provider returns that we name */
+/* error codes (the low 16 bits of an error handle) that we act on or name; ma_qnn_error_name in
+ * qnn.c names the rest of the published ones */
 #define QNN_ERR_COMMON_NOT_SUPPORTED 1000u
 #define QNN_ERR_COMMON_INVALID_ARGUMENT 1004u
+#define QNN_ERR_COMMON_SYSTEM_COMMUNICATION 1007u       /* the DSP subsystem restarted (recovered) */
 #define QNN_ERR_COMMON_INCOMPATIBLE_BINARIES 1008u
-#define QNN_ERR_CONTEXT_FIRST 5000u
-#define QNN_ERR_GRAPH_FIRST 6000u
+#define QNN_ERR_COMMON_SYSTEM_COMMUNICATION_FATAL 1011u /* the DSP subsystem restart did not recover */
+#define QNN_ERR_CONTEXT_CREATE_FROM_BINARY 5005u
+#define QNN_ERR_GRAPH_DOES_NOT_EXIST 6002u
 
 typedef struct { uint32_t major, minor, patch; } qnn_version;
 typedef struct { qnn_version core, backend; } qnn_api_version;
@@ -49,8 +56,16 @@ enum {
 
 enum { QNN_TENSOR_APP_WRITE = 0, QNN_TENSOR_APP_READ = 1 };
 enum { QNN_MEM_RAW = 0, QNN_MEM_HANDLE = 1 };
-enum { QNN_QENC_SCALE_OFFSET = 0, QNN_QENC_AXIS_SCALE_OFFSET = 1, QNN_QENC_BW_SCALE_OFFSET = 2, QNN_QENC_UNDEFINED = 0x7fffffff };
-enum { QNN_DEF_DEFINED = 1 };
+enum { QNN_MEM_RETRIEVE_RAW = 2 };
+/* quantisation encodings: we apply the two per-tensor ones (scale-offset, with or without a bit
+ * width) and refuse every other by name (per axis, per block, vector, float block, mapped) */
+enum {
+    QNN_QENC_SCALE_OFFSET = 0, QNN_QENC_AXIS_SCALE_OFFSET = 1, QNN_QENC_BW_SCALE_OFFSET = 2, QNN_QENC_BW_AXIS_SCALE_OFFSET = 3,
+    QNN_QENC_BLOCK = 4, QNN_QENC_BLOCKWISE_EXPANSION = 5, QNN_QENC_VECTOR = 6, QNN_QENC_FLOAT_BLOCK = 7,
+    QNN_QENC_BW_AXIS_SCALE_OFFSET_MAPPED = 8, QNN_QENC_BW_BLOCK_MAPPED = 9, QNN_QENC_BW_BLOCKWISE_EXPANSION_MAPPED = 10,
+    QNN_QENC_BW_FLOAT_BLOCK = 11, QNN_QENC_UNDEFINED = 0x7fffffff
+};
+enum { QNN_DEF_IMPL_GENERATED = 0, QNN_DEF_DEFINED = 1, QNN_DEF_UNDEFINED = 0x7fffffff };
 
 /* real = (stored + offset) * scale */
 typedef struct { float scale; int32_t offset; } qnn_scale_offset;
@@ -114,6 +129,7 @@ typedef struct {
 enum { QNN_HTP_DEVICE_CONFIG_SOC = 0, QNN_HTP_DEVICE_CONFIG_ARCH = 1 };
 
 typedef qnn_err_t (*qnn_fn)(void); /* an entry we do not call */
+struct qnn_mem_descriptor;
 
 /* the core interface table, in its published order (entries past graphGetProperty exist only in
  * newer minor versions and are not used) */
@@ -140,8 +156,10 @@ typedef struct {
     qnn_err_t (*log_free)(qnn_handle log);
     qnn_fn profile_create, profile_set_config, profile_get_events, profile_get_sub_events, profile_get_event_data,
         profile_get_extended_event_data, profile_free;
-    qnn_fn mem_register, mem_deregister;
-    qnn_fn device_get_platform_info, device_free_platform_info, device_get_infrastructure;
+    qnn_err_t (*mem_register)(qnn_handle context, const struct qnn_mem_descriptor *desc, uint32_t n, qnn_handle *handles);
+    qnn_err_t (*mem_deregister)(const qnn_handle *handles, uint32_t n);
+    qnn_fn device_get_platform_info, device_free_platform_info;
+    qnn_err_t (*device_get_infrastructure)(void **infrastructure); /* HTP: a qnn_htp_infrastructure */
     qnn_err_t (*device_create)(qnn_handle log, const qnn_device_config *const *config, qnn_handle *device);
     qnn_fn device_set_config, device_get_info;
     qnn_err_t (*device_free)(qnn_handle device);
@@ -164,25 +182,16 @@ _Static_assert(__builtin_offsetof(qnn_interface, t) == 40, "the table follows th
 
 typedef qnn_err_t (*qnn_get_providers_fn)(const qnn_interface ***list, uint32_t *n);
 
-/* ---- the system library: binary info */
-typedef struct {
-    const char *name;
-    uint32_t n_inputs;
-    qnn_tensor *inputs;
-    uint32_t n_outputs;
-    qnn_tensor *outputs;
-    /* versions 2 and 3 append fields after these */
-} qnn_graph_info_common;
-
-typedef struct {
-    uint32_t version; /* 1..3 */
-    qnn_graph_info_common g;
-} qnn_graph_info;
-
+/* ---- the system library: binary info
+ * QnnSystemContext_getBinaryInfo (deprecated; it takes a writable buffer) and _getMetadata (a
+ * const buffer, preferred) return a binary info tagged with its version. Versions 1 and 2 share
+ * one layout (2 appends platform info); version 3 (SDK 2.28 and later) drops the three hardware
+ * blob fields, so everything after socVersion moves up: the graphs are at +88/+96 of the union,
+ * not +112/+120. */
 typedef struct {
     uint32_t backend_id;
     const char *build_id;
-    qnn_version core_api, backend_api;
+    qnn_version core_api, backend_api; /* the producer's, not the loaded library's */
     const char *soc_version;
     qnn_version hw_blob_version, context_blob_version;
     uint32_t hw_blob_size;
@@ -191,22 +200,82 @@ typedef struct {
     uint32_t n_context_tensors;
     qnn_tensor *context_tensors;
     uint32_t n_graphs;
-    qnn_graph_info *graphs;
-    /* versions 2 and 3 append fields after these */
-} qnn_binary_info_common;
+    void *graphs; /* graph infos at the library's stride (ma_qnn_graph_stride) */
+    void *platform_info; /* version 2 */
+} qnn_binary_info_v1;
+
+typedef struct {
+    uint32_t backend_id;
+    const char *build_id;
+    qnn_version core_api, backend_api;
+    const char *soc_version;
+    qnn_version context_blob_version;
+    uint64_t context_blob_size;
+    uint32_t n_context_tensors;
+    qnn_tensor *context_tensors;
+    uint32_t n_graphs;
+    void *graphs;
+    void *platform_info;
+    uint32_t metadata_size;
+    void *metadata;
+    uint32_t soc_model;
+} qnn_binary_info_v3;
+
+typedef struct {
+    uint32_t version; /* 1, 2 (the v1 view) or 3 */
+    union { qnn_binary_info_v1 v1; qnn_binary_info_v3 v3; } u;
+} qnn_binary_info;
+
+_Static_assert(__builtin_offsetof(qnn_binary_info_v1, n_graphs) == 112, "binary info v1/v2: numGraphs at +112");
+_Static_assert(__builtin_offsetof(qnn_binary_info_v1, graphs) == 120, "binary info v1/v2: graphs at +120");
+_Static_assert(__builtin_offsetof(qnn_binary_info_v3, n_graphs) == 88, "binary info v3: numGraphs at +88");
+_Static_assert(__builtin_offsetof(qnn_binary_info_v3, graphs) == 96, "binary info v3: graphs at +96");
+_Static_assert(__builtin_offsetof(qnn_binary_info_v3, metadata_size) == 112, "binary info v3: contextMetadataSize at +112");
+_Static_assert(__builtin_offsetof(qnn_binary_info_v3, soc_model) == 128, "binary info v3: socModel at +128");
+_Static_assert(__builtin_offsetof(qnn_binary_info, u) == 8 && sizeof(qnn_binary_info) == 144, "QnnSystemContext_BinaryInfo_t is 144 bytes");
+
+/* Graph infos: the name and the inputs / outputs are the first fields of every version (1: 40
+ * bytes; 2 adds the updateable tensors: 56; 3 adds the graph blob info and the op index range:
+ * 80). The array's stride is sizeof(QnnSystemContext_GraphInfo_t) of the library that filled it,
+ * which no call reports: 48 bytes up to core API 2.16 (SDK 2.23), 64 from 2.17 (SDK 2.24) to 2.20,
+ * 88 from 2.21 (SDK 2.28). */
+typedef struct {
+    const char *name;
+    uint32_t n_inputs;
+    qnn_tensor *inputs;
+    uint32_t n_outputs;
+    qnn_tensor *outputs;
+} qnn_graph_info_v1;
+
+typedef struct {
+    qnn_graph_info_v1 v1;
+    uint32_t n_updateable;
+    qnn_tensor *updateable;
+    uint32_t blob_info_size; /* version 3 */
+    void *blob_info;
+    uint32_t first_op, last_op;
+} qnn_graph_info_v3;
 
 typedef struct {
     uint32_t version; /* 1..3 */
-    qnn_binary_info_common b;
-} qnn_binary_info;
+    union { qnn_graph_info_v1 v1; qnn_graph_info_v3 v3; } u;
+} qnn_graph_info;
 
-_Static_assert(__builtin_offsetof(qnn_binary_info_common, graphs) == 120, "graphs at byte 120 of binary info v1");
+_Static_assert(__builtin_offsetof(qnn_graph_info, u) == 8, "graph info: the union at 8");
+_Static_assert(sizeof(qnn_graph_info_v1) == 40 && sizeof(qnn_graph_info_v3) == 80, "graph info v1 40, v3 80 bytes");
+_Static_assert(sizeof(qnn_graph_info) == 88, "QnnSystemContext_GraphInfo_t with version 3: 88 bytes");
+#define MA_QNN_GRAPH_STRIDE_V1 48u
+#define MA_QNN_GRAPH_STRIDE_V2 64u
+#define MA_QNN_GRAPH_STRIDE_V3 88u
+/* the newest core API whose stride was read from its headers (SDK 2.43); a newer library's
+ * multi-graph binary is read only when every entry checks out at the newest stride */
+#define MA_QNN_CORE_MINOR_VERIFIED 32u
 
 typedef struct {
     qnn_err_t (*context_create)(qnn_handle *sys);
     qnn_err_t (*context_get_binary_info)(qnn_handle sys, void *buf, uint64_t size, const qnn_binary_info **info,
                                          uint64_t *info_size);
-    qnn_fn context_get_metadata; /* the newer form of get_binary_info (not used) */
+    qnn_err_t (*context_get_metadata)(qnn_handle sys, const void *buf, uint64_t size, const qnn_binary_info **info);
     qnn_err_t (*context_free)(qnn_handle sys);
 } qnn_system_table;
 
@@ -220,6 +289,50 @@ typedef struct {
 _Static_assert(__builtin_offsetof(qnn_system_interface, t) == 32, "the system table follows the 32-byte header");
 
 typedef qnn_err_t (*qnn_system_get_providers_fn)(const qnn_system_interface ***list, uint32_t *n);
+
+/* ---- zero-copy buffers: an rpcmem allocation (libcdsprpc.so) registered with a context as an
+ * ION descriptor; a tensor then names the handle (mem type QNN_MEM_HANDLE) instead of a client
+ * buffer. Deregistered before the context is freed, freed after. */
+typedef struct qnn_mem_descriptor {
+    struct { uint32_t rank; uint32_t *dims; const char *shape_config; } shape;
+    uint32_t data_type;
+    uint32_t mem_type; /* QNN_MEMTYPE_ION */
+    union { int32_t ion_fd; void *custom; struct { int32_t fd; void *data; } dma_buf; } u;
+} qnn_mem_descriptor;
+enum { QNN_MEMTYPE_ION = 1, QNN_MEMTYPE_CUSTOM = 2, QNN_MEMTYPE_DMA_BUF = 3 };
+_Static_assert(sizeof(qnn_mem_descriptor) == 48 && __builtin_offsetof(qnn_mem_descriptor, u) == 32, "Qnn_MemDescriptor_t is 48 bytes");
+#define MA_RPCMEM_HEAP_ID_SYSTEM 25
+#define MA_RPCMEM_DEFAULT_FLAGS 1u
+
+/* ---- the HTP performance vote: deviceGetInfrastructure gives the HTP infrastructure, whose
+ * power config ids take NULL-terminated lists of power configs (DCVS v3, RPC latency, polling) */
+typedef struct {
+    uint32_t type; /* 0: the performance infrastructure */
+    qnn_err_t (*create_power_config_id)(uint32_t device_id, uint32_t core_id, uint32_t *id);
+    qnn_err_t (*destroy_power_config_id)(uint32_t id);
+    qnn_err_t (*set_power_config)(uint32_t id, const void *const *configs); /* qnn_htp_power_config */
+    qnn_fn set_memory_config;
+} qnn_htp_infrastructure;
+_Static_assert(__builtin_offsetof(qnn_htp_infrastructure, create_power_config_id) == 8 && sizeof(qnn_htp_infrastructure) == 40,
+               "QnnHtpDevice_Infrastructure_t: the perf functions from byte 8");
+
+typedef struct {
+    uint32_t context_id; /* the power config id */
+    uint32_t set_dcvs_enable, dcvs_enable, power_mode;
+    uint32_t set_sleep_latency, sleep_latency_us;
+    uint32_t set_sleep_disable, sleep_disable;
+    uint32_t set_bus_params, bus_corner_min, bus_corner_target, bus_corner_max;
+    uint32_t set_core_params, core_corner_min, core_corner_target, core_corner_max;
+} qnn_htp_dcvs_v3;
+
+typedef struct {
+    uint32_t option; /* QNN_HTP_POWER_* */
+    union { qnn_htp_dcvs_v3 dcvs; uint32_t rpc_control_latency_us; uint32_t rpc_polling_time_us; } u;
+} qnn_htp_power_config;
+_Static_assert(sizeof(qnn_htp_power_config) == 68 && __builtin_offsetof(qnn_htp_power_config, u) == 4, "the power config is 68 bytes");
+enum { QNN_HTP_POWER_DCVS_V3 = 1, QNN_HTP_POWER_RPC_CONTROL_LATENCY = 2, QNN_HTP_POWER_RPC_POLLING_TIME = 3 };
+enum { QNN_HTP_POWER_MODE_PERFORMANCE = 0x10 };
+enum { QNN_HTP_CORNER_TURBO = 0x80, QNN_HTP_CORNER_MAX = 0xa0 };
 
 /* the API generation this code was written for (QAIRT 2.2x..2.4x): core 2.x with x >= 14 */
 #define MA_QNN_CORE_MAJOR 2u
