@@ -693,10 +693,6 @@ typedef struct graph_view {
     const qnn_tensor *in, *out;
 } graph_view;
 
-/* the graph-info array's stride for the loaded library (its core API version) */
-static uint32_t graph_stride(uint32_t minor) {
-    return minor <= 16 ? MA_QNN_GRAPH_STRIDE_V1 : minor <= 20 ? MA_QNN_GRAPH_STRIDE_V2 : MA_QNN_GRAPH_STRIDE_V3;
-}
 
 static int name_ok(const char *p) { return p && memchr(p, '\0', 256) && p[0]; }
 
@@ -730,7 +726,7 @@ static ma_status list_graphs(const qnn_binary_info *info, const char *file, grap
     if (count > 1 && !G.qi)
         return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: holds %u graphs, and without libQnnHtp.so (its API version) the graph list's layout is not known",
                        file, count);
-    const uint32_t stride = graph_stride(minor);
+    const uint32_t stride = ma_qnn_graph_stride(minor);
     for (uint32_t k = 0; k < count; k++) {
         const qnn_graph_info *g = (const qnn_graph_info *)(const void *)(base + (size_t)k * stride);
         const qnn_graph_info_v1 *v = &g->u.v1;

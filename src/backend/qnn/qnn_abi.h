@@ -270,6 +270,9 @@ _Static_assert(sizeof(qnn_graph_info) == 88, "QnnSystemContext_GraphInfo_t with 
 /* the newest core API whose stride was read from its headers (SDK 2.43); a newer library's
  * multi-graph binary is read only when every entry checks out at the newest stride */
 #define MA_QNN_CORE_MINOR_VERIFIED 32u
+static inline unsigned ma_qnn_graph_stride(unsigned core_minor) {
+    return core_minor <= 16 ? MA_QNN_GRAPH_STRIDE_V1 : core_minor <= 20 ? MA_QNN_GRAPH_STRIDE_V2 : MA_QNN_GRAPH_STRIDE_V3;
+}
 
 typedef struct {
     qnn_err_t (*context_create)(qnn_handle *sys);

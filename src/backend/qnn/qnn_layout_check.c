@@ -8,6 +8,8 @@
 
 #include "HTP/QnnHtpCommon.h"
 #include "HTP/QnnHtpDevice.h"
+#include "HTP/QnnHtpPerfInfrastructure.h"
+#include "QnnMem.h"
 #include "QnnInterface.h"
 #include "System/QnnSystemInterface.h"
 
@@ -101,17 +103,95 @@ SAME_OFFSET(QnnSystemInterface_t, systemApiVersion, qnn_system_interface, api_ve
 SAME_OFFSET(QnnSystemInterface_t, QNN_SYSTEM_INTERFACE_VER_NAME, qnn_system_interface, t);
 SAME_OFFSET(QNN_SYSTEM_INTERFACE_VER_TYPE, systemContextCreate, qnn_system_table, context_create);
 SAME_OFFSET(QNN_SYSTEM_INTERFACE_VER_TYPE, systemContextGetBinaryInfo, qnn_system_table, context_get_binary_info);
+SAME_OFFSET(QNN_SYSTEM_INTERFACE_VER_TYPE, systemContextGetMetaData, qnn_system_table, context_get_metadata);
 SAME_OFFSET(QNN_SYSTEM_INTERFACE_VER_TYPE, systemContextFree, qnn_system_table, context_free);
-SAME_OFFSET(QnnSystemContext_BinaryInfo_t, contextBinaryInfoV1, qnn_binary_info, b);
-SAME_OFFSET(QnnSystemContext_BinaryInfoV1_t, numGraphs, qnn_binary_info_common, n_graphs);
-SAME_OFFSET(QnnSystemContext_BinaryInfoV1_t, graphs, qnn_binary_info_common, graphs);
-SAME_OFFSET(QnnSystemContext_BinaryInfoV2_t, graphs, qnn_binary_info_common, graphs);
-SAME_OFFSET(QnnSystemContext_GraphInfo_t, graphInfoV1, qnn_graph_info, g);
-SAME_OFFSET(QnnSystemContext_GraphInfoV1_t, graphName, qnn_graph_info_common, name);
-SAME_OFFSET(QnnSystemContext_GraphInfoV1_t, numGraphInputs, qnn_graph_info_common, n_inputs);
-SAME_OFFSET(QnnSystemContext_GraphInfoV1_t, graphInputs, qnn_graph_info_common, inputs);
-SAME_OFFSET(QnnSystemContext_GraphInfoV1_t, numGraphOutputs, qnn_graph_info_common, n_outputs);
-SAME_OFFSET(QnnSystemContext_GraphInfoV1_t, graphOutputs, qnn_graph_info_common, outputs);
+SAME_SIZE(QnnSystemContext_BinaryInfo_t, qnn_binary_info);
+SAME_OFFSET(QnnSystemContext_BinaryInfo_t, contextBinaryInfoV1, qnn_binary_info, u.v1);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV1_t, buildId, qnn_binary_info_v1, build_id);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV1_t, coreApiVersion, qnn_binary_info_v1, core_api);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV1_t, socVersion, qnn_binary_info_v1, soc_version);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV1_t, numGraphs, qnn_binary_info_v1, n_graphs);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV1_t, graphs, qnn_binary_info_v1, graphs);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV2_t, numGraphs, qnn_binary_info_v1, n_graphs);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV2_t, graphs, qnn_binary_info_v1, graphs);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV2_t, platformInfo, qnn_binary_info_v1, platform_info);
+/* every SDK's graph info array stride is the one chosen from its core API version */
+_Static_assert(sizeof(QnnSystemContext_GraphInfo_t) == MA_QNN_GRAPH_STRIDE_V1 + (QNN_API_VERSION_MINOR >= 17) * 16 + (QNN_API_VERSION_MINOR >= 21) * 24,
+               "sizeof(QnnSystemContext_GraphInfo_t) follows the core API version as ma_qnn_graph_stride says");
+_Static_assert(sizeof(QnnSystemContext_GraphInfo_t) == (QNN_API_VERSION_MINOR <= 16 ? 48 : QNN_API_VERSION_MINOR <= 20 ? 64 : 88),
+               "the graph info stride of this SDK");
+SAME_OFFSET(QnnSystemContext_GraphInfo_t, graphInfoV1, qnn_graph_info, u.v1);
+SAME_OFFSET(QnnSystemContext_GraphInfoV1_t, graphName, qnn_graph_info_v1, name);
+SAME_OFFSET(QnnSystemContext_GraphInfoV1_t, numGraphInputs, qnn_graph_info_v1, n_inputs);
+SAME_OFFSET(QnnSystemContext_GraphInfoV1_t, graphInputs, qnn_graph_info_v1, inputs);
+SAME_OFFSET(QnnSystemContext_GraphInfoV1_t, numGraphOutputs, qnn_graph_info_v1, n_outputs);
+SAME_OFFSET(QnnSystemContext_GraphInfoV1_t, graphOutputs, qnn_graph_info_v1, outputs);
+#if QNN_API_VERSION_MINOR >= 21 /* SDK 2.28 and later: binary info and graph info version 3 */
+SAME_VALUE(QNN_SYSTEM_CONTEXT_BINARY_INFO_VERSION_3, 3);
+SAME_VALUE(QNN_SYSTEM_CONTEXT_GRAPH_INFO_VERSION_3, 3);
+SAME_OFFSET(QnnSystemContext_BinaryInfo_t, contextBinaryInfoV3, qnn_binary_info, u.v3);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV3_t, buildId, qnn_binary_info_v3, build_id);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV3_t, coreApiVersion, qnn_binary_info_v3, core_api);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV3_t, socVersion, qnn_binary_info_v3, soc_version);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV3_t, contextBlobVersion, qnn_binary_info_v3, context_blob_version);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV3_t, numGraphs, qnn_binary_info_v3, n_graphs);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV3_t, graphs, qnn_binary_info_v3, graphs);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV3_t, contextMetadataSize, qnn_binary_info_v3, metadata_size);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV3_t, contextMetadata, qnn_binary_info_v3, metadata);
+SAME_OFFSET(QnnSystemContext_BinaryInfoV3_t, socModel, qnn_binary_info_v3, soc_model);
+SAME_SIZE(QnnSystemContext_GraphInfoV3_t, qnn_graph_info_v3);
+SAME_OFFSET(QnnSystemContext_GraphInfoV3_t, graphName, qnn_graph_info_v3, v1.name);
+SAME_OFFSET(QnnSystemContext_GraphInfoV3_t, graphOutputs, qnn_graph_info_v3, v1.outputs);
+SAME_OFFSET(QnnSystemContext_GraphInfoV3_t, numUpdateableTensors, qnn_graph_info_v3, n_updateable);
+SAME_OFFSET(QnnSystemContext_GraphInfoV3_t, graphBlobInfo, qnn_graph_info_v3, blob_info);
+SAME_OFFSET(QnnSystemContext_GraphInfoV3_t, startOpIndex, qnn_graph_info_v3, first_op);
+SAME_SIZE(QnnSystemContext_GraphInfo_t, qnn_graph_info);
+#endif
+
+/* errors we act on */
+SAME_VALUE(QNN_COMMON_ERROR_SYSTEM_COMMUNICATION, QNN_ERR_COMMON_SYSTEM_COMMUNICATION);
+SAME_VALUE(QNN_CONTEXT_ERROR_CREATE_FROM_BINARY, QNN_ERR_CONTEXT_CREATE_FROM_BINARY);
+SAME_VALUE(QNN_GRAPH_ERROR_GRAPH_DOES_NOT_EXIST, QNN_ERR_GRAPH_DOES_NOT_EXIST);
+#if QNN_API_VERSION_MINOR >= 18
+SAME_VALUE(QNN_COMMON_ERROR_SYSTEM_COMMUNICATION_FATAL, QNN_ERR_COMMON_SYSTEM_COMMUNICATION_FATAL);
+#endif
+
+/* zero-copy: the memory descriptor and the ION type */
+SAME_SIZE(Qnn_MemDescriptor_t, qnn_mem_descriptor);
+SAME_OFFSET(Qnn_MemDescriptor_t, dataType, qnn_mem_descriptor, data_type);
+SAME_OFFSET(Qnn_MemDescriptor_t, memType, qnn_mem_descriptor, mem_type);
+SAME_OFFSET(Qnn_MemDescriptor_t, ionInfo, qnn_mem_descriptor, u.ion_fd);
+SAME_VALUE(QNN_MEM_TYPE_ION, QNN_MEMTYPE_ION);
+SAME_VALUE(QNN_TENSORMEMTYPE_MEMHANDLE, QNN_MEM_HANDLE);
+SAME_OFFSET(Qnn_TensorV1_t, memHandle, qnn_tensor_v1, buf.mem);
+SAME_OFFSET(QNN_INTERFACE_VER_TYPE, memDeRegister, qnn_interface_table, mem_deregister);
+SAME_OFFSET(QNN_INTERFACE_VER_TYPE, deviceGetInfrastructure, qnn_interface_table, device_get_infrastructure);
+
+/* the HTP power vote */
+SAME_SIZE(QnnHtpDevice_Infrastructure_t, qnn_htp_infrastructure);
+SAME_OFFSET(QnnHtpDevice_Infrastructure_t, perfInfra, qnn_htp_infrastructure, create_power_config_id);
+_Static_assert(offsetof(QnnHtpDevice_Infrastructure_t, perfInfra) + offsetof(QnnHtpDevice_PerfInfrastructure_t, setPowerConfig) ==
+                   offsetof(qnn_htp_infrastructure, set_power_config), "setPowerConfig is at our set_power_config");
+_Static_assert(offsetof(QnnHtpDevice_Infrastructure_t, perfInfra) + offsetof(QnnHtpDevice_PerfInfrastructure_t, destroyPowerConfigId) ==
+                   offsetof(qnn_htp_infrastructure, destroy_power_config_id), "destroyPowerConfigId is at our destroy_power_config_id");
+SAME_SIZE(QnnHtpPerfInfrastructure_PowerConfig_t, qnn_htp_power_config);
+SAME_OFFSET(QnnHtpPerfInfrastructure_PowerConfig_t, dcvsV3Config, qnn_htp_power_config, u.dcvs);
+SAME_OFFSET(QnnHtpPerfInfrastructure_PowerConfig_t, rpcControlLatencyConfig, qnn_htp_power_config, u.rpc_control_latency_us);
+SAME_OFFSET(QnnHtpPerfInfrastructure_PowerConfig_t, rpcPollingTimeConfig, qnn_htp_power_config, u.rpc_polling_time_us);
+SAME_OFFSET(QnnHtpPerfInfrastructure_DcvsV3_t, sleepLatency, qnn_htp_dcvs_v3, sleep_latency_us);
+SAME_OFFSET(QnnHtpPerfInfrastructure_DcvsV3_t, coreVoltageCornerMax, qnn_htp_dcvs_v3, core_corner_max);
+SAME_VALUE(QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_DCVS_V3, QNN_HTP_POWER_DCVS_V3);
+SAME_VALUE(QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_RPC_CONTROL_LATENCY, QNN_HTP_POWER_RPC_CONTROL_LATENCY);
+SAME_VALUE(QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIGOPTION_RPC_POLLING_TIME, QNN_HTP_POWER_RPC_POLLING_TIME);
+SAME_VALUE(QNN_HTP_PERF_INFRASTRUCTURE_POWERMODE_PERFORMANCE_MODE, QNN_HTP_POWER_MODE_PERFORMANCE);
+SAME_VALUE(DCVS_VOLTAGE_VCORNER_TURBO, QNN_HTP_CORNER_TURBO);
+SAME_VALUE(DCVS_VOLTAGE_VCORNER_MAX_VOLTAGE_CORNER, QNN_HTP_CORNER_MAX);
+SAME_VALUE(QNN_QUANTIZATION_ENCODING_AXIS_SCALE_OFFSET, QNN_QENC_AXIS_SCALE_OFFSET);
+SAME_VALUE(QNN_QUANTIZATION_ENCODING_BW_AXIS_SCALE_OFFSET, QNN_QENC_BW_AXIS_SCALE_OFFSET);
+#if QNN_API_VERSION_MINOR >= 18
+SAME_VALUE(QNN_QUANTIZATION_ENCODING_BLOCK, QNN_QENC_BLOCK);
+SAME_VALUE(QNN_QUANTIZATION_ENCODING_VECTOR, QNN_QENC_VECTOR);
+#endif
 
 int ma_qnn_layout_checked(void);
 int ma_qnn_layout_checked(void) { return 1; }
