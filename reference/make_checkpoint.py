@@ -17,7 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from molmoact_ref import checkpoint, streaming  # noqa: E402
+from molmoact_ref import checkpoint, progress, streaming  # noqa: E402
 
 
 def main():
@@ -35,7 +35,10 @@ def main():
     ap.add_argument("--streaming", action="store_true")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config.json field (dotted path, JSON value), e.g. text_config.num_hidden_layers=6")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     a = ap.parse_args()
+    if a.quiet:
+        progress.set_quiet(True)
     t0 = time.time()
     if a.config == "full" or a.streaming:
         if a.lerobot or a.tokenizer or a.sampler_placement != "projector" or a.dtype == "mixed":

@@ -19,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from molmoact_ref import golden, npzio, synthetic  # noqa: E402
+from molmoact_ref import golden, npzio, progress, synthetic  # noqa: E402
 
 
 def main():
@@ -29,7 +29,10 @@ def main():
     ap.add_argument("--inputs")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--streaming", action="store_true")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     a = ap.parse_args()
+    if a.quiet:
+        progress.set_quiet(True)
     t0 = time.time()
     inputs = None
     if a.inputs:

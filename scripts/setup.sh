@@ -1,12 +1,42 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# One command for a fresh Debian 12 machine: install dependencies, build, run the demo
-# (the shipped tiny Grid Sampler model: actions, parity against its golden, latencies).
+# One command for a fresh Debian 12 machine: install what building and running need, build, run
+# the demo (the shipped tiny Grid Sampler model: actions, parity against its golden, latencies).
+#
+#   scripts/setup.sh [--no-demo] [--quiet]
+#
+# The build shows its progress (a line redrawn on a terminal, a line per tenth otherwise); its
+# whole output is in build/build.log. The test tools come with scripts/test.sh.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+demo=1 quiet=0
+for a in "$@"; do
+  case $a in
+    --no-demo) demo=0 ;;
+    --quiet|-q) quiet=1 ;;
+    -h|--help) sed -n '3,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown option $a (--no-demo, --quiet)" >&2; exit 2 ;;
+  esac
+done
 "$root/scripts/install_deps.sh"
-cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release > /dev/null
-cmake --build "$root/build" -j"$(nproc)" > /dev/null
+mkdir -p "$root/build"
+log=$root/build/build.log
+cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release > "$log" 2>&1 || { tail -30 "$log" >&2; exit 1; }
+# cmake's own "[ NN%]" lines, shown as one progress line
+start=$(date +%s)
+set +e
+cmake --build "$root/build" -j"$(nproc)" 2>&1 | tee -a "$log" | awk -v quiet=$quiet -v tty=$([ -t 2 ] && echo 1 || echo 0) -v t0="$start" '
+  match($0, /^\[ *[0-9]+%\]/) {
+    p = substr($0, RSTART + 1, RLENGTH - 3) + 0
+    if (quiet) next
+    el = systime() - t0
+    if (tty) printf "\r\033[Kbuilding molmoact: %3d%%, %d s", p, el > "/dev/stderr"
+    else if (int(p / 10) > last) { last = int(p / 10); printf "building molmoact: %d%%, %d s\n", p, el > "/dev/stderr" }
+  }
+  END { if (!quiet && tty) printf "\n" > "/dev/stderr" }'
+rc=${PIPESTATUS[0]}
+set -e
+if [ "$rc" != 0 ]; then echo "setup.sh: the build failed (build/build.log):" >&2; grep -E 'error|Error' "$log" | head -20 >&2; exit 1; fi
 echo "built $root/build/molmoact"
-[ "${1:-}" = "--no-demo" ] && exit 0
+[ $demo = 0 ] && exit 0
 "$root/build/molmoact" run

@@ -93,7 +93,7 @@ static const cli_opt OPTS[O_COUNT] = {
     [O_SUFFIX] = {"--suffix", NULL, "S", CLI_STR, 0, 0, "name the files of the components given with --vision/--llm/--action vision{S}.gguf, llm_split0..3{S}.gguf, action_step{S}.gguf (picked at run time by MOLMOACT_*_CTX_SUFFIX=S); the other files keep their names"},
     [O_PROMPT_SEQ] = {"--prompt-seq", NULL, "N", CLI_INT, 1, MA_MAX_PROMPT_SEQ, "the prompt length the static graphs are built for, recorded in the contexts (default 128, or MOLMOACT_PROMPT_SEQ)"},
     [O_KEEP] = {"--keep", NULL, "PATTERN=P", CLI_LIST, 0, 0, "matrices whose checkpoint name matches the glob PATTERN stored in P where P is more precise (repeatable), e.g. --keep '*scout_mlp*=f16'"},
-    [O_QUIET] = {"--quiet", "-q", NULL, CLI_FLAG, 0, 0, "no progress lines"},
+    [O_QUIET] = {"--quiet", "-q", NULL, CLI_FLAG, 0, 0, "no progress lines (compile; the workers' start with --preload and in serve)"},
     [O_HOST] = {"--host", NULL, "ADDR", CLI_STR, 0, 0, "the address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)"},
     [O_PORT] = {"--port", NULL, "N", CLI_INT, 0, 65535, "the port (default 8000; 0: any free port, printed at start)"},
     [O_API_KEY_FILE] = {"--api-key-file", NULL, "FILE", CLI_STR, 0, 0, "require this key (Authorization: Api-Key KEY, or Bearer KEY) on every request but /healthz"},
@@ -125,7 +125,7 @@ static int cmd_version_a(cli_args *a);
 /* the options of everything that opens a model and runs its sessions */
 #define SESSION_USES {O_NORM_TAG, NULL, NULL}, {O_THREADS, NULL, NULL}, {O_BASE, NULL, NULL}, {O_BACKEND, NULL, NULL}, \
     {O_QNN_LIB_DIR, NULL, NULL}, {O_QNN_IO_MAP, NULL, NULL}, {O_QNN_SOC, NULL, NULL}, {O_QNN_ARCH, NULL, NULL}, {O_QNN_PERF, NULL, NULL}, \
-    {O_QNN_ZERO_COPY, NULL, NULL}, {O_PRELOAD, NULL, NULL}, {O_VERBOSE, NULL, NULL}
+    {O_QNN_ZERO_COPY, NULL, NULL}, {O_PRELOAD, NULL, NULL}, {O_VERBOSE, NULL, NULL}, {O_QUIET, NULL, NULL}
 
 static const cli_cmd CMDS[] = {
     {"run", "[--model DIR] [(--inputs IN.npz | --image0 A --image1 B --state S --task T)] [options]",
@@ -177,7 +177,7 @@ static const cli_cmd CMDS[] = {
      {{O_MODEL, NULL, NULL}, {O_HOST, NULL, NULL}, {O_PORT, NULL, NULL}, {O_API_KEY_FILE, NULL, NULL}, {O_MAX_MESSAGE_MB, NULL, NULL},
       {O_MAX_CLIENTS, NULL, NULL}, {O_RECV_TIMEOUT, NULL, NULL}, {O_IDLE_TIMEOUT, NULL, NULL},
       {O_SEED, NULL, "seed the generator that gives each request without noise or seed its own (default: seeded at random, logged)"},
-      {O_FLIP180, NULL, NULL}, {O_INPROC, NULL, NULL}, {O_QUIET, NULL, "no progress lines at start-up"}, SESSION_USES},
+      {O_FLIP180, NULL, NULL}, {O_INPROC, NULL, NULL}, SESSION_USES},
      cmd_serve_a},
     {"help", "[COMMAND | env]", "This overview, a command's help, or the environment variables.", NULL, 0, 1, NULL,
      {{O_MARKDOWN, NULL, NULL}}, cmd_help_a},
@@ -1322,6 +1322,7 @@ static int cmd_serve_a(cli_args *a) {
     so.inproc = a->given[O_INPROC];
     so.flip180 = a->given[O_FLIP180];
     if (!so.model_dir) { fprintf(stderr, "molmoact serve: give the model with --model DIR\n"); return 1; }
+    if (!a->given[O_QUIET]) setenv("MOLMOACT_OPEN_PROGRESS", "1", 1); /* the workers' start, as progress lines */
     if (!*so.model_dir || !ma_is_dir(so.model_dir)) { fprintf(stderr, "molmoact serve: --model %s is not a directory\n", so.model_dir); return 1; }
     return ma_serve(&so);
 }

@@ -98,9 +98,27 @@ def _candidates():
         yield env, "$MOLMOACT_LIBRARY"
     for name in ("libmolmoact.so.0", "libmolmoact.so"):
         yield os.path.join(here, name), "next to the package"
+    # installed by cmake --install: PREFIX/LIBDIR/python3/dist-packages/molmoact -> PREFIX/LIBDIR
+    yield os.path.normpath(os.path.join(here, "..", "..", "..", "libmolmoact.so.0")), "the install prefix (cmake --install)"
+    libdir = _pkg_config_libdir()
+    if libdir:
+        yield os.path.join(libdir, "libmolmoact.so.0"), "pkg-config's molmoact.pc (pip install ./python)"
     for name in ("libmolmoact.so.0", "libmolmoact.so"):
         yield os.path.normpath(os.path.join(here, "..", "..", "build", name)), "the source tree's build/"
     yield "libmolmoact.so.0", "the dynamic loader's path"
+
+
+def _pkg_config_libdir():
+    """the libdir of an installed molmoact.pc (PKG_CONFIG_PATH, or the default search path)"""
+    import shutil
+    import subprocess
+    if not shutil.which("pkg-config"):
+        return None
+    try:
+        p = subprocess.run(["pkg-config", "--variable=libdir", "molmoact"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return p.stdout.strip() if p.returncode == 0 and p.stdout.strip() else None
 
 
 def _check(lib, path):

@@ -76,13 +76,17 @@ def write(model_dir, out_dir, inputs=None, seed=0, streaming=False):
     """streaming: the model's weights read from the mapped shards block by block (any size)"""
     if streaming:
         from . import streaming as stream
+        from .progress import Progress
         model = stream.load(model_dir)
         cfg = model.cfg
+        model._reader.progress = Progress("make_golden: streamed blocks run", unit="blocks")
     else:
         cfg, model = loader.load(model_dir)
     norm = processing.NormStats.load(os.path.join(model_dir, cfg["norm_stats_filename"]))
     inp = resolve_inputs(cfg, model, model_dir, norm, inputs, seed)
     out = pipeline.run(model, cfg, norm, inp["pixels"], inp["input_ids"], inp["noise"])
+    if streaming and model._reader.progress is not None:
+        model._reader.progress.end()
     os.makedirs(out_dir, exist_ok=True)
     f32 = lambda x: to_numpy(x).astype(np.float32)
     u8 = lambda x: to_numpy(x).astype(np.uint8)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import checkpoint, synthetic
+from . import progress, checkpoint, synthetic
 from . import config as cfglib
 from . import loader
 from .model import MolmoAct2, rope_inv_freq
@@ -121,6 +121,8 @@ def write(config_name, variant, seed, out_dir, dtype="bf16", shard_mb=4096, over
 
     weight_map, offsets, total = {}, {}, 0
     n_shards = len(shards)
+    bar = progress.Progress("make_checkpoint: tensors", total_bytes=sum(e["nbytes"] for e in entries),
+                            total_items=len(entries), unit="tensors")
     for i, part in enumerate(shards):
         fname = f"model-{i + 1:05d}-of-{n_shards:05d}.safetensors"
         header, off = {}, 0
@@ -144,8 +146,10 @@ def write(config_name, variant, seed, out_dir, dtype="bf16", shard_mb=4096, over
                 weight_map[n] = fname
                 offsets[n] = (path, 8 + len(hb) + header[n]["data_offsets"][0], e["dtype"], tuple(e["shape"]))
                 total += e["nbytes"]
+                bar.add(e["nbytes"], 1)
                 del t
         log(f"  {fname}: {len(part)} tensors, {off / 2**30:.2f} GiB")
+    bar.end()
     with open(os.path.join(out_dir, "model.safetensors.index.json"), "w", encoding="utf-8") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2, sort_keys=True)
     _calibrate_sink(out_dir, cfg, seed, offsets)
@@ -189,6 +193,7 @@ class Reader:
         idx = os.path.join(model_dir, "model.safetensors.index.json")
         files = sorted(set(json.load(open(idx))["weight_map"].values())) if os.path.exists(idx) else ["model.safetensors"]
         self.where, self.fds = {}, []
+        self.progress = None  # a progress.Progress counting the streamed blocks run
         for fn in files:
             fd = os.open(os.path.join(model_dir, fn), os.O_RDONLY)
             self.fds.append(fd)
@@ -244,6 +249,8 @@ def _stream(module, prefix, reader):
                 loaded.append((sub, leaf, tuple(p.shape)))
 
     def post(mod, args, out):
+        if reader.progress is not None:
+            reader.progress.add(sum(int(np.prod(sh, dtype=np.int64)) for _, _, sh in loaded) * 4, 1)
         while loaded:
             sub, leaf, shape = loaded.pop()
             sub._parameters[leaf] = torch.nn.Parameter(torch.empty(shape, device="meta"), requires_grad=False)

@@ -41,20 +41,26 @@ static double fraction(const ma_progress *p) {
 static void line(const ma_progress *p, char *out, size_t cap, int final) {
     const double f = fraction(p), el = now_s() - p->t0;
     char b1[32], b2[32], te[32], tr[32];
-    size_t n = 0;
-    n += (size_t)snprintf(out + n, cap - n, "%s:", p->what);
-    if (p->total_items && n < cap) n += (size_t)snprintf(out + n, cap - n, " %llu/%llu %s", (unsigned long long)p->items, (unsigned long long)p->total_items, p->item_unit);
-    if (p->total_bytes && n < cap) {
+    size_t n = (size_t)snprintf(out, cap, "%s: ", p->what);
+#define ADD(...) do { if (n < cap) n += (size_t)snprintf(out + n, cap - n, __VA_ARGS__); } while (0)
+    if (p->total_items) ADD("%llu/%llu %s, ", (unsigned long long)p->items, (unsigned long long)p->total_items, p->item_unit);
+    else if (p->items) ADD("%llu %s, ", (unsigned long long)p->items, p->item_unit);
+    if (p->total_bytes) {
         fmt_bytes(b1, sizeof b1, p->bytes);
         fmt_bytes(b2, sizeof b2, p->total_bytes);
-        n += (size_t)snprintf(out + n, cap - n, ", %s of %s", b1, b2);
+        ADD("%s of %s, ", b1, b2);
+    }
+    if ((p->total_bytes || p->total_items) && n >= 2 && n < cap) {
+        n -= 2;
+        ADD(" (%.0f%%), ", 100.0 * f);
     }
     fmt_time(te, sizeof te, el);
-    if (n < cap) n += (size_t)snprintf(out + n, cap - n, " (%3.0f%%), %s", 100.0 * f, te);
-    if (!final && f > 0.02 && f < 1.0 && n < cap) {
+    ADD("%s%s", te, final ? " in all" : "");
+    if (!final && f > 0.02 && f < 1.0) {
         fmt_time(tr, sizeof tr, el * (1.0 - f) / f);
-        snprintf(out + n, cap - n, ", about %s left", tr);
-    } else if (final && n < cap) snprintf(out + n, cap - n, " in all");
+        ADD(", about %s left", tr);
+    }
+#undef ADD
 }
 
 static void draw(ma_progress *p, int final) {
@@ -88,8 +94,8 @@ void ma_progress_add(ma_progress *p, uint64_t bytes, uint64_t items) {
     p->items += items;
     if (!p->mode) return;
     const double t = now_s();
-    const int tenth = (int)(fraction(p) * 10.0);
-    if (p->mode == 2 ? t - p->last_draw >= 0.1 : (tenth > p->last_tenth && tenth < 10) || t - p->last_draw >= 30.0) {
+    const int tenth = (int)(fraction(p) * 10.0), known = p->total_bytes || p->total_items;
+    if (p->mode == 2 ? t - p->last_draw >= 0.1 : (known && tenth > p->last_tenth && tenth < 10) || t - p->last_draw >= (known ? 30.0 : 10.0)) {
         p->last_draw = t;
         p->last_tenth = tenth;
         draw(p, 0);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #define _GNU_SOURCE /* memfd_create */
 #include "runtime/resident.h"
+#include "core/progress.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -464,10 +465,21 @@ ma_status ma_resident_open(const ma_model *host, const char *dir, const char *ta
         r->w[i].shm_fd = -1;
         forget_sent(&r->w[i]);
     }
+    /* with --preload (each worker reads its contexts in) and at serve's start-up, the workers'
+     * start shows progress (MOLMOACT_OPEN_PROGRESS: set by serve) */
+    ma_progress pg;
+    const int show = getenv("MOLMOACT_PRELOAD") || getenv("MOLMOACT_OPEN_PROGRESS");
+    if (show) ma_progress_begin(&pg, getenv("MOLMOACT_PRELOAD") ? "open (--preload)" : "open", 0, MA_NUM_WORKERS, "workers ready");
     for (int i = 0; i < MA_NUM_WORKERS; i++) {
         ma_status s = spawn(r, i, err);
-        if (s) { ma_resident_close(r); return s; }
+        if (s) {
+            if (show) ma_progress_end(&pg, 0);
+            ma_resident_close(r);
+            return s;
+        }
+        if (show) ma_progress_add(&pg, 0, 1);
     }
+    if (show) ma_progress_end(&pg, 1);
     ma_session_link link = {remote_run, r};
     ma_runner_open_link(host, &link, &r->runner);
     *out = r;

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # An installed prefix used as a client uses it: cmake --install, then examples/infer.c built with
-# pkg-config alone and run (resident: the workers are the installed bin/molmoact, found from the
-# library's own place) on two image files; its chunk must equal `molmoact run`'s on the same input.
+# pkg-config alone and run without LD_LIBRARY_PATH (the .pc file's rpath; resident: the workers are
+# the installed bin/molmoact, found from the library's own place) on two image files; its chunk
+# must equal `molmoact run`'s on the same input. The installed binary runs its demo from
+# PREFIX/share/molmoact, and the Python binding loads the prefix's library both as cmake installed
+# it and after `pip install ./python` (pkg-config finds the library).
 #   check_install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-build=$1 src=$2
+build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" > /dev/null
@@ -17,7 +20,7 @@ export PKG_CONFIG_PATH=$(dirname "$pc")
 cc -std=c11 -Wall -Wextra -Werror "$src/examples/infer.c" $(pkg-config --cflags --libs molmoact) -o "$tmp/infer"
 img0=$src/fuzz/corpus/image/rgb.png img1=$src/fuzz/corpus/image/rgb.jpg model=$src/assets/tiny-grid/model
 state=0.1,-0.2,0.9,3.0,-0.1,0.05,0.03,-0.03
-LD_LIBRARY_PATH=$lib "$tmp/infer" "$model" "$img0" "$img1" "pick up the cup" "$state" > "$tmp/out.txt"
+env -u LD_LIBRARY_PATH "$tmp/infer" "$model" "$img0" "$img1" "pick up the cup" "$state" > "$tmp/out.txt"
 cat "$tmp/out.txt"
 tail -n +2 "$tmp/out.txt" > "$tmp/api.txt"
 [ "$(wc -l < "$tmp/api.txt")" -eq 10 ] || { echo "expected 10 action rows"; exit 1; }
@@ -30,3 +33,24 @@ api = [[float(v) for v in l.split()] for l in open(sys.argv[2])]
 assert all(abs(a - b) <= 5e-7 * (1 + abs(b)) for ra, rb in zip(api, cli) for a, b in zip(ra, rb)), (api, cli)
 print("installed example = molmoact run (to its printed 6 decimals)")
 PY
+
+# the installed binary: its version, help, and the demo from the prefix (not the source tree)
+"$tmp/prefix/bin/molmoact" --version | grep -q '^molmoact [0-9]' || { echo "no --version"; exit 1; }
+"$tmp/prefix/bin/molmoact" run --quiet > "$tmp/demo.txt" 2>&1 || { cat "$tmp/demo.txt"; exit 1; }
+grep -q "demo: model $tmp/prefix/bin/../share/molmoact/tiny-grid/model" "$tmp/demo.txt" || { echo "the demo did not come from the prefix:"; head -3 "$tmp/demo.txt"; exit 1; }
+grep -q "PASS" "$tmp/demo.txt" || { echo "the installed demo's parity did not pass"; tail -3 "$tmp/demo.txt"; exit 1; }
+echo "installed demo: from $tmp/prefix/share/molmoact, parity PASS"
+# the Python binding as cmake installed it
+pyp=$(find "$tmp/prefix" -path '*python3/dist-packages' -type d | head -1)
+out=$(cd "$tmp" && env -u MOLMOACT_LIBRARY PYTHONPATH="$pyp" /usr/bin/python3 -c "import molmoact; print(molmoact.library_path)")
+case $out in "$tmp/prefix/"*) echo "python (cmake --install): $out" ;; *) echo "python loaded $out, not the prefix's library"; exit 1 ;; esac
+# pip install ./python into a venv (offline), the library through pkg-config
+/usr/bin/python3 -m venv --system-site-packages "$tmp/venv" > /dev/null
+cp -r "$src/python" "$tmp/pysrc" # (pip builds in the source directory)
+"$tmp/venv/bin/pip" install -q --no-build-isolation --no-index "$tmp/pysrc" > "$tmp/pip.log" 2>&1 || { cat "$tmp/pip.log"; exit 1; }
+out=$(cd "$tmp" && env -u MOLMOACT_LIBRARY PKG_CONFIG_PATH="$(dirname "$pc")" "$tmp/venv/bin/python" -c "
+import molmoact, numpy as np
+p = molmoact.Policy('$model')
+print(molmoact.library_path, p.info['variant'])
+p.close()")
+case $out in "$tmp/prefix/"*grid) echo "python (pip install ./python): $out" ;; *) echo "pip-installed binding: $out"; exit 1 ;; esac
