@@ -66,6 +66,7 @@ void cli_print_command_help(FILE *f, const cli_opt *opts, const cli_cmd *cmd);
 void cli_print_overview(FILE *f, const cli_cmd *cmds, int n_cmds);
 void cli_print_env(FILE *f, const char *who);
 /* the README's blocks: the command list and the environment table */
-void cli_print_markdown(FILE *f, const cli_opt *opts, const cli_cmd *cmds, int n_cmds);
+/* common: the option group printed once below the table (omitted from rows that take all of it) */
+void cli_print_markdown(FILE *f, const cli_opt *opts, const cli_cmd *cmds, int n_cmds, const int *common, int n_common);
 
 #endif

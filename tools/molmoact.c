@@ -1360,7 +1360,12 @@ static int unknown_command(const char *name) {
 }
 
 static int cmd_help_a(cli_args *a) {
-    if (a->given[O_MARKDOWN]) { cli_print_markdown(stdout, OPTS, CMDS, N_CMDS); return 0; }
+    if (a->given[O_MARKDOWN]) {
+        static const int session[] = {O_NORM_TAG, O_THREADS, O_BASE, O_BACKEND, O_QNN_LIB_DIR, O_QNN_IO_MAP, O_QNN_SOC, O_QNN_ARCH,
+                                      O_QNN_PERF, O_QNN_ZERO_COPY, O_PRELOAD, O_VERBOSE, O_QUIET};
+        cli_print_markdown(stdout, OPTS, CMDS, N_CMDS, session, (int)(sizeof session / sizeof session[0]));
+        return 0;
+    }
     if (!a->npos) { cli_print_overview(stdout, CMDS, N_CMDS); return 0; }
     if (!strcmp(a->pos[0], "env") || !strcmp(a->pos[0], "environment")) {
         printf("environment variables (molmoact help COMMAND shows those a command reads):\n");

@@ -22,6 +22,18 @@
  *   T = {"name", "dims", "dtype", ["encoding", "scale", "offset", "bitwidth", "axis", "scales",
  *        "offsets", "block_size", "blocks_per_axis", "block_scale_bitwidth"]}
  *
+ * A context may hold several graphs (graphRetrieve finds them by name; a missing one is
+ * QNN_GRAPH_ERROR_GRAPH_DOES_NOT_EXIST, 6002); "soc_model" is reported in binary info v3.
+ * Errors are the SDK's numbers, and errorGetMessage names them ("QNN_..._ERROR_...: detail").
+ * logCreate calls the client's callback once, as the HTP library greets (a format and a va_list).
+ * memRegister takes ION descriptors (and HTP custom shared-buffer ones) whose fd comes from the
+ * stand-in rpcmem (tests/qnn_stub/cdsprpc_stub.c), maps it, and graphExecute reads and writes tensors
+ * given as QNN_TENSORMEMTYPE_MEMHANDLE there. deviceGetInfrastructure gives the HTP perf
+ * infrastructure: createPowerConfigId / setPowerConfig / destroyPowerConfigId / setMemoryConfig check
+ * their arguments (a live id, DCVS v3 contextId = the id, sleep latency 10-65535 us, voltage corners
+ * min <= target <= max, RPC polling <= 9999 us; setPowerConfig after destroy is refused) and log each
+ * call and each config to MA_QNN_STUB_LOG.
+ *
  * A graph runs the named molmoact session with the cpu kernels on the GGUF contexts of CONTEXT_DIR,
  * converting its tensors from and to the declared types (float32, float16, ufixed16, ufixed8,
  * sfixed16, sfixed8, bool8, uint8, int8, int32, int64) as an HTP graph's I/O would be. Fixed-point
@@ -32,15 +44,17 @@
  * From the environment:
  *   MA_QNN_STUB_API=MAJOR.MINOR  the core API version reported (above)
  *   MA_QNN_STUB_BINFO=1|2|3      QnnSystemContext_BinaryInfo_t version returned (default: the newest
- *                                 the SDK has: 3 from API 2.21, else 2); clamped to the SDK's newest
+ *                                 the SDK has: 3 from API 2.21, 2 from 2.15, else 1); clamped to it
  *   MA_QNN_STUB_GINFO=1|2|3      QnnSystemContext_GraphInfo_t version (default the SDK's newest)
  *   MA_QNN_STUB_TENSOR=1|2       Qnn_Tensor_t version of the descriptors (default 2 from API 2.14)
  *   MA_QNN_STUB_FAULT=KIND[:SESSION]  reject (contextCreateFromBinary fails), no_graph (graphRetrieve
  *                                 fails), execute_error, crash, crash_once, hang, dsp_restart
- *                                 (graphExecute fails once with QNN_COMMON_ERROR_SYSTEM_COMMUNICATION and
- *                                 the context is dead until freed and created again), dsp_restart_fatal
- *                                 (..._FATAL, and every context is dead until backendFree)
- *   MA_QNN_STUB_MARK=FILE         crash_once, dsp_restart: only while FILE does not exist (then create it)
+ *                                 (graphExecute fails once with QNN_COMMON_ERROR_SYSTEM_COMMUNICATION, 1007,
+ *                                 and every later execute on that context fails so until it is freed and
+ *                                 created again), dsp_restart_fatal (..._FATAL, 1011, from API 2.17; every
+ *                                 execute and context creation fails until a backend is created again);
+ *                                 rpcmem_alloc is the stand-in libcdsprpc.so's (cdsprpc_stub.c)
+ *   MA_QNN_STUB_MARK=FILE         crash_once, dsp_restart(_fatal): only while FILE does not exist (then create it)
  *   MA_QNN_STUB_LOG=FILE          append one line per call (the sequence test, the perf votes)
  *   MA_QNN_STUB_GUARD=1           interface tables end at a PROT_NONE page: reading an entry the
  *                                 impersonated SDK does not have faults (default: such entries read NULL)
@@ -629,6 +643,11 @@ static uint32_t dtype_of(const char *s) {
         if (!strcmp(s, dtypes[i].name)) return dtypes[i].dt;
     return 0;
 }
+static bool dtype_known(uint32_t dt) {
+    for (size_t i = 0; i < COUNT(dtypes); i++)
+        if (dtypes[i].dt == dt) return true;
+    return false;
+}
 static bool is_fixed(uint32_t dt) { return (dt & 0xf00) == 0x300 || (dt & 0xf00) == 0x400; }
 static size_t elem_bytes(uint32_t dt) {
     switch (dt & 0xff) {
@@ -898,8 +917,8 @@ static q_status describe(sys_ctx *s, const void *buf, uint64_t size, const q_bin
     if (parse_file(buf, size, &s->file, why, sizeof why)) return fail(E_SYS_MALFORMED_BINARY, "malformed context binary: %s", why);
     int n_t = 0;
     for (int g = 0; g < s->file.n_graphs; g++) n_t += s->file.graphs[g].n_in + s->file.graphs[g].n_out;
-    s->tensors = calloc((size_t)n_t + 1, sizeof *s->tensors);
-    s->graphs = calloc((size_t)s->file.n_graphs, P.graph_info_size);
+    s->tensors = calloc(n_t > 0 ? (size_t)n_t + 1 : 1, sizeof *s->tensors);
+    s->graphs = calloc(s->file.n_graphs > 0 ? (size_t)s->file.n_graphs : 1, P.graph_info_size);
     if (!s->tensors || !s->graphs) return fail(E_MEM_ALLOC, "out of memory");
     q_tensor *t = s->tensors;
     for (int g = 0; g < s->file.n_graphs; g++) {
@@ -988,6 +1007,7 @@ static int logs_live, backends_live, devices_live;
 static int handles_live; /* log + backend + device + contexts: 0 after teardown */
 static bool dsp_gone;    /* dsp_restart_fatal: every context lost until backendFree */
 
+static void emit(q_log_cb cb, uint32_t level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void emit(q_log_cb cb, uint32_t level, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -1353,8 +1373,10 @@ static q_status context_create(q_handle backend, q_handle device, const void **c
     const char *rejected = NULL;
     for (int i = 0; i < c->file.n_graphs; i++) {
         const stub_graph *g = &c->file.graphs[i];
+        bool listed = false;
+        for (int k = 0; k < i; k++) listed |= !strcmp(c->file.graphs[k].session, g->session);
         size_t l = strlen(c->names);
-        snprintf(c->names + l, sizeof c->names - l, "%s%s", l ? "," : "", g->session);
+        if (!listed) snprintf(c->names + l, sizeof c->names - l, "%s%s", l ? "," : "", g->session);
         const char *f = fault(g->session);
         if (f && !strcmp(f, "reject")) rejected = g->session;
         int slot = session_slot(g->session);
@@ -1369,7 +1391,7 @@ static q_status context_create(q_handle backend, q_handle device, const void **c
         ctx_destroy(c);
         return fail(E_SYSTEM_COMMUNICATION_FATAL, "the cDSP did not recover from a subsystem restart (stub fault)");
     }
-    c->graphs = calloc((size_t)c->file.n_graphs, sizeof *c->graphs);
+    c->graphs = calloc(c->file.n_graphs > 0 ? (size_t)c->file.n_graphs : 1, sizeof *c->graphs);
     ma_error err = {0};
     /* this library's copy of the kernels runs on the calling thread only: helper threads would
      * outlive the library (dlclose unmaps their code and the futexes they wait on) */
@@ -1445,7 +1467,8 @@ static q_status graph_retrieve(q_handle h, const char *name, q_handle *out) {
     for (int i = 0; i < c->file.n_graphs; i++) {
         const stub_graph *g = &c->file.graphs[i];
         const char *f = fault(g->session);
-        if (!strcmp(g->name, name) && !(f && !strcmp(f, "no_graph"))) {
+        if (!strcmp(g->name, name)) {
+            if (f && !strcmp(f, "no_graph")) return fail(E_GRAPH_DOES_NOT_EXIST, "graph %s is not in this context (stub fault)", name);
             *out = &c->graphs[i];
             return E_OK;
         }
@@ -1651,7 +1674,8 @@ static q_status mem_register(q_handle h, const q_mem_desc *descs, uint32_t n, q_
     stub_ctx *c = h;
     if (!ctx_valid(c)) return fail(E_MEM_INVALID_HANDLE, "memRegister: not a live context handle");
     if (!descs || !n || !handles) return fail(E_MEM_INVALID_ARGUMENT, "memRegister: descriptors, their count and handles are required");
-    for (uint32_t i = 0; i < n; i++) handles[i] = NULL;
+    mem_reg **made = calloc(n, sizeof *made); /* handles are written only when every descriptor registered */
+    if (!made) return fail(E_MEM_ALLOC, "out of memory");
     for (uint32_t i = 0; i < n; i++) {
         const q_mem_desc *d = &descs[i];
         const char *kind = d->mem_type == Q_MEMTYPE_ION ? "ion" : d->mem_type == Q_MEMTYPE_CUSTOM ? "custom" : "other";
@@ -1661,10 +1685,11 @@ static q_status mem_register(q_handle h, const q_mem_desc *descs, uint32_t n, q_
         uint64_t offset = 0, declared = 0;
         size_t need = 0;
         struct stat st;
+        memset(&st, 0, sizeof st);
         if (!m) rc = fail(E_MEM_ALLOC, "out of memory");
         else if (!d->shape.rank || d->shape.rank > MA_MAX_DIMS || !d->shape.dims)
             rc = fail(E_MEM_INVALID_SHAPE, "memRegister: descriptor %u has rank %u and %s dimensions", i, d->shape.rank, d->shape.dims ? "its" : "no");
-        else if (d->dtype != Q_DT_FLOAT_32 && d->dtype != Q_DT_FLOAT_16 && elem_bytes(d->dtype) > 8)
+        else if (!dtype_known(d->dtype))
             rc = fail(E_MEM_INVALID_ARGUMENT, "memRegister: descriptor %u data type 0x%x", i, d->dtype);
         if (rc == E_OK) {
             need = elem_bytes(d->dtype);
@@ -1709,18 +1734,16 @@ static q_status mem_register(q_handle h, const q_mem_desc *descs, uint32_t n, q_
         if (rc != E_OK) {
             trace("memRegister %s fd=%d refused", kind, fd);
             if (m) mem_unmap(m);
-            for (uint32_t k = 0; k < i; k++) { /* all or none */
-                pthread_mutex_lock(&lock);
+            pthread_mutex_lock(&lock); /* all or none */
+            for (uint32_t k = 0; k < i; k++)
                 for (mem_reg **mp = &mem_live; *mp; mp = &(*mp)->next)
-                    if (*mp == handles[k]) {
-                        mem_reg *r = *mp;
-                        *mp = r->next;
-                        mem_unmap(r);
+                    if (*mp == made[k]) {
+                        *mp = made[k]->next;
+                        mem_unmap(made[k]);
                         break;
                     }
-                pthread_mutex_unlock(&lock);
-                handles[k] = NULL;
-            }
+            pthread_mutex_unlock(&lock);
+            free(made);
             return rc;
         }
         m->ctx = c;
@@ -1733,9 +1756,11 @@ static q_status mem_register(q_handle h, const q_mem_desc *descs, uint32_t n, q_
         m->next = mem_live;
         mem_live = m;
         pthread_mutex_unlock(&lock);
-        handles[i] = m;
+        made[i] = m;
         trace("memRegister %s fd=%d offset=%llu bytes=%zu", kind, fd, (unsigned long long)offset, need);
     }
+    for (uint32_t i = 0; i < n; i++) handles[i] = made[i];
+    free(made);
     return E_OK;
 }
 
@@ -1790,12 +1815,12 @@ static q_status error_free_verbose(const char *msg) {
 
 /* ================================================================== the tables */
 
-static q_status unsupported(const char *what, bool sys) {
+static q_status unsupported(const char *what) {
     trace("%s (not implemented by the stand-in)", what);
-    return fail(sys ? E_NOT_SUPPORTED : E_NOT_SUPPORTED, "%s is not implemented by the stand-in", what);
+    return fail(E_NOT_SUPPORTED, "%s is not implemented by the stand-in", what);
 }
-#define UNSUPPORTED_CORE(n) static q_status unsup_##n(void) { return unsupported(#n, false); }
-#define UNSUPPORTED_SYS(n) static q_status unsup_sys_##n(void) { return unsupported(#n, true); }
+#define UNSUPPORTED_CORE(n) static q_status unsup_##n(void) { return unsupported(core_names[CI_##n]); }
+#define UNSUPPORTED_SYS(n) static q_status unsup_sys_##n(void) { return unsupported(sys_names[SI_##n]); }
 CORE_TABLE(UNSUPPORTED_CORE)
 SYS_TABLE(UNSUPPORTED_SYS)
 #define CORE_SLOT(n) (q_fn)unsup_##n,
@@ -1813,7 +1838,7 @@ static void *table_room(size_t bytes, size_t full) {
     return calloc(1, full); /* entries the SDK does not have read NULL */
 }
 
-static const q_interface *core_provider(void) {
+__attribute__((unused)) static const q_interface *core_provider(void) {
     static const q_interface *made;
     static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&m);
@@ -1899,10 +1924,3 @@ EXPORT q_status QnnInterface_getProviders(const q_interface ***list, uint32_t *n
     return E_OK;
 }
 #endif
-
-/* names for the tables' slots (kept for diagnostics) */
-const char *ma_qnn_stub_slot_name(int sys, int i);
-const char *ma_qnn_stub_slot_name(int sys, int i) {
-    if (sys) return i >= 0 && i < SI_COUNT ? sys_names[i] : NULL;
-    return i >= 0 && i < CI_COUNT ? core_names[i] : NULL;
-}

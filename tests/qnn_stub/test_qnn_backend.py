@@ -150,11 +150,17 @@ def variant_ctx(grid, tmp_path, *extra):
     ({"lib": NOSYM}, "does not export QnnInterface_getProviders"),
     ({"env": {"MA_QNN_STUB_API": "2.9"}}, "provides QNN API 2.9.0; molmoact needs 2.14 or newer"),
     ({"env": {"MA_QNN_STUB_FAULT": "reject:llm_split1"}},
-     "QnnContext_createFromBinary on ctx/llm_split1_socid77_archv73.bin: error 5006: context binary rejected"),
+     "QnnContext_createFromBinary on ctx/llm_split1_socid77_archv73.bin: error 5008 (CONTEXT_BINARY_CONFIGURATION: not built for "
+     "this device): QNN_CONTEXT_ERROR_BINARY_CONFIGURATION: context binary rejected"),
     ({"env": {"MA_QNN_STUB_FAULT": "no_graph:action_step"}},
-     "QnnGraph_retrieve on ctx/action_step_socid77_archv73.bin: error 6013: graph action_step_graph is not in this context"),
+     "QnnGraph_retrieve on ctx/action_step_socid77_archv73.bin: error 6002 (GRAPH_DOES_NOT_EXIST): "
+     "QNN_GRAPH_ERROR_GRAPH_DOES_NOT_EXIST: graph action_step_graph is not in this context"),
     ({"env": {"MA_QNN_STUB_FAULT": "execute_error:llm_split2"}},
-     "QnnGraph_execute on ctx/llm_split2_socid77_archv73.bin: error 6020: graph execution failed"),
+     "QnnGraph_execute on ctx/llm_split2_socid77_archv73.bin: error 1100 (GENERAL): QNN_COMMON_ERROR_GENERAL: graph execution failed"),
+    ({"env": {"MA_QNN_STUB_FAULT": "dsp_restart_fatal:llm_split0", "MA_QNN_STUB_MARK": "/nonexistent/dir/mark"}},
+     "error 1011 (SYSTEM_COMMUNICATION_FATAL): the DSP subsystem restarted and did not recover"),
+    ({"env": {"ADSP_LIBRARY_PATH": "/a/dsp_libs:/b"}}, "ADSP_LIBRARY_PATH=/a/dsp_libs:/b: the DSP loader separates directories with ';'"),
+    ({"env": {"MOLMOACT_QNN_PERF": "turbo"}}, "MOLMOACT_QNN_PERF=turbo: must be default, high or burst"),
 ])
 def test_faults_are_named(grid, mode, case, needle):
     extra = [mode] if mode != "resident" else []
@@ -266,3 +272,188 @@ def test_truncated_library_is_named_not_sigbus(grid, tmp_path, mode, cut):
     rc, out, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", *extra, lib=str(lib))
     assert rc == 1 and f"{lib}/libQnnHtp.so is" in err and ("truncated" in err or "not an ELF" in err), (rc, err)
     assert "signal" not in err, err
+
+
+# ------------------------------------------------- the real SDKs' layouts (issue 28)
+
+@pytest.fixture(scope="module")
+def cpu_ref(grid, tmp_path_factory):
+    ref = str(tmp_path_factory.mktemp("ref") / "ref.npz")
+    rc, _, err = run("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--out", ref, "--runs", "1", "--inproc")
+    assert rc == 0, err
+    return ref
+
+
+# (core API, binary info version): SDK 2.22 (48-byte graph infos, binary info 1), 2.25 (64 bytes,
+# binary info 2), 2.43 (88 bytes, binary info 3), and 2.43 answering with an older binary info
+SDKS = [("2.15", "1"), ("2.18", "2"), ("2.18", "1"), ("2.32", "3"), ("2.32", "2"), ("2.32", "1")]
+
+
+@pytest.mark.parametrize("api,binfo", SDKS)
+def test_every_binary_info_layout_gives_the_cpu_actions(grid, cpu_ref, tmp_path, api, binfo):
+    q = str(tmp_path / "q.npz")
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--out", q, "--runs", "1", "--inproc",
+                     env={"MA_QNN_STUB_API": api, "MA_QNN_STUB_BINFO": binfo})
+    assert rc == 0, err
+    assert np.array_equal(actions(cpu_ref), actions(q))
+
+
+@pytest.mark.parametrize("api,binfo", SDKS)
+def test_multi_graph_binaries_pick_the_graph_by_name(grid, cpu_ref, tmp_path, api, binfo):
+    """a second graph first in the file: found by name through the io map's @graph at the
+    library's stride, never taken by position"""
+    d = variant_ctx(grid, tmp_path, "--decoy-graph", "action_step", "--decoy-graph", "llm_split2")
+    env = {"MA_QNN_STUB_API": api, "MA_QNN_STUB_BINFO": binfo}
+    rc, _, err = qnn("run", "--model", d, "--inputs", grid["obs"], "--runs", "1", "--inproc", env=env)
+    assert rc != 0 and "holds 2 graphs (llm_split2_decoy_graph, llm_split2_graph) and none is named llm_split2" in err and "@graph" in err, err
+    mp = str(tmp_path / "map.json")
+    with open(mp, "w") as f:
+        json.dump({"action_step": {"@graph": "action_step_graph"}, "llm_split2": {"@graph": "llm_split2_graph"}}, f)
+    q = str(tmp_path / "q.npz")
+    rc, _, err = qnn("run", "--model", d, "--inputs", grid["obs"], "--out", q, "--runs", "1", "--inproc", "--qnn-io-map", mp, env=env)
+    assert rc == 0, err
+    assert np.array_equal(actions(cpu_ref), actions(q))
+
+
+def test_multi_graph_with_an_unverified_newer_library(grid, tmp_path):
+    """a library newer than the headers read (API 2.40 here): single-graph binaries need no
+    stride; a multi-graph one is read only if every entry checks out at the newest known stride"""
+    d = variant_ctx(grid, tmp_path, "--decoy-graph", "action_step")
+    mp = str(tmp_path / "map.json")
+    with open(mp, "w") as f:
+        json.dump({"action_step": {"@graph": "action_step_graph"}}, f)
+    rc, _, err = qnn("run", "--model", d, "--inputs", grid["obs"], "--runs", "1", "--inproc", "--qnn-io-map", mp,
+                     env={"MA_QNN_STUB_API": "2.40"})
+    assert rc == 0, err
+
+
+def test_inspect_lists_the_graphs_of_a_binary(grid, tmp_path):
+    d = variant_ctx(grid, tmp_path, "--combine", "both=action_context,action_step")
+    rc, out, err = run("inspect", os.path.join(d, "ctx", "both.bin"), "--qnn-lib-dir", STUB)
+    assert rc == 0, err
+    first = out.splitlines()[0]
+    assert "both.bin: 2 graphs: action_context_graph, action_step_graph (binary info v3" in first, first
+    assert "input  x float32 [10, 32]" in out and "output velocity float32 [10, 32]" in out, out
+    rc, out, err = run("inspect", os.path.join(d, "ctx", "vision_socid77_archv73.bin"), "--qnn-lib-dir", STUB,
+                       env={"MA_QNN_STUB_API": "2.15", "MA_QNN_STUB_BINFO": "1"})
+    assert rc == 0 and ": 1 graph: vision_graph (binary info v1" in out.splitlines()[0], (out, err)
+
+
+def test_verbose_open_names_the_graphs(grid):
+    rc, out, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", "--inproc", "-v")
+    assert rc == 0, err
+    assert "qnn: ctx/vision_socid77_archv73.bin: 1 graph: vision_graph (binary info v3" in err, err
+    assert err.count(": 1 graph: ") == 7, err
+
+
+@pytest.mark.parametrize("encoding", ["axis_scale_offset", "bw_axis_scale_offset", "block", "vector"])
+def test_other_encodings_are_refused_by_name(grid, tmp_path, encoding):
+    d = variant_ctx(grid, tmp_path, "--io", "ufixed16", "--encoding", f"{encoding}:llm_split1")
+    rc, _, err = qnn("run", "--model", d, "--inputs", grid["obs"], "--runs", "1", "--inproc")
+    assert rc != 0 and "ctx/llm_split1_socid77_archv73.bin: tensor" in err and f"the {encoding} encoding" in err, err
+
+
+def test_bw_scale_offset_is_applied(grid, cpu_ref, tmp_path):
+    d = variant_ctx(grid, tmp_path, "--io", "ufixed16", "--encoding", "bw_scale_offset")
+    q = str(tmp_path / "q.npz")
+    rc, _, err = qnn("run", "--model", d, "--inputs", grid["obs"], "--out", q, "--runs", "1", "--inproc")
+    assert rc == 0, err
+    assert cosine(actions(cpu_ref), actions(q)) >= 0.9999
+
+
+@pytest.mark.parametrize("mode", ["--inproc", "resident"])
+def test_dsp_restart_recreates_the_context_and_retries(grid, cpu_ref, tmp_path, mode):
+    log = str(tmp_path / "calls")
+    q = str(tmp_path / "q.npz")
+    env = {"MA_QNN_STUB_FAULT": "dsp_restart:llm_split1", "MA_QNN_STUB_MARK": str(tmp_path / "restarted"), "MA_QNN_STUB_LOG": log}
+    extra = [mode] if mode != "resident" else []
+    rc, out, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--out", q, "--runs", "2", "--qnn-perf", "high", *extra, env=env)
+    assert rc == 0, err
+    assert "ctx/llm_split1_socid77_archv73.bin (llm_split1): the DSP subsystem restarted (error 1007)" in err, err
+    assert np.array_equal(actions(cpu_ref), actions(q))
+    calls = open(log).read().splitlines()
+    assert sum(c == "graphExecute llm_split1: subsystem restart" for c in calls) == 1, [c for c in calls if "restart" in c]
+    # the lost context freed and created again from its file, then the request retried
+    i = calls.index("graphExecute llm_split1: subsystem restart")
+    after = [c.split()[0] for c in calls[i + 1:i + 8]]
+    assert "contextFree" in after and "contextCreateFromBinary" in after, calls[i:i + 8]
+    # the power vote renewed after the restart: created twice in the worker that restarted
+    assert sum(c.startswith("createPowerConfigId") for c in calls) >= 2, [c for c in calls if "Power" in c]
+
+
+@pytest.mark.parametrize("perf,want", [("burst", ["dcvs=0 power_mode=0x10", "sleep_latency=40", "bus=0xa0/0xa0/0xa0", "core=0xa0/0xa0/0xa0",
+                                                  "rpc_control_latency=100", "rpc_polling_time=9999"]),
+                                       ("high", ["dcvs=0 power_mode=0x10", "sleep_latency=100", "bus=0x80/0x80/0x80", "core=0x80/0x80/0x80"])])
+def test_perf_vote(grid, tmp_path, perf, want):
+    log = str(tmp_path / "calls")
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", "--inproc", "--qnn-perf", perf,
+                     env={"MA_QNN_STUB_LOG": log})
+    assert rc == 0, err
+    calls = open(log).read().splitlines()
+    votes = [c for c in calls if "Power" in c or "setPowerConfig" in c or "dcvs" in c.lower() or "rpc" in c.lower()]
+    text = "\n".join(votes)
+    for w in want:
+        assert w in text, (w, votes)
+    names = [c.split()[0] for c in calls]
+    assert names.index("createPowerConfigId") > names.index("deviceCreate")
+    assert names.index("destroyPowerConfigId") < names.index("deviceFree"), names[-8:]
+    assert "refused" not in text, votes
+    if perf == "high":
+        assert "rpc_polling_time" not in text
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", "--inproc", env={"MA_QNN_STUB_LOG": log + "2"})
+    assert rc == 0 and "PowerConfig" not in open(log + "2").read()  # default: no vote
+
+
+@pytest.mark.parametrize("mode", ["--inproc", "resident"])
+def test_zero_copy_gives_the_same_actions(grid, cpu_ref, tmp_path, mode):
+    log = str(tmp_path / "calls")
+    q = str(tmp_path / "q.npz")
+    extra = [mode] if mode != "resident" else []
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--out", q, "--runs", "2", "--qnn-zero-copy", *extra,
+                     env={"MA_QNN_STUB_LOG": log})
+    assert rc == 0, err
+    assert np.array_equal(actions(cpu_ref), actions(q))
+    calls = [c.split()[0] for c in open(log).read().splitlines()]
+    n_reg, n_dereg = calls.count("memRegister"), calls.count("memDeRegister")
+    assert n_reg == 36, n_reg  # every tensor of the seven sessions once: 2 + 4 x 6 + 4 + 6
+    assert n_reg == n_dereg, (n_reg, n_dereg)
+    # every registration released before its context is freed, the last one before the device
+    assert max(i for i, c in enumerate(calls) if c == "memDeRegister") < max(i for i, c in enumerate(calls) if c == "contextFree")
+
+
+def test_zero_copy_without_libcdsprpc_is_named(grid, tmp_path):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for name in ("libQnnHtp.so", "libQnnSystem.so"):
+        shutil.copy(os.path.join(STUB, name), lib / name)
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", "--inproc", "--qnn-zero-copy", lib=str(lib))
+    assert rc != 0 and "--qnn-zero-copy needs libcdsprpc.so" in err, err
+
+
+def test_workers_get_the_library_directory_on_their_loader_path(grid):
+    """libQnnHtp.so opens its HTP stub by bare name: the workers must start with --qnn-lib-dir on
+    LD_LIBRARY_PATH (the loader reads it only at a process's start)"""
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("MA_QNN_STUB", "MOLMOACT"))}
+    e["MOLMOACT2_PROMPT_SEQ"] = str(SEQ)
+    e.pop("LD_LIBRARY_PATH", None)
+    p = subprocess.Popen([BIN, "run", "--backend", "qnn", "--qnn-lib-dir", os.path.abspath(STUB), "--model", grid["ctx"], "--stream"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e)
+    try:
+        import time
+        seen, deadline = {}, time.time() + 60
+        while time.time() < deadline and len(seen) < 6:
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit():
+                    continue
+                try:
+                    if open(f"/proc/{pid}/stat").read().split(") ")[1].split()[1] != str(p.pid):
+                        continue
+                    env = dict(x.split("=", 1) for x in open(f"/proc/{pid}/environ", "rb").read().decode().split("\0") if "=" in x)
+                    seen[pid] = env.get("LD_LIBRARY_PATH", "")
+                except (FileNotFoundError, ProcessLookupError, IndexError):
+                    pass
+            time.sleep(0.2)
+        assert len(seen) == 6 and all(v.split(":")[0] == os.path.abspath(STUB) for v in seen.values()), seen
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)

@@ -52,11 +52,12 @@ def main():
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
     assert cosine(r["actions"], want) >= 0.9999
-    assert r["latency"]["runs"] == 3 and r["latency"]["mode"] == "resident"
-    # the warm mean leaves out the first request; the table's mean holds all three
+    # the table is over the warm runs 2..3; the first request is reported on its own
+    assert r["latency"]["runs"] == 2 and r["latency"]["mode"] == "resident"
     lat = r["latency"]
     assert lat["min_total_ms"] <= r["warm_total_ms"] <= lat["max_total_ms"]
-    assert abs(3 * lat["mean_ms"]["total"] - r["first_request_ms"] - 2 * r["warm_total_ms"]) < 1e-2 * lat["mean_ms"]["total"]
+    assert abs(lat["mean_ms"]["total"] - r["warm_total_ms"]) < 1e-3 * lat["mean_ms"]["total"]
+    assert r["first_request_ms"] > 0
     assert r["parity"]["pass"] and r["peak_rss_kb"]["workers"] > 0
 
     # the same with --inproc gives the same actions, bit for bit

@@ -1,0 +1,260 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The command line as a user meets it (issue 30): help for every command, --version, typos,
+--opt=value, the README's command list and environment table generated from the same table as
+the parser, the --suffix recipe of the README run as written, the prompt length recorded by
+compile and used without an environment variable, progress lines, and the workers' names.
+
+    MOLMOACT=build/molmoact MOLMOACT_SRC=. /usr/bin/python3 -m pytest -q tests/runtime/test_cli.py
+"""
+import json
+import os
+import re
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+BIN = os.path.abspath(os.environ.get("MOLMOACT", "build/molmoact"))
+SRC = os.path.abspath(os.environ.get("MOLMOACT_SRC", "."))
+MODEL = os.path.join(SRC, "assets/tiny-grid/model")
+GOLDEN = os.path.join(SRC, "assets/tiny-grid/golden")
+COMMANDS = ["run", "bench", "parity", "compile", "inspect", "tokenize", "prompt", "preprocess", "serve", "help", "version"]
+
+
+def run(*args, env=None, cwd=None, timeout=300, stdin=None):
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("MOLMOACT_", "VISION_CTX", "LLM_CTX", "ACTION_CTX")) and k != "MOLMOACT2_PROMPT_SEQ"}
+    e.update(env or {})
+    p = subprocess.run([BIN, *args], capture_output=True, timeout=timeout, env=e, cwd=cwd, input=stdin)
+    return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+
+
+def test_version():
+    rc, out, err = run("--version")
+    assert rc == 0 and re.match(r"molmoact \d+\.\d+\.\d+ ", out), (out, err)
+    rc2, out2, _ = run("version")
+    assert rc2 == 0 and out2 == out
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_every_command_has_help(cmd):
+    rc, out, err = run(cmd, "--help")
+    assert rc == 0 and err == "", err
+    assert out.startswith(f"usage: molmoact {cmd}"), out[:200]
+    rc2, out2, _ = run("help", cmd)
+    assert rc2 == 0 and out2 == out  # `molmoact help CMD` is `molmoact CMD --help`
+    rc3, out3, _ = run(cmd, "-h")
+    assert rc3 == 0 and out3 == out
+
+
+@pytest.mark.parametrize("cmd,options,env", [
+    ("run", ["--model", "--inputs", "--image0", "--state", "--runs", "--golden", "--backend", "--qnn-perf", "--preload", "--threads"],
+     ["MOLMOACT_THREADS", "MOLMOACT_PROMPT_SEQ", "MOLMOACT2_PROMPT_SEQ", "MOLMOACT_LLM_CTX_SUFFIX", "LLM_CTX_SUFFIX"]),
+    ("compile", ["--out", "-o", "--vision", "--llm", "--action", "--suffix", "--prompt-seq", "--keep", "--quiet"], ["MOLMOACT_THREADS"]),
+    ("serve", ["--host", "--port", "--api-key-file", "--max-message-mb", "--idle-timeout-s", "--seed"], ["MOLMOACT_BACKEND"]),
+    ("inspect", ["--qnn-lib-dir"], []),
+])
+def test_help_lists_options_and_environment(cmd, options, env):
+    rc, out, _ = run(cmd, "--help")
+    for o in options:
+        assert re.search(rf"(^|[ ,]){re.escape(o)}\b", out, re.M), (o, out)
+    for v in env:
+        assert v in out, (v, out)
+    if env:
+        assert "\nenvironment:\n" in out
+
+
+def test_help_overview_and_env():
+    rc, out, _ = run("help")
+    assert rc == 0 and all(f"  {c}" in out for c in COMMANDS)
+    rc, out, _ = run("--help")
+    assert rc == 0 and "commands:" in out
+    rc, out, _ = run("help", "env")
+    assert rc == 0 and "MOLMOACT_PROMPT_SEQ" in out and "ADSP_LIBRARY_PATH" in out
+
+
+def test_inspect_help_does_not_open_a_file(tmp_path):
+    rc, out, err = run("inspect", "--help", cwd=tmp_path)
+    assert rc == 0 and "usage: molmoact inspect" in out and "cannot open" not in err
+
+
+@pytest.mark.parametrize("typo,near", [("rnu", "run"), ("compil", "compile"), ("sevre", "serve"), ("inspcet", "inspect")])
+def test_typo_gets_the_nearest_command_in_one_line(typo, near):
+    rc, out, err = run(typo)
+    assert rc == 1 and out == ""
+    assert err.count("\n") == 1 and f"did you mean {near}?" in err, err
+
+
+def test_unknown_word_without_a_near_command():
+    rc, out, err = run("frobnicate")
+    assert rc == 1 and err.count("\n") == 1 and "did you mean" not in err and "molmoact help" in err
+
+
+def test_unknown_option_gets_the_nearest_option():
+    rc, out, err = run("run", "--modle", MODEL)
+    assert rc == 1 and "unknown option --modle" in err and "did you mean --model?" in err
+    rc, out, err = run("compile", MODEL, "--sufix=x")
+    assert rc == 1 and "did you mean --suffix?" in err
+
+
+def test_opt_equals_value_is_opt_value(tmp_path):
+    a, b = str(tmp_path / "a.npz"), str(tmp_path / "b.npz")
+    rc, out1, err = run("run", "--model", MODEL, "--golden", GOLDEN, "--out", a, "--json")
+    assert rc == 0, err
+    rc, out2, err = run("run", f"--model={MODEL}", f"--golden={GOLDEN}", f"--out={b}", "--json", "--runs=1")
+    assert rc == 0, err
+    assert json.loads(out1)["actions"] == json.loads(out2)["actions"]
+    assert np.array_equal(np.load(a)["actions"], np.load(b)["actions"])
+    rc, _, err = run("run", "--json=yes")
+    assert rc == 1 and "--json takes no value" in err
+    rc, _, err = run("run", "--runs=")
+    assert rc == 1 and "--runs" in err
+
+
+def test_state_takes_spaces_after_commas():
+    img = os.path.join(SRC, "fuzz/corpus/image/rgb.png")
+    args = ["run", "--model", MODEL, "--image0", img, "--image1", img, "--task", "pick", "--json"]
+    rc, a, err = run(*args, "--state", "0.1,0.2,0,0,0,0,0,1")
+    assert rc == 0, err
+    rc, b, err = run(*args, "--state", "0.1, 0.2, 0, 0, 0, 0, 0, 1")
+    assert rc == 0, err
+    assert json.loads(a)["actions"] == json.loads(b)["actions"]
+
+
+def test_errors_use_the_cli_words(tmp_path):
+    rc, _, err = run("run", "--model", str(tmp_path / "nope"))
+    assert rc == 1 and "--model" in err and "is not a directory" in err and "options.model_dir" not in err
+    rc, _, err = run("run", "--norm-tag", "bogus")
+    assert rc == 1 and "--norm-tag bogus" in err and "libero" in err  # the valid tags listed
+    readme = os.path.join(SRC, "README.md")
+    rc, _, err = run("inspect", readme)
+    assert rc == 1 and "is not a file inspect reads" in err
+
+
+def test_run_prints_the_plan_and_one_run_by_default():
+    rc, out, err = run("run")
+    assert rc == 0, err
+    assert "latency over 1 run" in out
+    m = re.search(r"backend cpu, kernels (\S+), (\d+) threads per process, precision: vision \S+, llm \S+, action \S+", out)
+    assert m, out
+    rc, out, err = run("run", "--runs", "3", "--json")
+    j = json.loads(out)
+    assert j["latency"]["runs"] == 2  # the warm runs 2..3
+    assert {"kernels", "threads", "precision", "backend", "first_request_ms", "warm_total_ms"} <= set(j), sorted(j)
+
+
+def _block(text, name):
+    m = re.search(rf"<!-- {name}: generated.*?<!-- end of {name} -->", text, re.S)
+    assert m, f"README has no generated {name} block"
+    return m.group(0)
+
+
+def test_readme_blocks_are_generated_from_the_table():
+    rc, md, _ = run("help", "--markdown")
+    assert rc == 0
+    readme = open(os.path.join(SRC, "README.md"), encoding="utf-8").read()
+    for name in ("commands", "environment"):
+        assert _block(readme, name) == _block(md, name), f"README's {name} block is stale: molmoact help --markdown"
+
+
+def _recipe(name):
+    readme = open(os.path.join(SRC, "README.md"), encoding="utf-8").read()
+    m = re.search(rf"<!-- recipe: {name} -->\s*```sh\n(.*?)```", readme, re.S)
+    assert m, f"README has no recipe {name}"
+    return m.group(1)
+
+
+def test_readme_suffix_recipe_runs_as_written(tmp_path):
+    """the README's --suffix recipe, pasted into a shell in a fresh directory"""
+    script = _recipe("suffix").replace("build/molmoact", BIN)
+    work = tmp_path / "work"
+    work.mkdir()
+    os.symlink(os.path.join(SRC, "assets"), work / "assets")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MOLMOACT")}
+    p = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=work, capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "llm q4_0" in p.stdout and "PASS" in p.stdout, p.stdout[-1500:]
+
+
+def test_compile_suffix_names_only_the_given_components(tmp_path):
+    d = str(tmp_path / "ctx")
+    rc, out, err = run("compile", MODEL, "-o", d, "--action", "q8_0", "--suffix", "_q8", "--quiet")
+    assert rc == 0, err
+    files = sorted(os.listdir(d))
+    assert "action_step_q8.gguf" in files and "action_context.gguf" in files and "vision.gguf" in files, files
+    assert not any(f.startswith(("vision_", "llm_split0_", "action_context_")) for f in files), files
+    rc, out, err = run("run", "--model", d, "--golden", GOLDEN, env={"ACTION_CTX_SUFFIX": "_q8"})
+    assert rc == 0 and "action q8_0" in out, out + err
+    # adding a variant keeps the files already there (same checkpoint)
+    before = os.stat(os.path.join(d, "vision.gguf")).st_mtime_ns
+    rc, out, err = run("compile", MODEL, "-o", d, "--llm", "q4_0", "--suffix", "_w4a16", "--quiet")
+    assert rc == 0, err
+    assert os.stat(os.path.join(d, "vision.gguf")).st_mtime_ns == before
+    rc, out, err = run("run", "--model", d, "--golden", GOLDEN, env={"MOLMOACT_LLM_CTX_SUFFIX": "_w4a16", "ACTION_CTX_SUFFIX": "_q8"})
+    assert rc == 0 and "llm q4_0, action q8_0" in out, out + err
+    rc, _, err = run("compile", MODEL, "-o", d, "--suffix", "_x")
+    assert rc == 1 and "--suffix _x names the files of the components given" in err
+    rc, _, err = run("run", "--model", d, "--golden", GOLDEN, env={"MOLMOACT_LLM_CTX_SUFFIX": "_w4a16", "LLM_CTX_SUFFIX": "_other"})
+    assert rc == 1 and "contradict" in err and "LLM_CTX_SUFFIX" in err
+
+
+def test_prompt_length_recorded_and_used_without_environment(tmp_path):
+    d = str(tmp_path / "ctx")
+    rc, out, err = run("compile", MODEL, "-o", d, "--prompt-seq", "400", "--quiet")
+    assert rc == 0 and "prompt length 400" in out, err
+    rc, out, err = run("inspect", d)
+    assert rc == 0, err
+    for name in ("llm_split0.gguf", "llm_split3.gguf", "action_context.gguf", "action_step.gguf"):
+        line = next(l for l in out.splitlines() if l.strip().startswith(name))
+        assert " 400 " in line, line
+    rc, out, err = run("run", "--model", d, "--golden", GOLDEN)  # no MOLMOACT_PROMPT_SEQ
+    assert rc == 0 and "PASS" in out, err
+    rc, out, err = run("run", "--model", d, "--golden", GOLDEN, env={"MOLMOACT2_PROMPT_SEQ": "400"})
+    assert rc == 0, err  # padded to the compiled length: the same actions
+    rc, out, err = run("run", "--model", d, "--golden", GOLDEN, env={"MOLMOACT_PROMPT_SEQ": "128"})
+    assert rc == 1 and "compiled for prompt length 400" in err and "MOLMOACT_PROMPT_SEQ is 128" in err
+
+
+def test_compile_progress_lines_when_not_a_terminal(tmp_path):
+    rc, out, err = run("compile", MODEL, "-o", str(tmp_path / "a"))
+    assert rc == 0, err
+    lines = [l for l in err.splitlines() if l.startswith("compile: ")]
+    assert len(lines) >= 3, err  # the start, some tenths, the end
+    assert re.search(r"compile: (\d+)/\1 tensors, [\d.]+ MiB of [\d.]+ MiB \(100%\), .* in all", lines[-1]), lines[-1]
+    assert "\r" not in err  # plain lines, no redrawing, on a pipe
+    rc, out, err = run("compile", MODEL, "-o", str(tmp_path / "b"), "--quiet")
+    assert rc == 0 and "compile:" not in err, err
+
+
+def test_preload_shows_the_workers_start(tmp_path):
+    rc, out, err = run("run", "--preload")
+    assert rc == 0, err
+    assert re.search(r"open \(--preload\): 6/6 workers ready", err), err
+    rc, out, err = run("run", "--preload", "--quiet")
+    assert rc == 0 and "workers ready" not in err
+
+
+def test_workers_are_named_after_their_session(tmp_path):
+    p = subprocess.Popen([BIN, "run", "--model", MODEL, "--stream"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        want = {"molmoact:vision", "molmoact:llm0", "molmoact:llm1", "molmoact:llm2", "molmoact:llm3", "molmoact:action"}
+        names, deadline = set(), time.time() + 60
+        while time.time() < deadline and names != want:
+            names = set()
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit():
+                    continue
+                try:
+                    if open(f"/proc/{pid}/stat").read().split(") ")[1].split()[1] != str(p.pid):
+                        continue
+                    names.add(open(f"/proc/{pid}/comm").read().strip())
+                    argv0 = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode()
+                    assert argv0.startswith("molmoact:"), argv0
+                except (FileNotFoundError, ProcessLookupError, IndexError):
+                    pass
+            time.sleep(0.2)
+        assert names == want, names
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
