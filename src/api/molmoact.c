@@ -22,7 +22,6 @@
 
 #include "api/internal.h"
 #include "kernels/kernels.h"
-#include "model/image.h"
 #include "model/normstats.h"
 #include "runtime/observation.h"
 
@@ -262,31 +261,12 @@ void molmoact_result_free(molmoact_result *res) {
     memset(res, 0, sizeof *res);
 }
 
-/* one camera frame -> an owned contiguous RGB image */
+/* one camera frame -> an owned contiguous RGB image (runtime/observation.c checks and decodes it) */
 static ma_status take_image(const molmoact_image *im, int i, ma_image *out, ma_error *err) {
     char label[48];
     snprintf(label, sizeof label, "observation.images[%d]", i);
-    memset(out, 0, sizeof *out);
-    if (im->encoded) {
-        if (im->data) return ma_fail(err, MA_ERR_ARG, "%s: give data or encoded, not both", label);
-        if (!im->encoded_len) return ma_fail(err, MA_ERR_FORMAT, "%s: encoded image is empty", label);
-        return ma_image_decode(im->encoded, im->encoded_len, label, out, err);
-    }
-    if (!im->data) return ma_fail(err, MA_ERR_ARG, "%s: no frame (data and encoded are NULL)", label);
-    if (im->height <= 0 || im->width <= 0)
-        return ma_fail(err, MA_ERR_SHAPE, "%s: frame is %d x %d pixels (empty)", label, im->height, im->width);
-    if (im->height > MA_IMAGE_MAX_SIDE || im->width > MA_IMAGE_MAX_SIDE ||
-        (uint64_t)im->height * (uint64_t)im->width > MA_IMAGE_MAX_PIXELS)
-        return ma_fail(err, MA_ERR_NOMEM, "%s: frame %d x %d exceeds the limit (%d per side, %u pixels)", label, im->height,
-                       im->width, MA_IMAGE_MAX_SIDE, MA_IMAGE_MAX_PIXELS);
-    const size_t row = (size_t)im->width * 3, stride = im->stride ? im->stride : row;
-    if (stride < row) return ma_fail(err, MA_ERR_SHAPE, "%s: stride %zu is below 3 x width = %zu", label, stride, row);
-    out->rgb = ma_malloc((size_t)im->height, row, err, label);
-    if (!out->rgb) return MA_ERR_NOMEM;
-    for (int y = 0; y < im->height; y++) memcpy(out->rgb + (size_t)y * row, im->data + (size_t)y * stride, row);
-    out->h = im->height;
-    out->w = im->width;
-    return MA_OK;
+    const ma_frame f = {im->data, im->height, im->width, im->stride, im->encoded, im->encoded_len};
+    return ma_frame_image(&f, label, out, err);
 }
 
 /* the observation, checked field by field, as the pipeline's inputs (frames and prompt prepared
@@ -344,13 +324,7 @@ static ma_status prepare(const ma_engine *eng, const molmoact_observation *o, pr
             if ((s = ma_prepare_observation(m, p->imgs, 2, o->task, strlen(o->task), state, o->state_dim, &p->prep, err))) return s;
             p->obs.input_ids = p->prep.prompt.ids;
             p->obs.seq_len = p->prep.prompt.n;
-        } else {
-            const size_t P = (size_t)c->patch_h * c->patch_w, pp = 3u * c->patch * c->patch;
-            p->prep.pixels = ma_malloc(2 * P * pp, sizeof(float), err, "pixels");
-            if (!p->prep.pixels) return MA_ERR_NOMEM;
-            for (int i = 0; i < 2; i++)
-                if ((s = ma_preprocess_image(c, &p->imgs[i], p->prep.pixels + (size_t)i * P * pp, NULL, err))) return s;
-        }
+        } else if ((s = ma_prepare_pixels(m, p->imgs, 2, &p->prep.pixels, err))) return s;
         if (need_frames) {
             p->obs.pixels = p->prep.pixels;
             p->obs.n_images = 2;

@@ -432,15 +432,6 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
             if (s) goto fail;
         }
         if ((s = check_compile_ids(&sc, err))) goto fail;
-        /* a static prompt length asked for by the environment must be the compiled one */
-        const int want = env_prompt_seq();
-        const char *var = ma_env_source("MOLMOACT_PROMPT_SEQ");
-        if (want < 0) { s = ma_fail(err, MA_ERR_ARG, "%s=%s is not an integer in [1, %d]", var, ma_env("MOLMOACT_PROMPT_SEQ"), MA_MAX_PROMPT_SEQ); goto fail; }
-        if (want && m->prompt_seq && want != m->prompt_seq) {
-            s = ma_fail(err, MA_ERR_ARG, "%s: compiled for prompt length %d, %s is %d (unset it: the length is read from the contexts)",
-                        m->prompt_seq_file, m->prompt_seq, var, want);
-            goto fail;
-        }
         if ((s = ma_config_parse(sc.config_json, dir, &m->cfg, err))) goto fail;
         if ((s = check_host_files(dir, &sc, m->cfg.norm_stats_filename, err))) goto fail;
     } else if (ma_is_lerobot_dir(dir)) {
@@ -469,6 +460,16 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
     if (m->from_contexts)
         for (int slot = 0; slot < 8; slot++)
             if ((parts & slot_parts(slot)) && (s = check_context_ranges(m, slot, err))) goto fail;
+    if (m->from_contexts) { /* a static prompt length asked for by the environment must be the compiled one */
+        const int want = env_prompt_seq();
+        const char *var = ma_env_source("MOLMOACT_PROMPT_SEQ");
+        if (want < 0) { s = ma_fail(err, MA_ERR_ARG, "%s=%s is not an integer in [1, %d]", var, ma_env("MOLMOACT_PROMPT_SEQ"), MA_MAX_PROMPT_SEQ); goto fail; }
+        if (want && m->prompt_seq && want != m->prompt_seq) {
+            s = ma_fail(err, MA_ERR_ARG, "%s: compiled for prompt length %d, %s is %d (unset it: the length is read from the contexts)",
+                        m->prompt_seq_file, m->prompt_seq, var, want);
+            goto fail;
+        }
+    }
     if (lr) m->ns = lr->ns; /* the policy's own statistics: no tags */
     else {
         char *ns_path = ma_path_join(dir, c->norm_stats_filename);

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "runtime/engine.h"
 
-#include "backend/qnn/qnn.h"
 #include "core/env.h"
 #include "kernels/gemm.h"
 
@@ -61,7 +60,7 @@ ma_status ma_engine_open(const char *dir, const char *norm_tag, int inproc, cons
     if (s) return s;
     ma_backend backend;
     if ((s = ma_backend_current(&backend, err))) return s;
-    if (backend == MA_BACKEND_QNN && (s = ma_qnn_prepare_env(err))) return s;
+    if ((s = ma_backend_prepare(backend, err))) return s;
     /* in process on the cpu backend, the host holds every weight; otherwise only the embedding */
     s = inproc && backend == MA_BACKEND_CPU ? ma_model_open(dir, norm_tag, &e->host, err)
                                             : ma_model_open_parts(dir, norm_tag, MA_PART_EMBED, &e->host, err);

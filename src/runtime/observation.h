@@ -19,4 +19,20 @@ ma_status ma_prepare_observation(const ma_model *m, const ma_image *images, int 
                                  const float *state, int state_dim, ma_prepared *out, ma_error *err);
 void ma_prepared_free(ma_prepared *p);
 
+/* a camera frame as a client hands it over: RGB rows (stride bytes apart; 0: 3 x width) or encoded
+ * PNG/JPEG bytes, one of the two */
+typedef struct ma_frame {
+    const uint8_t *data;
+    int height, width;
+    size_t stride;
+    const uint8_t *encoded;
+    size_t encoded_len;
+} ma_frame;
+
+/* the frame, checked (sizes, limits, strides) and copied or decoded into an owned image; label
+ * names it in errors */
+ma_status ma_frame_image(const ma_frame *f, const char *label, ma_image *out, ma_error *err);
+/* the pixels the vision session takes, of n images (owned: free) */
+ma_status ma_prepare_pixels(const ma_model *m, const ma_image *images, int n, float **pixels, ma_error *err);
+
 #endif

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/session.h"
-#include "backend/qnn/qnn.h"
 #include "io/mapfile.h"
 
 #include <math.h>
@@ -32,8 +31,6 @@ ma_status ma_backend_current(ma_backend *b, ma_error *err) {
 
 const char *ma_backend_name(ma_backend b) { return b == MA_BACKEND_QNN ? "qnn" : "cpu"; }
 
-static ma_status cpu_run(ma_session *s, const ma_tensor *in, ma_tensor *out, ma_error *err);
-static const ma_session_ops cpu_ops = {"cpu", cpu_run, NULL};
 
 ma_status ma_session_open(const ma_model *m, const char *name, ma_session **out, ma_error *err) {
     ma_backend b;
@@ -87,25 +84,15 @@ ma_status ma_session_open_on(ma_backend backend, const ma_model *m, const char *
         ma_session_close(s);
         return ma_fail(err, MA_ERR_ARG, "unknown session %s (vision, llm_split0..3, action_context, action_step)", name);
     }
-    if (backend == MA_BACKEND_QNN) {
-        ma_status st = ma_qnn_session_attach(s, err);
-        if (st) { ma_session_close(s); return st; }
-        *out = s;
-        return MA_OK;
-    }
-    s->ops = &cpu_ops;
-    unsigned need = s->kind == MA_SESS_VISION ? MA_PART_VISION : s->kind == MA_SESS_LLM ? MA_PART_LLM(s->split)
-                    : s->kind == MA_SESS_ACTION_CONTEXT ? MA_PART_ACTION_CONTEXT : MA_PART_ACTION_STEP;
-    if (!(m->parts & need)) {
-        ma_session_close(s);
-        return ma_fail(err, MA_ERR_ARG, "session %s: its weights are not loaded in this process", name);
-    }
+    /* the backend (src/backend/) binds the session: runtime/ knows only this interface */
+    ma_status st = ma_backend_attach(backend, s, err);
+    if (st) { ma_session_close(s); return st; }
     *out = s;
     return MA_OK;
 }
 
 void ma_session_set_debug(ma_session *s, int on) {
-    if (s->kind != MA_SESS_VISION || s->ops != &cpu_ops) return; /* the debugging outputs are the cpu backend's */
+    if (s->kind != MA_SESS_VISION || !s->ops || strcmp(s->ops->name, "cpu")) return; /* the debugging outputs are the cpu backend's */
     const ma_config *c = &s->model->cfg;
     const int T = c->pooled_h * c->pooled_w;
     s->debug = on;
@@ -172,7 +159,7 @@ void ma_session_forget_inputs(ma_session *s) {
     memset(s->checked_bytes, 0, sizeof s->checked_bytes);
 }
 
-static ma_status dims_agree(const ma_session *s, const char *what, int64_t a, int64_t b, ma_error *err) {
+ma_status ma_session_dims_agree(const ma_session *s, const char *what, int64_t a, int64_t b, ma_error *err) {
     if (a == b) return MA_OK;
     return ma_fail(err, MA_ERR_SHAPE, "%s: %s disagree across inputs (%lld vs %lld)", s->name, what, (long long)a, (long long)b);
 }
@@ -194,59 +181,5 @@ ma_status ma_session_run_kept(ma_session *s, const ma_tensor *in, ma_tensor *out
     if (!st) st = ma_mapfile_check(err);
     if (st)
         for (int i = 0; i < s->n_out; i++) ma_tensor_free(&out[i]);
-    return st;
-}
-
-static ma_status cpu_run(ma_session *s, const ma_tensor *in, ma_tensor *out, ma_error *err) {
-    const ma_model *m = s->model;
-    const ma_config *c = &m->cfg;
-    ma_status st = MA_OK;
-    switch (s->kind) {
-    case MA_SESS_VISION: {
-        int64_t n = in[0].shape[0];
-        if (n < 1 || n > 64) return ma_fail(err, MA_ERR_SHAPE, "vision input pixels: %lld images (1..64)", (long long)n);
-        if ((st = ma_tensor_alloc2(&out[0], MA_DT_F32, n * m->tokens_per_image, c->d, err))) break;
-        ma_vision_trace tr = {0};
-        for (int o = 1; o < s->n_out; o++) {
-            int64_t shape[MA_MAX_DIMS];
-            memcpy(shape, s->out[o].shape, sizeof shape);
-            shape[0] = n;
-            if ((st = ma_tensor_alloc(&out[o], MA_DT_F32, s->out[o].ndim, shape, err))) break;
-        }
-        if (st) break;
-        if (s->debug) {
-            tr.pooled = out[1].data;
-            tr.projected = out[2].data;
-            tr.coords = s->n_out > 3 ? out[3].data : NULL;
-        }
-        st = ma_vision_forward(c, &m->vision, &s->kc, in[0].data, (int)n, out[0].data, s->debug ? &tr : NULL, err);
-    } break;
-    case MA_SESS_LLM: {
-        int64_t S = in[0].shape[0];
-        if ((st = dims_agree(s, "sequence lengths", S, in[1].shape[0], err)) || (st = dims_agree(s, "sequence lengths", S, in[2].shape[0], err))) break;
-        if (S < 1) { st = ma_fail(err, MA_ERR_SHAPE, "%s: empty prompt", s->name); break; }
-        const ma_llm_w *w = &m->llm[s->split];
-        int64_t kshape[4] = {w->last - w->first, S, c->kv_heads, c->head_dim};
-        if ((st = ma_tensor_alloc2(&out[0], MA_DT_F32, S, c->d, err)) || (st = ma_tensor_alloc(&out[1], MA_DT_F32, 4, kshape, err)) ||
-            (st = ma_tensor_alloc(&out[2], MA_DT_F32, 4, kshape, err))) break;
-        memcpy(out[0].data, in[0].data, out[0].nbytes);
-        st = ma_llm_forward(c, w, &s->kc, out[0].data, S, in[1].data, in[2].data, out[1].data, out[2].data, err);
-    } break;
-    case MA_SESS_ACTION_CONTEXT: {
-        int64_t S = in[0].shape[1];
-        if ((st = dims_agree(s, "sequence lengths", S, in[1].shape[1], err))) break;
-        int64_t shape[4] = {c->layers, S, c->e_heads, c->e_head_dim};
-        if ((st = ma_tensor_alloc(&out[0], MA_DT_F32, 4, shape, err)) || (st = ma_tensor_alloc(&out[1], MA_DT_F32, 4, shape, err))) break;
-        st = ma_expert_context(c, &m->expert, &s->kc, in[0].data, in[1].data, c->layers, S, out[0].data, out[1].data, err);
-    } break;
-    case MA_SESS_ACTION_STEP: {
-        int64_t A = in[0].shape[0], S = in[2].shape[1];
-        if ((st = dims_agree(s, "sequence lengths", S, in[3].shape[1], err)) || (st = dims_agree(s, "sequence lengths", S, in[4].shape[0], err))) break;
-        if (A < 1 || A > c->max_action_horizon) { st = ma_fail(err, MA_ERR_SHAPE, "action_step input x: %lld steps (1..%d)", (long long)A, c->max_action_horizon); break; }
-        if ((st = ma_tensor_alloc2(&out[0], MA_DT_F32, A, c->max_action_dim, err))) break;
-        st = ma_expert_step(c, &m->expert, &s->kc, in[0].data, A, ((const float *)in[1].data)[0], in[2].data, in[3].data, S,
-                            in[4].data, out[0].data, err);
-    } break;
-    }
     return st;
 }

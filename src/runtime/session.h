@@ -47,6 +47,12 @@ typedef enum { MA_BACKEND_CPU, MA_BACKEND_QNN } ma_backend;
 ma_status ma_backend_current(ma_backend *b, ma_error *err);
 const char *ma_backend_name(ma_backend b);
 
+/* implemented by the backends (src/backend/backends.c): bind a session whose io spec is filled
+ * (its ops, impl, and the spec's dynamic dimensions where the backend fixes them); and what a
+ * backend needs done before any worker process starts */
+ma_status ma_backend_attach(ma_backend b, ma_session *s, ma_error *err);
+ma_status ma_backend_prepare(ma_backend b, ma_error *err);
+
 struct ma_session {
     const ma_session_ops *ops;
     void *impl;
@@ -67,6 +73,8 @@ struct ma_session {
  * (fixed-shape backends replace the io spec's -1 dimensions by their graphs' sizes) */
 ma_status ma_session_open(const ma_model *m, const char *name, ma_session **out, ma_error *err);
 /* the same on a given backend */
+/* for the backends: two dimensions that must agree across a session's inputs */
+ma_status ma_session_dims_agree(const ma_session *s, const char *what, int64_t a, int64_t b, ma_error *err);
 ma_status ma_session_open_on(ma_backend b, const ma_model *m, const char *name, ma_session **out, ma_error *err);
 /* inputs in io-spec order; outputs[n_out] receive owned tensors */
 ma_status ma_session_run(ma_session *s, const ma_tensor *inputs, ma_tensor *outputs, ma_error *err);
