@@ -79,11 +79,11 @@ extern "C" {
 #endif
 
 #define MOLMOACT_VERSION_MAJOR 0
-#define MOLMOACT_VERSION_MINOR 9
+#define MOLMOACT_VERSION_MINOR 10
 #define MOLMOACT_VERSION_PATCH 0
-#define MOLMOACT_VERSION "0.9.0"
+#define MOLMOACT_VERSION "0.10.0"
 
-/* the library's version string ("0.9.0"); compare with MOLMOACT_VERSION to detect a header and
+/* the library's version string ("0.10.0"); compare with MOLMOACT_VERSION to detect a header and
  * library mismatch */
 MOLMOACT_API const char *molmoact_version(void);
 

@@ -7,7 +7,8 @@
 #   2. links the heavy assets (model/ or ctx/, golden/, qnn_libs/, dsp_libs/) from the persistent
 #      workspace, never copying or changing them;
 #   3. runs `molmoact run` there (resident) with the given options, with LD_LIBRARY_PATH=qnn_libs
-#      and ADSP_LIBRARY_PATH=dsp_libs as the reference deployment sets them;
+#      and ADSP_LIBRARY_PATH="dsp_libs;/usr/lib/rfsa/adsp;/dsp" (';' separates the DSP's directories);
+#      with `-- --backend qnn ...` it first prints, on one line, the graphs each ctx/*.bin holds;
 #   4. prints its output (the latency table, the parity table with a golden) and the pure
 #      inference time, [infer-ms];
 #   5. deletes the ephemeral directory, also on failure or Ctrl-C: nothing persistent is modified.
@@ -97,12 +98,25 @@ fi
 golden=()
 if dev "test -d $(q "$tmp")/golden"; then golden=(--golden golden); fi
 
+# 3a. with --backend qnn: the graphs each context binary holds, on the first line (the first
+# device run settles what the reference binaries hold: graph count and names)
+qnn=0 prev=""
+for a in "${run_args[@]}"; do
+  { [ "$a" = "--backend=qnn" ] || { [ "$prev" = "--backend" ] && [ "$a" = qnn ]; }; } && qnn=1
+  prev=$a
+done
+if [ $qnn = 1 ]; then
+  graphs=$(dev "cd $(q "$tmp") && for f in $(q "$model")/ctx/*.bin; do LD_LIBRARY_PATH=\$PWD/qnn_libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} \
+    \$PWD/molmoact-*/bin/molmoact inspect \"\$f\" --qnn-lib-dir \$PWD/qnn_libs 2>&1 | head -1; done" 2>&1 || true)
+  echo "qnn graphs: $(echo "$graphs" | sed 's|^.*/ctx/||; s| (binary info.*||' | paste -sd ';' | sed 's/;/; /g')"
+fi
+
 # 3-4. the run, its output and the pure inference time
 # (ssh in the background and `wait`: a signal to this script runs the cleanup at once, where a
 # foreground ssh would hold the trap until the remote run ended)
 log=$(mktemp)
 dev "cd $(q "$tmp") && echo \$\$ > run.pid && LD_LIBRARY_PATH=\$PWD/qnn_libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} \
-  ADSP_LIBRARY_PATH=\$PWD/dsp_libs exec \$PWD/molmoact-*/bin/molmoact run --model $(q "$model")$(qa "${golden[@]}")$(qa "${run_args[@]}")" \
+  ADSP_LIBRARY_PATH=\"\$PWD/dsp_libs;/usr/lib/rfsa/adsp;/dsp\" exec \$PWD/molmoact-*/bin/molmoact run --model $(q "$model")$(qa "${golden[@]}")$(qa "${run_args[@]}")" \
   > "$log" 2>&1 < /dev/null &
 ssh_pid=$!
 wait $ssh_pid && rc=0 || rc=$?

@@ -40,6 +40,7 @@ ws=$t/workspace
 mkdir -p "$ws"
 cp -r "$src/assets/tiny-grid/model" "$ws/model"
 cp -r "$src/assets/tiny-grid/golden" "$ws/golden"
+mkdir -p "$ws/model/ctx" && printf 'not a real context binary' > "$ws/model/ctx/vision_socid77_archv73.bin"
 sum() { (cd "$ws" && find . -type f -exec sha1sum {} + | sort | sha1sum); }
 before=$(sum)
 export MOLMOACT_DEVICE=root@127.0.0.1 MOLMOACT_DEVICE_PORT=$port
@@ -61,6 +62,13 @@ check "workspace unchanged" '[ "$(sum)" = "$before" ]'
 out=$("$src/scripts/profile_device.sh" --tarball "$tarball" --workspace "$ws" -- --bogus 2>&1); rc=$?
 check "a failing run fails" '[ $rc -ne 0 ] && echo "$out" | grep -q "unknown option --bogus"'
 check "removed after a failure" '[ "$(leftovers)" -eq "$base" ]'
+
+# --backend qnn: the graphs of each context binary first, on one line (here the QNN libraries are
+# missing, so the line names the failure and the run fails)
+out=$("$src/scripts/profile_device.sh" --tarball "$tarball" --workspace "$ws" -- --backend qnn --runs 1 2>&1); rc=$?
+check "qnn: the graphs line comes first" 'echo "$out" | head -1 | grep -q "^qnn graphs: vision_socid77_archv73.bin: "' || echo "$out" | head -3
+check "qnn without libraries fails, named" '[ $rc -ne 0 ] && echo "$out" | grep -q "libQnnHtp.so"'
+check "removed after the qnn run" '[ "$(leftovers)" -eq "$base" ]'
 
 # Ctrl-C as a terminal sends it: SIGINT to the profiler's process group (job control on, so the
 # background job is its own group and does not start with SIGINT ignored)
