@@ -21,11 +21,13 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,7 +36,9 @@
 #include "io/jsonline.h"
 #include "io/mapfile.h"
 #include "molmoact.h"
+#include "server/components.h"
 #include "server/http.h"
+#include "server/metrics.h"
 #include "server/wire.h"
 
 #define HISTORY 64          /* requests kept for the status page */
@@ -106,6 +110,7 @@ typedef struct job {
     size_t bytes_in;
     double t_recv, t_start, t_done;
     double t_infer;        /* the inference call alone (openpi's infer_ms, AllenAI's dt_ms) */
+    double t_decoded;      /* when decoding ended and the inference call began */
     ma_wire_request req;
     molmoact_result res;
     int decoded;           /* 0: the request itself was refused (400) */
@@ -116,9 +121,23 @@ typedef struct job {
     char log[1024];        /* for the log: the whole message */
 } job;
 
+/* Why a request failed: a bounded set (the reason label of /metrics and the status page's marks) */
+enum { F_BAD_REQUEST, F_TOO_LARGE, F_TIMEOUT, F_UNAUTHORIZED, F_OVERLOADED, F_SHUTTING_DOWN, F_WORKER, F_INTERNAL, F_PROTOCOL, F_N };
+static const char *const FAIL_REASON[F_N] = {"bad_request", "too_large", "timeout", "unauthorized", "overloaded",
+                                             "shutting_down", "worker", "internal", "protocol"};
+
+/* the timed parts of a request: queue (from its first byte until the inference thread takes it:
+ * receiving it and waiting), decode (JSON / msgpack, base64), then molmoact_timing's (total: the
+ * engine's whole pipeline) */
+enum { C_QUEUE, C_DECODE, C_PREPROCESS, C_VISION, C_LLM0, C_LLM1, C_LLM2, C_LLM3, C_ACTION_CONTEXT, C_ACTION_STEP, C_TRANSFER, C_HOST, C_TOTAL, C_N };
+static const char *const COMPONENT[C_N] = {"queue", "decode", "preprocess", "vision", "llm_split0", "llm_split1", "llm_split2", "llm_split3",
+                                           "action_context", "action_step", "transfer", "host", "total"};
+
 typedef struct history_entry {
-    double t, total, vision, llm, action_context, action_step, transfer, host, server_ms;
-    int ok;
+    double t;          /* s since the start */
+    double request;    /* ms: the first byte of the request to its reply (or refusal) */
+    double c[C_N];     /* ms per component (successful requests) */
+    int ok, ws, reason;
 } history_entry;
 
 static struct {
@@ -132,6 +151,7 @@ static struct {
     size_t max_bytes, rx_total, rx_total_max;
     uint64_t rng;          /* the noise seeds' generator */
     int listen_fd, bound_port;
+    int port_lock_fd;      /* the abstract socket that claims the address while the engine loads */
     int wake[2];           /* the inference thread and the signal handler wake the loop */
     conn *conns;
     int n_conns;
@@ -142,11 +162,16 @@ static struct {
     pthread_cond_t cv;
     job *queue, **queue_tail, *done;
     int running, quit;
+    int n_queued;          /* jobs waiting for the inference thread */
     /* statistics */
-    double t_start;
+    double t_start, wall_start;
     long served, failed;
+    uint64_t requests[2];  /* http, websocket: answered or refused */
+    uint64_t failures[F_N];
+    ma_histogram req_hist, comp_hist[C_N];
     history_entry hist[HISTORY];
     int hist_n, hist_at;
+    ma_component_weights weights[MA_N_COMPONENTS];
 } S;
 
 static volatile sig_atomic_t g_stop;
@@ -240,26 +265,38 @@ static void log_event(const char *event, const char *client, const char *detail)
     fflush(stderr);
 }
 
-static void record(const job *j) {
+/* One inference request ends: answered (reason < 0) or refused. Every request is counted once,
+ * here: the counters and histograms of /metrics (over the server's life) and the status page's
+ * history (the last HISTORY requests, failures included). t_first: its first byte (0: now). */
+static void account(int ws, int reason, double t_first, const job *j) {
+    const double now = now_ms();
+    const double ms = t_first > 0 && t_first < now ? now - t_first : 0;
+    S.requests[ws ? 1 : 0]++;
+    if (reason >= 0) S.failures[reason]++, S.failed++;
+    else S.served++;
+    ma_hist_observe(&S.req_hist, ms / 1e3);
     history_entry *h = &S.hist[S.hist_at];
     S.hist_at = (S.hist_at + 1) % HISTORY;
     if (S.hist_n < HISTORY) S.hist_n++;
     memset(h, 0, sizeof *h);
-    h->t = (j->t_done - S.t_start) / 1e3;
-    h->ok = j->status == MOLMOACT_OK;
-    h->server_ms = j->t_done - j->t_start;
-    if (h->ok) {
+    h->t = (now - S.t_start) / 1e3;
+    h->request = ms;
+    h->ok = reason < 0;
+    h->ws = ws;
+    h->reason = reason;
+    if (reason < 0 && j) {
         const molmoact_timing *t = &j->res.timing;
-        h->total = t->total;
-        h->vision = t->vision;
-        h->llm = t->llm_split[0] + t->llm_split[1] + t->llm_split[2] + t->llm_split[3];
-        h->action_context = t->action_context;
-        h->action_step = t->action_step;
-        h->transfer = t->transfer;
-        h->host = t->host;
-        S.served++;
-    } else S.failed++;
+        const double c[C_N] = {j->t_start - j->t_recv, j->t_decoded - j->t_start, t->preprocess, t->vision, t->llm_split[0], t->llm_split[1], t->llm_split[2],
+                               t->llm_split[3], t->action_context, t->action_step, t->transfer, t->host, t->total};
+        for (int i = 0; i < C_N; i++) {
+            h->c[i] = c[i] > 0 ? c[i] : 0;
+            ma_hist_observe(&S.comp_hist[i], h->c[i] / 1e3);
+        }
+    }
 }
+
+/* a refused inference request on connection c (its first byte: c->msg_start) */
+static void refused(const conn *c, int ws, int reason) { account(ws, reason, c->msg_start, NULL); }
 
 /* ------------------------------------------------------------------------------ inference thread */
 
@@ -303,7 +340,7 @@ static void run_job(job *j) {
             j->server_seed = 1;
         }
         molmoact_error err;
-        j->t_infer = now_ms();
+        j->t_infer = j->t_decoded = now_ms();
         j->status = molmoact_infer(S.engine, &j->req.obs, &j->res, &err);
         j->t_infer = now_ms() - j->t_infer;
         /* n_action_steps: the first steps of the chunk */
@@ -327,6 +364,7 @@ static void *infer_thread(void *arg) {
         job *j = S.queue;
         S.queue = j->next;
         if (!S.queue) S.queue_tail = &S.queue;
+        S.n_queued--;
         S.running = 1;
         pthread_mutex_unlock(&S.mu);
         run_job(j);
@@ -345,6 +383,7 @@ static void enqueue(job *j) {
     j->next = NULL;
     *S.queue_tail = j;
     S.queue_tail = &j->next;
+    S.n_queued++;
     pthread_cond_signal(&S.cv);
     pthread_mutex_unlock(&S.mu);
 }
@@ -510,6 +549,27 @@ static cJSON *health_json(void) {
     return j;
 }
 
+/* the history's successful requests: a component's values (ms), oldest first; returns how many */
+static int history_values(const char *key, double *v) {
+    int n = 0;
+    for (int i = 0; i < S.hist_n; i++) {
+        const history_entry *h = &S.hist[(S.hist_at - S.hist_n + i + HISTORY) % HISTORY];
+        if (!h->ok) continue;
+        double x = 0;
+        if (!strcmp(key, "request")) x = h->request;
+        else if (!strcmp(key, "llm")) x = h->c[C_LLM0] + h->c[C_LLM1] + h->c[C_LLM2] + h->c[C_LLM3];
+        else
+            for (int k = 0; k < C_N; k++)
+                if (!strcmp(key, COMPONENT[k])) x = h->c[k];
+        v[n++] = x;
+    }
+    return n;
+}
+
+/* what the status page's percentile table lists: the whole request, then its parts */
+static const char *const PCT_KEYS[] = {"request", "queue", "decode", "preprocess", "vision", "llm_split0", "llm_split1", "llm_split2", "llm_split3",
+                                       "llm", "action_context", "action_step", "transfer", "host", "total"};
+
 static cJSON *status_json(void) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", S.model_name);
@@ -520,23 +580,113 @@ static cJSON *status_json(void) {
     cJSON_AddNumberToObject(j, "uptime_s", (now_ms() - S.t_start) / 1e3);
     cJSON_AddNumberToObject(j, "requests_served", (double)S.served);
     cJSON_AddNumberToObject(j, "requests_failed", (double)S.failed);
+    cJSON *fr = cJSON_AddObjectToObject(j, "failures");
+    for (int i = 0; i < F_N; i++)
+        if (S.failures[i]) cJSON_AddNumberToObject(fr, FAIL_REASON[i], (double)S.failures[i]);
     cJSON_AddNumberToObject(j, "clients", S.n_conns);
+    /* each component's precision and the dtypes its weights are stored in (bytes) */
+    cJSON *comps = cJSON_AddArrayToObject(j, "components");
+    for (int i = 0; i < MA_N_COMPONENTS; i++) {
+        const ma_component_weights *w = &S.weights[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", w->name);
+        cJSON_AddStringToObject(e, "precision", w->precision);
+        if (w->n_dtypes) cJSON_AddStringToObject(e, "dtype", w->dtype[0]);
+        else cJSON_AddNullToObject(e, "dtype");
+        cJSON *b = cJSON_AddObjectToObject(e, "bytes");
+        for (int k = 0; k < w->n_dtypes; k++) cJSON_AddNumberToObject(b, w->dtype[k], (double)w->bytes[k]);
+        cJSON_AddItemToArray(comps, e);
+    }
     cJSON *arr = cJSON_AddArrayToObject(j, "recent");
     for (int i = 0; i < S.hist_n; i++) {
         const history_entry *h = &S.hist[(S.hist_at - S.hist_n + i + HISTORY) % HISTORY];
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "t_s", h->t);
         cJSON_AddBoolToObject(e, "ok", h->ok);
-        cJSON_AddNumberToObject(e, "vision", h->vision);
-        cJSON_AddNumberToObject(e, "llm", h->llm);
-        cJSON_AddNumberToObject(e, "action_context", h->action_context);
-        cJSON_AddNumberToObject(e, "action_step", h->action_step);
-        cJSON_AddNumberToObject(e, "transfer", h->transfer);
-        cJSON_AddNumberToObject(e, "host", h->host);
-        cJSON_AddNumberToObject(e, "total", h->total);
+        cJSON_AddStringToObject(e, "protocol", h->ws ? "websocket" : "http");
+        if (!h->ok) cJSON_AddStringToObject(e, "reason", FAIL_REASON[h->reason]);
+        cJSON_AddNumberToObject(e, "request", h->request);
+        for (int k = 0; k < C_N; k++) {
+            cJSON_AddNumberToObject(e, COMPONENT[k], h->c[k]);
+            if (k == C_LLM3) cJSON_AddNumberToObject(e, "llm", h->c[C_LLM0] + h->c[C_LLM1] + h->c[C_LLM2] + h->c[C_LLM3]);
+        }
         cJSON_AddItemToArray(arr, e);
     }
+    /* p50/p90/p99 of each part over the successful requests of "recent" (nearest rank) */
+    double v[HISTORY];
+    const int n = history_values("request", v);
+    cJSON_AddNumberToObject(j, "percentiles_over", n);
+    cJSON *pct = cJSON_AddObjectToObject(j, "percentiles");
+    for (size_t k = 0; n && k < sizeof PCT_KEYS / sizeof PCT_KEYS[0]; k++) {
+        cJSON *e = cJSON_AddObjectToObject(pct, PCT_KEYS[k]);
+        static const double P[3] = {50, 90, 99};
+        static const char *const PN[3] = {"p50", "p90", "p99"};
+        for (int q = 0; q < 3; q++) {
+            history_values(PCT_KEYS[k], v);
+            cJSON_AddNumberToObject(e, PN[q], ma_percentile(v, n, P[q]));
+        }
+    }
     return j;
+}
+
+/* GET /metrics: Prometheus' text format 0.0.4. Counters and histograms over the server's life. */
+static char *metrics_text(size_t *len) {
+    ma_textbuf t = {0};
+    const char *be = getenv("MOLMOACT_BACKEND");
+    ma_tb_family(&t, "molmoact_info", "gauge", "The server: molmoact's version, the model's name and variant, the backend and the mode (always 1).");
+    ma_tb_printf(&t, "molmoact_info{version=\"");
+    ma_tb_label_value(&t, molmoact_version());
+    ma_tb_printf(&t, "\",model=\"");
+    ma_tb_label_value(&t, S.model_name);
+    ma_tb_printf(&t, "\",variant=\"");
+    ma_tb_label_value(&t, S.info.variant);
+    ma_tb_printf(&t, "\",backend=\"%s\",mode=\"%s\"} 1\n", be && !strcmp(be, "qnn") ? "qnn" : "cpu", S.info.inproc ? "inproc" : "resident");
+    ma_tb_family(&t, "molmoact_component_precision_info", "gauge",
+                 "Each component's precision (its context's, or checkpoint) and the dtype most of its weights are stored in (always 1).");
+    for (int i = 0; i < MA_N_COMPONENTS; i++) {
+        const ma_component_weights *w = &S.weights[i];
+        ma_tb_printf(&t, "molmoact_component_precision_info{component=\"%s\",precision=\"", w->name);
+        ma_tb_label_value(&t, w->precision);
+        ma_tb_printf(&t, "\",dtype=\"%s\"} 1\n", w->n_dtypes ? w->dtype[0] : "unknown");
+    }
+    ma_tb_family(&t, "molmoact_start_time_seconds", "gauge", "When the server started listening, in seconds since the Unix epoch.");
+    ma_tb_printf(&t, "molmoact_start_time_seconds %.3f\n", S.wall_start);
+    ma_tb_family(&t, "molmoact_uptime_seconds", "gauge", "Seconds since the server started listening.");
+    ma_tb_printf(&t, "molmoact_uptime_seconds %.3f\n", (now_ms() - S.t_start) / 1e3);
+    ma_tb_family(&t, "molmoact_requests_total", "counter",
+                 "Inference requests (POST /act bodies, websocket request messages) the server finished, answered or refused.");
+    ma_tb_printf(&t, "molmoact_requests_total{protocol=\"http\"} %llu\n", (unsigned long long)S.requests[0]);
+    ma_tb_printf(&t, "molmoact_requests_total{protocol=\"websocket\"} %llu\n", (unsigned long long)S.requests[1]);
+    ma_tb_family(&t, "molmoact_request_failures_total", "counter", "Inference requests that failed or were refused, by reason.");
+    for (int i = 0; i < F_N; i++)
+        ma_tb_printf(&t, "molmoact_request_failures_total{reason=\"%s\"} %llu\n", FAIL_REASON[i], (unsigned long long)S.failures[i]);
+    ma_tb_family(&t, "molmoact_request_duration_seconds", "histogram",
+                 "Inference requests' time from their first byte to their reply or refusal, in seconds.");
+    ma_tb_histogram(&t, "molmoact_request_duration_seconds", NULL, &S.req_hist);
+    ma_tb_family(&t, "molmoact_component_duration_seconds", "histogram",
+                 "Successful requests' time per part, in seconds: queue (from the first byte until the inference thread takes it), "
+                 "decode, preprocess, each session, shared-memory transfer, host glue, and total (the engine's whole pipeline).");
+    for (int i = 0; i < C_N; i++) {
+        char l[48];
+        snprintf(l, sizeof l, "component=\"%s\"", COMPONENT[i]);
+        ma_tb_histogram(&t, "molmoact_component_duration_seconds", l, &S.comp_hist[i]);
+    }
+    pthread_mutex_lock(&S.mu);
+    const int queued = S.n_queued, running = S.running;
+    pthread_mutex_unlock(&S.mu);
+    int ws = 0;
+    for (const conn *c = S.conns; c; c = c->next) ws += c->is_ws;
+    ma_tb_family(&t, "molmoact_connected_clients", "gauge", "Open client connections (HTTP and websocket).");
+    ma_tb_printf(&t, "molmoact_connected_clients %d\n", S.n_conns);
+    ma_tb_family(&t, "molmoact_websocket_clients", "gauge", "Open websocket connections.");
+    ma_tb_printf(&t, "molmoact_websocket_clients %d\n", ws);
+    ma_tb_family(&t, "molmoact_queue_depth", "gauge", "Requests waiting for the inference thread.");
+    ma_tb_printf(&t, "molmoact_queue_depth %d\n", queued);
+    ma_tb_family(&t, "molmoact_requests_processing", "gauge", "Requests being decoded or run now (0 or 1).");
+    ma_tb_printf(&t, "molmoact_requests_processing %d\n", running);
+    if (t.failed) { ma_tb_free(&t); return NULL; }
+    *len = t.len;
+    return t.p;
 }
 
 /* The status page: static HTML, its script from /status.js (the Content-Security-Policy allows
@@ -544,36 +694,64 @@ static cJSON *status_json(void) {
  * attributes, never parsed as HTML. */
 static const char STATUS_PAGE[] =
     "<!doctype html><html><head><meta charset=utf-8><title>molmoact serve</title><style>"
-    "body{font:14px sans-serif;margin:24px;color:#222}table{border-collapse:collapse}td{padding:2px 12px 2px 0}"
-    "h1{font-size:20px}h2{font-size:16px}.k{color:#666}#legend span{display:inline-block;margin-right:14px}"
+    "body{font:14px sans-serif;margin:24px;color:#222}table{border-collapse:collapse}td,th{padding:2px 12px 2px 0;text-align:left}"
+    "th{color:#666;font-weight:normal;border-bottom:1px solid #ccc}td.n{text-align:right;font-variant-numeric:tabular-nums}"
+    "h1{font-size:20px}h2{font-size:16px;margin-top:22px}.k{color:#666}#legend span{display:inline-block;margin-right:14px}"
     "#legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}</style></head><body>"
-    "<h1>molmoact serve</h1><table id=info></table><h2>Latency of the last requests (ms per component)</h2>"
+    "<h1>molmoact serve</h1><table id=info></table>"
+    "<h2>Precision per component</h2><table id=precision><thead><tr><th>component<th>precision<th>weights stored as</tr></thead>"
+    "<tbody></tbody></table>"
+    "<h2>Latency of the last requests (ms per component)</h2>"
     "<svg id=plot width=760 height=280 style='border:1px solid #ccc' xmlns='http://www.w3.org/2000/svg'></svg><div id=legend></div>"
+    "<h2 id=pct-title>Percentiles (ms)</h2><table id=percentiles><thead><tr><th>component<th>p50<th>p90<th>p99</tr></thead>"
+    "<tbody></tbody></table>"
     "<script src='status.js'></script></body></html>";
 
 static const char STATUS_JS[] =
     "'use strict';\n"
     "const parts=[['vision','#4e79a7'],['llm','#f28e2b'],['action_context','#e15759'],['action_step','#76b7b2'],"
     "['transfer','#59a14f'],['host','#edc948']];\n"
+    "const FAIL='#d62728';\n"
     "const NS='http://www.w3.org/2000/svg';\n"
     "function el(tag,attrs,text){const e=tag.startsWith('svg:')?document.createElementNS(NS,tag.slice(4)):document.createElement(tag);"
     "for(const k in attrs)e.setAttribute(k,attrs[k]);if(text!==undefined)e.textContent=String(text);return e}\n"
+    /* axis ticks in steps of 1, 2 or 5 times a power of ten, about n intervals, from 0 to the
+     * first tick at or above max; the labels with the step's decimals */
+    "function niceTicks(max,n){n=n||5;if(!(max>0))max=1;const raw=max/n,mag=Math.pow(10,Math.floor(Math.log10(raw)));"
+    "let step=10*mag;for(const m of [1,2,5])if(m*mag>=raw*(1-1e-12)){step=m*mag;break}\n"
+    " const k=Math.max(1,Math.ceil(max/step*(1-1e-12))),dec=Math.max(0,-Math.floor(Math.log10(step)+1e-9)),labels=[];\n"
+    " for(let i=0;i<=k;i++)labels.push((i*step).toFixed(dec));return {step:step,top:k*step,labels:labels}}\n"
+    "function ms(v){return v>=100?v.toFixed(0):v>=10?v.toFixed(1):v.toFixed(2)}\n"
+    "function bytes(b){return b>=1<<30?(b/(1<<30)).toFixed(1)+' GiB':b>=1<<20?(b/(1<<20)).toFixed(1)+' MiB':(b/1024).toFixed(1)+' KiB'}\n"
+    "function dtypes(c){const b=c.bytes||{},ks=Object.keys(b);if(!ks.length)return 'unknown';let t=0;ks.forEach(k=>t+=b[k]);"
+    "return ks.map(k=>ks.length>1?k+' '+(100*b[k]/t).toFixed(b[k]/t<0.01?1:0)+'%':k).join(', ')+' ('+bytes(t)+')'}\n"
+    "function rows(id,list){const tb=document.querySelector('#'+id+' tbody');tb.replaceChildren();"
+    "list.forEach(r=>{const tr=el('tr');r.forEach((v,i)=>tr.append(el('td',i&&id==='percentiles'?{class:'n'}:{},v)));tb.append(tr)})}\n"
     "function draw(s){\n"
     " const info=document.getElementById('info');info.replaceChildren();\n"
-    " [['model',s.model],['variant',s.variant],['precision',s.precision.vision+' / '+s.precision.llm+' / '+s.precision.action],"
-    "['mode',s.mode],['uptime',s.uptime_s.toFixed(0)+' s'],['requests served',s.requests_served],['requests failed',s.requests_failed],"
+    " [['model',s.model],['variant',s.variant],['mode',s.mode],['uptime',s.uptime_s.toFixed(0)+' s'],['requests served',s.requests_served],"
+    "['requests failed',s.requests_failed+(Object.keys(s.failures).length?' ('+Object.keys(s.failures).map(k=>k+' '+s.failures[k]).join(', ')+')':'')],"
     "['clients',s.clients],['version',s.version]].forEach(r=>{const tr=el('tr');tr.append(el('td',{class:'k'},r[0]),el('td',{},r[1]));"
     "info.append(tr)});\n"
-    " const svg=document.getElementById('plot'),W=760,H=280,L=50,B=20,T=12;let max=1;svg.replaceChildren();\n"
+    " rows('precision',s.components.map(c=>[c.name,c.precision,dtypes(c)]));\n"
+    " document.getElementById('pct-title').textContent='Percentiles over the last '+s.percentiles_over+' successful request'+(s.percentiles_over===1?'':'s')+' (ms)';\n"
+    " rows('percentiles',Object.keys(s.percentiles).map(k=>[k,ms(s.percentiles[k].p50),ms(s.percentiles[k].p90),ms(s.percentiles[k].p99)]));\n"
+    " const svg=document.getElementById('plot'),W=760,H=280,L=50,B=20,T=12,R=10;let max=0;svg.replaceChildren();\n"
     " s.recent.forEach(r=>{let t=0;parts.forEach(p=>t+=r[p[0]]);max=Math.max(max,t)});\n"
+    " const tk=niceTicks(max),top=tk.top,ph=H-B-T;\n"
+    " tk.labels.forEach((lab,i)=>{const y=T+ph*(1-i/(tk.labels.length-1));"
+    "svg.append(el('svg:line',{x1:L,y1:y,x2:W-R,y2:y,stroke:i?'#eee':'#999'}),el('svg:text',{class:'tick',x:L-6,y:y+4,'font-size':11,'text-anchor':'end'},lab))});\n"
     " svg.append(el('svg:line',{x1:L,y1:T,x2:L,y2:H-B,stroke:'#999'}));\n"
-    " for(let i=0;i<=4;i++){const y=T+(H-B-T)*(1-i/4);svg.append(el('svg:text',{x:4,y:y+4,'font-size':11},(max*i/4).toFixed(1)))}\n"
-    " const n=s.recent.length,bw=n?Math.min(24,Math.max(2,(W-L-10)/n-2)):0;\n"
-    " s.recent.forEach((r,i)=>{let y=H-B;const x=L+4+i*(bw+2);parts.forEach(p=>{const h=(H-B-T)*r[p[0]]/max;y-=h;"
-    "svg.append(el('svg:rect',{x:x,y:y,width:bw,height:h,fill:p[1]}))});"
-    "if(!r.ok)svg.append(el('svg:text',{x:x,y:H-4,'font-size':11,fill:'red'},'x'))});\n"
+    " const n=s.recent.length,bw=n?Math.min(24,Math.max(2,(W-L-R-4)/n-2)):0;\n"
+    " s.recent.forEach((r,i)=>{let y=H-B;const x=L+4+i*(bw+2);\n"
+    "  if(!r.ok){const g=el('svg:g',{class:'fail'}),c=x+bw/2,h=Math.max(3,Math.min(6,bw/2+1));"
+    "g.append(el('svg:title',{},'failed: '+r.reason+' ('+r.protocol+', '+ms(r.request)+' ms)'),"
+    "el('svg:rect',{x:x,y:T,width:bw,height:ph,fill:FAIL,'fill-opacity':0.12}),"
+    "el('svg:path',{d:'M'+(c-h)+' '+(H-B-2*h-2)+'l'+2*h+' '+2*h+'m0 '+(-2*h)+'l'+(-2*h)+' '+2*h,stroke:FAIL,'stroke-width':2}));svg.append(g);return}\n"
+    "  parts.forEach(p=>{const h=ph*r[p[0]]/top;y-=h;svg.append(el('svg:rect',{x:x,y:y,width:bw,height:h,fill:p[1]}))})});\n"
+    " svg.append(el('svg:text',{x:L+4,y:H-4,'font-size':11,fill:'#666'},'oldest'),el('svg:text',{x:W-R,y:H-4,'font-size':11,fill:'#666','text-anchor':'end'},'newest'));\n"
     " const lg=document.getElementById('legend');lg.replaceChildren();\n"
-    " parts.forEach(p=>{const sp=el('span'),i=el('i');i.style.background=p[1];sp.append(i,document.createTextNode(p[0]));lg.append(sp)})}\n"
+    " parts.concat([['failed request',FAIL]]).forEach(p=>{const sp=el('span'),i=el('i');i.style.background=p[1];sp.append(i,document.createTextNode(p[0]));lg.append(sp)})}\n"
     "function tick(){fetch('status.json').then(r=>r.json()).then(draw).catch(()=>{})}\n"
     "tick();setInterval(tick,2000);\n";
 
@@ -634,6 +812,7 @@ static int query_has(const char *q, const char *name, const char *value) {
 static void start_request(conn *c, int json) {
     const char *proto = c->is_ws ? "ws" : "http";
     if (S.stopping) {
+        refused(c, c->is_ws, F_SHUTTING_DOWN);
         log_line(c->peer, proto, c->rx_len, 0, NULL, "refused: shutting down");
         if (c->is_ws) ws_error(c, "server: shutting down", 1001);
         else http_error(c, 503, "server: shutting down", 1);
@@ -642,6 +821,7 @@ static void start_request(conn *c, int json) {
     }
     job *j = calloc(1, sizeof *j);
     if (!j) {
+        refused(c, c->is_ws, F_OVERLOADED);
         if (c->is_ws) ws_error(c, "server: out of memory", 1011);
         else http_error(c, 500, "server: out of memory", 1);
         return;
@@ -664,11 +844,21 @@ static void start_request(conn *c, int json) {
 
 static void process_http(conn *c);
 
+/* the HTTP status of a failed job, and its reason */
+static int job_http_code(const job *j) {
+    return !j->decoded ? 400 : j->status == MOLMOACT_ERR_WORKER ? 503 : (j->status == MOLMOACT_ERR_NOMEM || j->status == MOLMOACT_ERR_IO) ? 500 : 400;
+}
+
+static int job_reason(const job *j) {
+    const int code = job_http_code(j);
+    return code == 503 ? F_WORKER : code == 500 ? F_INTERNAL : F_BAD_REQUEST;
+}
+
 static void finish_job(job *j) {
-    record(j);
     conn *c = find_conn(j->conn_id);
     const char *proto = j->is_ws ? "ws" : "http";
     if (!c) {
+        account(j->is_ws, j->status ? job_reason(j) : -1, j->t_recv, j);
         log_line(j->peer, proto, j->bytes_in, 0, j, j->status ? j->log : "ok (client gone before the reply)");
         job_free(j);
         return;
@@ -683,8 +873,8 @@ static void finish_job(job *j) {
     if (j->status) {
         log_line(c->peer, proto, j->bytes_in, strlen(j->msg), j, j->log);
         if (c->is_ws) ws_error(c, j->msg, 1011);
-        else http_error(c, !j->decoded ? 400 : j->status == MOLMOACT_ERR_WORKER ? 503 : (j->status == MOLMOACT_ERR_NOMEM || j->status == MOLMOACT_ERR_IO) ? 500 : 400,
-                        j->msg, 0);
+        else http_error(c, job_http_code(j), j->msg, 0);
+        account(j->is_ws, job_reason(j), j->t_recv, j);
         job_free(j);
         if (!c->is_ws) process_http(c);
         return;
@@ -695,10 +885,13 @@ static void finish_job(job *j) {
         /* server_timing as openpi's server gives it: infer_ms this request's inference, and from
          * the second reply on prev_total_ms, the previous request's whole cycle (from the end of
          * the reply before it, or the connection's start, to the end of its own reply) */
-        if (ma_wire_encode_reply(&j->res, j->t_infer, c->n_replies ? c->prev_total_ms : -1.0, &b, &err)) ws_error(c, err.msg, 1011);
-        else {
+        if (ma_wire_encode_reply(&j->res, j->t_infer, c->n_replies ? c->prev_total_ms : -1.0, &b, &err)) {
+            ws_error(c, err.msg, 1011);
+            account(1, F_INTERNAL, j->t_recv, j);
+        } else {
             ws_send(c, MA_WS_BINARY, b.data, b.len);
             log_line(c->peer, proto, j->bytes_in, b.len, j, "ok");
+            account(1, -1, j->t_recv, j);
         }
         free(b.data);
         c->n_replies++;
@@ -737,6 +930,7 @@ static void finish_job(job *j) {
         char *s = cJSON_PrintUnformatted(o);
         http_respond(c, 200, "application/json", s ? s : "{}", s ? strlen(s) : 2, NULL, 0);
         log_line(c->peer, proto, j->bytes_in, s ? strlen(s) : 0, j, "ok");
+        account(0, -1, j->t_recv, j);
         free(s);
         cJSON_Delete(o);
     }
@@ -761,7 +955,8 @@ static void consume_in(conn *c, size_t n) {
     c->in_len -= n;
 }
 
-static const char NOT_FOUND[] = "not found: GET /healthz, /health, /act, /, /status.json; POST /act, /reset; a websocket upgrade on any path";
+static const char NOT_FOUND[] =
+    "not found: GET /healthz, /health, /act, /, /status.json, /metrics; POST /act, /reset; a websocket upgrade on any path";
 
 static int has_body_too_big(const ma_http_req *r) { return r->content_length > 65536; }
 
@@ -782,24 +977,31 @@ static void route(conn *c) {
     const int health = !strcmp(p, "/healthz") || !strcmp(p, "/health");
     c->head_only = r->method == MA_HTTP_HEAD;
     c->keep_alive = r->keep_alive;
+    /* an inference request (counted in /metrics when refused here): POST /act, or a websocket
+     * handshake (its refusal is the one request that connection makes) */
+    const int upgrade = r->upgrade_websocket && r->method == MA_HTTP_GET;
+    const int act_post = r->method == MA_HTTP_POST && !strcmp(p, "/act");
     if (c->reserved && !health) {
+        if (act_post || upgrade) refused(c, upgrade, F_OVERLOADED);
         log_line(c->peer, "http", 0, 0, NULL, "refused: --max-clients reached");
         http_error(c, 503, "server: too many clients (--max-clients); /healthz and /health are still answered", 1);
         return;
     }
     if (!health && !authorised(r)) {
+        if (act_post || upgrade) refused(c, upgrade, F_UNAUTHORIZED);
         log_line(c->peer, r->upgrade_websocket ? "ws" : "http", 0, 0, NULL, "refused: missing or wrong API key");
         http_error(c, 401, "missing or wrong API key (Authorization: Api-Key <key>)", has_body);
         return;
     }
-    if (r->upgrade_websocket && r->method == MA_HTTP_GET) {
+    if (upgrade) {
         char accept[29];
         if (r->ws_version != 13) {
+            refused(c, 1, F_BAD_REQUEST);
             http_respond(c, 426, "text/plain", "websocket version 13 only", 25, "Sec-WebSocket-Version: 13\r\n", 1);
             return;
         }
-        if (ma_ws_accept_key(r->ws_key, accept)) { http_error(c, 400, "malformed Sec-WebSocket-Key", 1); return; }
-        if (S.stopping) { http_error(c, 503, "server: shutting down", 1); return; }
+        if (ma_ws_accept_key(r->ws_key, accept)) { refused(c, 1, F_BAD_REQUEST); http_error(c, 400, "malformed Sec-WebSocket-Key", 1); return; }
+        if (S.stopping) { refused(c, 1, F_SHUTTING_DOWN); http_error(c, 503, "server: shutting down", 1); return; }
         char h[256];
         const int n = snprintf(h, sizeof h, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                                             "Sec-WebSocket-Accept: %s\r\n\r\n", accept);
@@ -825,9 +1027,14 @@ static void route(conn *c) {
         if (!r->chunked && !c->body_left) finish_reset(c);
         return;
     }
-    if (!strcmp(p, "/act") && r->method == MA_HTTP_POST) {
-        if (!r->chunked && r->content_length < 0) { http_error(c, 411, "POST /act needs Content-Length or a chunked body", 1); return; }
+    if (act_post) {
+        if (!r->chunked && r->content_length < 0) {
+            refused(c, 0, F_BAD_REQUEST);
+            http_error(c, 411, "POST /act needs Content-Length or a chunked body", 1);
+            return;
+        }
         if (r->content_length > (int64_t)S.max_bytes) {
+            refused(c, 0, F_TOO_LARGE);
             char m[160];
             snprintf(m, sizeof m, "request body of %lld bytes exceeds --max-message-mb %.4g", (long long)r->content_length, S.o->max_message_mb);
             log_line(c->peer, "http", (size_t)r->content_length, 0, NULL, m);
@@ -844,7 +1051,7 @@ static void route(conn *c) {
     }
     /* everything else has no body: one that comes anyway is not read, and the connection closes */
     const int known = health || !strcmp(p, "/act") || !strcmp(p, "/") || !strcmp(p, "/status.json") || !strcmp(p, "/status.js") ||
-                      !strcmp(p, "/reset");
+                      !strcmp(p, "/metrics") || !strcmp(p, "/reset");
     if (known && !get) {
         char m[128];
         const char *allow = !strcmp(p, "/act") ? "GET, HEAD, POST" : !strcmp(p, "/reset") ? "POST" : "GET, HEAD";
@@ -859,6 +1066,13 @@ static void route(conn *c) {
     else if (!strcmp(p, "/health") || !strcmp(p, "/act")) http_json(c, 200, health_json(), NULL, has_body);
     else if (!strcmp(p, "/")) http_respond(c, 200, "text/html; charset=utf-8", STATUS_PAGE, sizeof STATUS_PAGE - 1, PAGE_HEADERS, has_body);
     else if (!strcmp(p, "/status.js")) http_respond(c, 200, "text/javascript; charset=utf-8", STATUS_JS, sizeof STATUS_JS - 1, NULL, has_body);
+    else if (!strcmp(p, "/metrics")) {
+        size_t len = 0;
+        char *text = metrics_text(&len);
+        if (text) http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, NULL, has_body);
+        else http_error(c, 500, "server: out of memory", has_body);
+        free(text);
+    }
     else http_json(c, 200, status_json(), NULL, has_body);
 }
 
@@ -910,6 +1124,7 @@ static void process_http(conn *c) {
         }
         if (r < 0) {
             const int code = r == -1 ? 413 : r == -5 ? 400 : 503;
+            if (!c->reset_route) refused(c, 0, code == 413 ? F_TOO_LARGE : code == 400 ? F_BAD_REQUEST : F_OVERLOADED);
             if (r == -2 || r == -4) snprintf(msg, sizeof msg, "server: out of memory");
             if (r == -3) snprintf(msg, sizeof msg, "server: too much request data buffered from all clients; try again");
             log_line(c->peer, "http", c->rx_len + c->in_len, 0, NULL, msg);
@@ -934,6 +1149,7 @@ static void process_ws(conn *c) {
             const int r = ma_ws_parse_header(c->in, c->in_len, &c->frame, msg, sizeof msg);
             if (r == 0) return;
             if (r < 0) {
+                refused(c, 1, F_PROTOCOL);
                 log_line(c->peer, "ws", c->in_len, 0, NULL, msg);
                 ws_close(c, 1002, "protocol error");
                 return;
@@ -955,16 +1171,19 @@ static void process_ws(conn *c) {
                 continue;
             }
             if (f->opcode == MA_WS_CONT ? !c->msg_opcode : c->msg_opcode != 0) {
+                refused(c, 1, F_PROTOCOL);
                 log_line(c->peer, "ws", c->in_len, 0, NULL, "protocol: a continuation without a message, or a message inside another");
                 ws_close(c, 1002, "protocol error");
                 return;
             }
             if (c->busy) {
+                refused(c, 1, F_PROTOCOL);
                 log_line(c->peer, "ws", c->in_len, 0, NULL, "protocol: a request before the previous reply");
                 ws_error(c, "protocol: one request at a time (wait for the reply)", 1008);
                 return;
             }
             if (f->opcode == MA_WS_TEXT) {
+                refused(c, 1, F_BAD_REQUEST);
                 log_line(c->peer, "ws", (size_t)f->len, 0, NULL, "request: a text frame");
                 ws_error(c, "request: expected a binary msgpack frame, got text", 1011);
                 return;
@@ -973,12 +1192,14 @@ static void process_ws(conn *c) {
             if (f->len > S.max_bytes - c->rx_len) {
                 char m[160];
                 snprintf(m, sizeof m, "request: the message exceeds --max-message-mb %.4g", S.o->max_message_mb);
+                refused(c, 1, F_TOO_LARGE);
                 log_line(c->peer, "ws", c->rx_len + (size_t)f->len, 0, NULL, m);
                 ws_error(c, m, 1009);
                 return;
             }
             const int rr = rx_reserve(c, c->rx_len + (size_t)f->len);
             if (rr) {
+                refused(c, 1, F_OVERLOADED);
                 const char *m = rr == -3 ? "server: too much request data buffered from all clients; try again" : "server: out of memory";
                 log_line(c->peer, "ws", c->rx_len + (size_t)f->len, 0, NULL, m);
                 ws_error(c, m, rr == -3 ? 1013 : 1011);
@@ -1103,6 +1324,7 @@ static void check_timers(conn *c, double now) {
     if (c->msg_start && !c->closing && now - c->msg_start > recv_ms) {
         char m[160];
         snprintf(m, sizeof m, "request: not complete within --recv-timeout-s %d", S.o->recv_timeout_s);
+        if (c->is_ws || (c->hstate == H_BODY && !c->reset_route)) refused(c, c->is_ws, F_TIMEOUT);
         log_line(c->peer, c->is_ws ? "ws" : "http", c->rx_len + c->in_len, 0, NULL, m);
         c->msg_start = 0;
         if (c->is_ws) ws_error(c, m, 1008);
@@ -1213,6 +1435,12 @@ static int read_key(const char *path) {
     return 0;
 }
 
+/* the port is taken: one line, whether bind() saw it or listen() did (two servers that bound the
+ * port before either listened: SO_REUSEADDR lets both bind, the second listen() fails) */
+static void port_in_use(const char *host, int port) {
+    fprintf(stderr, "molmoact serve: port %d is already in use on %s (another server?); choose another with --port\n", port, host);
+}
+
 /* the listening socket, bound (listen() comes once the engine is loaded): the host must resolve
  * to an address of this machine */
 static int open_listener(const char *host, int port) {
@@ -1239,15 +1467,42 @@ static int open_listener(const char *host, int port) {
     }
     freeaddrinfo(res);
     if (fd < 0) {
-        fprintf(stderr, "molmoact serve: cannot listen on %s port %d: %s%s\n", host, port, strerror(e),
-                e == EADDRNOTAVAIL ? " (not an address of this machine)" : e == EADDRINUSE ? " (another program has the port)" : "");
+        if (e == EADDRINUSE) port_in_use(host, port);
+        else fprintf(stderr, "molmoact serve: cannot listen on %s port %d: %s%s\n", host, port, strerror(e),
+                     e == EADDRNOTAVAIL ? " (not an address of this machine)" : "");
         return -1;
     }
     struct sockaddr_storage sa;
     socklen_t sl = sizeof sa;
     S.bound_port = port;
-    if (!getsockname(fd, (struct sockaddr *)&sa, &sl))
-        S.bound_port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port : ((struct sockaddr_in *)&sa)->sin_port);
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (!getsockname(fd, (struct sockaddr *)&sa, &sl)) {
+        const int v6 = sa.ss_family == AF_INET6;
+        S.bound_port = ntohs(v6 ? ((struct sockaddr_in6 *)&sa)->sin6_port : ((struct sockaddr_in *)&sa)->sin_port);
+        inet_ntop(sa.ss_family, v6 ? (void *)&((struct sockaddr_in6 *)&sa)->sin6_addr : (void *)&((struct sockaddr_in *)&sa)->sin_addr, ip,
+                  sizeof ip);
+    }
+    /* SO_REUSEADDR lets a second server bind the address while the first is still loading (the
+     * port is listened on only once the engine is ready); the second would load the whole model
+     * to fail at listen(). An abstract socket named after the address, held by this process
+     * alone (close-on-exec: not by the workers) and released by the kernel when it exits, makes
+     * the second one fail here, at once. */
+    if (port) {
+        struct sockaddr_un un;
+        memset(&un, 0, sizeof un);
+        un.sun_family = AF_UNIX;
+        const int n = snprintf(un.sun_path + 1, sizeof un.sun_path - 1, "molmoact-serve:%s:%d", ip, S.bound_port);
+        const int lk = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (lk >= 0 && bind(lk, (struct sockaddr *)&un, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n))) {
+            const int be = errno;
+            close(lk);
+            if (be == EADDRINUSE) {
+                port_in_use(host, port);
+                close(fd);
+                return -1;
+            }
+        } else if (lk >= 0) S.port_lock_fd = lk;
+    }
     return fd;
 }
 
@@ -1255,8 +1510,10 @@ int ma_serve(const ma_serve_opts *o) {
     memset(&S, 0, sizeof S);
     S.o = o;
     S.queue_tail = &S.queue;
-    S.listen_fd = -1;
+    S.listen_fd = S.port_lock_fd = -1;
     S.wake[0] = S.wake[1] = -1;
+    ma_hist_init(&S.req_hist, &ma_request_buckets);
+    for (int i = 0; i < C_N; i++) ma_hist_init(&S.comp_hist[i], &ma_component_buckets);
     pthread_mutex_init(&S.mu, NULL);
     pthread_cond_init(&S.cv, NULL);
     /* the limit must leave room for a request: 1 KiB at least */
@@ -1283,7 +1540,12 @@ int ma_serve(const ma_serve_opts *o) {
     /* the address before the engine: a wrong --host fails in a moment, not after loading */
     S.listen_fd = open_listener(o->host, o->port);
     if (S.listen_fd < 0) return 1;
-    if (pipe2(S.wake, O_NONBLOCK | O_CLOEXEC)) { fprintf(stderr, "molmoact serve: pipe: %s\n", strerror(errno)); close(S.listen_fd); return 1; }
+    if (pipe2(S.wake, O_NONBLOCK | O_CLOEXEC)) {
+        fprintf(stderr, "molmoact serve: pipe: %s\n", strerror(errno));
+        close(S.listen_fd);
+        if (S.port_lock_fd >= 0) close(S.port_lock_fd);
+        return 1;
+    }
 
     /* the engine next; the port opens (listen) only once every session is loaded */
     molmoact_options opt;
@@ -1297,6 +1559,7 @@ int ma_serve(const ma_serve_opts *o) {
     int rc = 1;
     if (molmoact_open(&opt, &S.engine, &err)) { fprintf(stderr, "molmoact serve: %s\n", err.message); goto out; }
     if (molmoact_get_info(S.engine, &S.info, &err)) { fprintf(stderr, "molmoact serve: %s\n", err.message); goto out; }
+    ma_component_weights_read(S.engine, &S.info, S.weights);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -1305,8 +1568,15 @@ int ma_serve(const ma_serve_opts *o) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (listen(S.listen_fd, 511)) { fprintf(stderr, "molmoact serve: listen: %s\n", strerror(errno)); goto out; }
+    if (listen(S.listen_fd, 511)) {
+        if (errno == EADDRINUSE) port_in_use(o->host, o->port);
+        else fprintf(stderr, "molmoact serve: cannot listen on %s port %d: %s\n", o->host, o->port, strerror(errno));
+        goto out;
+    }
     S.t_start = now_ms();
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    S.wall_start = (double)wall.tv_sec + (double)wall.tv_nsec / 1e9;
     pthread_t th;
     if (pthread_create(&th, NULL, infer_thread, NULL)) { fprintf(stderr, "molmoact serve: cannot start the inference thread\n"); goto out; }
     fprintf(stderr, "{\"event\": \"listening\", \"host\": ");
@@ -1351,6 +1621,8 @@ int ma_serve(const ma_serve_opts *o) {
 out:
     if (S.listen_fd >= 0) close(S.listen_fd);
     S.listen_fd = -1;
+    if (S.port_lock_fd >= 0) close(S.port_lock_fd);
+    S.port_lock_fd = -1;
     if (S.engine && molmoact_close(&S.engine) != MOLMOACT_OK) rc = 1;
     if (!rc) fprintf(stderr, "{\"event\": \"stopped\", \"served\": %ld, \"failed\": %ld}\n", S.served, S.failed);
     if (S.wake[0] >= 0) close(S.wake[0]);

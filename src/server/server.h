@@ -8,8 +8,14 @@
  *     message naming the field or component, then close code 1011;
  *   - HTTP: GET /healthz ("OK"), GET /health and GET /act (health JSON), POST /act (json_numpy
  *     body -> {"actions": [[...]], "dt_ms": ...}, errors {"error": ...} with 400/413/500/503),
- *     GET / (a status page: model, uptime, requests served, the last requests' latency per
- *     component as a plot) and GET /status.json (its data).
+ *     GET / (a status page: model, uptime, requests served and failed, each component's precision
+ *     and weights' dtype, the last requests' latency per component as a plot with every failure
+ *     marked, p50/p90/p99 per component), GET /status.json (its data) and GET /metrics
+ *     (Prometheus' text format 0.0.4: request counts, failures by reason, latency histograms of
+ *     the whole request and per component over the server's life, clients, queue depth); both
+ *     need the API key when the server has one, as every path but /healthz and /health.
+ * A port in use is one line on stderr and exit status 1, at once also when another molmoact
+ * serve holds it while still loading (an abstract socket claims the address from the bind on).
  * Requests queue FIFO to one resident engine on an inference thread, which also decodes them, so
  * the network loop is never blocked by parsing or inference. SIGINT/SIGTERM drain what is queued, close websockets with 1001, stop the
  * workers and return 0. One JSON log line per request on stderr. */

@@ -433,10 +433,18 @@ def test_bad_host_fails_at_once(host, needle):
     assert "listening" not in p.stderr.decode() and time.time() - t0 < 30
 
 
+def first_json_line(p):
+    """the first JSON line of a server's stderr (the workers' start comes before it as progress lines)"""
+    for line in p.stderr:
+        if line.startswith(b"{"):
+            return json.loads(line)
+    raise AssertionError("no JSON line on stderr")
+
+
 def test_port_zero_logs_the_bound_port():
     p = subprocess.Popen([BIN, "serve", "--model", model("tiny-grid"), "--port", "0"], stderr=subprocess.PIPE)
     try:
-        line = json.loads(p.stderr.readline())
+        line = first_json_line(p)
         assert line["event"] == "listening" and line["port"] > 0
         assert curl(f"http://127.0.0.1:{line['port']}/healthz") == (200, "OK")
     finally:
@@ -453,7 +461,7 @@ def test_hostile_model_name_is_escaped(tmp_path):
     shutil.copytree(model("tiny-grid"), d)
     p = subprocess.Popen([BIN, "serve", "--model", str(d), "--port", "0"], stderr=subprocess.PIPE)
     try:
-        line = json.loads(p.stderr.readline())  # the log line is valid JSON
+        line = first_json_line(p)  # the log line is valid JSON
         assert line["model"] == name
         port = line["port"]
         code, body = curl(f"http://127.0.0.1:{port}/health")
@@ -515,7 +523,7 @@ def test_messages_say_what_is_wrong(srv):
         r = raw(srv.port, post(json.dumps(req).encode()))
         assert r[0][0] == 400 and needle in json.loads(r[0][2])["error"], (needle, r[0][2])
     code, body = curl(f"{srv.http}/nope")
-    assert code == 404 and "GET /healthz, /health, /act, /, /status.json; POST /act" in json.loads(body)["error"]
+    assert code == 404 and "GET /healthz, /health, /act, /, /status.json, /metrics; POST /act" in json.loads(body)["error"]
 
 
 # ---------------------------------------------------------------------------------- E14: no paths

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The server's wire primitives (server/http.h) on the cases their RFCs spell out. */
+/* The server's wire primitives (server/http.h) on the cases their RFCs spell out, and the
+ * text of /metrics and the status page's percentiles (server/metrics.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,7 @@
 #include <cmocka.h>
 
 #include "server/http.h"
+#include "server/metrics.h"
 
 static int head(const char *text, ma_http_req *r, int *status) {
     char msg[160];
@@ -151,8 +153,50 @@ static void test_base64(void **state) {
     assert_string_equal(enc, "aGVsbG8=");
 }
 
+/* nearest rank: the ceil(p / 100 * n)-th smallest */
+static void test_percentiles(void **state) {
+    (void)state;
+    double one[1] = {7};
+    assert_true(ma_percentile(one, 1, 50) == 7 && ma_percentile(one, 1, 99) == 7);
+    double v[10];
+    for (int p = 0; p < 3; p++) {
+        static const double P[3] = {50, 90, 99}, WANT[3] = {5, 9, 10};
+        for (int i = 0; i < 10; i++) v[i] = 10 - i; /* 10 .. 1: sorted in place */
+        assert_true(ma_percentile(v, 10, P[p]) == WANT[p]);
+    }
+    double w[64];
+    for (int i = 0; i < 64; i++) w[i] = i + 1;
+    assert_true(ma_percentile(w, 64, 50) == 32 && ma_percentile(w, 64, 90) == 58 && ma_percentile(w, 64, 99) == 64);
+}
+
+/* buckets cumulative, +Inf equal to the count, a value on a bound in that bucket; label values escaped */
+static void test_metrics_text(void **state) {
+    (void)state;
+    ma_histogram h;
+    ma_hist_init(&h, &ma_request_buckets);
+    ma_hist_observe(&h, 0.01);
+    ma_hist_observe(&h, 0.3);
+    ma_hist_observe(&h, 1e9);
+    ma_hist_observe(&h, -1);
+    ma_textbuf t = {0};
+    ma_tb_histogram(&t, "x_seconds", "a=\"b\"", &h);
+    assert_false(t.failed);
+    assert_non_null(strstr(t.p, "x_seconds_bucket{a=\"b\",le=\"0.01\"} 2\n"));
+    assert_non_null(strstr(t.p, "x_seconds_bucket{a=\"b\",le=\"0.25\"} 2\n"));
+    assert_non_null(strstr(t.p, "x_seconds_bucket{a=\"b\",le=\"0.5\"} 3\n"));
+    assert_non_null(strstr(t.p, "x_seconds_bucket{a=\"b\",le=\"60\"} 3\n"));
+    assert_non_null(strstr(t.p, "x_seconds_bucket{a=\"b\",le=\"+Inf\"} 4\n"));
+    assert_non_null(strstr(t.p, "x_seconds_count{a=\"b\"} 4\n"));
+    assert_non_null(strstr(t.p, "x_seconds_sum{a=\"b\"} 1000000000.31\n"));
+    ma_tb_free(&t);
+    ma_tb_label_value(&t, "q\"b\\n\nl\x01\xff\xc3\xa9");
+    assert_string_equal(t.p, "q\\\"b\\\\n\\nl??\xc3\xa9");
+    ma_tb_free(&t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_heads), cmocka_unit_test(test_chunked), cmocka_unit_test(test_websocket),
-                                       cmocka_unit_test(test_base64)};
+                                       cmocka_unit_test(test_base64), cmocka_unit_test(test_percentiles),
+                                       cmocka_unit_test(test_metrics_text)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,9 @@ HTTP side, headless Chromium for the status page; faults, a soak, and a clean dr
 MOLMOACT_SOAK_REQUESTS (default 1000) sizes the soak."""
 import asyncio
 import base64
+import html.parser
 import json
+import math
 import os
 import shutil
 import signal
@@ -288,18 +290,89 @@ def test_http_with_curl(grid, noise, tmp_path):
     assert code == 200 and "<svg" in body and "molmoact serve" in body
 
 
+class StatusDom(html.parser.HTMLParser):
+    """the status page as Chromium left it: its tables' rows (cells as text), the y axis' tick labels,
+    the failure marks and the text"""
+    def __init__(self):
+        super().__init__()
+        self.tables, self.ticks, self.fail_marks, self.text = {}, [], 0, ""
+        self.table = self.row = self.cell = self.tick = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table":
+            self.table = a.get("id")
+        elif tag == "tbody" and self.table:
+            self.tables[self.table] = []
+        elif tag == "tr" and self.table in self.tables:
+            self.row = []
+        elif tag == "td" and self.row is not None:
+            self.cell = ""
+        elif tag == "text" and a.get("class") == "tick":
+            self.tick = ""
+        elif tag == "g" and a.get("class") == "fail":
+            self.fail_marks += 1
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self.cell is not None:
+            self.row.append(self.cell)
+            self.cell = None
+        elif tag == "tr" and self.row is not None:
+            self.tables[self.table].append(self.row)
+            self.row = None
+        elif tag == "table":
+            self.table = None
+        elif tag == "text" and self.tick is not None:
+            self.ticks.append(self.tick)
+            self.tick = None
+
+    def handle_data(self, data):
+        self.text += data
+        if self.cell is not None:
+            self.cell += data
+        if self.tick is not None:
+            self.tick += data
+
+
 def test_status_page_in_chromium(grid, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
         pytest.fail("chromium is not installed (scripts/install_deps.sh installs it)")
     oc.infer_once(grid.uri, observation())  # at least one bar in the plot
+    assert fault(grid.uri, b"\xc1 not msgpack")[0] == "error"  # and one failure, as a mark
     shot = tmp_path / "status.png"
-    p = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=900,700",
+    p = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=900,1300",
                         "--virtual-time-budget=4000", f"--screenshot={shot}", grid.http + "/"], capture_output=True, timeout=120)
     assert shot.exists(), p.stderr.decode()[-2000:]
     dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=4000", "--dump-dom",
                           grid.http + "/"], capture_output=True, timeout=120).stdout.decode()
     assert "requests served" in dom and "<rect" in dom, dom[:2000]  # the script filled the table and drew the bars
+    code, body = curl(f"{grid.http}/status.json")  # what the page showed (no request in between)
+    st = json.loads(body)
+    page = StatusDom()
+    page.feed(dom)
+    # precision per component, with the dtype its weights are stored in
+    prec = page.tables["precision"]
+    assert [r[0] for r in prec] == [c["name"] for c in st["components"]] == \
+        ["vision", "embed", "llm_split0", "llm_split1", "llm_split2", "llm_split3", "action_context", "action_step"], prec
+    assert all(r[1] == "checkpoint" and r[2].startswith("f16 (") for r in prec), prec
+    # p50/p90/p99 per component, as /status.json has them
+    pct = page.tables["percentiles"]
+    assert [r[0] for r in pct] == list(st["percentiles"]) and "vision" in st["percentiles"] and "total" in st["percentiles"], pct
+    for name, *cells in pct:
+        for cell, q in zip(cells, ("p50", "p90", "p99")):
+            dec = len(cell.split(".")[1]) if "." in cell else 0
+            assert abs(float(cell) - st["percentiles"][name][q]) <= 0.5 * 10 ** -dec + 1e-9, (name, q, cell, st["percentiles"][name])
+    assert f"over the last {st['percentiles_over']} successful request" in page.text
+    # every failure of the history a mark; the bars' scale in 1-2-5 steps from 0
+    assert page.fail_marks == sum(not r["ok"] for r in st["recent"]) >= 1, page.fail_marks
+    ticks = page.ticks
+    step = float(ticks[1]) - float(ticks[0])
+    mant = step / 10 ** math.floor(math.log10(step) + 1e-9)
+    assert float(ticks[0]) == 0 and any(abs(mant - m) < 1e-6 for m in (1, 2, 5)), ticks
+    assert all(abs(float(t) - i * step) < step * 1e-6 for i, t in enumerate(ticks)), ticks
+    tallest = max(sum(r[k] for k in ("vision", "llm", "action_context", "action_step", "transfer", "host")) for r in st["recent"])
+    assert float(ticks[-1]) >= tallest * (1 - 1e-9) and float(ticks[-2]) < tallest, (ticks, tallest)
     shutil.copy(shot, os.path.join(os.environ.get("MOLMOACT_ARTIFACTS", str(tmp_path)), "status_page.png"))
 
 
