@@ -173,6 +173,19 @@ ma_status ma_image_load(const char *path, ma_image *out, ma_error *err) {
 
 /* ------------------------------------------------------------------------------ raw arrays */
 
+/* element i of a float32 or float64 tensor; the data may be unaligned (a view into a msgpack
+ * message), so it is read with memcpy */
+static double float_at(const ma_tensor *t, int64_t i) {
+    if (t->dtype == MA_DT_F32) {
+        float f;
+        memcpy(&f, (const unsigned char *)t->data + (size_t)i * sizeof f, sizeof f);
+        return f;
+    }
+    double d;
+    memcpy(&d, (const unsigned char *)t->data + (size_t)i * sizeof d, sizeof d);
+    return d;
+}
+
 ma_status ma_image_from_tensor(const ma_tensor *t, const char *label, ma_image *out, ma_error *err) {
     memset(out, 0, sizeof *out);
     if (t->dtype != MA_DT_U8 && t->dtype != MA_DT_F32 && t->dtype != MA_DT_F64)
@@ -194,7 +207,7 @@ ma_status ma_image_from_tensor(const ma_tensor *t, const char *label, ma_image *
     if (t->dtype != MA_DT_U8) {
         double mx = -INFINITY;
         for (int64_t i = 0; i < n * c; i++) {
-            double v = t->dtype == MA_DT_F32 ? ((const float *)t->data)[i] : ((const double *)t->data)[i];
+            const double v = float_at(t, i);
             if (!isfinite(v)) return ma_fail(err, MA_ERR_RANGE, "%s: image has NaN or infinite values", label);
             if (v > mx) mx = v;
         }
@@ -209,7 +222,7 @@ ma_status ma_image_from_tensor(const ma_tensor *t, const char *label, ma_image *
             uint8_t u;
             if (t->dtype == MA_DT_U8) u = ((const uint8_t *)t->data)[idx];
             else {
-                double v = (t->dtype == MA_DT_F32 ? ((const float *)t->data)[idx] : ((const double *)t->data)[idx]) * scale;
+                double v = float_at(t, idx) * scale;
                 if (t->dtype == MA_DT_F32) v = (double)(float)v;   /* numpy scales float32 in float32 */
                 v = v < 0 ? 0 : (v > 255 ? 255 : v);
                 u = (uint8_t)v;
