@@ -332,9 +332,13 @@ def test_large_json_costs_bounded_memory_and_is_given_back(srv):
     lat = probe.stop()
     assert r[0][0] == 400 and "noise" in json.loads(r[0][2])["error"], r[0]
     hwm1, rss1 = rss_kib(pid, "VmHWM"), rss_kib(pid, "VmRSS")
-    # the body (30 MiB) + the numbers as doubles (120 MiB) at most, not a tree
-    assert hwm1 - max(hwm0, rss0) < 220 * 1024, (hwm0, hwm1)
-    assert rss1 - rss0 < 48 * 1024, (rss0, rss1)  # given back
+    # the body (30 MiB) + the numbers as doubles (120 MiB) at most, not a tree (1.2 GB); under
+    # ASan every block carries redzones and freed ones wait in its quarantine (256 MiB), so
+    # there the bound is looser and memory is not expected back at once
+    sanitized = os.environ.get("MOLMOACT_SANITIZED") in ("1", "ON", "TRUE")
+    assert hwm1 - max(hwm0, rss0) < (640 if sanitized else 220) * 1024, (hwm0, hwm1)
+    if not sanitized:
+        assert rss1 - rss0 < 48 * 1024, (rss0, rss1)  # given back
     assert len(lat) > 3 and max(lat) < 1.0, lat  # parsed off the network loop
 
 
