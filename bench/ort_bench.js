@@ -39,7 +39,9 @@ async function main() {
   times.sort((a, b) => a - b);
   const mid = times.length >> 1;
   const median = times.length % 2 ? times[mid] : 0.5 * (times[mid - 1] + times[mid]);
-  console.log(JSON.stringify({engine: label, session, median_ms: median, min_ms: times[0], runs, threads}));
+  const mean = times.reduce((a, b) => a + b, 0) / times.length;
+  const p90 = times[Math.min(times.length - 1, Math.max(0, Math.ceil(0.9 * times.length) - 1))]; // nearest rank
+  console.log(JSON.stringify({engine: label, session, median_ms: median, min_ms: times[0], mean_ms: mean, p90_ms: p90, runs, threads}));
 }
 
 main().catch((e) => { console.error('ort_bench: ' + e.message); process.exit(1); });

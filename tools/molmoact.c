@@ -834,15 +834,17 @@ static int cmd_bench_session(opts *o) {
         for (int i = 0; i < o->runs; i++) mean += ms[i] / o->runs;
         qsort(ms, (size_t)o->runs, sizeof *ms, cmp_double);
         double median = o->runs % 2 ? ms[o->runs / 2] : 0.5 * (ms[o->runs / 2 - 1] + ms[o->runs / 2]);
+        int k90 = (int)(0.9 * o->runs + 0.999999) - 1; /* nearest rank */
+        const double p90 = ms[k90 < 0 ? 0 : k90 >= o->runs ? o->runs - 1 : k90];
         long self_kb, workers_kb;
         ma_engine_peak_rss(&e, &self_kb, &workers_kb);
         if (o->json)
-            printf("{\"session\": \"%s\", \"runs\": %d, \"threads\": %d, \"cold\": %s, \"median_ms\": %.4f, \"min_ms\": %.4f, "
-                   "\"mean_ms\": %.4f, \"weight_bytes\": %zu, \"peak_rss_kib\": %ld}\n", o->session, o->runs, ma_kernel_threads(),
-                   o->cold ? "true" : "false", median, ms[0], mean, weight_bytes, self_kb);
+            printf("{\"session\": \"%s\", \"runs\": %d, \"threads\": %d, \"kernels\": \"%s\", \"cold\": %s, \"median_ms\": %.4f, \"min_ms\": %.4f, "
+                   "\"mean_ms\": %.4f, \"p90_ms\": %.4f, \"weight_bytes\": %zu, \"peak_rss_kib\": %ld}\n", o->session, o->runs, ma_kernel_threads(),
+                   ma_gemm_kernels(), o->cold ? "true" : "false", median, ms[0], mean, p90, weight_bytes, self_kb);
         else
-            printf("%s: median %.3f ms, min %.3f ms, mean %.3f ms over %d runs (%d threads, %s kernels%s), weights %.1f MiB, "
-                   "peak RSS %.1f MiB\n", o->session, median, ms[0], mean, o->runs, ma_kernel_threads(), ma_gemm_kernels(),
+            printf("%s: median %.3f ms, min %.3f ms, mean %.3f ms, p90 %.3f ms over %d runs (%d threads, %s kernels%s), weights %.1f MiB, "
+                   "peak RSS %.1f MiB\n", o->session, median, ms[0], mean, p90, o->runs, ma_kernel_threads(), ma_gemm_kernels(),
                    o->cold ? ", cold caches" : "", weight_bytes / 1048576.0, self_kb / 1024.0);
     }
     free(ms);

@@ -268,8 +268,7 @@ typedef struct gemm_job {
     const float *A;
     int accumulate, n_seg, split_m, small, amx;
     void *qa;            /* small path with int8 parts: A quantised once (K / 32 blocks) */
-    int qa_todo;         /* qa not yet filled: the job's threads each quantise a share of it first */
-    atomic_int qa_done;  /* threads that have */
+    int qa_todo;         /* qa not yet filled: a job of its own quantises it first */
     atomic_long next;    /* small path: the next chunk of panels a thread takes */
     int64_t chunk;       /* panels per chunk */
     gemm_seg seg[MA_GEMM_MAX_PARTS];
@@ -645,6 +644,24 @@ static void quantise_a(gemm_job *j, int t, int T) {
     if (hi > lo) active.qa_pack(j->A, j->lda, 0, j->M, lo * 32, (int)((hi - lo) * 32), (unsigned char *)j->qa + (size_t)lo * MA_GEMM_QA_BLOCK);
 }
 
+static void quantise_task(void *ctx, int t, int T) { quantise_a(ctx, t, T); }
+
+/* the parts a large GEMM is cut into per thread: 1 (finer cuts cost 4-8 % on a quiet machine,
+ * bench model llm_split0, and gained nothing measurable under a busy process: the claiming alone
+ * lets the caller take a late helper's part); MOLMOACT_GEMM_PARTS overrides, for measuring */
+static int parts_per_thread(void) {
+    static atomic_int cached; /* read once; every thread computes the same value */
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (!v) {
+        const char *e = getenv("MOLMOACT_GEMM_PARTS");
+        const int n = e ? atoi(e) : 0;
+        v = n >= 1 && n <= 64 ? n : 1;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+#define PARTS_PER_THREAD parts_per_thread()
+
 /* Threads share the panels, except for tall A (the ViT's 1458 rows), where they take row
  * ranges instead, so none packs A rows that another one also packs. On the small path (nothing
  * packed, every panel its own work) they take chunks of panels as they finish the last, so a
@@ -653,11 +670,6 @@ static void quantise_a(gemm_job *j, int t, int T) {
 static void gemm_task(void *ctx, int t, int T) {
     gemm_job *j = ctx;
     long lo, hi;
-    if (j->qa_todo) { /* every thread quantises its share of A, then waits for the others' */
-        quantise_a(j, t, T);
-        atomic_fetch_add_explicit(&j->qa_done, 1, memory_order_acq_rel);
-        while (atomic_load_explicit(&j->qa_done, memory_order_acquire) < T) ma_cpu_relax();
-    }
     if (j->small && T > 1) {
         for (;;) {
             const int64_t p0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
@@ -676,8 +688,8 @@ static void gemm_task(void *ctx, int t, int T) {
 }
 
 /* the small path's int8 A: every row of A quantised once per job, into a buffer of the calling
- * thread (read by all of them during the job), by the job's threads, each a share of the K blocks
- * (quantise_a), before any of them starts on the panels. NULL without int8 parts, or when that
+ * thread (read by all of them during the job), by a job of its own (each part a share of the K
+ * blocks, quantise_a) before the panels' job. NULL without int8 parts, or when that
  * buffer cannot grow: the quantised parts then take the fp32 small kernels. */
 static void *small_qa(const gemm_job *j) {
     int any = 0;
@@ -707,7 +719,6 @@ static int prepare(gemm_job *j, int64_t M, int64_t K, const float *A, int64_t ld
         if (j->seg[s].B->layout != MA_B_PANELS) j->small = 0;
     if (j->small && M > 0) j->qa = small_qa(j);
     j->qa_todo = j->qa != NULL;
-    atomic_init(&j->qa_done, 0);
     j->amx = active.amx_tile && !j->small && M > MA_GEMM_MR_MAX && K > 0;
     return M > 0 && j->n_seg > 0;
 }
@@ -724,7 +735,20 @@ static void run_job(gemm_job *j) {
     /* small path: about four chunks a thread, so the last one to finish waits little */
     j->chunk = ((j->panels + 4 * T - 1) / (4 * T) + 1) / 2 * 2; /* even: panels go in pairs */
     atomic_init(&j->next, 0);
-    ma_parallel_n(gemm_task, j, max_t);
+    if (j->qa_todo) { /* the int8 A first, shared out as a job of its own (a job's parts never wait for each other) */
+        ma_parallel_n(quantise_task, j, max_t);
+        j->qa_todo = 0;
+    }
+    /* parts are claimed by the threads as they come (kernels/threads.h): cut finer than the
+     * threads (the small path takes its chunks from j->next already), a thread that another
+     * process slows down takes fewer of them instead of setting the time */
+    int parts = max_t < T ? max_t : T;
+    if (!j->small && T > 1 && max_t > T) {
+        const int64_t units = j->split_m ? (j->M + (j->amx ? 32 : active.mr) - 1) / (j->amx ? 32 : active.mr) : j->panels;
+        parts = (int)(units < (int64_t)PARTS_PER_THREAD * T ? units : (int64_t)PARTS_PER_THREAD * T);
+        if (parts < T) parts = T;
+    }
+    ma_parallel_parts(gemm_task, j, parts);
 }
 
 void ma_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias,

@@ -1,10 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* A persistent pool of compute threads (created once, never per call).
  *
- * ma_parallel(fn, ctx) runs fn(ctx, t, T) for t = 0..T-1, the calling thread taking t = 0, and
- * returns when all have finished. Helpers spin briefly for the next job, then sleep, so an idle
- * process (a resident worker between requests) costs no CPU. Calls from inside a job, or while
- * another thread holds the pool, run serially on the caller (T = 1).
+ * ma_parallel(fn, ctx) runs fn(ctx, t, T) once for each part t = 0..T-1 (T: the threads), and
+ * returns when all have finished. Parts are claimed, not assigned: each thread, the caller
+ * included, takes the next unclaimed part until none is left, so a helper that another process
+ * keeps off its core holds nobody up (the others run its parts), and ma_parallel_parts can cut
+ * the work finer than the threads so that a thread that runs slower takes fewer parts. A part
+ * must therefore not wait for another part (no barriers inside a job: split it in two jobs).
+ * Helpers spin briefly for the next job, then sleep, so an idle process (a resident worker
+ * between requests) costs no CPU. Calls from inside a job, or while another thread holds the
+ * pool, run their parts serially on the caller.
  *
  * Threads: MOLMOACT_THREADS, else the CPUs this process may use; ma_threads_set() changes it
  * before first use. */
@@ -16,6 +21,8 @@
 typedef void (*ma_task_fn)(void *ctx, int t, int T);
 
 void ma_parallel(ma_task_fn fn, void *ctx);
+/* fn(ctx, p, parts) for p = 0..parts-1, claimed by the threads as they come */
+void ma_parallel_parts(ma_task_fn fn, void *ctx, int parts);
 /* run with at most max_threads (e.g. the number of independent pieces of work) */
 void ma_parallel_n(ma_task_fn fn, void *ctx, int max_threads);
 int ma_threads(void);

@@ -2,6 +2,7 @@
 #include "runtime/latency.h"
 
 #include <float.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define N_FIELDS ((int)(sizeof(ma_timing) / sizeof(double)))
@@ -21,7 +22,24 @@ void ma_latency_add(ma_latency *l, const ma_timing *t) {
         if (v < cfield(&l->min, i)) *field(&l->min, i) = v;
         if (v > cfield(&l->max, i)) *field(&l->max, i) = v;
     }
+    if (l->n < MA_LATENCY_KEEP) l->totals[l->n] = t->total;
     l->n++;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double ma_latency_total_quantile(const ma_latency *l, double q) {
+    const int n = l->n < MA_LATENCY_KEEP ? l->n : MA_LATENCY_KEEP;
+    if (n < 1) return 0.0;
+    double s[MA_LATENCY_KEEP];
+    memcpy(s, l->totals, sizeof(double) * (size_t)n);
+    qsort(s, (size_t)n, sizeof s[0], cmp_double);
+    int k = (int)(q * n + 0.999999) - 1; /* nearest rank */
+    k = k < 0 ? 0 : k >= n ? n - 1 : k;
+    return s[k];
 }
 
 ma_timing ma_latency_mean(const ma_latency *l) {
@@ -73,7 +91,8 @@ void ma_latency_print_json(const ma_latency *l, const char *mode, int flow_steps
     fprintf(f, "{\"runs\": %d, \"mode\": \"%s\", \"mean_ms\": {\"vision\": %.4f, \"llm_split0\": %.4f, \"llm_split1\": %.4f, "
                "\"llm_split2\": %.4f, \"llm_split3\": %.4f, \"action_context\": %.4f, \"action_step\": %.4f, "
                "\"action_step_calls\": %d, \"inference\": %.4f, \"transfer\": %.4f, \"host\": %.4f, \"total\": %.4f}, "
-               "\"min_total_ms\": %.4f, \"max_total_ms\": %.4f}",
+               "\"min_total_ms\": %.4f, \"max_total_ms\": %.4f, \"median_total_ms\": %.4f, \"p90_total_ms\": %.4f}",
             l->n, mode, m.vision, m.llm[0], m.llm[1], m.llm[2], m.llm[3], m.action_context, m.action_step, flow_steps,
-            inference(&m), m.transfer, m.host, m.total, l->n ? l->min.total : 0.0, l->max.total);
+            inference(&m), m.transfer, m.host, m.total, l->n ? l->min.total : 0.0, l->max.total, ma_latency_total_quantile(l, 0.5),
+            ma_latency_total_quantile(l, 0.9));
 }

@@ -8,10 +8,16 @@
 
 #include "runtime/pipeline.h"
 
+#define MA_LATENCY_KEEP 4096 /* totals kept for the median and p90 */
+
 typedef struct ma_latency {
     ma_timing sum, min, max;
     int n;
+    double totals[MA_LATENCY_KEEP];
 } ma_latency;
+
+/* the q-quantile (0..1, nearest rank) of the kept totals */
+double ma_latency_total_quantile(const ma_latency *l, double q);
 
 void ma_latency_init(ma_latency *l);
 void ma_latency_add(ma_latency *l, const ma_timing *t);

@@ -592,6 +592,15 @@ static void test_thread_pool(void **state) {
         for (int t = 0; t < p.T; t++) assert_int_equal(atomic_load(&p.hits[t]), 1);
         assert_int_equal(atomic_load(&p.nested), p.T);
     }
+    /* more parts than threads: each claimed and run exactly once, whichever thread comes */
+    for (int round = 0; round < 2000; round++) {
+        pool_probe p;
+        memset(&p, 0, sizeof p);
+        const int parts = 1 + round % 13;
+        ma_parallel_parts(outer_task, &p, parts);
+        assert_int_equal(p.T, parts);
+        for (int t = 0; t < 64; t++) assert_int_equal(atomic_load(&p.hits[t]), t < parts ? 1 : 0);
+    }
     long lo, hi, total = 0;
     for (int t = 0; t < 7; t++) {
         ma_split_range(100, t, 7, &lo, &hi);
