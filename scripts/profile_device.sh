@@ -106,9 +106,12 @@ for a in "${run_args[@]}"; do
   prev=$a
 done
 if [ $qnn = 1 ]; then
-  graphs=$(dev "cd $(q "$tmp") && for f in $(q "$model")/ctx/*.bin; do LD_LIBRARY_PATH=\$PWD/qnn_libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} \
-    \$PWD/molmoact-*/bin/molmoact inspect \"\$f\" --qnn-lib-dir \$PWD/qnn_libs 2>&1 | head -1; done" 2>&1 || true)
-  echo "qnn graphs: $(echo "$graphs" | sed 's|^.*/ctx/||; s| (binary info.*||' | paste -sd ';' | sed 's/;/; /g')"
+  # each binary's first line of `inspect` ("FILE: N graphs: a, b (binary info ...)", or the
+  # error), after the file's name
+  graphs=$(dev "cd $(q "$tmp") && for f in $(q "$model")/ctx/*.bin; do printf '%s: ' \"\${f##*/}\"; \
+    LD_LIBRARY_PATH=\$PWD/qnn_libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} \$PWD/molmoact-*/bin/molmoact inspect \"\$f\" \
+    --qnn-lib-dir \$PWD/qnn_libs 2>&1 | head -1 | sed 's|^[^ ]*/ctx/[^ ]*: ||'; done" 2>&1 || true)
+  echo "qnn graphs: $(echo "$graphs" | sed 's| (binary info.*||' | paste -sd ';' | sed 's/;/; /g')"
 fi
 
 # 3-4. the run, its output and the pure inference time
