@@ -36,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     }
     ma_wire_request r;
-    const ma_wire_model m = {10, 32, 8};
+    const ma_wire_model m = {10, 32, 8, 10}; /* horizon, max_action_dim, state_dim, n_steps */
     if (ma_wire_decode_json((const char *)data, size, 0, &m, &r, &err) == MA_OK) ma_wire_request_free(&r);
     return 0;
 }
