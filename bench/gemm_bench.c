@@ -260,7 +260,7 @@ int main(int argc, char **argv) {
                 float *A = malloc(sizeof(float) * (size_t)M * K), *C = malloc(sizeof(float) * (size_t)M * N);
                 for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
                 const double flop = 2.0 * M * N * K;
-                call c = {M, N, K, A, {MA_B_PANELS, MA_DT_F32, NULL, 0, 0}, C, W};
+                call c = {M, N, K, A, {MA_B_PANELS, MA_DT_F32, NULL, 0, 0, MA_COMPUTE_F32}, C, W};
                 if (pass == 1) g_blas[s][mi] = flop / time_it(run_blas, &c, min_s) / 1e9;
                 for (int t = 0; t < 5 && pass == 0; t++) {
                     c.B.dtype = types[t];

@@ -10,6 +10,7 @@ const ma_env_var MA_ENV_VARS[] = {
     {"MOLMOACT_THREADS", NULL, "N", "sessions, compile", "GEMM threads per process (default: the cores this process may use; the workers share them)"},
     {"MOLMOACT_KERNELS", NULL, "SET", "sessions, bench", "force a kernel set: scalar, portable, avx2, avx512, vnni, amx, neon, neon_dot (default: the best this CPU has)"},
     {"MOLMOACT_GEMM_PANELS", NULL, "in_place|convert", "sessions", "how f16/bf16 weights stored in panel layout meet the GEMM: read in place, or converted per block (default: convert on Intel CPUs, in place on others)"},
+    {"MOLMOACT_COMPUTE", NULL, "context|fp32|bf16", "sessions", "the compute plan of every weight matrix, overriding the contexts' (compile --compute): fp32, or bf16 products with fp32 sums where the CPU has AMX or AVX512-BF16 (default: context)"},
     {"MOLMOACT_PRELOAD", NULL, "1", "sessions", "same as --preload: read every context in at open and run one warm-up request"},
     {"MOLMOACT_PROMPT_SEQ", "MOLMOACT2_PROMPT_SEQ", "N", "sessions", "the static prompt length: observations are padded to N tokens (default on qnn: the length the contexts were compiled for; on cpu: no padding)"},
     {"MOLMOACT_VISION_CTX_SUFFIX", "VISION_CTX_SUFFIX", "S", "sessions", "open vision{S}.gguf (qnn: ctx/vision{S}_socid77_archv73.bin), e.g. _w4a16"},

@@ -60,6 +60,12 @@ int ma_cpu_amx_bf16(void) {
     return os_grants_tiles();
 }
 
+int ma_cpu_avx512_bf16(void) {
+    unsigned a, b, c, d;
+    if (!ma_cpu_avx512f() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((b >> 30) & 1)) return 0; /* AVX512BW */
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
+}
+
 int ma_cpu_intel(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
@@ -71,6 +77,7 @@ int ma_cpu_intel(void) { return 0; }
 int ma_cpu_avx512f(void) { return 0; }
 int ma_cpu_avx512_vnni_vbmi(void) { return 0; }
 int ma_cpu_amx_bf16(void) { return 0; }
+int ma_cpu_avx512_bf16(void) { return 0; }
 #endif
 
 #if defined(__aarch64__) && defined(__linux__)

@@ -167,6 +167,9 @@ static void choose_kernels(void) {
         if (ma_cpu_avx512f()) {
             sets[n_sets] = sets[n_sets - 1];
             ma_gemm_install_avx512(&sets[n_sets++]);
+#if defined(MA_HAVE_AMX)
+            if (ma_cpu_avx512_bf16()) ma_gemm_install_bf16(&sets[n_sets - 1]); /* the vnni and amx sets inherit it */
+#endif
 #if defined(MA_HAVE_VNNI)
             if (ma_cpu_avx512_vnni_vbmi()) {
                 sets[n_sets] = sets[n_sets - 1];
@@ -220,6 +223,25 @@ int ma_gemm_kernel_int8_activations(int i) {
     return i >= 0 && i < n_sets && sets[i].q_panels != NULL;
 }
 
+static ma_compute set_bf16(const ma_gemm_kernels_t *k) {
+    return k->amx_tile || k->bf16_tile ? MA_COMPUTE_BF16 : MA_COMPUTE_F32;
+}
+
+ma_compute ma_gemm_kernel_bf16(int i) {
+    pthread_once(&active_once, choose_kernels);
+    return i >= 0 && i < n_sets ? set_bf16(&sets[i]) : MA_COMPUTE_F32;
+}
+
+ma_compute ma_gemm_bf16(void) {
+    pthread_once(&active_once, choose_kernels);
+    return set_bf16(&active);
+}
+
+const char *ma_gemm_bf16_unit(void) {
+    pthread_once(&active_once, choose_kernels);
+    return active.amx_tile ? "amx" : active.bf16_tile ? "avx512_bf16" : "fp32";
+}
+
 int ma_gemm_kernel_small_panels(int i) {
     pthread_once(&active_once, choose_kernels);
     return i >= 0 && i < n_sets && sets[i].small_panels != NULL;
@@ -267,6 +289,7 @@ typedef struct gemm_job {
     int64_t M, K, lda, panels;
     const float *A;
     int accumulate, n_seg, split_m, small, amx;
+    int bf16;            /* MA_COMPUTE_BF16 on this set's bf16 unit (ma_gemm_bf16) */
     void *qa;            /* small path with int8 parts: A quantised once (K / 32 blocks) */
     int qa_todo;         /* qa not yet filled: a job of its own quantises it first */
     atomic_long next;    /* small path: the next chunk of panels a thread takes */
@@ -482,7 +505,7 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
  * parts go to the int8 kernels): every K chunk and M block; the A block is packed once and used
  * for all the panels of every part */
 static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_lo, int64_t p_hi) {
-    _Alignas(64) float P[KC * NR];
+    _Alignas(64) float P[2 * KC * NR]; /* the AMX path's bf16 plan takes K chunks of up to 2 KC */
     _Alignas(64) static _Thread_local float Apack[(MC + MA_GEMM_MR_MAX) * KC];
     _Alignas(64) static _Thread_local float Bc[GROUP * KC * NR];
     const ma_ukernel_fn uk = active.ukernel;
@@ -510,14 +533,21 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
          * panels is converted and split once and used by every 32-row tile of the block */
         _Alignas(64) static _Thread_local uint16_t Aa[AMX_MS * KC * 2];
         uint16_t *Bt = (uint16_t *)Bc; /* a panel of kc x 16 takes the bytes of its fp32 form */
-        active.amx_begin();
-        for (int64_t k0 = 0; k0 < j->K; k0 += KC) {
-            const int kc = (int)(j->K - k0 < KC ? j->K - k0 : KC), nb = (kc + 31) / 32;
+        const int tiles = active.amx_tile != NULL; /* else the VDPBF16PS tile (j->bf16) */
+        if (tiles) active.amx_begin();
+        /* the hi-only layout of the bf16 plan takes twice the k in the same buffers: K chunks
+         * of up to 2 KC, as even as 32-k blocks allow, halve the C tiles' loads and stores */
+        const int64_t kmax = j->bf16 ? 2 * KC : KC, n_chunks = (j->K + kmax - 1) / kmax;
+        int64_t kstep = ((j->K + n_chunks - 1) / n_chunks + 31) / 32 * 32;
+        if (kstep > kmax) kstep = kmax;
+        for (int64_t k0 = 0; k0 < j->K; k0 += kstep) {
+            const int kc = (int)(j->K - k0 < kstep ? j->K - k0 : kstep), nb = (kc + 31) / 32;
             const int acc = j->accumulate || k0 > 0;
-            const size_t pstride = (size_t)nb * 32 * NR * 2; /* uint16 per converted panel */
+            const int split = !j->bf16;
+            const size_t pstride = (size_t)nb * 32 * NR * (split ? 2 : 1); /* uint16 per converted panel */
             for (int64_t ms = m_lo; ms < m_hi; ms += AMX_MS) {
                 const int64_t me = m_hi - ms < AMX_MS ? m_hi : ms + AMX_MS;
-                active.amx_pack_a(j->A, j->lda, ms, me, k0, kc, Aa);
+                active.amx_pack_a(j->A, j->lda, ms, me, k0, kc, split, Aa);
                 for (int64_t q0 = p_lo; q0 < p_hi; q0 += GROUP) {
                     const int64_t q1 = p_hi - q0 < GROUP ? p_hi : q0 + GROUP;
                     const gemm_seg *gs[GROUP];
@@ -529,9 +559,9 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
                         const gemm_seg *g = gs[i] = panel_at(j, p, &s, &n0s[i], &nrs[i]);
                         if (n0s[i] + NR < g->N) prefetch_panel(g->B, j->K, n0s[i] + NR, k0, kc);
                         uint16_t *bt = Bt + (size_t)i * pstride;
-                        if (!active.amx_load_b(g->B, j->K, n0s[i], k0, kc, bt)) {
+                        if (!active.amx_load_b(g->B, j->K, n0s[i], k0, kc, split, bt)) {
                             g->load(g->B, j->K, n0s[i], nrs[i], k0, kc, P);
-                            active.amx_pack_b(P, kc, bt);
+                            active.amx_pack_b(P, kc, split, bt);
                         }
                     }
                     for (int64_t m = ms; m < me; m += 32) {
@@ -539,21 +569,23 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
                         const uint16_t *at = Aa + (size_t)((m - ms) / 16) * pstride;
                         for (int64_t i = 0; i < q1 - q0;) {
                             const gemm_seg *g = gs[i];
-                            const int b_lo = g->B->dtype != MA_DT_BF16;
+                            const int lo = j->bf16 ? 0 : MA_AMX_A_LO | (g->B->dtype != MA_DT_BF16 ? MA_AMX_B_LO : 0);
                             const int pair = i + 1 < q1 - q0 && gs[i + 1] == g && nrs[i] == NR;
                             const int64_t nx = i + (pair ? 2 : 1);
                             /* the next block's C rows (ldc apart: one line each, rarely in cache)
                              * are fetched while this one computes; the tile loads would stall */
                             if (nx < q1 - q0) prefetch_c(gs[nx]->C + m * gs[nx]->ldc + n0s[nx], gs[nx]->ldc, mr);
-                            active.amx_tile(nb, at, Bt + (size_t)i * pstride, pstride, g->C + m * g->ldc + n0s[i], g->ldc,
-                                            mr, pair ? NR + nrs[i + 1] : nrs[i], acc, b_lo);
+                            float *c = g->C + m * g->ldc + n0s[i];
+                            const int ncols = pair ? NR + nrs[i + 1] : nrs[i];
+                            if (tiles) active.amx_tile(nb, at, Bt + (size_t)i * pstride, pstride, c, g->ldc, mr, ncols, acc, lo);
+                            else active.bf16_tile(nb, at, Bt + (size_t)i * pstride, pstride, c, g->ldc, mr, ncols, acc);
                             i += pair ? 2 : 1;
                         }
                     }
                 }
             }
         }
-        active.amx_end();
+        if (tiles) active.amx_end();
     } else if (active.tile2[MA_DT_F32]) {
         /* per K chunk, a group of panels is shared by every A tile of every M block: panels of a
          * type the tiles read in place (f32 context panels; f16 / bf16 ones unless this CPU
@@ -719,7 +751,11 @@ static int prepare(gemm_job *j, int64_t M, int64_t K, const float *A, int64_t ld
         if (j->seg[s].B->layout != MA_B_PANELS) j->small = 0;
     if (j->small && M > 0) j->qa = small_qa(j);
     j->qa_todo = j->qa != NULL;
-    j->amx = active.amx_tile && !j->small && M > MA_GEMM_MR_MAX && K > 0;
+    j->bf16 = !j->small && M > MA_GEMM_MR_MAX && K > 0 && j->n_seg > 0 && set_bf16(&active) == MA_COMPUTE_BF16;
+    for (int s = 0; s < j->n_seg; s++)
+        if (j->seg[s].B->compute != MA_COMPUTE_BF16) j->bf16 = 0;
+    /* the bf16 layouts: AMX tiles (split, or hi only for bf16 compute), or VDPBF16PS */
+    j->amx = !j->small && M > MA_GEMM_MR_MAX && K > 0 && (active.amx_tile || (j->bf16 && active.bf16_tile));
     return M > 0 && j->n_seg > 0;
 }
 

@@ -39,6 +39,17 @@
 
 typedef enum { MA_B_ROWS, MA_B_COLS, MA_B_PANELS, MA_B_PANELS_T, MA_B_LAYOUTS } ma_blayout;
 
+/* How a product may be computed (a context's compute plan, `compile --compute`):
+ *   MA_COMPUTE_F32   fp32 accuracy (the default): every kernel set, the AMX tiles through their
+ *                    hi/lo split
+ *   MA_COMPUTE_BF16  both operands rounded to bf16 (8 significant bits, round to nearest even),
+ *                    products summed in fp32: one AMX tile product instead of three, or
+ *                    VDPBF16PS (AVX512-BF16: Zen 4/5, Cooper Lake and later) instead of FMA. Taken
+ *                    by GEMMs of more than 12 rows on a CPU with either unit; elsewhere (fewer
+ *                    rows, where the weights stream at memory speed, or no bf16 unit) the product
+ *                    is computed as MA_COMPUTE_F32. A fused job takes it when all its parts do. */
+typedef enum { MA_COMPUTE_F32 = 0, MA_COMPUTE_BF16 = 1 } ma_compute;
+
 typedef struct ma_bmat {
     ma_blayout layout;
     ma_dtype dtype; /* MA_B_COLS, MA_B_PANELS_T: F32 / F16 / BF16 */
@@ -46,6 +57,7 @@ typedef struct ma_bmat {
     int64_t ld;     /* elements between rows (ROWS: >= K; COLS: >= N); PANELS_T: W's columns (>= N);
                      * unused for PANELS */
     int64_t row0;   /* PANELS_T: the row of W that is k = 0 */
+    ma_compute compute; /* left 0 by the brace initialisers: fp32 */
 } ma_bmat;
 
 /* C = A B^T (+ C when accumulate) (+ bias[N] when bias); runs on the thread pool unless called
@@ -93,6 +105,13 @@ int ma_gemm_int8_activations(void);
  * expert), in another summation order than it uses for row-layout weights ("avx512" and up,
  * "neon"); the others give the same bits for both layouts */
 int ma_gemm_kernel_small_panels(int i);
+/* the compute a MA_COMPUTE_BF16 product of more than 12 rows gets with kernel set i (or the
+ * active one): MA_COMPUTE_BF16 where the set has a bf16 unit (AMX tiles, or AVX512-BF16 on the
+ * avx512 / vnni sets of a CPU that has it), else MA_COMPUTE_F32; and the unit's name ("amx",
+ * "avx512_bf16", or "fp32") */
+ma_compute ma_gemm_kernel_bf16(int i);
+ma_compute ma_gemm_bf16(void);
+const char *ma_gemm_bf16_unit(void);
 /* use kernel set i (tests, benchmarks; not while a GEMM runs); returns 0 if there is none */
 int ma_gemm_select(int i);
 /* tests: switch between the portable and the best kernels */

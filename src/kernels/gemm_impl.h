@@ -51,15 +51,23 @@ typedef struct ma_gemm_kernels_t {
      * splits A and the converted panels into bf16 hi/lo tiles and runs 32 x 32 blocks */
     void (*amx_begin)(void); /* load the tile configuration on this thread */
     void (*amx_end)(void);
-    void (*amx_pack_a)(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, uint16_t *out);
-    void (*amx_pack_b)(const float *P, int kc, uint16_t *out);
+    /* split: hi and lo terms per 32-k block (fp32 accuracy), else hi alone (bf16 compute) */
+    void (*amx_pack_a)(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, int split, uint16_t *out);
+    void (*amx_pack_b)(const float *P, int kc, int split, uint16_t *out);
     /* panel n0 of B for k0..k0 + kc straight into the B tiles where the layout and type allow
      * (returns 1), else 0 */
-    int (*amx_load_b)(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, int kc, uint16_t *out);
+    int (*amx_load_b)(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, int kc, int split, uint16_t *out);
     /* C[mr <= 32, ncols <= 32] (+)= A x B over nb 32-k blocks; the second row tile / panel ts
-     * uint16 after the first; b_lo: B has nonzero lo terms */
+     * uint16 after the first; lo: which lo terms to add to a_hi w_hi (MA_AMX_A_LO: a_lo w_hi,
+     * MA_AMX_B_LO: a_hi w_lo; then both operands are in the split layout), or 0: the bf16
+     * compute plan, on the hi-only layout */
     void (*amx_tile)(int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc, int mr, int ncols,
-                     int accumulate, int b_lo);
+                     int accumulate, int lo);
+    /* optional (gemm_bf16.c, AVX512-BF16 without AMX): the bf16 compute plan's tile, as amx_tile
+     * with lo = 0, on the same layouts (amx_pack_a, amx_pack_b, amx_load_b, which gemm_bf16.c
+     * provides for both) */
+    void (*bf16_tile)(int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc, int mr, int ncols,
+                      int accumulate);
     /* optional int8 dot products for q8_0 / q4_0 panels with M <= mr (gemm_vnni.c): A's rows
      * m0..m1 (at most 12) for k0..k0 + kc (a multiple of 32) quantised to MA_GEMM_QA_BLOCK bytes
      * per 32 k, then used by q_panels as small_panels uses the packed fp32 A */
@@ -67,6 +75,9 @@ typedef struct ma_gemm_kernels_t {
     void (*q_panels)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const void *qa, int mr,
                      float *C, int64_t ldc, int accumulate);
 } ma_gemm_kernels_t;
+
+#define MA_AMX_A_LO 1
+#define MA_AMX_B_LO 2
 
 #define MA_GEMM_QA_BLOCK 528 /* 12 rows x 32 int8, 12 float scales, 2 x 12 int32 offset corrections */
 
@@ -112,6 +123,8 @@ void ma_gemm_install_vnni(ma_gemm_kernels_t *k);
 #if defined(__x86_64__) && defined(MA_HAVE_AMX)
 /* the AMX tiles on top of the AVX-512 kernels (which still serve M < MA_GEMM_AMX_MIN_M) */
 void ma_gemm_install_amx(ma_gemm_kernels_t *k);
+/* gemm_bf16.c: the bf16 packers (which the AMX tiles need too) and the VDPBF16PS tile */
+void ma_gemm_install_bf16(ma_gemm_kernels_t *k);
 #endif
 #if defined(__aarch64__)
 /* the NEON micro-kernel (aarch64) on top of the portable loaders */

@@ -91,7 +91,7 @@ void ma_gemm_nt(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int
         if (beta != 0.0f && beta != 1.0f)
             for (int64_t i = 0; i < M; i++)
                 for (int64_t j = 0; j < N; j++) C[i * ldc + j] *= beta;
-        ma_bmat b = {MA_B_ROWS, MA_DT_F32, B, ldb, 0};
+        ma_bmat b = {MA_B_ROWS, MA_DT_F32, B, ldb, 0, MA_COMPUTE_F32};
         ma_gemm(M, N, K, A, lda, &b, NULL, beta != 0.0f, C, ldc);
         return;
     }
@@ -108,7 +108,7 @@ void ma_gemm_nn(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int
                 int64_t ldb, float *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return;
     if (!c->scalar) {
-        ma_bmat b = {MA_B_COLS, MA_DT_F32, B, ldb, 0};
+        ma_bmat b = {MA_B_COLS, MA_DT_F32, B, ldb, 0, MA_COMPUTE_F32};
         ma_gemm(M, N, K, A, lda, &b, NULL, 0, C, ldc);
         return;
     }
@@ -127,7 +127,7 @@ ma_status ma_linear(ma_kctx *c, const float *x, int64_t M, const ma_mat *w, cons
                     ma_error *err) {
     const int64_t N = w->rows, K = w->cols;
     if (!c->scalar) {
-        ma_bmat b = {w->panels ? MA_B_PANELS : MA_B_ROWS, w->dtype, w->data, K, 0};
+        ma_bmat b = {w->panels ? MA_B_PANELS : MA_B_ROWS, w->dtype, w->data, K, 0, w->compute};
         ma_gemm(M, N, K, x, K, &b, bias, 0, y, N);
         return MA_OK;
     }
@@ -169,7 +169,7 @@ ma_status ma_linear_fused(ma_kctx *c, const float *x, int64_t M, int n, const ma
     ma_bmat b[MA_GEMM_MAX_PARTS];
     ma_gemm_part parts[MA_GEMM_MAX_PARTS];
     for (int i = 0; i < n; i++) {
-        b[i] = (ma_bmat){w[i]->panels ? MA_B_PANELS : MA_B_ROWS, w[i]->dtype, w[i]->data, w[i]->cols, 0};
+        b[i] = (ma_bmat){w[i]->panels ? MA_B_PANELS : MA_B_ROWS, w[i]->dtype, w[i]->data, w[i]->cols, 0, w[i]->compute};
         parts[i] = (ma_gemm_part){&b[i], w[i]->rows, bias[i], y[i], w[i]->rows};
     }
     ma_gemm_fused(M, w[0]->cols, x, w[0]->cols, parts, n);
@@ -461,7 +461,7 @@ static void att_task(void *ctx, int t, int T) {
         const float *k = a->k + seq * a->k_seq + (h / grp) * a->hd;
         const float *v = a->v + seq * a->v_seq + (h / grp) * a->hd;
         float *o = a->out + seq * a->out_seq + h * a->hd + q0 * a->out_row;
-        ma_bmat kb = {MA_B_ROWS, MA_DT_F32, k, a->k_row, 0}, vb = {MA_B_COLS, MA_DT_F32, v, a->v_row, 0};
+        ma_bmat kb = {MA_B_ROWS, MA_DT_F32, k, a->k_row, 0, MA_COMPUTE_F32}, vb = {MA_B_COLS, MA_DT_F32, v, a->v_row, 0, MA_COMPUTE_F32};
         ma_gemm_serial(qb, a->lk, a->hd, q, a->q_row, &kb, NULL, 0, S, a->lk);
         float sums[ATT_QB];
         for (int64_t i = 0; i < qb; i++) sums[i] = softmax_masked(vm, S + i * a->lk, a->lk, q0 + i, scale, a->mask);

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "core/tensor.h"
+#include "kernels/gemm.h"
 
 typedef struct ma_mat {
     ma_dtype dtype;
@@ -24,6 +25,7 @@ typedef struct ma_mat {
     const void *data;
     const char *name;
     int panels; /* stored in the panel layout of kernels/gemm.h (contexts), else row-major */
+    ma_compute compute; /* the context's compute plan for this matrix (gemm.h; 0: fp32) */
 } ma_mat;
 
 typedef struct ma_kctx {

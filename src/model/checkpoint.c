@@ -278,8 +278,8 @@ static ma_status check_fingerprint(set_check *sc, const ma_gguf *g, const char *
 }
 
 /* is `name` a line of the context's molmoact.kept_tensors? */
-static int kept_listed(const ma_gguf *g, const char *name) {
-    const ma_gguf_kv *kv = ma_gguf_find_kv(g, "molmoact.kept_tensors");
+static int name_listed(const ma_gguf *g, const char *key, const char *name) {
+    const ma_gguf_kv *kv = ma_gguf_find_kv(g, key);
     if (!kv || kv->type != MA_GGUF_STRING) return 0;
     const size_t l = strlen(name);
     const char *p = kv->v.s.p, *end = p + kv->v.s.len;
@@ -290,6 +290,44 @@ static int kept_listed(const ma_gguf *g, const char *name) {
         p += n + 1;
     }
     return 0;
+}
+
+/* a context's compute plan (compile --compute): molmoact.compute, "fp32" when absent (contexts
+ * compiled before plans existed) */
+static ma_status context_compute(const ma_gguf *g, const char *label, ma_compute *out, ma_error *err) {
+    *out = MA_COMPUTE_F32;
+    const ma_gguf_kv *kv = ma_gguf_find_kv(g, "molmoact.compute");
+    if (!kv) return MA_OK;
+    if (kv->type != MA_GGUF_STRING) return ma_fail(err, MA_ERR_FORMAT, "%s: metadata key molmoact.compute is not a string", label);
+    if (kv->v.s.len == 4 && !memcmp(kv->v.s.p, "bf16", 4)) *out = MA_COMPUTE_BF16;
+    else if (!(kv->v.s.len == 4 && !memcmp(kv->v.s.p, "fp32", 4)))
+        return ma_fail(err, MA_ERR_FORMAT, "%s: compute plan \"%.*s\" (this build knows fp32 and bf16)", label,
+                       kv->v.s.len > 32 ? 32 : (int)kv->v.s.len, kv->v.s.p);
+    return MA_OK;
+}
+
+/* MOLMOACT_COMPUTE: -1 (unset or "context": each matrix's own plan), or the plan every matrix
+ * gets; -2 for a value that is none of these */
+static int env_compute(void) {
+    const char *e = ma_env("MOLMOACT_COMPUTE");
+    if (!e || !*e || !strcmp(e, "context")) return -1;
+    return !strcmp(e, "fp32") ? MA_COMPUTE_F32 : !strcmp(e, "bf16") ? MA_COMPUTE_BF16 : -2;
+}
+
+/* each matrix's compute: its context's plan, except the tensors it lists in
+ * molmoact.compute_fp32_tensors (compile --compute-keep); MOLMOACT_COMPUTE overrides all */
+static ma_status apply_compute(ma_model *m, ma_error *err) {
+    const int force = env_compute();
+    if (force == -2) return ma_fail(err, MA_ERR_ARG, "MOLMOACT_COMPUTE=%s: the compute plan is context, fp32 or bf16", ma_env("MOLMOACT_COMPUTE"));
+    m->ws.compute_force = force;
+    if (!m->from_contexts) return MA_OK;
+    for (int i = 0; i < 8; i++)
+        for (size_t j = 0; j < m->ctx[i].n_tensors && m->ctx_compute[i] == MA_COMPUTE_BF16; j++) {
+            const ma_gguf_tensor *t = &m->ctx[i].tensors[j];
+            ma_wref *r = ma_ws_find(&m->ws, t->name);
+            if (r && r->ndim == 2 && !name_listed(&m->ctx[i], "molmoact.compute_fp32_tensors", t->name)) r->compute = MA_COMPUTE_BF16;
+        }
+    return MA_OK;
 }
 
 static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *err) {
@@ -318,13 +356,15 @@ static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *er
          * precise type for a tensor the context lists as kept (compile --keep) */
         int ok = vec ? t->dtype == MA_DT_F32
                      : (t->dtype == want || (t->dtype == MA_DT_F16 && (want == MA_DT_Q8_0 || want == MA_DT_Q4_0) && t->ne[0] % 32));
-        if (!ok && !vec && kept_listed(g, t->name))
+        if (!ok && !vec && name_listed(g, "molmoact.kept_tensors", t->name))
             ok = (want == MA_DT_Q4_0 && (t->dtype == MA_DT_Q8_0 || t->dtype == MA_DT_F16 || t->dtype == MA_DT_BF16)) ||
                  (want == MA_DT_Q8_0 && (t->dtype == MA_DT_F16 || t->dtype == MA_DT_BF16));
         if (!ok) return ma_fail(err, MA_ERR_FORMAT, "%s: precision tag %s but tensor %s is %s", label, prec, t->name, ma_dtype_name(t->dtype));
     }
     int which = slot == 0 ? 0 : (slot <= 5 ? 1 : 2);
     if (slot != 1) snprintf(m->precision[which], sizeof m->precision[which], "%s", prec);
+    if ((s = context_compute(g, label, &m->ctx_compute[slot], err))) return s;
+    if (slot != 1) snprintf(m->compute[which], sizeof m->compute[which], "%s", m->ctx_compute[slot] == MA_COMPUTE_BF16 ? "bf16" : "fp32");
     if ((s = check_fingerprint(sc, g, label, err))) return s;
     note_compile_id(sc, slot, g, label);
     /* --preload: this process's own contexts read in at open (the others it only checks) */
@@ -421,8 +461,12 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
             char *path = ma_path_join(dir, name);
             ma_gguf g;
             if (path && ma_gguf_open(&g, path, NULL) == MA_OK) {
-                if (slot != 1 && (!m->precision[which][0] || slot == 7)) /* action: action_step's, the bulk of its weights */
+                if (slot != 1 && (!m->precision[which][0] || slot == 7)) { /* action: action_step's, the bulk of its weights */
                     ma_gguf_get_str(&g, "molmoact.precision", m->precision[which], sizeof m->precision[which], NULL);
+                    ma_compute cp;
+                    if (context_compute(&g, name, &cp, NULL) == MA_OK)
+                        snprintf(m->compute[which], sizeof m->compute[which], "%s", cp == MA_COMPUTE_BF16 ? "bf16" : "fp32");
+                }
                 s = check_fingerprint(&sc, &g, name, err);
                 if (!s) s = note_prompt_seq(m, slot, &g, name, err);
                 note_compile_id(&sc, slot, &g, name);
@@ -480,6 +524,7 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
     }
     if (m->from_contexts) s = weightset_from_contexts(m, err);
     else if (!(s = ma_st_open(&m->st, dir, err))) s = build_weightset(m, err);
+    if (!s) s = apply_compute(m, err);
     if (s) goto fail;
     if (m->ws.n_lora) {
         if (!(parts & MA_PART_LORA_OK)) {

@@ -161,14 +161,14 @@ static ma_bmat weight_rows(const ma_mat *w, int64_t r0, int64_t n, int64_t *cols
         *cols = (p1 - p0) * MA_GEMM_NR; /* the panel layout pads the last panel's rows */
         *skip = r0 - p0 * MA_GEMM_NR;
         return (ma_bmat){MA_B_PANELS, w->dtype, (const uint8_t *)w->data + (size_t)p0 * ma_panels_size(w->dtype, MA_GEMM_NR, w->cols),
-                         w->cols, 0};
+                         w->cols, 0, w->compute};
     }
     int64_t be;
     size_t bb;
     ma_dtype_block(w->dtype, &be, &bb);
     *cols = n;
     *skip = 0;
-    return (ma_bmat){MA_B_ROWS, w->dtype, (const uint8_t *)w->data + (size_t)(r0 * w->cols / be) * bb, w->cols, 0};
+    return (ma_bmat){MA_B_ROWS, w->dtype, (const uint8_t *)w->data + (size_t)(r0 * w->cols / be) * bb, w->cols, 0, w->compute};
 }
 
 /* the weights the linear form of the pooling can read as B [K][N] (u = q_h Wk_g): float types */
@@ -276,8 +276,8 @@ static ma_status pool_attention_linear(const ma_config *cfg, const ma_vit_attn_w
         const int nh = H - h0 < hg ? H - h0 : hg;
         for (int i = 0; i < nh; i++) { /* u_h = q_h Wk_g: Wk's rows g*hd.. read as B [hd][c2] */
             const int64_t r0 = (int64_t)((h0 + i) / grp) * hd;
-            const ma_bmat wk = a->wk.panels ? (ma_bmat){MA_B_PANELS_T, a->wk.dtype, a->wk.data, c2, r0}
-                                            : (ma_bmat){MA_B_COLS, a->wk.dtype, (const uint8_t *)a->wk.data + (size_t)(r0 * c2) * es, c2, 0};
+            const ma_bmat wk = a->wk.panels ? (ma_bmat){MA_B_PANELS_T, a->wk.dtype, a->wk.data, c2, r0, a->wk.compute}
+                                            : (ma_bmat){MA_B_COLS, a->wk.dtype, (const uint8_t *)a->wk.data + (size_t)(r0 * c2) * es, c2, 0, a->wk.compute};
             ma_gemm(nt, c2, hd, pq + (int64_t)(h0 + i) * hd, qd, &wk, NULL, 0, u + (int64_t)i * c2, nh * c2);
         }
         pool_pass pp = {pool_in, valid, u, nt, c2, nh, cfg->pool_mask, 1.0f / sqrtf((float)hd)};

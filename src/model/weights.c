@@ -23,6 +23,7 @@ ma_status ma_ws_init(ma_weightset *ws, const char *label, size_t n, const char *
                      const int *ndims, const int64_t (*shapes)[MA_MAX_DIMS], const void *const *datas, ma_error *err) {
     memset(ws, 0, sizeof *ws);
     ws->label = label;
+    ws->compute_force = -1;
     /* the prefix every key carries: "model." (LeRobot), "model.base_model.model." (LeRobot with
      * its VLM wrapped for LoRA), or none (the HF layout) */
     int lerobot = n > 0, peft = n > 0, has_double = 0;
@@ -148,6 +149,7 @@ ma_status ma_ws_mat(ma_weightset *ws, const char *name, int64_t rows, int64_t co
     out->data = r->data;
     out->name = r->name;
     out->panels = ma_ws_packed(ws, r);
+    out->compute = ws->compute_force >= 0 ? (ma_compute)ws->compute_force : r->compute;
     return MA_OK;
 }
 

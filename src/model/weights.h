@@ -23,6 +23,7 @@ typedef struct ma_wref {
     int64_t shape[MA_MAX_DIMS];
     const void *data;
     int used; /* 0 unclaimed, 1 bound, 2 known but not needed (ma_ws_ignore) */
+    ma_compute compute; /* a context's compute plan for this matrix (compile --compute) */
     /* unmerged LoRA (LeRobot's PEFT wrapping: base_layer + lora_A.default + lora_B.default):
      * W + lora_scale * B A, merged by compile (B [rows, r], A [r, cols]) */
     int has_lora;
@@ -40,6 +41,7 @@ typedef struct ma_weightset {
     void **owned;  /* converted vectors */
     size_t n_owned, cap_owned;
     const char *label;
+    int compute_force; /* -1: each matrix's own plan; else the ma_compute every matrix gets (MOLMOACT_COMPUTE) */
     size_t n_lora; /* matrices with unmerged LoRA adapters */
     char lora_first[256]; /* the first of them, for messages */
 } ma_weightset;

@@ -86,14 +86,14 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
     uint8_t *rows = malloc(ma_panels_size(dt, N, K) + 64), *panels = malloc(ma_panels_size(dt, N, K));
     ma_convert_from_f32(dt, W, N * K, rows);
     for (int64_t n = 0; n < N; n++) {
-        ma_mat wm = {dt, N, K, rows, "w", 0};
+        ma_mat wm = {dt, N, K, rows, "w", 0, MA_COMPUTE_F32};
         ma_mat_row(&wm, n, Wq + n * K);
     }
     ma_pack_panels(dt, rows, N, K, panels);
     /* a row read back from the panel layout holds the same values */
     float *back = malloc(sizeof(float) * K);
     for (int64_t n = 0; n < N; n++) {
-        ma_mat pm = {dt, N, K, panels, "w", 1};
+        ma_mat pm = {dt, N, K, panels, "w", 1, MA_COMPUTE_F32};
         ma_mat_row(&pm, n, back);
         assert_memory_equal(back, Wq + n * K, sizeof(float) * K);
     }
@@ -111,7 +111,7 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
         const char *kname = ma_gemm_kernel_name(ks);
         float *first = NULL;
         for (int layout = 0; layout < 2; layout++) {
-            ma_bmat b = {layout ? MA_B_PANELS : MA_B_ROWS, dt, layout ? (const void *)panels : (const void *)rows, K, 0};
+            ma_bmat b = {layout ? MA_B_PANELS : MA_B_ROWS, dt, layout ? (const void *)panels : (const void *)rows, K, 0, MA_COMPUTE_F32};
             float *out = layout ? C2 : C;
             memcpy(out, C0, sizeof(float) * M * N);
             ma_gemm(M, N, K, A, K, &b, with_bias ? bias : NULL, accumulate, out, N);
@@ -132,7 +132,7 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
         /* f16 / bf16 / f32 panels read in place or converted into a shared buffer first (the
          * other choice than this CPU's default): the same values in the same order */
         ma_gemm_set_in_place(!ma_gemm_in_place());
-        ma_bmat bp = {MA_B_PANELS, dt, panels, K, 0};
+        ma_bmat bp = {MA_B_PANELS, dt, panels, K, 0, MA_COMPUTE_F32};
         memcpy(C, C0, sizeof(float) * M * N);
         ma_gemm(M, N, K, A, K, &bp, with_bias ? bias : NULL, accumulate, C, N);
         ma_gemm_set_in_place(-1);
@@ -189,7 +189,7 @@ static void check_fused(int64_t M) {
         ma_convert_from_f32(dts[i], W, Ns[i] * K, rows);
         ma_pack_panels(dts[i], rows, Ns[i], K, st[i]);
         free(rows);
-        b[i] = (ma_bmat){MA_B_PANELS, dts[i], st[i], K, 0};
+        b[i] = (ma_bmat){MA_B_PANELS, dts[i], st[i], K, 0, MA_COMPUTE_F32};
         fused[i] = malloc(sizeof(float) * M * Ns[i]);
         single[i] = malloc(sizeof(float) * M * Ns[i]);
         parts[i] = (ma_gemm_part){&b[i], Ns[i], i == 1 ? NULL : bias, fused[i], Ns[i]};
@@ -207,7 +207,7 @@ static void check_fused(int64_t M) {
     ma_kctx kc;
     ma_kctx_init(&kc);
     ma_error err = {0};
-    ma_mat wp = {MA_DT_Q4_0, 48, K, st[1], "w1", 1};
+    ma_mat wp = {MA_DT_Q4_0, 48, K, st[1], "w1", 1, MA_COMPUTE_F32};
     float *y1 = malloc(sizeof(float) * M * 48), *y2 = malloc(sizeof(float) * M * 48);
     assert_int_equal(ma_linear_fused(&kc, A, M, 1, (const ma_mat *[1]){&wp}, (const float *[1]){bias}, (float *[1]){y1}, &err), MA_OK);
     kc.scalar = 1;
@@ -221,7 +221,7 @@ static void check_fused(int64_t M) {
         slack = 1.01 * amax / 254.0 * (double)K;
     }
     for (int64_t i = 0; i < M * 48; i++) assert_true(fabsf(y1[i] - y2[i]) <= 1e-4f * (1.0f + fabsf(y2[i])) + slack);
-    ma_mat other = {MA_DT_F16, 17, K + 1, st[0], "w2", 1};
+    ma_mat other = {MA_DT_F16, 17, K + 1, st[0], "w2", 1, MA_COMPUTE_F32};
     assert_int_equal(ma_linear_fused(&kc, A, M, 2, (const ma_mat *[2]){&wp, &other}, (const float *[2]){NULL, NULL},
                                      (float *[2]){y1, y2}, &err), MA_ERR_SHAPE);
     assert_non_null(strstr(err.msg, "w2"));
@@ -250,7 +250,7 @@ static void test_gemm_cols_layout(void **state) {
     reference(M, N, K, A, Bt, NULL, NULL, ref, mag);
     for (int ks = 0; ks < ma_gemm_kernel_count(); ks++) {
         ma_gemm_select(ks);
-        ma_bmat b = {MA_B_COLS, MA_DT_F32, B, N, 0};
+        ma_bmat b = {MA_B_COLS, MA_DT_F32, B, N, 0, MA_COMPUTE_F32};
         ma_gemm(M, N, K, A, K, &b, NULL, 0, C, N);
         expect_close(C, ref, mag, M * N, kernel_rel_dt(ks, MA_DT_F32), "cols layout");
     }
@@ -289,8 +289,8 @@ static void test_gemm_weight_as_cols(void **state) {
                     for (int ks = 0; ks < ma_gemm_kernel_count(); ks++) {
                         ma_gemm_select(ks);
                         for (int layout = 0; layout < 2; layout++) {
-                            ma_bmat b = layout ? (ma_bmat){MA_B_PANELS_T, dt, panels, Cw, r0}
-                                               : (ma_bmat){MA_B_COLS, dt, rows + (size_t)(r0 * Cw) * es, Cw, 0};
+                            ma_bmat b = layout ? (ma_bmat){MA_B_PANELS_T, dt, panels, Cw, r0, MA_COMPUTE_F32}
+                                               : (ma_bmat){MA_B_COLS, dt, rows + (size_t)(r0 * Cw) * es, Cw, 0, MA_COMPUTE_F32};
                             for (int64_t i = 0; i < M * N; i++) C[i] = NAN;
                             ma_gemm(M, N, K, A, K, &b, NULL, 0, C, N);
                             snprintf(what, sizeof what, "%s %s %s M=%lld N=%lld K=%lld", ma_dtype_name(dt), ma_gemm_kernel_name(ks),
@@ -312,7 +312,7 @@ static void test_gemm_strides_and_empty(void **state) {
     tu_fill(A, M * lda, 3);
     tu_fill(W, N * ld, 4);
     for (int64_t i = 0; i < M * ldc; i++) C[i] = 77.0f;
-    ma_bmat b = {MA_B_ROWS, MA_DT_F32, W, ld, 0};
+    ma_bmat b = {MA_B_ROWS, MA_DT_F32, W, ld, 0, MA_COMPUTE_F32};
     ma_gemm(M, N, K, A, lda, &b, NULL, 0, C, ldc);
     for (int64_t m = 0; m < M; m++) {
         for (int64_t n = 0; n < N; n++) {

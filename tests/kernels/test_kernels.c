@@ -77,7 +77,7 @@ static void check_linear(ma_dtype dt, int64_t M, int64_t N, int64_t K, uint64_t 
         else if (dt == MA_DT_Q8_0) quant_q8_0(row, K, wq + r * (K / 32) * 34);
         else quant_q4_0(row, K, wq + r * (K / 32) * 18);
     }
-    ma_mat w = {dt, N, K, wq, "w", 0};
+    ma_mat w = {dt, N, K, wq, "w", 0, MA_COMPUTE_F32};
     for (int64_t r = 0; r < N; r++) ma_mat_row(&w, r, deq + r * K);
     ma_kctx fast, slow;
     ma_kctx_init(&fast);
