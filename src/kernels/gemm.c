@@ -130,6 +130,7 @@ static void pack_a_portable(const float *A, int64_t lda, int64_t m0, int64_t m1,
 
 static ma_gemm_kernels_t sets[5], active; /* portable, then what the CPU has, best last */
 static int n_sets, best_set;
+static int bf16_dot_default; /* whether VDPBF16PS pays on this CPU (ma_gemm_bf16_dot_pays) */
 static pthread_once_t active_once = PTHREAD_ONCE_INIT;
 
 static int panels_in_place = 1; /* see ma_gemm_set_in_place */
@@ -168,7 +169,10 @@ static void choose_kernels(void) {
             sets[n_sets] = sets[n_sets - 1];
             ma_gemm_install_avx512(&sets[n_sets++]);
 #if defined(MA_HAVE_AMX)
-            if (ma_cpu_avx512_bf16()) ma_gemm_install_bf16(&sets[n_sets - 1]); /* the vnni and amx sets inherit it */
+            if (ma_cpu_avx512_bf16()) { /* the vnni and amx sets inherit it */
+                bf16_dot_default = ma_gemm_bf16_dot_pays();
+                ma_gemm_install_bf16(&sets[n_sets - 1], bf16_dot_default);
+            }
 #endif
 #if defined(MA_HAVE_VNNI)
             if (ma_cpu_avx512_vnni_vbmi()) {
@@ -221,6 +225,19 @@ const char *ma_gemm_kernel_name(int i) {
 int ma_gemm_kernel_int8_activations(int i) {
     pthread_once(&active_once, choose_kernels);
     return i >= 0 && i < n_sets && sets[i].q_panels != NULL;
+}
+
+void ma_gemm_set_bf16_dot(int on) {
+    pthread_once(&active_once, choose_kernels);
+#if defined(MA_HAVE_AMX)
+    if (!ma_cpu_avx512_bf16()) return;
+    const int with = on < 0 ? bf16_dot_default : on;
+    for (int i = 0; i < n_sets; i++)
+        if (sets[i].amx_pack_a) ma_gemm_install_bf16(&sets[i], with);
+    if (active.amx_pack_a) ma_gemm_install_bf16(&active, with);
+#else
+    (void)on;
+#endif
 }
 
 static ma_compute set_bf16(const ma_gemm_kernels_t *k) {

@@ -112,6 +112,9 @@ int ma_gemm_kernel_small_panels(int i);
 ma_compute ma_gemm_kernel_bf16(int i);
 ma_compute ma_gemm_bf16(void);
 const char *ma_gemm_bf16_unit(void);
+/* tests, benchmarks: the VDPBF16PS tile on the sets of a CPU with AVX512-BF16 even where it does
+ * not pay (1), never (0), or where it does (-1, the default: its rate is measured at start) */
+void ma_gemm_set_bf16_dot(int on);
 /* use kernel set i (tests, benchmarks; not while a GEMM runs); returns 0 if there is none */
 int ma_gemm_select(int i);
 /* tests: switch between the portable and the best kernels */

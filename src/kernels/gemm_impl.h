@@ -123,8 +123,10 @@ void ma_gemm_install_vnni(ma_gemm_kernels_t *k);
 #if defined(__x86_64__) && defined(MA_HAVE_AMX)
 /* the AMX tiles on top of the AVX-512 kernels (which still serve M < MA_GEMM_AMX_MIN_M) */
 void ma_gemm_install_amx(ma_gemm_kernels_t *k);
-/* gemm_bf16.c: the bf16 packers (which the AMX tiles need too) and the VDPBF16PS tile */
-void ma_gemm_install_bf16(ma_gemm_kernels_t *k);
+/* gemm_bf16.c: the bf16 packers (which the AMX tiles need too) and, with_tile, the VDPBF16PS
+ * tile; whether that tile multiplies faster than the FMA kernels here (measured once) */
+void ma_gemm_install_bf16(ma_gemm_kernels_t *k, int with_tile);
+int ma_gemm_bf16_dot_pays(void);
 #endif
 #if defined(__aarch64__)
 /* the NEON micro-kernel (aarch64) on top of the portable loaders */

@@ -169,6 +169,124 @@ static void test_gemm_every_type_and_edge(void **state) {
     check_shape(MA_DT_F16, 150, 1100, 400, 1, 1, 904);
 }
 
+/* ---------------------------------------------------------------- the bf16 compute plan */
+
+/* x rounded to bf16, to nearest even (what VCVTNE2PS2BF16 does to finite values) */
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* one shape with MA_COMPUTE_BF16 on every kernel set, both layouts: where the set has a bf16
+ * unit and M > 12, the products of the bf16-rounded operands summed in fp32 (held to the fp32
+ * kernels' bound against a double reference on the rounded values, and shown to be that plan:
+ * somewhere far from the exact product); elsewhere the fp32 result */
+static void check_bf16(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_bias, int accumulate, uint64_t seed) {
+    float *A = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * N * K), *Wq = malloc(sizeof(float) * N * K);
+    float *Ar = malloc(sizeof(float) * M * K), *Wr = malloc(sizeof(float) * N * K);
+    float *bias = malloc(sizeof(float) * N), *C0 = malloc(sizeof(float) * M * N), *C = malloc(sizeof(float) * M * N);
+    double *ref = malloc(sizeof(double) * M * N), *mag = malloc(sizeof(double) * M * N);
+    double *refr = malloc(sizeof(double) * M * N), *magr = malloc(sizeof(double) * M * N);
+    tu_fill(A, M * K, seed);
+    tu_fill(W, N * K, seed + 1);
+    tu_fill(bias, N, seed + 2);
+    tu_fill(C0, M * N, seed + 3);
+    uint8_t *rows = malloc(ma_panels_size(dt, N, K) + 64), *panels = malloc(ma_panels_size(dt, N, K));
+    ma_convert_from_f32(dt, W, N * K, rows);
+    for (int64_t n = 0; n < N; n++) {
+        ma_mat wm = {dt, N, K, rows, "w", 0, MA_COMPUTE_F32};
+        ma_mat_row(&wm, n, Wq + n * K);
+    }
+    ma_pack_panels(dt, rows, N, K, panels);
+    for (int64_t i = 0; i < M * K; i++) Ar[i] = bf16_round(A[i]);
+    for (int64_t i = 0; i < N * K; i++) Wr[i] = bf16_round(Wq[i]);
+    reference(M, N, K, A, Wq, with_bias ? bias : NULL, accumulate ? C0 : NULL, ref, mag);
+    reference(M, N, K, Ar, Wr, with_bias ? bias : NULL, accumulate ? C0 : NULL, refr, magr);
+    char what[160];
+    int bf16_runs = 0;
+    for (int ks = 0; ks < ma_gemm_kernel_count(); ks++) {
+        ma_gemm_select(ks);
+        const int bf16 = ma_gemm_kernel_bf16(ks) == MA_COMPUTE_BF16 && M > MA_GEMM_MR_MAX;
+        for (int layout = 0; layout < 2; layout++) {
+            ma_bmat b = {layout ? MA_B_PANELS : MA_B_ROWS, dt, layout ? (const void *)panels : (const void *)rows, K, 0, MA_COMPUTE_BF16};
+            memcpy(C, C0, sizeof(float) * M * N);
+            ma_gemm(M, N, K, A, K, &b, with_bias ? bias : NULL, accumulate, C, N);
+            snprintf(what, sizeof what, "bf16 compute %s %s (%s) %s M=%lld N=%lld K=%lld", ma_dtype_name(dt), ma_gemm_kernel_name(ks),
+                     bf16 ? ma_gemm_bf16_unit() : "fp32", layout ? "panels" : "rows", (long long)M, (long long)N, (long long)K);
+            if (!bf16) { /* fp32 as the set computes it (its int8 kernels for quantised panels) */
+                const int int8 = (dt == MA_DT_Q8_0 || dt == MA_DT_Q4_0) && layout && ma_gemm_kernel_int8_activations(ks);
+                double *qb = NULL;
+                if (int8) {
+                    qb = malloc(sizeof(double) * M * N);
+                    int8_bound(M, N, K, A, Wq, qb);
+                }
+                expect_close_q(C, ref, mag, qb, M * N, kernel_rel_dt(ks, dt), what);
+                free(qb);
+                continue;
+            }
+            bf16_runs++;
+            expect_close(C, refr, magr, M * N, 4e-6, what);
+            double far = 0.0; /* the largest departure from the exact product, in units of the fp32 bound */
+            for (int64_t i = 0; i < M * N; i++) far = fmax(far, fabs(C[i] - ref[i]) / (2e-6 * mag[i] + 1e-6));
+            if (far < 20.0) fail_msg("%s: within %.1f x the fp32 bound of the exact product: not the bf16 plan", what, far);
+        }
+    }
+    ma_gemm_select_portable(0);
+    /* a CPU with a bf16 unit ran the plan on its best set */
+    if (M > MA_GEMM_MR_MAX && ma_gemm_kernel_bf16(ma_gemm_kernel_count() - 1) == MA_COMPUTE_BF16 && bf16_runs < 2)
+        fail_msg("bf16 compute %s M=%lld: the bf16 plan ran %d times on a CPU with %s", ma_dtype_name(dt), (long long)M, bf16_runs,
+                 ma_gemm_bf16_unit());
+    free(A); free(W); free(Wq); free(Ar); free(Wr); free(bias); free(C0); free(C); free(ref); free(mag); free(refr); free(magr);
+    free(rows); free(panels);
+}
+
+static void bf16_cases(void) {
+    static const int64_t Ms[] = {12, 13, 31, 33, 150};
+    static const int64_t Ns[] = {1, 17, 50};
+    static const int64_t Kf[] = {7, 64, 400, 800}; /* past one chunk of the hi-only layout (768) */
+    static const ma_dtype types[] = {MA_DT_F32, MA_DT_F16, MA_DT_BF16, MA_DT_Q8_0};
+    uint64_t seed = 5000;
+    for (size_t t = 0; t < 4; t++)
+        for (size_t mi = 0; mi < 5; mi++)
+            for (size_t ni = 0; ni < 3; ni++)
+                for (size_t ki = 0; ki < 4; ki++, seed++) {
+                    const int64_t K = types[t] == MA_DT_Q8_0 ? (Kf[ki] + 31) / 32 * 32 : Kf[ki];
+                    check_bf16(types[t], Ms[mi], Ns[ni], K, (int)(seed % 2), (int)(seed % 3 == 0), seed);
+                }
+    /* rows split across the threads and past one row block (512), panels past a group (32),
+     * the vision MLP's K (4304: six chunks) */
+    check_bf16(MA_DT_F16, 600, 530, 1152, 1, 0, 5901);
+    check_bf16(MA_DT_F16, 64, 40, 4304, 0, 1, 5902);
+}
+
+static void test_gemm_bf16_compute(void **state) {
+    (void)state;
+    bf16_cases();
+    /* the VDPBF16PS tile too where the CPU has it and the AMX tiles or its own speed made the
+     * kernels pass it by */
+    ma_gemm_set_bf16_dot(1);
+    bf16_cases();
+    ma_gemm_set_bf16_dot(-1);
+    /* a fused job takes the plan only when every part does */
+    const int64_t M = 40, K = 64;
+    float *A = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * 2 * 16 * K), *C1 = malloc(sizeof(float) * M * 16),
+          *C2 = malloc(sizeof(float) * M * 16), *S1 = malloc(sizeof(float) * M * 16);
+    tu_fill(A, M * K, 77);
+    tu_fill(W, 2 * 16 * K, 78);
+    ma_bmat b1 = {MA_B_ROWS, MA_DT_F32, W, K, 0, MA_COMPUTE_BF16}, b2 = {MA_B_ROWS, MA_DT_F32, W + 16 * K, K, 0, MA_COMPUTE_F32};
+    ma_gemm_part parts[2] = {{&b1, 16, NULL, C1, 16}, {&b2, 16, NULL, C2, 16}};
+    ma_gemm_fused(M, K, A, K, parts, 2);
+    ma_bmat b1f = b1;
+    b1f.compute = MA_COMPUTE_F32;
+    ma_gemm(M, 16, K, A, K, &b1f, NULL, 0, S1, 16);
+    assert_memory_equal(C1, S1, sizeof(float) * M * 16);
+    free(A); free(W); free(C1); free(C2); free(S1);
+}
+
 /* one fused job over parts of several types and widths = separate GEMMs, bit for bit; the scalar
  * ma_linear on panels = on rows */
 static void check_fused(int64_t M) {
@@ -614,6 +732,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_every_type_and_edge),
         cmocka_unit_test(test_gemm_fused_parts),
+        cmocka_unit_test(test_gemm_bf16_compute),
         cmocka_unit_test(test_gemm_cols_layout),
         cmocka_unit_test(test_gemm_weight_as_cols),
         cmocka_unit_test(test_gemm_strides_and_empty),
