@@ -54,7 +54,7 @@
 enum {
     O_END, O_MODEL, O_BASE, O_GOLDEN, O_INPUTS, O_OUT, O_DUMP, O_NORM_TAG, O_IMAGE0, O_IMAGE1, O_TASK, O_STATE, O_NOISE, O_SEED,
     O_SESSION, O_JSON, O_STREAM, O_INPROC, O_COLD, O_RUNS, O_THREADS, O_GATE, O_BACKEND, O_QNN_LIB_DIR, O_QNN_IO_MAP,
-    O_QNN_SOC, O_QNN_ARCH, O_PRELOAD, O_VISION, O_LLM, O_ACTION, O_SUFFIX, O_PROMPT_SEQ, O_KEEP, O_QUIET, O_HOST, O_PORT,
+    O_QNN_SOC, O_QNN_ARCH, O_PRELOAD, O_VISION, O_LLM, O_ACTION, O_SUFFIX, O_PROMPT_SEQ, O_KEEP, O_COMPUTE, O_COMPUTE_KEEP, O_QUIET, O_HOST, O_PORT,
     O_API_KEY_FILE, O_MAX_MESSAGE_MB, O_MAX_CLIENTS, O_RECV_TIMEOUT, O_IDLE_TIMEOUT, O_FLIP180, O_TOKENIZER, O_DECODE,
     O_MARKDOWN, O_QNN_PERF, O_QNN_ZERO_COPY, O_VERBOSE, O_COUNT
 };
@@ -92,6 +92,8 @@ static const cli_opt OPTS[O_COUNT] = {
     [O_ACTION] = {"--action", NULL, "P", CLI_STR, 0, 0, "the action expert's precision (action_context and action_step)"},
     [O_SUFFIX] = {"--suffix", NULL, "S", CLI_STR, 0, 0, "name the files of the components given with --vision/--llm/--action vision{S}.gguf, llm_split0..3{S}.gguf, action_step{S}.gguf (picked at run time by MOLMOACT_*_CTX_SUFFIX=S); the other files keep their names"},
     [O_PROMPT_SEQ] = {"--prompt-seq", NULL, "N", CLI_INT, 1, MA_MAX_PROMPT_SEQ, "the prompt length the static graphs are built for, recorded in the contexts (default 128, or MOLMOACT_PROMPT_SEQ)"},
+    [O_COMPUTE] = {"--compute", NULL, "PLAN", CLI_STR, 0, 0, "how products are computed: fp32 (default), or bf16 (operands rounded to bf16, sums in fp32: AMX or AVX512-BF16 where the CPU has them, else fp32), for every component or per component, e.g. --compute vision=bf16,llm=bf16"},
+    [O_COMPUTE_KEEP] = {"--compute-keep", NULL, "PATTERN", CLI_LIST, 0, 0, "matrices whose checkpoint name matches the glob PATTERN computed in fp32 in a bf16 component (repeatable)"},
     [O_KEEP] = {"--keep", NULL, "PATTERN=P", CLI_LIST, 0, 0, "matrices whose checkpoint name matches the glob PATTERN stored in P where P is more precise (repeatable), e.g. --keep '*scout_mlp*=f16'"},
     [O_QUIET] = {"--quiet", "-q", NULL, CLI_FLAG, 0, 0, "no progress lines (compile; the workers' start with --preload and in serve)"},
     [O_HOST] = {"--host", NULL, "ADDR", CLI_STR, 0, 0, "the address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)"},
@@ -155,7 +157,7 @@ static const cli_cmd CMDS[] = {
      "Matrices are stored in the component's precision (f16, bf16, q8_0, q4_0), vectors in f32. A new directory appears whole; into an existing one the files are moved in only when all are written. A variant with --suffix is added beside the files already there: e.g. `molmoact compile SRC -o CTX --llm q4_0 --suffix _w4a16`, then `MOLMOACT_LLM_CTX_SUFFIX=_w4a16 molmoact run --model CTX`.",
      1, 1, "compile",
      {{O_OUT, "CTX_DIR", "the output directory (created; or an existing one, the new files added)"}, {O_VISION, NULL, NULL}, {O_LLM, NULL, NULL}, {O_ACTION, NULL, NULL}, {O_SUFFIX, NULL, NULL},
-      {O_PROMPT_SEQ, NULL, NULL}, {O_KEEP, NULL, NULL}, {O_BASE, NULL, NULL}, {O_THREADS, NULL, NULL}, {O_QUIET, NULL, NULL}},
+      {O_PROMPT_SEQ, NULL, NULL}, {O_KEEP, NULL, NULL}, {O_COMPUTE, NULL, NULL}, {O_COMPUTE_KEEP, NULL, NULL}, {O_BASE, NULL, NULL}, {O_THREADS, NULL, NULL}, {O_QUIET, NULL, NULL}},
      cmd_compile_a},
     {"inspect", "FILE.gguf | FILE.safetensors | FILE.npz | FILE.bin | DIR",
      "Show what a file or directory holds: tensors, shapes and dtypes; a checkpoint's kind and the config fields this runtime ignores; a context directory's sessions, precisions, prompt length and compile; a QNN context binary's graphs.",
@@ -389,12 +391,27 @@ static void print_plan(const ma_engine *e, int json) {
     ma_backend b = MA_BACKEND_CPU;
     ma_backend_current(&b, NULL);
     const char *backend = b == MA_BACKEND_QNN ? "qnn" : "cpu";
+    /* the compute plan: the contexts' (fp32 for a checkpoint) unless MOLMOACT_COMPUTE overrides
+     * it; a bf16 plan runs as fp32 where the CPU has no bf16 unit */
+    const char *comp[3], *force = ma_env("MOLMOACT_COMPUTE");
+    int any_bf16 = 0;
+    for (int i = 0; i < 3; i++) {
+        comp[i] = force && (!strcmp(force, "fp32") || !strcmp(force, "bf16")) ? force : e->host.compute[i][0] ? e->host.compute[i] : "fp32";
+        any_bf16 |= !strcmp(comp[i], "bf16");
+    }
+    const char *unit = b == MA_BACKEND_QNN ? "qnn" : ma_gemm_bf16_unit();
     if (json)
-        printf(", \"backend\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"precision\": {\"vision\": \"%s\", \"llm\": \"%s\", \"action\": \"%s\"}",
-               backend, ma_gemm_kernels(), ma_kernel_threads(), prec[0], prec[1], prec[2]);
-    else
-        printf("backend %s, kernels %s, %d threads per process, precision: vision %s, llm %s, action %s\n", backend, ma_gemm_kernels(),
+        printf(", \"backend\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"precision\": {\"vision\": \"%s\", \"llm\": \"%s\", \"action\": \"%s\"}"
+               ", \"compute\": {\"vision\": \"%s\", \"llm\": \"%s\", \"action\": \"%s\", \"bf16_unit\": \"%s\"}",
+               backend, ma_gemm_kernels(), ma_kernel_threads(), prec[0], prec[1], prec[2], comp[0], comp[1], comp[2], unit);
+    else {
+        printf("backend %s, kernels %s, %d threads per process, precision: vision %s, llm %s, action %s", backend, ma_gemm_kernels(),
                ma_kernel_threads(), prec[0], prec[1], prec[2]);
+        if (any_bf16)
+            printf(", compute: vision %s, llm %s, action %s (bf16 on %s%s)", comp[0], comp[1], comp[2], unit,
+                   strcmp(unit, "fp32") ? "" : ": no bf16 unit on this CPU, computed in fp32");
+        printf("\n");
+    }
 }
 
 static void print_memory(const ma_engine *e, int json) {
@@ -1267,8 +1284,39 @@ static int cmd_preprocess_a(cli_args *a) {
     return cmd_preprocess(&o);
 }
 
+/* --compute PLAN: "fp32" / "bf16" for every component, or COMPONENT=PLAN[,...] (vision, llm,
+ * action); a component it names counts as given for --suffix */
+static int parse_compute(const char *v, ma_compile_opts *co) {
+    static char buf[128];
+    static const char *names[3] = {"vision", "llm", "action"};
+    static const unsigned bits[3] = {MA_COMPILE_SUFFIX_VISION, MA_COMPILE_SUFFIX_LLM, MA_COMPILE_SUFFIX_ACTION};
+    if (!strcmp(v, "fp32") || !strcmp(v, "bf16")) {
+        for (int c = 0; c < 3; c++) co->compute[c] = !strcmp(v, "bf16") ? "bf16" : "fp32";
+        return 0;
+    }
+    if (strlen(v) >= sizeof buf) { fprintf(stderr, "molmoact compile: --compute %.40s...: too long\n", v); return 1; }
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(t, '=');
+        int c = -1;
+        if (eq) {
+            *eq = '\0';
+            for (int i = 0; i < 3; i++)
+                if (!strcmp(t, names[i])) c = i;
+        }
+        if (c < 0 || (strcmp(eq + 1, "fp32") && strcmp(eq + 1, "bf16"))) {
+            fprintf(stderr, "molmoact compile: --compute %s: must be fp32, bf16, or COMPONENT=PLAN[,...] with COMPONENT vision, llm or action and "
+                            "PLAN fp32 or bf16\n", v);
+            return 1;
+        }
+        co->compute[c] = !strcmp(eq + 1, "bf16") ? "bf16" : "fp32";
+        co->suffixed |= bits[c];
+    }
+    return 0;
+}
+
 static int cmd_compile_a(cli_args *a) {
-    ma_compile_opts co = {"f16", "f16", "f16", "", 0, 128, 0, {NULL}, {NULL}};
+    ma_compile_opts co = {"f16", "f16", "f16", "", 0, 128, 0, {NULL}, {NULL}, {NULL, NULL, NULL}, 0, {NULL}};
     if (session_env(a)) return 1;
     const char *env = ma_env("MOLMOACT_PROMPT_SEQ");
     if (env && *env) co.prompt_seq = atoi(env); /* checked by ma_env_check */
@@ -1295,6 +1343,14 @@ static int cmd_compile_a(cli_args *a) {
         *eq = '\0';
         co.keep_pattern[co.n_keep] = keep[k];
         co.keep_prec[co.n_keep++] = eq + 1;
+    }
+    if (a->given[O_COMPUTE] && parse_compute(a->str[O_COMPUTE], &co)) return 1;
+    for (int k = 0; k < a->nlist[O_COMPUTE_KEEP]; k++) {
+        if (k >= MA_COMPILE_MAX_KEEP) {
+            fprintf(stderr, "molmoact compile: --compute-keep: at most %d patterns\n", MA_COMPILE_MAX_KEEP);
+            return 1;
+        }
+        co.compute_keep[co.n_compute_keep++] = a->list[O_COMPUTE_KEEP][k];
     }
     const char *src = a->pos[0], *out = a->str[O_OUT];
     if (!out) { fprintf(stderr, "molmoact compile: give the output directory with -o CTX_DIR\n"); return 1; }

@@ -273,6 +273,29 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
     }
     if (!s && kept) s = ma_gguf_set_str(w, "molmoact.kept_tensors", kept, err);
     free(kept);
+    /* the compute plan (the embedding table's file has no products) */
+    const int comp = slot == 0 ? 0 : slot <= 5 ? 1 : 2;
+    const int bf16 = slot != 1 && o->compute[comp] && !strcmp(o->compute[comp], "bf16");
+    if (!s && slot != 1) s = ma_gguf_set_str(w, "molmoact.compute", bf16 ? "bf16" : "fp32", err);
+    char *fp32 = NULL; /* --compute-keep: matrices of a bf16 component computed in fp32, one per line */
+    size_t fp32_len = 0;
+    for (size_t i = 0; i < m->ws.count && !s && bf16; i++) {
+        const ma_wref *r = &m->ws.refs[i];
+        if (!slot_takes(m, slot, r) || r->ndim != 2) continue;
+        int keep = 0;
+        for (int k = 0; k < o->n_compute_keep && !keep; k++) keep = !fnmatch(o->compute_keep[k], r->name, 0);
+        if (!keep) continue;
+        const size_t l = strlen(r->name);
+        char *nk = realloc(fp32, fp32_len + l + 2);
+        if (!nk) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); break; }
+        fp32 = nk;
+        memcpy(fp32 + fp32_len, r->name, l);
+        fp32[fp32_len + l] = '\n';
+        fp32_len += l + 1;
+        fp32[fp32_len] = '\0';
+    }
+    if (!s && fp32) s = ma_gguf_set_str(w, "molmoact.compute_fp32_tensors", fp32, err);
+    free(fp32);
     if (!s) {
         char name[160];
         ma_context_name(slot, slot_suffix(o, slot), name, sizeof name);
@@ -455,6 +478,11 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
         if (!o->keep_pattern[k][0] || !parse_precision(o->keep_prec[k], &kt))
             return ma_fail(err, MA_ERR_ARG, "--keep %s=%s: must be PATTERN=P, P one of f16, bf16, q8_0, q4_0", o->keep_pattern[k], o->keep_prec[k]);
     }
+    for (int c = 0; c < 3; c++)
+        if (o->compute[c] && strcmp(o->compute[c], "fp32") && strcmp(o->compute[c], "bf16"))
+            return ma_fail(err, MA_ERR_ARG, "--compute: %s's plan %s (fp32 or bf16)", c == 0 ? "vision" : c == 1 ? "llm" : "action", o->compute[c]);
+    for (int k = 0; k < o->n_compute_keep; k++)
+        if (!o->compute_keep[k][0]) return ma_fail(err, MA_ERR_ARG, "--compute-keep: an empty pattern");
     if (o->prompt_seq < 1 || o->prompt_seq > MA_MAX_PROMPT_SEQ)
         return ma_fail(err, MA_ERR_ARG, "--prompt-seq %d: must be in [1, %d]", o->prompt_seq, MA_MAX_PROMPT_SEQ);
     if (o->suffix && (strchr(o->suffix, '/') || strlen(o->suffix) > 64 || !strcmp(o->suffix, ".") || !strcmp(o->suffix, "..")))

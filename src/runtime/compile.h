@@ -7,7 +7,8 @@
  * config.json (molmoact.config_json), the fingerprint of the source checkpoint
  * (molmoact.source_fingerprint: opening refuses contexts of different checkpoints), the layer range
  * (llm), and the prompt length the static graphs are built for (llm and action contexts:
- * molmoact.prompt_seq, which a run on the qnn backend pads to). Tensors keep their checkpoint names;
+ * molmoact.prompt_seq, which a run on the qnn backend pads to), the compute plan (molmoact.compute:
+ * fp32, or bf16 products with fp32 sums; kernels/gemm.h). Tensors keep their checkpoint names;
  * matrices are stored in the component's precision (f16, bf16, q8_0, q4_0; rows that do not fill
  * 32-value blocks fall back to f16), vectors in f32.
  *
@@ -39,6 +40,12 @@ typedef struct ma_compile_opts {
      * more precise of the two (a sensitive tensor kept at higher precision in a quantised plan) */
     int n_keep;
     const char *keep_pattern[MA_COMPILE_MAX_KEEP], *keep_prec[MA_COMPILE_MAX_KEEP];
+    /* the compute plan of vision, llm and action (--compute): "fp32" (or NULL) or "bf16", recorded
+     * in each context as molmoact.compute; matrices matching a --compute-keep glob stay fp32 in a
+     * bf16 component (listed in molmoact.compute_fp32_tensors) */
+    const char *compute[3];
+    int n_compute_keep;
+    const char *compute_keep[MA_COMPILE_MAX_KEEP];
 } ma_compile_opts;
 
 ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_opts *o, ma_error *err);
