@@ -231,14 +231,15 @@ int main(int argc, char **argv) {
                openblas_get_corename(), peak);
         if (amx_peak > 0) printf(", AMX split peak %.1f GFLOP/s", amx_peak);
         printf(", read bandwidth %.1f GB/s\n", bw);
-        printf("%-20s %5s %5s %5s | %9s | %9s %9s %9s %9s %9s | %6s %6s %6s\n", "layer", "M", "K", "N", "openblas", "f32", "f16",
-               "bf16", "q8_0", "q4_0", "f16/pk", "f16/ax", "f16/bl");
+        printf("bf16 compute on %s\n", ma_gemm_bf16_unit());
+        printf("%-20s %5s %5s %5s | %9s | %9s %9s %9s %9s %9s %9s | %6s %6s %6s %7s\n", "layer", "M", "K", "N", "openblas", "f32", "f16",
+               "bf16", "q8_0", "q4_0", "f16*bf16", "f16/pk", "f16/ax", "f16/bl", "*bf16/1");
     }
     /* ours for every shape first, then OpenBLAS: its threads spin for a while after each call
      * (up to 2^28 cycles by default), and timed between them our threads shared the cores with
      * them (on two vCPUs that cost 15-45 % of our measured speed) */
     enum { N_SHAPES = sizeof shapes / sizeof *shapes, N_M = sizeof Ms / sizeof *Ms };
-    static double g_ours[N_SHAPES][N_M][5], g_blas[N_SHAPES][N_M], peaks[N_SHAPES][N_M][2];
+    static double g_ours[N_SHAPES][N_M][6], g_blas[N_SHAPES][N_M], peaks[N_SHAPES][N_M][2];
     for (int pass = 0; pass < 2; pass++)
         for (size_t s = 0; s < N_SHAPES; s++) {
             const int K = shapes[s].K, N = shapes[s].N;
@@ -267,6 +268,13 @@ int main(int argc, char **argv) {
                     c.B.data = packed[t];
                     g_ours[s][mi][t] = flop / time_it(run_ours, &c, min_s) / 1e9;
                 }
+                if (pass == 0) { /* f16 weights, the bf16 compute plan (fp32 where the CPU has no bf16 unit) */
+                    c.B.dtype = MA_DT_F16;
+                    c.B.data = packed[1];
+                    c.B.compute = MA_COMPUTE_BF16;
+                    g_ours[s][mi][5] = flop / time_it(run_ours, &c, min_s) / 1e9;
+                    c.B.compute = MA_COMPUTE_F32;
+                }
                 if (pass == 0) {
                     /* this machine's speed drifts: the percentage is against a peak measured right
                      * here (the best of this one and the first) */
@@ -289,19 +297,21 @@ int main(int argc, char **argv) {
             const double *g = g_ours[s][mi], pk = peaks[s][mi][0], ax = peaks[s][mi][1], gb = g_blas[s][mi];
             if (json) {
                 printf("%s{\"layer\": \"%s\", \"M\": %d, \"K\": %d, \"N\": %d, \"openblas_f32\": %.2f, \"f32\": %.2f, \"f16\": %.2f, "
-                       "\"bf16\": %.2f, \"q8_0\": %.2f, \"q4_0\": %.2f, \"fma_peak\": %.2f, \"amx_split_peak\": %.2f}", first ? "" : ", ", shapes[s].layer, M, K, N,
-                       gb, g[0], g[1], g[2], g[3], g[4], pk, ax);
+                       "\"bf16\": %.2f, \"q8_0\": %.2f, \"q4_0\": %.2f, \"f16_compute_bf16\": %.2f, \"fma_peak\": %.2f, \"amx_split_peak\": %.2f}",
+                       first ? "" : ", ", shapes[s].layer, M, K, N, gb, g[0], g[1], g[2], g[3], g[4], g[5], pk, ax);
                 first = 0;
             } else {
-                char axs[16] = "     -";
+                char axs[16] = "     -", ax1[16] = "      -";
                 if (ax > 0) snprintf(axs, sizeof axs, "%5.0f%%", 100 * g[1] / ax);
-                printf("%-20s %5d %5d %5d | %9.1f | %9.1f %9.1f %9.1f %9.1f %9.1f | %5.0f%% %6s %5.2fx\n", shapes[s].layer, M, K, N,
-                       gb, g[0], g[1], g[2], g[3], g[4], pk > 0 ? 100 * g[1] / pk : 0, axs, g[1] / gb);
+                if (ax > 0) snprintf(ax1, sizeof ax1, "%6.0f%%", 100 * g[5] / (3 * ax)); /* one tile product instead of three */
+                printf("%-20s %5d %5d %5d | %9.1f | %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f | %5.0f%% %6s %5.2fx %7s\n", shapes[s].layer, M, K, N,
+                       gb, g[0], g[1], g[2], g[3], g[4], g[5], pk > 0 ? 100 * g[1] / pk : 0, axs, g[1] / gb, ax1);
             }
         }
     if (json) printf("]}\n");
     else
         printf("GFLOP/s; f16/pk = f16 against the FMA peak, f16/ax = against the AMX split peak (amx kernels, M > 12),\n"
-               "f16/bl = f16 against OpenBLAS on f32 weights\n");
+               "f16/bl = f16 against OpenBLAS on f32 weights; f16*bf16 = f16 weights with the bf16 compute plan, *bf16/1 = it\n"
+               "against the AMX bf16 peak (one tile product: three times the split peak)\n");
     return 0;
 }

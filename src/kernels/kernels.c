@@ -461,7 +461,7 @@ static void att_task(void *ctx, int t, int T) {
         const float *k = a->k + seq * a->k_seq + (h / grp) * a->hd;
         const float *v = a->v + seq * a->v_seq + (h / grp) * a->hd;
         float *o = a->out + seq * a->out_seq + h * a->hd + q0 * a->out_row;
-        ma_bmat kb = {MA_B_ROWS, MA_DT_F32, k, a->k_row, 0, MA_COMPUTE_F32}, vb = {MA_B_COLS, MA_DT_F32, v, a->v_row, 0, MA_COMPUTE_F32};
+        ma_bmat kb = {MA_B_ROWS, MA_DT_F32, k, a->k_row, 0, a->compute}, vb = {MA_B_COLS, MA_DT_F32, v, a->v_row, 0, a->compute};
         ma_gemm_serial(qb, a->lk, a->hd, q, a->q_row, &kb, NULL, 0, S, a->lk);
         float sums[ATT_QB];
         for (int64_t i = 0; i < qb; i++) sums[i] = softmax_masked(vm, S + i * a->lk, a->lk, q0 + i, scale, a->mask);

@@ -114,6 +114,7 @@ typedef struct ma_attn_args {
     int64_t q_row, k_row, v_row, out_row; /* elements between rows */
     int64_t q_seq, k_seq, v_seq, out_seq; /* elements between sequences */
     const ma_attn_mask *mask;
+    ma_compute compute; /* of the score and value products (the component's plan; gemm.h) */
 } ma_attn_args;
 
 ma_status ma_attention(ma_kctx *c, const ma_attn_args *a, ma_error *err);

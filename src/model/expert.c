@@ -265,7 +265,7 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
         if (cfg->e_qk_norm || cfg->e_rope)
             heads_norm_rope(A, qkv, qkv + d, 3 * d, H, hd, cfg->e_qk_norm, cfg->e_qk_eps, cfg->e_rope ? rope : NULL,
                             rope + A * half);
-        ma_attn_args sa = {1, H, H, A, A, hd, qkv, qkv + d, qkv + 2 * d, att, 3 * d, 3 * d, 3 * d, d, 0, 0, 0, 0, &self_mask};
+        ma_attn_args sa = {1, H, H, A, A, hd, qkv, qkv + d, qkv + 2 * d, att, 3 * d, 3 * d, 3 * d, d, 0, 0, 0, 0, &self_mask, MA_COMPUTE_F32};
         s = ma_attention(kc, &sa, err);
         if (s) goto done;
         if ((s = ma_linear(kc, att, A, &b->out, b->out_b, h, err))) goto done;
@@ -274,7 +274,7 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
         if ((s = ma_linear(kc, h, A, &b->q, b->q_b, q, err))) goto done;
         if (cfg->e_qk_norm) heads_norm_rope(A, q, NULL, d, H, hd, 1, cfg->e_qk_eps, NULL, NULL);
         const float *Kc = ctx_k + (int64_t)l * ctx_layer, *Vc = ctx_v + (int64_t)l * ctx_layer;
-        ma_attn_args ca = {1, H, H, A, S, hd, q, Kc, Vc, att, d, (int64_t)H * hd, (int64_t)H * hd, d, 0, 0, 0, 0, &cross_mask};
+        ma_attn_args ca = {1, H, H, A, S, hd, q, Kc, Vc, att, d, (int64_t)H * hd, (int64_t)H * hd, d, 0, 0, 0, 0, &cross_mask, MA_COMPUTE_F32};
         s = ma_attention(kc, &ca, err);
         if (s) goto done;
         if ((s = ma_linear(kc, att, A, &b->cout, b->cout_b, h, err))) goto done;

@@ -122,7 +122,7 @@ ma_status ma_llm_forward(const ma_config *cfg, const ma_llm_w *w, ma_kctx *kc, f
             for (int hh = 0; hh < H; hh++) rope_apply(q + i * qd + hh * hd, hd, cs + i * (hd / 2), sn + i * (hd / 2));
             for (int hh = 0; hh < KV; hh++) rope_apply(K + i * kvd + hh * hd, hd, cs + i * (hd / 2), sn + i * (hd / 2));
         }
-        ma_attn_args aa = {1, H, H / grp, S, S, hd, q, K, V, att, qd, kvd, kvd, qd, 0, 0, 0, 0, &mask};
+        ma_attn_args aa = {1, H, H / grp, S, S, hd, q, K, V, att, qd, kvd, kvd, qd, 0, 0, 0, 0, &mask, MA_COMPUTE_F32};
         s = ma_attention(kc, &aa, err);
         if (s) goto done;
         if ((s = ma_linear(kc, att, S, &lw->attn_out, NULL, h, err))) goto done;

@@ -318,7 +318,7 @@ static ma_status vit_self_attention(const ma_config *cfg, const ma_vit_attn_w *a
         if ((s = ma_linear_fused(kc, x, rows, 3, ws, bs, ys, err))) goto done;
     }
     ma_attn_args att = {n, H, H / grp, L, L, hd, q, k, v, o, qd, kd, kd, qd,
-                        (int64_t)L * qd, (int64_t)L * kd, (int64_t)L * kd, (int64_t)L * qd, NULL};
+                        (int64_t)L * qd, (int64_t)L * kd, (int64_t)L * kd, (int64_t)L * qd, NULL, a->wq.compute};
     s = ma_attention(kc, &att, err);
     if (!s) s = ma_linear(kc, o, rows, &a->wo, a->bo, out, err);
 done:
