@@ -966,7 +966,7 @@ static int inspect_context_dir(const char *path) {
     ma_manifest mf;
     if (ma_manifest_load(path, &mf, &err)) return fail(&err);
     printf("%s: a context directory (molmoact compile), %d files\n", path, mf.n);
-    printf("  %-28s %-15s %-9s %-8s %-10s %-17s %s\n", "file", "component", "precision", "prompt", "layers", "compile", "size");
+    printf("  %-28s %-15s %-9s %-7s %-8s %-10s %-17s %s\n", "file", "component", "precision", "compute", "prompt", "layers", "compile", "size");
     char fingerprint[24] = "";
     double total = 0;
     for (int i = 0; i < mf.n; i++) {
@@ -975,20 +975,23 @@ static int inspect_context_dir(const char *path) {
         char *fp = ma_path_join(path, e->name);
         ma_gguf g;
         if (!e->compile_id[0] || !fp || ma_gguf_open(&g, fp, NULL) != MA_OK) {
-            printf("  %-28s %-15s %-9s %-8s %-10s %-17s %.1f MiB\n", e->name, e->compile_id[0] ? "(unreadable)" : "host file", "", "", "",
+            printf("  %-28s %-15s %-9s %-7s %-8s %-10s %-17s %.1f MiB\n", e->name, e->compile_id[0] ? "(unreadable)" : "host file", "", "", "", "",
                    e->compile_id[0] ? e->compile_id : "", (double)e->bytes / 1048576.0);
             free(fp);
             continue;
         }
-        char comp[32] = "", prec[16] = "", seq[16] = "", layers[24] = "";
+        char comp[32] = "", prec[16] = "", seq[16] = "", layers[24] = "", compute[8] = "";
         int64_t v, a, b;
         ma_gguf_get_str(&g, "molmoact.component", comp, sizeof comp, NULL);
         ma_gguf_get_str(&g, "molmoact.precision", prec, sizeof prec, NULL);
+        if (ma_gguf_get_str(&g, "molmoact.compute", compute, sizeof compute, NULL) != MA_OK && strcmp(comp, "embed"))
+            snprintf(compute, sizeof compute, "fp32"); /* compiled before compute plans */
         if (!fingerprint[0]) ma_gguf_get_str(&g, "molmoact.source_fingerprint", fingerprint, sizeof fingerprint, NULL);
         if (ma_gguf_get_i64(&g, "molmoact.prompt_seq", &v, NULL) == MA_OK) snprintf(seq, sizeof seq, "%lld", (long long)v);
         if (ma_gguf_get_i64(&g, "molmoact.layer_first", &a, NULL) == MA_OK && ma_gguf_get_i64(&g, "molmoact.layer_last", &b, NULL) == MA_OK)
             snprintf(layers, sizeof layers, "%lld-%lld", (long long)a, (long long)b - 1);
-        printf("  %-28s %-15s %-9s %-8s %-10s %-17s %.1f MiB\n", e->name, comp, prec, seq, layers, e->compile_id, (double)e->bytes / 1048576.0);
+        printf("  %-28s %-15s %-9s %-7s %-8s %-10s %-17s %.1f MiB\n", e->name, comp, prec, compute, seq, layers, e->compile_id,
+               (double)e->bytes / 1048576.0);
         ma_gguf_close(&g);
         free(fp);
     }

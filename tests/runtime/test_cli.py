@@ -258,3 +258,23 @@ def test_workers_are_named_after_their_session(tmp_path):
     finally:
         p.stdin.close()
         p.wait(timeout=60)
+
+
+def test_compute_plan_compiled_shown_and_run(tmp_path):
+    d = str(tmp_path / "ctx")
+    rc, out, err = run("compile", MODEL, "-o", d, "--compute", "vision=bf16,action=bf16", "--compute-keep", "*scout*", "--quiet")
+    assert rc == 0, err
+    rc, out, err = run("inspect", d)
+    assert rc == 0, err
+    plan = {l.split()[0]: l.split()[3] for l in out.splitlines() if l.strip().endswith("MiB") and ".gguf" in l and "embed" not in l}
+    assert plan["vision.gguf"] == "bf16" and plan["action_step.gguf"] == "bf16" and plan["llm_split0.gguf"] == "fp32", out
+    rc, out, err = run("run", "--model", d, "--golden", GOLDEN)
+    assert rc == 0 and "PASS" in out, err
+    assert re.search(r"compute: vision bf16, llm fp32, action bf16 \(bf16 on (amx|avx512_bf16|fp32)", out), out
+    rc, out, err = run("run", "--model", d, "--golden", GOLDEN, env={"MOLMOACT_COMPUTE": "fp32"})
+    assert rc == 0 and "compute:" not in out, out
+    for bad in ("vision=bf17", "optics=bf16", "fp8"):
+        rc, _, err = run("compile", MODEL, "-o", str(tmp_path / "bad"), "--compute", bad)
+        assert rc == 1 and f"--compute {bad}: must be fp32, bf16, or COMPONENT=PLAN" in err, err
+    rc, _, err = run("run", "--model", d, "--golden", GOLDEN, env={"MOLMOACT_COMPUTE": "half"})
+    assert rc == 1 and "MOLMOACT_COMPUTE=half" in err, err

@@ -159,6 +159,79 @@ static void test_keep_tensors_at_higher_precision(void **state) {
     assert_fails_naming(ma_compile(TINY, dir, &o, &err), err, "--keep *.ff_out.*=q3_k");
 }
 
+/* compile --compute / --compute-keep: each component's plan recorded and bound to its matrices
+ * (the kept ones fp32), MOLMOACT_COMPUTE overriding it or refused by name, the parity gate held
+ * with the plan, an unknown plan in a context refused by name */
+static void test_compute_plan(void **state) {
+    (void)state;
+    char dir[1024];
+    tu_tmpdir(dir, sizeof dir, "ctx-compute");
+    ma_compile_opts o = {.vision = "f16", .llm = "f16", .action = "f16", .suffix = "", .prompt_seq = 128,
+                         .compute = {"bf16", "fp32", "bf16"}, .n_compute_keep = 1, .compute_keep = {"*scout*"}};
+    ma_error err = {0};
+    if (ma_compile(TINY, dir, &o, &err)) fail_msg("compile: %s", err.msg);
+    ma_model m;
+    unsetenv("MOLMOACT_COMPUTE");
+    if (ma_model_open(dir, "libero", &m, &err)) fail_msg("%s", err.msg);
+    assert_string_equal(m.compute[0], "bf16");
+    assert_string_equal(m.compute[1], "fp32");
+    assert_string_equal(m.compute[2], "bf16");
+    assert_int_equal(m.vision.blocks[0].attn.wq.compute, MA_COMPUTE_BF16);
+    assert_int_equal(m.vision.blocks[0].w2.compute, MA_COMPUTE_BF16);
+    assert_int_equal(m.vision.sampler.scout0.compute, MA_COMPUTE_F32); /* --compute-keep */
+    assert_int_equal(m.llm[0].layers[0].ff_out.compute, MA_COMPUTE_F32);
+    assert_int_equal(m.expert.blocks[0].qkv.compute, MA_COMPUTE_BF16);
+    ma_model_close(&m);
+    /* the environment overrides every matrix, and a value it does not know is refused */
+    setenv("MOLMOACT_COMPUTE", "fp32", 1);
+    if (ma_model_open(dir, "libero", &m, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(m.vision.blocks[0].attn.wq.compute, MA_COMPUTE_F32);
+    ma_model_close(&m);
+    setenv("MOLMOACT_COMPUTE", "bf16", 1);
+    if (ma_model_open(dir, "libero", &m, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(m.llm[0].layers[0].ff_out.compute, MA_COMPUTE_BF16);
+    assert_int_equal(m.vision.sampler.scout0.compute, MA_COMPUTE_BF16);
+    /* bf16 everywhere (where this CPU has a bf16 unit): the gate it gets, held */
+    int e2e = 0;
+    const double g = ma_parity_default_gate(&m, &e2e);
+    if (ma_gemm_bf16() == MA_COMPUTE_BF16) {
+        assert_true(g <= 0.999 + 1e-12);
+        assert_int_equal(e2e, 1);
+    }
+    ma_parity_report rep;
+    if (ma_parity_run(&m, TINY_GOLDEN, g, &rep, &err)) fail_msg("%s", err.msg);
+    if (!rep.pass) fail_msg("bf16 compute: action cosine %.9f below the gate %.4g", rep.action_cosine, g);
+    ma_parity_free(&rep);
+    ma_model_close(&m);
+    setenv("MOLMOACT_COMPUTE", "fp16", 1);
+    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "MOLMOACT_COMPUTE=fp16");
+    unsetenv("MOLMOACT_COMPUTE");
+    /* a bad plan to compile, and a context whose plan this build does not know */
+    o.compute[1] = "int4";
+    char dir2[1024];
+    tu_tmpdir(dir2, sizeof dir2, "ctx-compute-bad");
+    assert_fails_naming(ma_compile(TINY, dir2, &o, &err), err, "llm's plan int4");
+    char path[1200];
+    snprintf(path, sizeof path, "%s/vision.gguf", dir);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    char *buf = malloc((size_t)n);
+    fseek(f, 0, SEEK_SET);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    const char key[] = "molmoact.compute";
+    long at = -1;
+    for (long i = 0; i + (long)sizeof key + 16 < n && at < 0; i++)
+        if (!memcmp(buf + i, key, sizeof key - 1) && !memcmp(buf + i + sizeof key - 1 + 12, "bf16", 4)) at = i + (long)sizeof key - 1 + 12;
+    assert_true(at > 0); /* key, then a u32 type and a u64 length */
+    fseek(f, at, SEEK_SET);
+    fwrite("bq16", 1, 4, f);
+    fclose(f);
+    free(buf);
+    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "compute plan \"bq16\"");
+}
+
 static void test_suffixes_and_prompt_length(void **state) {
     (void)state;
     char dir[1024];
@@ -375,6 +448,7 @@ int main(void) {
         cmocka_unit_test(test_f16_contexts_equal_checkpoint),
         cmocka_unit_test(test_quantised_gates),
         cmocka_unit_test(test_keep_tensors_at_higher_precision),
+        cmocka_unit_test(test_compute_plan),
         cmocka_unit_test(test_suffixes_and_prompt_length),
         cmocka_unit_test(test_bad_contexts_refused),
     };
