@@ -4,7 +4,7 @@
 # blocks) at real depth on this machine: a measurement, not a test (CI runs the streaming writer
 # and reference at tiny size, reference/tests/test_streaming.py).
 #
-#   bench/fullsize.sh [--work DIR] [--variant grid|original] [--plans f16,q8_0,q4_0,w4a16] [--runs 3]
+#   bench/fullsize.sh [--work DIR] [--variant grid|original] [--plans f16,q8_0,q4_0,w4a16,f16_bf16] [--runs 3]
 #
 # 1. checkpoint (cached in WORK): reference/make_checkpoint.py --config full, bf16 shards written
 #    tensor by tensor with model.safetensors.index.json (its peak RSS printed)
@@ -19,7 +19,10 @@
 #        end-to-end time (the cost of transfer, paging and host glue at full size)
 # 4. one table, WORK/fullsize.md, and every command's output in WORK/logs/
 # Plans: f16 (everything f16), q8_0 and q4_0 (every matrix), w4a16 (the reference deployment's
-# LLM_CTX_SUFFIX=_w4a16: q4_0 LLM, f16 vision and action expert).
+# LLM_CTX_SUFFIX=_w4a16: q4_0 LLM, f16 vision and action expert); f16_bf16 and w4a16_bf16: the same
+# weights with the bf16 compute plan (compile --compute bf16: bf16 products, fp32 sums, on AMX or
+# AVX512-BF16). After the plans' table, a second one: each session's median time per plan (bench
+# --session on the golden's inputs; action_step x 10 steps) and its share of their sum.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$root/out/fullsize variant=grid plans=f16,q8_0,q4_0,w4a16 runs=3
@@ -122,6 +125,8 @@ for plan in ${plans//,/ }; do
     q8_0) copts=(--vision q8_0 --llm q8_0 --action q8_0) ;;
     q4_0) copts=(--vision q4_0 --llm q4_0 --action q4_0) ;;
     w4a16) copts=(--vision f16 --llm q4_0 --action f16) ;;
+    f16_bf16) copts=(--vision f16 --llm f16 --action f16 --compute bf16) ;; # the f16 weights, bf16 products (kernels/gemm.h)
+    w4a16_bf16) copts=(--vision f16 --llm q4_0 --action f16 --compute bf16) ;;
     *) echo "fullsize.sh: unknown plan $plan" >&2; exit 2 ;;
   esac
   ctx=$work/ctx-$variant-$plan
@@ -183,6 +188,29 @@ print(f"| {plan} | {size:.1f} GiB | {comp[0]:.0f} / {comp[1] // 1024} | {fmt(col
 PY
   tail -1 "$table"
 done
+# each session's time per plan and its share of the sum of the sessions
+$py - "$logs" "$plans" >> "$table" <<'PY'
+import json, os, sys
+logs, plans = sys.argv[1], sys.argv[2].split(",")
+sessions = ["vision", "llm_split0", "llm_split1", "llm_split2", "llm_split3", "action_context", "action_step"]
+t = {}
+for p in plans:
+    for s in sessions:
+        try:
+            b = json.loads(open(os.path.join(logs, f"bench-{p}-{s}.json")).read().strip().splitlines()[0])
+            t[p, s] = b["median_ms"] * (10 if s == "action_step" else 1)
+        except (OSError, ValueError, KeyError, IndexError):
+            t[p, s] = float("nan")
+print()
+print("| session | " + " | ".join(f"{p} ms (share)" for p in plans) + " |")
+print("|---|" + "---|" * len(plans))
+for s in sessions:
+    cells = []
+    for p in plans:
+        tot = sum(t[p, x] for x in sessions)
+        cells.append(f"{t[p, s]:.0f} ({100 * t[p, s] / tot:.0f} %)" if tot == tot and tot else "?")
+    print(f"| {s}{' (10 steps)' if s == 'action_step' else ''} | " + " | ".join(cells) + " |")
+PY
 echo
 echo "table: $table"
 cat "$table"
