@@ -4,7 +4,10 @@
  * M = 10 (action expert), 128 (LLM prompt), 729 (one camera's ViT tokens) and the K x N of each
  * real layer. Measurements only; nothing here is a test.
  *
- *   gemm_bench [--quick] [--json]      threads: MOLMOACT_THREADS (default: all CPUs) */
+ *   gemm_bench [--quick] [--json]      threads: MOLMOACT_THREADS (default: all CPUs)
+ *
+ * Peaks measured here, each from independent chains on every thread: FMA (the fp32 kernels),
+ * the AMX split and bf16 tile products, VPDPBUSD (the int8 kernels). */
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
 #include <math.h>
@@ -83,6 +86,28 @@ __attribute__((target("amx-tile,amx-bf16"))) static double amx_chains(long iters
 }
 #endif
 
+#if defined(__x86_64__) && defined(MA_HAVE_VNNI)
+/* VNNI peak: 16 independent VPDPBUSD chains (64 int8 products each) */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static double vnni_chains(long iters) {
+    __m512i a[16];
+    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_epi32(i);
+    __m512i x = _mm512_set1_epi8(1);
+    const __m512i y = _mm512_set1_epi8(2);
+    for (long it = 0; it < iters; it++) {
+        a[0] = _mm512_dpbusd_epi32(a[0], x, y); a[1] = _mm512_dpbusd_epi32(a[1], x, y); a[2] = _mm512_dpbusd_epi32(a[2], x, y);
+        a[3] = _mm512_dpbusd_epi32(a[3], x, y); a[4] = _mm512_dpbusd_epi32(a[4], x, y); a[5] = _mm512_dpbusd_epi32(a[5], x, y);
+        a[6] = _mm512_dpbusd_epi32(a[6], x, y); a[7] = _mm512_dpbusd_epi32(a[7], x, y); a[8] = _mm512_dpbusd_epi32(a[8], x, y);
+        a[9] = _mm512_dpbusd_epi32(a[9], x, y); a[10] = _mm512_dpbusd_epi32(a[10], x, y); a[11] = _mm512_dpbusd_epi32(a[11], x, y);
+        a[12] = _mm512_dpbusd_epi32(a[12], x, y); a[13] = _mm512_dpbusd_epi32(a[13], x, y); a[14] = _mm512_dpbusd_epi32(a[14], x, y);
+        a[15] = _mm512_dpbusd_epi32(a[15], x, y);
+        __asm__ volatile("" : "+v"(x));
+    }
+    long acc = 0;
+    for (int i = 0; i < 16; i++) acc += _mm512_reduce_add_epi32(a[i]);
+    return (double)acc;
+}
+#endif
+
 typedef struct { long iters; int wide; double sink; } peak_job;
 static void peak_task(void *ctx, int t, int T) {
     (void)t; (void)T;
@@ -115,6 +140,30 @@ static double fma_peak_gflops_n(long iters) {
 #endif
 }
 static double fma_peak_gflops(void) { return fma_peak_gflops_n(50000000); }
+
+#if defined(__x86_64__) && defined(MA_HAVE_VNNI)
+static void vnni_task(void *ctx, int t, int T) {
+    (void)t; (void)T;
+    peak_job *j = ctx;
+    j->sink += vnni_chains(j->iters);
+}
+#endif
+/* the int8 kernels' peak: VPDPBUSD on every thread, two operations per int8 product (the units
+ * of the GFLOP/s columns); 0 without VNNI */
+static double vnni_peak_gops(long iters) {
+#if defined(__x86_64__) && defined(MA_HAVE_VNNI)
+    if (!ma_gemm_int8_activations()) return 0;
+    peak_job j = {iters, 0, 0};
+    ma_parallel(vnni_task, &j);
+    double t0 = now_s();
+    ma_parallel(vnni_task, &j);
+    double dt = now_s() - t0;
+    return (double)ma_threads() * j.iters * 16 * 64 * 2 / dt / 1e9;
+#else
+    (void)iters;
+    return 0;
+#endif
+}
 
 #if defined(__x86_64__) && defined(MA_HAVE_AMX)
 static void amx_task(void *ctx, int t, int T) {
@@ -213,7 +262,8 @@ int main(int argc, char **argv) {
         return bw > 0 ? 0 : 1;
     }
     openblas_set_num_threads(ma_threads());
-    const double peak = fma_peak_gflops(), bw = read_bandwidth_gbs(), amx_peak = amx_split_peak_gflops(2000000);
+    const double peak = fma_peak_gflops(), bw = read_bandwidth_gbs(), amx_peak = amx_split_peak_gflops(2000000),
+                 vnni_peak = vnni_peak_gops(20000000);
     static const shape shapes[] = {
         {"vit qkv (fused)", 1152, 3456}, {"vit out", 1152, 1152}, {"vit fc1", 1152, 4304}, {"vit fc2", 4304, 1152},
         {"llm q", 2560, 4096}, {"llm kv (fused)", 2560, 2048}, {"llm o", 4096, 2560}, {"llm gate+up (fused)", 2560, 19456},
@@ -224,16 +274,17 @@ int main(int argc, char **argv) {
     static const ma_dtype types[] = {MA_DT_F32, MA_DT_F16, MA_DT_BF16, MA_DT_Q8_0, MA_DT_Q4_0};
     const double min_s = quick ? 0.05 : 0.3;
     if (json) printf("{\"kernels\": \"%s\", \"threads\": %d, \"fma_peak_gflops\": %.1f, \"amx_split_peak_gflops\": %.1f, "
-                     "\"read_bandwidth_gbs\": %.2f, \"openblas_core\": \"%s\", \"rows\": [",
-                     ma_gemm_kernels(), ma_threads(), peak, amx_peak, bw, openblas_get_corename());
+                     "\"vnni_peak_gops\": %.1f, \"read_bandwidth_gbs\": %.2f, \"openblas_core\": \"%s\", \"rows\": [",
+                     ma_gemm_kernels(), ma_threads(), peak, amx_peak, vnni_peak, bw, openblas_get_corename());
     else {
         printf("kernels %s, %d threads, OpenBLAS core %s; FMA peak %.1f GFLOP/s", ma_gemm_kernels(), ma_threads(),
                openblas_get_corename(), peak);
         if (amx_peak > 0) printf(", AMX split peak %.1f GFLOP/s", amx_peak);
+        if (vnni_peak > 0) printf(", VNNI peak %.1f GOP/s", vnni_peak);
         printf(", read bandwidth %.1f GB/s\n", bw);
         printf("bf16 compute on %s\n", ma_gemm_bf16_unit());
-        printf("%-20s %5s %5s %5s | %9s | %9s %9s %9s %9s %9s %9s | %6s %6s %6s %7s\n", "layer", "M", "K", "N", "openblas", "f32", "f16",
-               "bf16", "q8_0", "q4_0", "f16*bf16", "f16/pk", "f16/ax", "f16/bl", "*bf16/1");
+        printf("%-20s %5s %5s %5s | %9s | %9s %9s %9s %9s %9s %9s | %6s %6s %6s %7s %6s %6s\n", "layer", "M", "K", "N", "openblas", "f32", "f16",
+               "bf16", "q8_0", "q4_0", "f16*bf16", "f16/pk", "f16/ax", "f16/bl", "*bf16/1", "q8/vn", "q4/vn");
     }
     /* ours for every shape first, then OpenBLAS: its threads spin for a while after each call
      * (up to 2^28 cycles by default), and timed between them our threads shared the cores with
@@ -304,14 +355,20 @@ int main(int argc, char **argv) {
                 char axs[16] = "     -", ax1[16] = "      -";
                 if (ax > 0) snprintf(axs, sizeof axs, "%5.0f%%", 100 * g[1] / ax);
                 if (ax > 0) snprintf(ax1, sizeof ax1, "%6.0f%%", 100 * g[5] / (3 * ax)); /* one tile product instead of three */
-                printf("%-20s %5d %5d %5d | %9.1f | %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f | %5.0f%% %6s %5.2fx %7s\n", shapes[s].layer, M, K, N,
-                       gb, g[0], g[1], g[2], g[3], g[4], g[5], pk > 0 ? 100 * g[1] / pk : 0, axs, g[1] / gb, ax1);
+                char v8[16] = "     -", v4[16] = "     -";
+                if (vnni_peak > 0 && M > MA_GEMM_MR_MAX && strcmp(ma_gemm_kernels(), "amx")) { /* amx: tiles for M > 12, not VNNI */
+                    snprintf(v8, sizeof v8, "%5.0f%%", 100 * g[3] / vnni_peak);
+                    snprintf(v4, sizeof v4, "%5.0f%%", 100 * g[4] / vnni_peak);
+                }
+                printf("%-20s %5d %5d %5d | %9.1f | %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f | %5.0f%% %6s %5.2fx %7s %6s %6s\n", shapes[s].layer, M, K,
+                       N, gb, g[0], g[1], g[2], g[3], g[4], g[5], pk > 0 ? 100 * g[1] / pk : 0, axs, g[1] / gb, ax1, v8, v4);
             }
         }
     if (json) printf("]}\n");
     else
         printf("GFLOP/s; f16/pk = f16 against the FMA peak, f16/ax = against the AMX split peak (amx kernels, M > 12),\n"
                "f16/bl = f16 against OpenBLAS on f32 weights; f16*bf16 = f16 weights with the bf16 compute plan, *bf16/1 = it\n"
-               "against the AMX bf16 peak (one tile product: three times the split peak)\n");
+               "against the AMX bf16 peak (one tile product: three times the split peak); q8/vn, q4/vn = q8_0, q4_0 against\n"
+               "the VNNI peak (VPDPBUSD chains: 2 operations per int8 product; vnni kernels, M > 12)\n");
     return 0;
 }

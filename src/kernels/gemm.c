@@ -465,6 +465,27 @@ static void compute_int8(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t 
             }
         for (int64_t q0 = p_lo; q0 < p_hi; q0 += GROUP) {
             const int64_t q1 = p_hi - q0 < GROUP ? p_hi : q0 + GROUP;
+            if (qa && tiles > 1 && active.q_transform) {
+                /* the group's weight blocks rearranged once (about 220 KiB, L2), then every row tile */
+                const size_t pstride = (size_t)(kc / 32) * MA_GEMM_QW_BLOCK;
+                _Alignas(64) static _Thread_local unsigned char Wt[GROUP * (KC / 32) * MA_GEMM_QW_BLOCK];
+                int s = 0;
+                const gemm_seg *gs[GROUP];
+                int64_t n0s[GROUP];
+                int nrs[GROUP];
+                for (int64_t p = q0; p < q1; p++) {
+                    gs[p - q0] = panel_at(j, p, &s, &n0s[p - q0], &nrs[p - q0]);
+                    active.q_transform(gs[p - q0]->B, j->K, n0s[p - q0], k0, kc, Wt + (size_t)(p - q0) * pstride);
+                }
+                for (int64_t t = 0; t < tiles; t++) {
+                    const int64_t m = m_lo + t * MA_GEMM_MR_MAX, me = m_hi - m < MA_GEMM_MR_MAX ? m_hi : m + MA_GEMM_MR_MAX;
+                    const unsigned char *at = qa + (size_t)t * tile_bytes;
+                    for (int64_t i = 0; i < q1 - q0; i++)
+                        active.q_tile(gs[i]->B->dtype, Wt + (size_t)i * pstride, kc, at, (int)(me - m), gs[i]->C + m * gs[i]->ldc + n0s[i],
+                                      gs[i]->ldc, nrs[i], acc);
+                }
+                continue;
+            }
             ahead next;
             ahead_next(&next, j, q1, p_lo, p_hi, k0, tiles * (q1 - q0));
             for (int64_t t = 0; t < tiles; t++) {

@@ -74,12 +74,18 @@ typedef struct ma_gemm_kernels_t {
     void (*qa_pack)(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, void *out);
     void (*q_panels)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const void *qa, int mr,
                      float *C, int64_t ldc, int accumulate);
+    /* optional, for many row tiles (M > 12): panel n0's blocks k0..k0 + kc laid out once as the
+     * dot products read them (MA_GEMM_QW_BLOCK bytes per 32 k), then q_tile as q_panels on them,
+     * so a weight block is rearranged once per K chunk instead of once per 12-row tile */
+    void (*q_transform)(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, int kc, void *out);
+    void (*q_tile)(ma_dtype dt, const void *wt, int kc, const void *qa, int mr, float *C, int64_t ldc, int nr, int accumulate);
 } ma_gemm_kernels_t;
 
 #define MA_AMX_A_LO 1
 #define MA_AMX_B_LO 2
 
-#define MA_GEMM_QA_BLOCK 528 /* 12 rows x 32 int8, 12 float scales, 2 x 12 int32 offset corrections */
+#define MA_GEMM_QA_BLOCK 528
+#define MA_GEMM_QW_BLOCK 576 /* 8 x 64 bytes of unsigned weights, 16 fp32 scales */ /* 12 rows x 32 int8, 12 float scales, 2 x 12 int32 offset corrections */
 
 /* one instantiation per row count (1..12) of an always-inline tile function fn(mr, ...), so the
  * accumulators stay in registers (the AVX-512 and int8 kernels) */

@@ -158,8 +158,64 @@ static void q_panels(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0
     }
 }
 
+/* ---- many row tiles: weights rearranged once per K chunk (q_transform), then read as they are
+ * by every 12-row tile (q_tile). The xor / nibble mask and the VPERMB per weight vector were
+ * redone by each tile; at M = 729 that is 61 times per block. */
+
+static void q_transform(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, int kc, void *out) {
+    const int64_t p = n0 / NR;
+    const int nb = kc / 32;
+    uint8_t *o = out;
+    if (B->dtype == MA_DT_Q8_0) {
+        const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 544;
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        for (int b = 0; b < nb; b++, blk += 544, o += MA_GEMM_QW_BLOCK) {
+            for (int i = 0; i < 8; i++)
+                _mm512_store_si512(o + 64 * i, k4_transpose(_mm512_xor_si512(_mm512_loadu_si512(blk + 32 + 64 * i), flip)));
+            _mm512_store_ps(o + 512, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk)));
+        }
+        return;
+    }
+    const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 288;
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    for (int b = 0; b < nb; b++, blk += 288, o += MA_GEMM_QW_BLOCK) {
+        for (int i = 0; i < 4; i++) {
+            const __m512i v = _mm512_loadu_si512(blk + 32 + 64 * i);
+            _mm512_store_si512(o + 64 * i, k4_transpose(_mm512_and_si512(v, low)));
+            _mm512_store_si512(o + 64 * (i + 4), k4_transpose(_mm512_and_si512(_mm512_srli_epi16(v, 4), low)));
+        }
+        _mm512_store_ps(o + 512, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk)));
+    }
+}
+
+/* dot_q8 / dot_q4 on rearranged blocks: the weight vectors are loads, the same sums in the same
+ * order (the same bits) */
+static inline __attribute__((always_inline)) void dot_t(int mr, const uint8_t *wt, const qa_block *qa, int nb, int q4, float *C,
+                                                         int64_t ldc, int nr, int accumulate) {
+    ROWS(ACC_DECL)
+    for (int b = 0; b < nb; b++, wt += MA_GEMM_QW_BLOCK, qa++) {
+        const __m512 dw = _mm512_load_ps(wt + 512);
+        const int32_t *neg = q4 ? qa->neg8 : qa->neg128;
+        const __m512i w0 = _mm512_load_si512(wt), w1 = _mm512_load_si512(wt + 64), w2 = _mm512_load_si512(wt + 128);
+        const __m512i w3 = _mm512_load_si512(wt + 192), w4 = _mm512_load_si512(wt + 256), w5 = _mm512_load_si512(wt + 320);
+        const __m512i w6 = _mm512_load_si512(wt + 384), w7 = _mm512_load_si512(wt + 448);
+        ROW_DOTS();
+    }
+    const __mmask16 m = (__mmask16)((1u << nr) - 1u);
+    ROWS(ACC_STORE)
+}
+
+static void q_tile(ma_dtype dt, const void *wt, int kc, const void *qa, int mr, float *C, int64_t ldc, int nr, int accumulate) {
+    const int nb = kc / 32, q4 = dt == MA_DT_Q4_0;
+    const uint8_t *w = wt;
+    const qa_block *a = qa;
+    MA_DISPATCH_MR12(dot_t, w, a, nb, q4, C, ldc, nr, accumulate)
+}
+
 void ma_gemm_install_vnni(ma_gemm_kernels_t *k) {
     k->name = "vnni";
     k->qa_pack = qa_pack;
     k->q_panels = q_panels;
+    k->q_transform = q_transform;
+    k->q_tile = q_tile;
 }
