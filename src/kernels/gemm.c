@@ -480,9 +480,14 @@ static void compute_int8(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t 
                 for (int64_t t = 0; t < tiles; t++) {
                     const int64_t m = m_lo + t * MA_GEMM_MR_MAX, me = m_hi - m < MA_GEMM_MR_MAX ? m_hi : m + MA_GEMM_MR_MAX;
                     const unsigned char *at = qa + (size_t)t * tile_bytes;
-                    for (int64_t i = 0; i < q1 - q0; i++)
-                        active.q_tile(gs[i]->B->dtype, Wt + (size_t)i * pstride, kc, at, (int)(me - m), gs[i]->C + m * gs[i]->ldc + n0s[i],
-                                      gs[i]->ldc, nrs[i], acc);
+                    for (int64_t i = 0; i < q1 - q0;) {
+                        /* up to three consecutive full panels of one part (the last may be partial) */
+                        int np = 1;
+                        while (np < 3 && i + np < q1 - q0 && gs[i + np] == gs[i] && nrs[i + np - 1] == NR) np++;
+                        active.q_tile(gs[i]->B->dtype, Wt + (size_t)i * pstride, pstride, np, kc, at, (int)(me - m),
+                                      gs[i]->C + m * gs[i]->ldc + n0s[i], gs[i]->ldc, nrs[i + np - 1], acc);
+                        i += np;
+                    }
                 }
                 continue;
             }

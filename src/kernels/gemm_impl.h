@@ -78,7 +78,8 @@ typedef struct ma_gemm_kernels_t {
      * dot products read them (MA_GEMM_QW_BLOCK bytes per 32 k), then q_tile as q_panels on them,
      * so a weight block is rearranged once per K chunk instead of once per 12-row tile */
     void (*q_transform)(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, int kc, void *out);
-    void (*q_tile)(ma_dtype dt, const void *wt, int kc, const void *qa, int mr, float *C, int64_t ldc, int nr, int accumulate);
+    void (*q_tile)(ma_dtype dt, const void *wt, size_t ws, int np, int kc, const void *qa, int mr, float *C, int64_t ldc, int nr_last,
+                   int accumulate); /* np <= 3 panels of one type, ws bytes apart, the last nr_last columns wide */
 } ma_gemm_kernels_t;
 
 #define MA_AMX_A_LO 1
