@@ -845,7 +845,11 @@ static int cmd_bench_session(opts *o) {
         if (e.runner->link.run(e.runner->link.ctx, which, 0, kept, in, sess->n_in, out, &n_out, &compute, &transfer, &err)) { rc = fail(&err); break; }
         for (int k = 0; k < n_out; k++) ma_tensor_free(&out[k]);
         if (i > 0) ms[i - 1] = compute;
+        else ma_gemm_counts_reset(); /* the timed runs' products only */
     }
+    ma_gemm_counts fl;
+    ma_gemm_counts_get(&fl);
+    const double gflop = (fl.fp32 + fl.bf16 + fl.int8) / o->runs / 1e9;
     if (!rc) {
         double mean = 0;
         for (int i = 0; i < o->runs; i++) mean += ms[i] / o->runs;
@@ -857,12 +861,16 @@ static int cmd_bench_session(opts *o) {
         ma_engine_peak_rss(&e, &self_kb, &workers_kb);
         if (o->json)
             printf("{\"session\": \"%s\", \"runs\": %d, \"threads\": %d, \"kernels\": \"%s\", \"cold\": %s, \"median_ms\": %.4f, \"min_ms\": %.4f, "
-                   "\"mean_ms\": %.4f, \"p90_ms\": %.4f, \"weight_bytes\": %zu, \"peak_rss_kib\": %ld}\n", o->session, o->runs, ma_kernel_threads(),
-                   ma_gemm_kernels(), o->cold ? "true" : "false", median, ms[0], mean, p90, weight_bytes, self_kb);
+                   "\"mean_ms\": %.4f, \"p90_ms\": %.4f, \"weight_bytes\": %zu, \"peak_rss_kib\": %ld, "
+                   "\"gemm_gflop\": {\"fp32\": %.4f, \"bf16\": %.4f, \"int8\": %.4f}}\n", o->session, o->runs, ma_kernel_threads(),
+                   ma_gemm_kernels(), o->cold ? "true" : "false", median, ms[0], mean, p90, weight_bytes, self_kb, fl.fp32 / o->runs / 1e9,
+                   fl.bf16 / o->runs / 1e9, fl.int8 / o->runs / 1e9);
         else
             printf("%s: median %.3f ms, min %.3f ms, mean %.3f ms, p90 %.3f ms over %d runs (%d threads, %s kernels%s), weights %.1f MiB, "
-                   "peak RSS %.1f MiB\n", o->session, median, ms[0], mean, p90, o->runs, ma_kernel_threads(), ma_gemm_kernels(),
-                   o->cold ? ", cold caches" : "", weight_bytes / 1048576.0, self_kb / 1024.0);
+                   "peak RSS %.1f MiB; GEMM products %.2f GFLOP per run (fp32 %.2f, bf16 %.2f, int8 %.2f), %.1f GFLOP/s at the median\n",
+                   o->session, median, ms[0], mean, p90, o->runs, ma_kernel_threads(), ma_gemm_kernels(), o->cold ? ", cold caches" : "",
+                   weight_bytes / 1048576.0, self_kb / 1024.0, gflop, fl.fp32 / o->runs / 1e9, fl.bf16 / o->runs / 1e9, fl.int8 / o->runs / 1e9,
+                   median > 0 ? gflop / (median / 1e3) : 0.0);
     }
     free(ms);
     ma_npz_free(&z);

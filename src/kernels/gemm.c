@@ -830,16 +830,43 @@ static void run_job(gemm_job *j) {
     ma_parallel_parts(gemm_task, j, parts);
 }
 
+/* 2 M N K per job, by how it is computed (ma_gemm_counts) */
+static atomic_ullong counted[3]; /* fp32, bf16, int8 */
+
+static void count_job(const gemm_job *j) {
+    for (int s = 0; s < j->n_seg; s++) {
+        const unsigned long long f = 2ull * (unsigned long long)j->M * (unsigned long long)j->seg[s].N * (unsigned long long)j->K;
+        const int int8 = int8_part(&j->seg[s]) && (j->small ? j->qa != NULL : !j->amx);
+        atomic_fetch_add_explicit(&counted[j->bf16 ? 1 : int8 ? 2 : 0], f, memory_order_relaxed);
+    }
+}
+
+void ma_gemm_counts_get(ma_gemm_counts *c) {
+    c->fp32 = (double)atomic_load(&counted[0]);
+    c->bf16 = (double)atomic_load(&counted[1]);
+    c->int8 = (double)atomic_load(&counted[2]);
+}
+
+void ma_gemm_counts_reset(void) {
+    for (int i = 0; i < 3; i++) atomic_store(&counted[i], 0);
+}
+
 void ma_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias,
              int accumulate, float *C, int64_t ldc) {
     gemm_job j;
     const ma_gemm_part part = {B, N, bias, C, ldc};
-    if (prepare(&j, M, K, A, lda, &part, 1, accumulate)) run_job(&j);
+    if (prepare(&j, M, K, A, lda, &part, 1, accumulate)) {
+        count_job(&j);
+        run_job(&j);
+    }
 }
 
 void ma_gemm_fused(int64_t M, int64_t K, const float *A, int64_t lda, const ma_gemm_part *parts, int n_parts) {
     gemm_job j;
-    if (prepare(&j, M, K, A, lda, parts, n_parts, 0)) run_job(&j);
+    if (prepare(&j, M, K, A, lda, parts, n_parts, 0)) {
+        count_job(&j);
+        run_job(&j);
+    }
 }
 
 void ma_gemm_serial(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias,
@@ -847,6 +874,7 @@ void ma_gemm_serial(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda
     gemm_job j;
     const ma_gemm_part part = {B, N, bias, C, ldc};
     if (prepare(&j, M, K, A, lda, &part, 1, accumulate)) {
+        count_job(&j);
         if (j.qa_todo) quantise_a(&j, 0, 1);
         gemm_block(&j, 0, M, 0, j.panels);
     }

@@ -80,6 +80,13 @@ void ma_gemm_fused(int64_t M, int64_t K, const float *A, int64_t lda, const ma_g
 void ma_gemm_serial(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias,
                     int accumulate, float *C, int64_t ldc);
 
+/* the products this process's GEMMs computed since the last reset, 2 M N K each (the unit of the
+ * peaks in bench/gemm_bench.c), by how: fp32 (FMA, or the AMX split), bf16 (the bf16 plan on
+ * AMX or VDPBF16PS), int8 (the vnni / neon_dot kernels' int8 activations) */
+typedef struct ma_gemm_counts { double fp32, bf16, int8; } ma_gemm_counts;
+void ma_gemm_counts_get(ma_gemm_counts *c);
+void ma_gemm_counts_reset(void);
+
 /* bytes of an N x K matrix of dtype dt in the panel layout (N rounded up to 16 rows) */
 size_t ma_panels_size(ma_dtype dt, int64_t N, int64_t K);
 /* row-major [N][K] of dtype dt (F32/F16/BF16/Q8_0/Q4_0, the last two in ggml blocks) -> the

@@ -482,7 +482,7 @@ static void check_attention(int n_seq, int heads, int kv, int64_t lq, int64_t lk
     tu_fill(k, n_seq * lk * kd, seed + 1);
     tu_fill(v, n_seq * lk * kd, seed + 2);
     for (int64_t i = 0; i < n_seq * lq * qd; i++) q[i] *= 3.0f; /* peaky softmax */
-    ma_attn_args a = {n_seq, heads, kv, lq, lk, hd, q, k, v, o1, qd, kd, kd, qd, lq * qd, lk * kd, lk * kd, lq * qd, mask};
+    ma_attn_args a = {n_seq, heads, kv, lq, lk, hd, q, k, v, o1, qd, kd, kd, qd, lq * qd, lk * kd, lk * kd, lq * qd, mask, MA_COMPUTE_F32};
     ma_kctx fast, slow;
     ma_kctx_init(&fast);
     ma_kctx_init(&slow);
