@@ -22,7 +22,8 @@
 # LLM_CTX_SUFFIX=_w4a16: q4_0 LLM, f16 vision and action expert); f16_bf16 and w4a16_bf16: the same
 # weights with the bf16 compute plan (compile --compute bf16: bf16 products, fp32 sums, on AMX or
 # AVX512-BF16). After the plans' table, a second one: each session's median time per plan (bench
-# --session on the golden's inputs; action_step x 10 steps) and its share of their sum.
+# --session on the golden's inputs; action_step x 10 steps), its share of their sum, and its GEMM
+# products' time at the measured peaks (gemm_bench --peaks) as a fraction of its time.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$root/out/fullsize variant=grid plans=f16,q8_0,q4_0,w4a16 runs=3
@@ -188,7 +189,10 @@ print(f"| {plan} | {size:.1f} GiB | {comp[0]:.0f} / {comp[1] // 1024} | {fmt(col
 PY
   tail -1 "$table"
 done
-# each session's time per plan and its share of the sum of the sessions
+# each session's time per plan, its share of the sum of the sessions, and how close its GEMMs
+# come to the machine's peaks (gemm_bench --peaks, measured now: FMA or the AMX split for fp32
+# products, the AMX bf16 tiles for the bf16 plan, VNNI for int8)
+if [ -x "$root/build/gemm_bench" ]; then "$root/build/gemm_bench" --peaks > "$logs/peaks.json"; else echo '{}' > "$logs/peaks.json"; fi
 $py - "$logs" "$plans" >> "$table" <<'PY'
 import json, os, sys
 logs, plans = sys.argv[1], sys.argv[2].split(",")
@@ -201,15 +205,39 @@ for p in plans:
             t[p, s] = b["median_ms"] * (10 if s == "action_step" else 1)
         except (OSError, ValueError, KeyError, IndexError):
             t[p, s] = float("nan")
+pk = json.load(open(os.path.join(logs, "peaks.json")))
+def at_peak_ms(b):
+    # the time the session's GEMM products would take at the peaks of the units that ran them
+    g = b.get("gemm_gflop")
+    if not g or not pk:
+        return float("nan")
+    fp32 = pk["amx_split_peak_gflops"] if b.get("kernels") == "amx" else pk["fma_peak_gflops"]
+    bf16 = pk["amx_bf16_peak_gflops"] if pk.get("bf16_unit") == "amx" else 2 * pk["fma_peak_gflops"]
+    return 1e3 * (g["fp32"] / fp32 + g["bf16"] / bf16 + (g["int8"] / pk["vnni_peak_gops"] if g["int8"] else 0.0))
+frac = {}
+for p in plans:
+    for s in sessions:
+        try:
+            b = json.loads(open(os.path.join(logs, f"bench-{p}-{s}.json")).read().strip().splitlines()[0])
+            frac[p, s] = at_peak_ms(b) / b["median_ms"]
+        except (OSError, ValueError, KeyError, IndexError, ZeroDivisionError):
+            frac[p, s] = float("nan")
 print()
-print("| session | " + " | ".join(f"{p} ms (share)" for p in plans) + " |")
+print("| session | " + " | ".join(f"{p} ms (share, GEMMs at % of peak)" for p in plans) + " |")
 print("|---|" + "---|" * len(plans))
 for s in sessions:
     cells = []
     for p in plans:
         tot = sum(t[p, x] for x in sessions)
-        cells.append(f"{t[p, s]:.0f} ({100 * t[p, s] / tot:.0f} %)" if tot == tot and tot else "?")
+        f = f", {100 * frac[p, s]:.0f} %" if frac[p, s] == frac[p, s] else ""
+        cells.append(f"{t[p, s]:.0f} ({100 * t[p, s] / tot:.0f} %{f})" if tot == tot and tot else "?")
     print(f"| {s}{' (10 steps)' if s == 'action_step' else ''} | " + " | ".join(cells) + " |")
+if pk:
+    print()
+    print(f"peaks ({pk['kernels']} kernels, {pk['threads']} threads, gemm_bench --peaks): FMA {pk['fma_peak_gflops']:.0f} GFLOP/s, "
+          f"AMX split {pk['amx_split_peak_gflops']:.0f}, AMX bf16 {pk['amx_bf16_peak_gflops']:.0f}, VNNI {pk['vnni_peak_gops']:.0f} GOP/s; "
+          "% of peak = the time the session's GEMM products would take at the peaks of the units that ran them, over its median time "
+          "(the session's other work counts against it)")
 PY
 echo
 echo "table: $table"

@@ -5,6 +5,7 @@
  * real layer. Measurements only; nothing here is a test.
  *
  *   gemm_bench [--quick] [--json]      threads: MOLMOACT_THREADS (default: all CPUs)
+ *   gemm_bench --peaks                 only the peaks, one JSON line
  *
  * Peaks measured here, each from independent chains on every thread: FMA (the fp32 kernels),
  * the AMX split and bf16 tile products, VPDPBUSD (the int8 kernels). */
@@ -247,19 +248,27 @@ static void run_blas(void *p) {
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, json = 0, bw_only = 0;
+    int quick = 0, json = 0, bw_only = 0, peaks_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--bandwidth")) bw_only = 1;
+        else if (!strcmp(argv[i], "--peaks")) peaks_only = 1;
         else if (!strcmp(argv[i], "--openblas-core")) { printf("%s\n", openblas_get_corename()); return 0; }
-        else { fprintf(stderr, "usage: gemm_bench [--quick] [--json] [--bandwidth | --openblas-core]\n"); return 2; }
+        else { fprintf(stderr, "usage: gemm_bench [--quick] [--json] [--bandwidth | --peaks | --openblas-core]\n"); return 2; }
     }
     if (bw_only) { /* only the read bandwidth (bench/compare.sh's stream times) */
         const double bw = read_bandwidth_gbs();
         if (json) printf("{\"threads\": %d, \"read_bandwidth_gbs\": %.2f}\n", ma_threads(), bw);
         else printf("read bandwidth %.1f GB/s (%d threads)\n", bw, ma_threads());
         return bw > 0 ? 0 : 1;
+    }
+    if (peaks_only) { /* the peaks the kernels in use are held to, one JSON line (bench/fullsize.sh) */
+        const double fma = fma_peak_gflops(), split = amx_split_peak_gflops(2000000), vnni = vnni_peak_gops(20000000);
+        printf("{\"kernels\": \"%s\", \"threads\": %d, \"fma_peak_gflops\": %.1f, \"amx_split_peak_gflops\": %.1f, "
+               "\"amx_bf16_peak_gflops\": %.1f, \"vnni_peak_gops\": %.1f, \"bf16_unit\": \"%s\"}\n",
+               ma_gemm_kernels(), ma_threads(), fma, split, 3 * split, vnni, ma_gemm_bf16_unit());
+        return 0;
     }
     openblas_set_num_threads(ma_threads());
     const double peak = fma_peak_gflops(), bw = read_bandwidth_gbs(), amx_peak = amx_split_peak_gflops(2000000),
