@@ -142,6 +142,14 @@ static double fma_peak_gflops_n(long iters) {
 }
 static double fma_peak_gflops(void) { return fma_peak_gflops_n(50000000); }
 
+/* seconds for one call of task on every thread, after a warm-up call */
+static double time_on_threads(ma_task_fn task, peak_job *j) {
+    ma_parallel(task, j);
+    double t0 = now_s();
+    ma_parallel(task, j);
+    return now_s() - t0;
+}
+
 #if defined(__x86_64__) && defined(MA_HAVE_VNNI)
 static void vnni_task(void *ctx, int t, int T) {
     (void)t; (void)T;
@@ -155,11 +163,7 @@ static double vnni_peak_gops(long iters) {
 #if defined(__x86_64__) && defined(MA_HAVE_VNNI)
     if (!ma_gemm_int8_activations()) return 0;
     peak_job j = {iters, 0, 0};
-    ma_parallel(vnni_task, &j);
-    double t0 = now_s();
-    ma_parallel(vnni_task, &j);
-    double dt = now_s() - t0;
-    return (double)ma_threads() * j.iters * 16 * 64 * 2 / dt / 1e9;
+    return (double)ma_threads() * j.iters * 16 * 64 * 2 / time_on_threads(vnni_task, &j) / 1e9;
 #else
     (void)iters;
     return 0;
@@ -179,11 +183,7 @@ static double amx_split_peak_gflops(long iters) {
 #if defined(__x86_64__) && defined(MA_HAVE_AMX)
     if (strcmp(ma_gemm_kernels(), "amx")) return 0;
     peak_job j = {iters, 0, 0};
-    ma_parallel(amx_task, &j);
-    double t0 = now_s();
-    ma_parallel(amx_task, &j);
-    double dt = now_s() - t0;
-    return (double)ma_threads() * j.iters * 4 * 16384 / dt / 1e9 / 3;
+    return (double)ma_threads() * j.iters * 4 * 16384 / time_on_threads(amx_task, &j) / 1e9 / 3;
 #else
     (void)iters;
     return 0;

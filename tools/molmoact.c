@@ -391,12 +391,12 @@ static void print_plan(const ma_engine *e, int json) {
     ma_backend b = MA_BACKEND_CPU;
     ma_backend_current(&b, NULL);
     const char *backend = b == MA_BACKEND_QNN ? "qnn" : "cpu";
-    /* the compute plan: the contexts' (fp32 for a checkpoint) unless MOLMOACT_COMPUTE overrides
-     * it; a bf16 plan runs as fp32 where the CPU has no bf16 unit */
-    const char *comp[3], *force = ma_env("MOLMOACT_COMPUTE");
+    /* the compute plan: the contexts' (fp32 for a checkpoint), or MOLMOACT_COMPUTE's (the model
+     * records it); a bf16 plan runs as fp32 where the CPU has no bf16 unit */
+    const char *comp[3];
     int any_bf16 = 0;
     for (int i = 0; i < 3; i++) {
-        comp[i] = force && (!strcmp(force, "fp32") || !strcmp(force, "bf16")) ? force : e->host.compute[i][0] ? e->host.compute[i] : "fp32";
+        comp[i] = e->host.compute[i][0] ? e->host.compute[i] : "fp32";
         any_bf16 |= !strcmp(comp[i], "bf16");
     }
     const char *unit = b == MA_BACKEND_QNN ? "qnn" : ma_gemm_bf16_unit();

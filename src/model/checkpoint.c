@@ -320,6 +320,8 @@ static ma_status apply_compute(ma_model *m, ma_error *err) {
     const int force = env_compute();
     if (force == -2) return ma_fail(err, MA_ERR_ARG, "MOLMOACT_COMPUTE=%s: the compute plan is context, fp32 or bf16", ma_env("MOLMOACT_COMPUTE"));
     m->ws.compute_force = force;
+    if (force >= 0) /* what every matrix gets, for the reports and the parity gate */
+        for (int i = 0; i < 3; i++) snprintf(m->compute[i], sizeof m->compute[i], "%s", force == MA_COMPUTE_BF16 ? "bf16" : "fp32");
     if (!m->from_contexts) return MA_OK;
     for (int i = 0; i < 8; i++)
         for (size_t j = 0; j < m->ctx[i].n_tensors && m->ctx_compute[i] == MA_COMPUTE_BF16; j++) {

@@ -200,6 +200,19 @@ static int keep_existing(const char *out_dir, int slot, const ma_compile_opts *o
     return keep;
 }
 
+/* name and a newline appended to the list *buf of *len bytes (a GGUF string of names, one per line) */
+static ma_status append_line(char **buf, size_t *len, const char *name, ma_error *err) {
+    const size_t l = strlen(name);
+    char *nb = realloc(*buf, *len + l + 2);
+    if (!nb) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    memcpy(nb + *len, name, l);
+    nb[*len + l] = '\n';
+    *len += l + 1;
+    nb[*len] = '\0';
+    *buf = nb;
+    return MA_OK;
+}
+
 static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, const char *config_json, const char *fingerprint,
                             const char *compile_id, const char *prec, ma_dtype mat_type, const ma_compile_opts *o, ma_error *err) {
     static const char *COMPONENT[8] = {"vision", "embed", "llm", "llm", "llm", "llm", "action_context", "action_step"};
@@ -256,16 +269,7 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
         int64_t cols = r->ndim == 1 ? r->shape[0] : r->shape[1];
         if ((dt == MA_DT_Q8_0 || dt == MA_DT_Q4_0) && cols % 32) dt = MA_DT_F16;
         if (r->ndim > 2) { s = ma_fail(err, MA_ERR_UNSUPPORTED, "tensor %s has %d dims", r->name, r->ndim); break; }
-        if (r->ndim == 2 && dt != mat_type && !(dt == MA_DT_F16 && cols % 32)) {
-            const size_t l = strlen(r->name);
-            char *nk = realloc(kept, kept_len + l + 2);
-            if (!nk) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); break; }
-            kept = nk;
-            memcpy(kept + kept_len, r->name, l);
-            kept[kept_len + l] = '\n';
-            kept_len += l + 1;
-            kept[kept_len] = '\0';
-        }
+        if (r->ndim == 2 && dt != mat_type && !(dt == MA_DT_F16 && cols % 32) && (s = append_line(&kept, &kept_len, r->name, err))) break;
         /* converted when the file is written, one tensor in memory at a time */
         fills[n_fill] = (fill_job){r, dt};
         s = ma_gguf_add_tensor_fill(w, r->name, dt, r->ndim, r->shape, fill_tensor, &fills[n_fill], err);
@@ -284,15 +288,7 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
         if (!slot_takes(m, slot, r) || r->ndim != 2) continue;
         int keep = 0;
         for (int k = 0; k < o->n_compute_keep && !keep; k++) keep = !fnmatch(o->compute_keep[k], r->name, 0);
-        if (!keep) continue;
-        const size_t l = strlen(r->name);
-        char *nk = realloc(fp32, fp32_len + l + 2);
-        if (!nk) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); break; }
-        fp32 = nk;
-        memcpy(fp32 + fp32_len, r->name, l);
-        fp32[fp32_len + l] = '\n';
-        fp32_len += l + 1;
-        fp32[fp32_len] = '\0';
+        if (keep) s = append_line(&fp32, &fp32_len, r->name, err);
     }
     if (!s && fp32) s = ma_gguf_set_str(w, "molmoact.compute_fp32_tensors", fp32, err);
     free(fp32);

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/parity.h"
-#include "core/env.h"
 #include "kernels/gemm.h"
 
 #include <math.h>
@@ -87,9 +86,8 @@ double ma_parity_default_gate(const ma_model *m, int *end_to_end_only) {
         if (!strcmp(m->precision[i], "q4_0")) { g = 0.99; *end_to_end_only = 1; }
     }
     /* the bf16 compute plan, where this CPU runs it: gated end to end at 0.999, as q8_0 */
-    const char *force = ma_env("MOLMOACT_COMPUTE");
-    int bf16 = force && !strcmp(force, "bf16");
-    for (int i = 0; i < 3 && !(force && !strcmp(force, "fp32")); i++) bf16 |= !strcmp(m->compute[i], "bf16");
+    int bf16 = 0;
+    for (int i = 0; i < 3; i++) bf16 |= !strcmp(m->compute[i], "bf16");
     if (bf16 && ma_gemm_bf16() == MA_COMPUTE_BF16 && g > 0.999) { g = 0.999; *end_to_end_only = 1; }
     return g;
 }

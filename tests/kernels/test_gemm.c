@@ -72,6 +72,19 @@ static void expect_close(const float *got, const double *ref, const double *mag,
     }
 }
 
+/* W [N][K] stored as dt, row-major (*rows) and in the panel layout (*panels, both malloc'ed), and
+ * the f32 values they stand for (Wq) */
+static void stored_weights(ma_dtype dt, int64_t N, int64_t K, const float *W, uint8_t **rows, uint8_t **panels, float *Wq) {
+    *rows = malloc(ma_panels_size(dt, N, K) + 64);
+    *panels = malloc(ma_panels_size(dt, N, K));
+    ma_convert_from_f32(dt, W, N * K, *rows);
+    for (int64_t n = 0; n < N; n++) {
+        ma_mat wm = {dt, N, K, *rows, "w", 0, MA_COMPUTE_F32};
+        ma_mat_row(&wm, n, Wq + n * K);
+    }
+    ma_pack_panels(dt, *rows, N, K, *panels);
+}
+
 /* one GEMM shape for one weight type, in both kernels and both layouts */
 static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_bias, int accumulate, uint64_t seed) {
     float *A = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * N * K), *Wq = malloc(sizeof(float) * N * K);
@@ -82,14 +95,8 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
     tu_fill(W, N * K, seed + 1);
     tu_fill(bias, N, seed + 2);
     tu_fill(C0, M * N, seed + 3);
-    /* the stored weights and the f32 values they stand for */
-    uint8_t *rows = malloc(ma_panels_size(dt, N, K) + 64), *panels = malloc(ma_panels_size(dt, N, K));
-    ma_convert_from_f32(dt, W, N * K, rows);
-    for (int64_t n = 0; n < N; n++) {
-        ma_mat wm = {dt, N, K, rows, "w", 0, MA_COMPUTE_F32};
-        ma_mat_row(&wm, n, Wq + n * K);
-    }
-    ma_pack_panels(dt, rows, N, K, panels);
+    uint8_t *rows, *panels;
+    stored_weights(dt, N, K, W, &rows, &panels, Wq);
     /* a row read back from the panel layout holds the same values */
     float *back = malloc(sizeof(float) * K);
     for (int64_t n = 0; n < N; n++) {
@@ -195,13 +202,8 @@ static void check_bf16(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_bi
     tu_fill(W, N * K, seed + 1);
     tu_fill(bias, N, seed + 2);
     tu_fill(C0, M * N, seed + 3);
-    uint8_t *rows = malloc(ma_panels_size(dt, N, K) + 64), *panels = malloc(ma_panels_size(dt, N, K));
-    ma_convert_from_f32(dt, W, N * K, rows);
-    for (int64_t n = 0; n < N; n++) {
-        ma_mat wm = {dt, N, K, rows, "w", 0, MA_COMPUTE_F32};
-        ma_mat_row(&wm, n, Wq + n * K);
-    }
-    ma_pack_panels(dt, rows, N, K, panels);
+    uint8_t *rows, *panels;
+    stored_weights(dt, N, K, W, &rows, &panels, Wq);
     for (int64_t i = 0; i < M * K; i++) Ar[i] = bf16_round(A[i]);
     for (int64_t i = 0; i < N * K; i++) Wr[i] = bf16_round(Wq[i]);
     reference(M, N, K, A, Wq, with_bias ? bias : NULL, accumulate ? C0 : NULL, ref, mag);
