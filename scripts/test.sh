@@ -11,6 +11,15 @@ quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 jobs=$(nproc)
 scripts/install_test_deps.sh
+# disk: the goldens at real widths take 2.6 GiB and a compile of them in a test up to 1 GiB more
+# for a moment; each phase reports what is free, and the scratch of tests that passed is removed
+free_gib() { df -Pk "$1" | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }'; }
+disk() { echo "   (disk: $(free_gib "$root") GiB free here, $(free_gib "${TMPDIR:-/tmp}") GiB in ${TMPDIR:-/tmp})"; }
+scratch() { rm -rf "$root/$1/test-tmp"; }
+disk
+if [ $quick = 0 ] && [ "$(free_gib "$root" | cut -d. -f1)" -lt 6 ]; then
+  echo "   warning: the full run wants about 6 GiB free at its peak (goldens 2.6 GiB, builds, a compile's scratch)"
+fi
 export MOLMOACT_UPSTREAM_FIXTURE=${MOLMOACT_UPSTREAM_FIXTURE:-$root/tests/fixtures/upstream-tiny}
 echo "== upstream fixture: $MOLMOACT_UPSTREAM_FIXTURE"
 goldens="$root/out/goldens"
@@ -28,7 +37,10 @@ MOLMOACT_TEST_GOLDENS="$goldens" /usr/bin/python3 -m pytest -q reference/tests
 echo "== C: release build + ctest"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMA_TESTS=ON -DMA_WERROR=ON -DMA_TEST_GOLDENS="$goldens" -DMA_TEST_BENCH=$([ $quick = 1 ] && echo OFF || echo ON) > /dev/null
 cmake --build build -j"$jobs" > /dev/null
+scratch build
 (cd build && ctest --output-on-failure)
+scratch build
+disk
 
 [ $quick = 1 ] && { echo "== quick run: done"; exit 0; }
 
@@ -37,6 +49,8 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMA_SANITIZE=ON -DMA_TESTS=ON
 cmake --build build-asan -j"$jobs" > /dev/null
 (cd build-asan && MOLMOACT_SKIP_BENCH_CONTEXTS=1 MOLMOACT_RESIDENT_REQUESTS=40 MOLMOACT_SOAK_REQUESTS=200 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure)
+scratch build-asan
+disk
 
 echo "== C: clang UBSan build + ctest (clang also checks pointer arithmetic on NULL, which GCC's UBSan does not)"
 t0=$(date +%s)
@@ -44,6 +58,8 @@ CC=clang cmake -S . -B build-ubsan -DCMAKE_BUILD_TYPE=Debug -DMA_UBSAN=ON -DMA_T
 cmake --build build-ubsan -j"$jobs" > /dev/null
 (cd build-ubsan && MOLMOACT_RESIDENT_REQUESTS=40 MOLMOACT_SOAK_REQUESTS=200 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure -E "generate_goldens|test_parity|test_contexts|compile_publish|tokenizer_parity|observations|onnx_export|qnn_backend")
+scratch build-ubsan
+disk
 echo "   ($(( $(date +%s) - t0 )) s)"
 
 echo "== the device build (aarch64): tarball, glibc check, tests under qemu"

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -44,3 +45,12 @@ def tiny_grid(tmp_path_factory):
     d = str(tmp_path_factory.mktemp("tiny_grid"))
     checkpoint.make("tiny", "grid", 0, d)
     return d
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_tmp_when_passed(request, tmp_path_factory):
+    """a session that passed leaves no files (pytest keeps its last three sessions' otherwise,
+    a gigabyte each at real widths); a failed one's are kept for reading"""
+    yield
+    if request.session.testsfailed == 0:
+        shutil.rmtree(tmp_path_factory.getbasetemp(), ignore_errors=True)

@@ -39,3 +39,4 @@ print(os.path.basename(d), "ok: 7 graphs, 16 outputs, worst cosine",
 PY
 done
 grep -q GridSample "$work/tiny-grid/vision.onnx"
+rm -rf "$work"  # kept only when a check failed

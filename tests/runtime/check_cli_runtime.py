@@ -7,6 +7,7 @@ ones reported without stopping the stream), `run --json --runs N`, `bench --json
 usage: check_cli_runtime.py MOLMOACT_BINARY SOURCE_DIR WORK_DIR"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -104,6 +105,7 @@ def main():
                        capture_output=True, timeout=600)
     assert p.returncode == 2 and b"--cold needs a context directory" in p.stderr, (p.returncode, p.stderr)
     print("stream, run --json, --inproc, bench --json and bench --session [--cold]: ok")
+    shutil.rmtree(work)  # kept only when a check failed
 
 
 if __name__ == "__main__":

@@ -157,6 +157,7 @@ static void test_keep_tensors_at_higher_precision(void **state) {
     ma_model_close(&m);
     o.keep_prec[0] = "q3_k";
     assert_fails_naming(ma_compile(TINY, dir, &o, &err), err, "--keep *.ff_out.*=q3_k");
+    tu_rmdir(dir);
 }
 
 /* compile --compute / --compute-keep: each component's plan recorded and bound to its matrices
@@ -230,6 +231,8 @@ static void test_compute_plan(void **state) {
     fclose(f);
     free(buf);
     assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "compute plan \"bq16\"");
+    tu_rmdir(dir);
+    tu_rmdir(dir2);
 }
 
 static void test_suffixes_and_prompt_length(void **state) {

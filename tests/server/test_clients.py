@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
 import numpy as np
@@ -98,7 +99,7 @@ def start(s, model_dir, *args):
     from test_server import free_port
     s.port = free_port()
     s.uri, s.http = f"ws://127.0.0.1:{s.port}", f"http://127.0.0.1:{s.port}"
-    s.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"serve-{s.port}.log"), "w+")
+    s.log = tempfile.TemporaryFile("w+")  # gone when closed
     s.p = subprocess.Popen([BIN, "serve", "--model", model_dir, "--port", str(s.port), *args], stdout=subprocess.DEVNULL, stderr=s.log,
                            start_new_session=True)
     deadline = time.time() + 120

@@ -12,6 +12,7 @@ import signal
 import socket
 import struct
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -311,7 +312,9 @@ class HealthProbe:
         self.p.kill()
         self.p.wait()
         with open(self.path) as f:
-            return [float(x) for x in f.read().split()]
+            got = [float(x) for x in f.read().split()]
+        os.unlink(self.path)
+        return got
 
 
 def rss_kib(pid, field):
@@ -375,6 +378,7 @@ def cli_actions_for(nz):
         d = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"noise-{os.getpid()}.npy")
         np.save(d, nz)
         _want["a"] = cli_actions("tiny-grid", d)
+        os.unlink(d)
     return _want["a"]
 
 
@@ -559,7 +563,7 @@ class ServerAt(Server):
         self.port = free_port()
         self.uri = f"ws://127.0.0.1:{self.port}"
         self.http = f"http://127.0.0.1:{self.port}"
-        self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"serve-{self.port}.log"), "w+")
+        self.log = tempfile.TemporaryFile("w+")  # gone when closed
         self.p = subprocess.Popen([BIN, "serve", "--model", model_dir, "--port", str(self.port), *args],
                                   stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.time() + 120

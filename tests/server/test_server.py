@@ -17,6 +17,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zlib
@@ -59,7 +60,7 @@ class Server:
         self.port = free_port()
         self.uri = f"ws://127.0.0.1:{self.port}"
         self.http = f"http://127.0.0.1:{self.port}"
-        self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"serve-{self.port}.log"), "w+")
+        self.log = tempfile.TemporaryFile("w+")  # gone when closed
         self.p = subprocess.Popen([BIN, "serve", "--model", model(variant), "--port", str(self.port), *args],
                                   stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.time() + 120
