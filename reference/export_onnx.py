@@ -6,7 +6,7 @@ onnx/ folder: one folder per component, opset 20, large weights as external data
 Static shapes; input and output names exactly those of src/runtime/session.h.
 
     export_onnx.py --model HF_DIR -o DIR [--prompt-seq 128] [--images 2] [--opset 20|17]
-                   [--external-data auto|always|never] [--verify NODE_MODULES_DIR]
+                   [--external-data auto|always|never] [--streaming] [--verify NODE_MODULES_DIR]
                    [--sessions vision,llm_split0,...,llm,vision_fused,action_step_fused]
 
 Writes DIR/<name>/<name>.onnx (+ <name>.onnx.data) and DIR/inputs/<name>/ (seeded inputs of the
@@ -16,8 +16,10 @@ real shapes, raw little-endian + manifest.json) for each name:
   vision_fused        ViT blocks' wq/wk/wv, the pooling's wk/wv and the projector's w1/w3, each
                       group as one MatMul over the concatenated weights and a Split
   action_step_fused   the expert MLPs' gate_proj/up_proj likewise
---external-data auto writes a graph's weights beside it once they pass 1 GiB (protobuf stops at
-2 GiB; the deployment's vision.onnx is self-contained, its LLM and action step are not).
+--external-data auto writes a graph's weights beside it where protobuf's 2 GiB could not hold them
+(as the deployment: its vision.onnx is self-contained, its LLM splits and action step are not).
+--streaming reads only the graph's own weights from the checkpoint, one graph at a time: how a
+full-size model is exported within a workstation's memory.
 
 torch.onnx.export here (Debian's torch 1.13) writes opset 17; --opset 20 carries each graph to 20
 by the rules of upgrade_opset(), which refuses an operator it has no rule for. With --verify every
@@ -42,7 +44,8 @@ from onnx import numpy_helper
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "bench"))
-from molmoact_ref import loader  # noqa: E402
+from molmoact_ref import config as cfglib  # noqa: E402
+from molmoact_ref import loader, streaming  # noqa: E402
 from molmoact_ref import model as refmodel  # noqa: E402
 from molmoact_ref.model import llm_attention_bias, llm_rope  # noqa: E402
 import compare  # noqa: E402  (the export forms of the sessions, shared with the benchmark)
@@ -52,7 +55,7 @@ FUSED = {"vision_fused": "vision", "action_step_fused": "action_step"}
 NAMES = SESSIONS + ["llm"] + list(FUSED)
 OUTPUTS = {"vision": ["image_features"], "action_context": ["ctx_k", "ctx_v"], "action_step": ["velocity"]}
 GATE = 0.99999
-EXTERNAL_AUTO = 1 << 30  # bytes of weights from which --external-data auto writes them beside the graph
+EXTERNAL_AUTO = (2 << 30) - (64 << 20)  # weights from which --external-data auto writes them beside the graph
 
 
 class LlmSplit(torch.nn.Module):
@@ -124,6 +127,19 @@ def module_for(name, model, cfg):
     i = int(name[-1])
     first, last = splits(cfg["text_config"]["num_hidden_layers"])[i]
     return LlmSplit(model, cfg, first, last)
+
+
+def parts_for(name, cfg):
+    """the checkpoint tensors a graph reads (by name prefix), for --streaming"""
+    name = FUSED.get(name, name)
+    if name == "vision":
+        return ["model.vision_backbone."]
+    if name in ("action_context", "action_step"):
+        return ["model.action_expert."]
+    if name == "llm":
+        return ["model.transformer.blocks."]
+    first, last = splits(cfg["text_config"]["num_hidden_layers"])[int(name[-1])]
+    return [f"model.transformer.blocks.{j}." for j in range(first, last)]
 
 
 def output_names(name):
@@ -249,21 +265,23 @@ def weight_bytes(m):
                for t in m.graph.initializer)
 
 
-def export(name, mod, arrays, out_dir, opset, external):
-    """torch.onnx.export (opset 17), then the opset carried to `opset` and the weights placed
-    as asked; returns (path, weights written beside it or not)"""
+def trace(name, mod, arrays, raw):
+    """torch.onnx.export at opset 17 to `raw` (torch writes the weights beside it past 2 GiB)"""
+    with torch.no_grad():
+        torch.onnx.export(mod, tuple(to_torch(arrays)), raw, opset_version=17, input_names=list(arrays),
+                          output_names=output_names(name), do_constant_folding=True)
+
+
+def finish(name, raw, out_dir, opset, external):
+    """the traced graph carried to `opset`, its weights placed as asked, written to
+    out_dir/NAME.onnx; -> (path, weights written beside it or not)"""
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, name + ".onnx")
     data = name + ".onnx.data"
     for old in (path, os.path.join(out_dir, data)):
         if os.path.exists(old):
             os.unlink(old)
-    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:  # torch writes external data itself past 2 GiB
-        raw = os.path.join(tmp, name + ".onnx")
-        with torch.no_grad():
-            torch.onnx.export(mod, tuple(to_torch(arrays)), raw, opset_version=17, input_names=list(arrays),
-                              output_names=output_names(name), do_constant_folding=True)
-        m = onnx.load(raw)
+    m = onnx.load(raw)
     if opset != 17:
         m = upgrade_opset(m, opset)
     beside = external == "always" or (external == "auto" and weight_bytes(m) >= EXTERNAL_AUTO)
@@ -286,6 +304,11 @@ def cosine(a, b):
     return 1.0 if na == 0 and nb == 0 else float(a @ b / (na * nb))
 
 
+def peak_mib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmHWM:"))
+
+
 def run_ort(node_modules, path, inputs, out):
     subprocess.run(["node", os.path.join(HERE, "ort_run.js"), path, inputs, out], check=True,
                    env=dict(os.environ, NODE_PATH=node_modules))
@@ -302,6 +325,8 @@ def main():
     ap.add_argument("--images", type=int, default=2)
     ap.add_argument("--opset", type=int, default=20, choices=[17, 18, 19, 20])
     ap.add_argument("--external-data", default="auto", choices=["auto", "always", "never"])
+    ap.add_argument("--streaming", action="store_true",
+                    help="load only each graph's own weights, one graph at a time (full size)")
     ap.add_argument("--verify", metavar="NODE_MODULES_DIR")
     ap.add_argument("--sessions", default=",".join(NAMES))
     a = ap.parse_args()
@@ -313,19 +338,30 @@ def main():
         names = [b for b in SESSIONS if b in names or any(FUSED.get(n) == b for n in names)] + \
                 [n for n in names if n not in SESSIONS]
     torch.manual_seed(0)
-    cfg, model = loader.load(a.model)
-    model.eval()
+    if a.streaming:
+        cfg, model = cfglib.load(os.path.join(a.model, "config.json")), None
+    else:
+        cfg, model = loader.load(a.model)
+        model.eval()
     ins = inputs_for(cfg, a.prompt_seq, a.images)
     os.makedirs(a.out, exist_ok=True)
     report, worst, got_by = {}, 1.0, {}
     for name in names:
+        if a.streaming:
+            model = streaming.load_parts(a.model, parts_for(name, cfg))
         mod, arrays = module_for(name, model, cfg), ins[name]
-        with contextlib.ExitStack() as stack:
-            groups = stack.enter_context(fused(model, FUSED[name])) if name in FUSED else 0
-            with torch.no_grad():
-                ref = mod(*to_torch(arrays))
-            ref = [ref] if isinstance(ref, torch.Tensor) else list(ref)
-            path, beside = export(name, mod, arrays, os.path.join(a.out, name), a.opset, a.external_data)
+        with tempfile.TemporaryDirectory(dir=a.out) as tmp:
+            raw = os.path.join(tmp, name + ".onnx")
+            with contextlib.ExitStack() as stack:
+                groups = stack.enter_context(fused(model, FUSED[name])) if name in FUSED else 0
+                with torch.no_grad():
+                    ref = mod(*to_torch(arrays))
+                ref = [ref] if isinstance(ref, torch.Tensor) else list(ref)
+                trace(name, mod, arrays, raw)
+            mod = None
+            if a.streaming:
+                model = None  # its weights go before the graph's copy of them is read
+            path, beside = finish(name, raw, os.path.join(a.out, name), a.opset, a.external_data)
         folder = os.path.join(a.out, "inputs", name)
         compare.write_raw(arrays, folder)
         print(f"exported {path} (opset {a.opset}{', weights in ' + name + '.onnx.data' if beside else ''}"
@@ -347,6 +383,7 @@ def main():
             extra = f", max|diff| to unfused {rows[oname]['max_abs_diff_unfused']:.3g}" if name in FUSED else ""
             print(f"  {name:17s} {oname:15s} cosine {c:.9f}{extra}", file=sys.stderr)
         report[name] = {"outputs": rows, "opset": a.opset, "external_data": beside, "fused_groups": groups}
+        print(f"  exporter peak {peak_mib()} MiB so far", file=sys.stderr)
     if a.verify:
         with open(os.path.join(a.out, "verify.json"), "w") as f:
             json.dump({"gate": GATE, "prompt_seq": a.prompt_seq, "images": a.images, "sessions": report}, f, indent=1)

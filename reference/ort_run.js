@@ -34,6 +34,7 @@ async function main() {
     man.push({name: n, type: t.type, dims: t.dims});
   }
   fs.writeFileSync(path.join(out, 'manifest.json'), JSON.stringify(man));
+  console.error(`ort_run: peak ${Math.round(process.resourceUsage().maxRSS / 1024)} MiB`);
 }
 
 main().catch((e) => { console.error('ort_run: ' + e.message); process.exit(1); });

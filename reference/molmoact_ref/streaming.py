@@ -260,8 +260,8 @@ def _stream(module, prefix, reader):
     module.register_forward_hook(post)
 
 
-def load(model_dir):
-    """-> the streamed reference model (model.cfg set; model._reader the shard reader)"""
+def _open(model_dir):
+    """-> (cfg, reader, the model on the meta device with its buffers real)"""
     cfg = cfglib.load(os.path.join(model_dir, "config.json"))
     reader = Reader(model_dir)
     names = set(reader.where)
@@ -270,6 +270,28 @@ def load(model_dir):
         shapes = {n: reader.shape(n) for n in names}
         _, spec = loader.find_sampler({n: torch.empty(s, device="meta") for n, s in shapes.items()})
     model = meta_model(cfg, spec)
+    for name, b in list(model.named_buffers()):
+        owner, _, leaf = name.rpartition(".")
+        sub = model.get_submodule(owner)
+        if name.endswith("rotary_emb.inv_freq"):
+            sub._buffers[leaf] = _buffer(name, cfg)
+        elif name in reader.where:
+            sub._buffers[leaf] = reader.get(name)
+    model._reader = reader
+    model.cfg = cfg
+    return cfg, reader, model
+
+
+def _load_param(model, reader, name):
+    if name not in reader.where:
+        raise loader.CheckpointError(f"tensor {name!r} is missing from the checkpoint")
+    owner, _, leaf = name.rpartition(".")
+    _set_param(model.get_submodule(owner), leaf, reader.get(name))
+
+
+def load(model_dir):
+    """-> the streamed reference model (model.cfg set; model._reader the shard reader)"""
+    cfg, reader, model = _open(model_dir)
     streamed = []
     t = model.model.transformer
     streamed += [(b, f"model.transformer.blocks.{i}.") for i, b in enumerate(t.blocks)]
@@ -289,17 +311,21 @@ def load(model_dir):
     for name, p in list(model.named_parameters()):
         if name in inside or name == "lm_head.weight":
             continue
-        if name not in reader.where:
-            raise loader.CheckpointError(f"tensor {name!r} is missing from the checkpoint")
-        owner, _, leaf = name.rpartition(".")
-        _set_param(model.get_submodule(owner), leaf, reader.get(name))
-    for name, b in list(model.named_buffers()):
-        owner, _, leaf = name.rpartition(".")
-        sub = model.get_submodule(owner)
-        if name.endswith("rotary_emb.inv_freq"):
-            sub._buffers[leaf] = _buffer(name, cfg)
-        elif name in reader.where:
-            sub._buffers[leaf] = reader.get(name)
-    model._reader = reader
-    model.cfg = cfg
+        _load_param(model, reader, name)
+    return model
+
+
+def load_parts(model_dir, prefixes):
+    """-> the reference model with only the parameters under `prefixes` loaded (fp32) and the
+    rest left on the meta device, which fails any forward that touches it: one session's
+    weights, e.g. to export that session's graph at full size (reader closed: nothing streams)"""
+    _, reader, model = _open(model_dir)
+    n = 0
+    for name, _ in list(model.named_parameters()):
+        if name.startswith(tuple(prefixes)):
+            _load_param(model, reader, name)
+            n += 1
+    reader.close()
+    if n == 0:
+        raise loader.CheckpointError(f"{model_dir}: no tensor under {', '.join(prefixes)}")
     return model

@@ -13,12 +13,13 @@ if [ ! -d "$ort/node_modules/onnxruntime-node" ]; then
   (cd "$ort" && { [ -f package.json ] || echo '{"name": "molmoact-ort", "private": true}' > package.json; } &&
     npm install --ignore-scripts --no-audit --no-fund --silent onnxruntime-node > /dev/null)
 fi
-# tiny-grid as the deployment's defaults (opset 20, weights inside below 1 GiB); tiny-original with
-# every graph's weights beside it; then one graph at opset 17, the exporter's own
+# tiny-grid as the deployment's defaults (opset 20, weights inside below 2 GiB); tiny-original with
+# every graph's weights beside it, read one graph at a time as a full-size export does
+# (--streaming); then one graph at opset 17, the exporter's own
 for v in tiny-grid tiny-original; do
   rm -rf "$work/$v"
   extra=""
-  [ $v = tiny-original ] && extra="--external-data always"
+  [ $v = tiny-original ] && extra="--external-data always --streaming"
   /usr/bin/python3 "$src/reference/export_onnx.py" --model "$src/assets/$v/model" -o "$work/$v" --prompt-seq 128 \
     $extra --verify "$ort/node_modules" 2> "$work/$v.log" || { cat "$work/$v.log"; exit 1; }
   /usr/bin/python3 - "$work/$v" "$extra" <<'PY'
