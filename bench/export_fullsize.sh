@@ -5,11 +5,13 @@
 # (the exporter's and ONNX Runtime's, each its own process) recorded, then removed unless --keep.
 #   bench/export_fullsize.sh [--model DIR] [--work DIR] [--graphs vision,llm_split0,...] [--keep]
 # The model: the random full-size checkpoint bench/fullsize.sh writes (out/fullsize/ckpt-grid).
+# llm (all 36 layers, 13.5 GiB in fp32) is made of the four split graphs, which it exports first:
+# it wants 28 GiB of disk and ONNX Runtime about 15 GiB of memory.
 # Writes WORK/export.md (a table) and WORK/logs/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 model=$root/out/fullsize/ckpt-grid work=$root/out/onnx-full keep=0
-graphs=vision,llm_split0,llm_split1,llm_split2,llm_split3,action_context,action_step,vision_fused,action_step_fused
+graphs=vision,llm_split0,llm_split1,llm_split2,llm_split3,action_context,action_step,vision_fused,action_step_fused,llm
 while [ $# -gt 0 ]; do
   case $1 in
     --model) model=$2; shift 2 ;;
@@ -59,6 +61,6 @@ print(f"| {g} | {size:.2f} GiB | {'yes' if v['external_data'] else 'no'} | {secs
       f"{exp:.1f} GiB | {ort:.1f} GiB | {worst:.9f} | {fd if fd >= 0 else ''} |")
 PY
   tail -1 "$table"
-  [ $keep = 1 ] || rm -rf "$work/out/$g" "$work/out/$base" "$work/out/ort/$g" "$work/out/ort/$base"
+  [ $keep = 1 ] || rm -rf "$work/out"  # (llm: its four splits too)
 done
 echo "table: $table"

@@ -19,7 +19,9 @@ real shapes, raw little-endian + manifest.json) for each name:
 --external-data auto writes a graph's weights beside it where protobuf's 2 GiB could not hold them
 (as the deployment: its vision.onnx is self-contained, its LLM splits and action step are not).
 --streaming reads only the graph's own weights from the checkpoint, one graph at a time: how a
-full-size model is exported within a workstation's memory.
+full-size model is exported within a workstation's memory. `llm` is then made of the four split
+graphs (compose_llm: no weight read into memory) and checked against the splits' references
+computed in turn.
 
 torch.onnx.export here (Debian's torch 1.13) writes opset 17; --opset 20 carries each graph to 20
 by the rules of upgrade_opset(), which refuses an operator it has no rule for. With --verify every
@@ -293,6 +295,102 @@ def finish(name, raw, out_dir, opset, external):
     return path, beside
 
 
+def compose_llm(out, name="llm"):
+    """the unsplit LLM as one graph made of the four split graphs already in `out`: each split's
+    names prefixed, split i's hidden_in fed by split i-1's hidden_out, the K/V of all four
+    concatenated. The weights are never read into memory: the splits' external data files are
+    copied one after another into NAME.onnx.data and each tensor's offset moved by its file's
+    start (weights held inside a split's graph stay inside). How --streaming writes `llm` at full
+    size, where one export would hold all 36 layers' weights at once. -> (path, beside)"""
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    path, data = os.path.join(d, name + ".onnx"), name + ".onnx.data"
+    parts = [onnx.load(os.path.join(out, f"llm_split{i}", f"llm_split{i}.onnx"), load_external_data=False) for i in range(4)]
+    nodes, inits, infos, beside = [], [], [], False
+    shared = {"image_token_mask", "position_ids"}
+    with open(os.path.join(d, data), "wb") as dst:
+        for i, m in enumerate(parts):
+            def ren(x, i=i):
+                if x == "" or x in shared:
+                    return x
+                if x == "hidden_in":
+                    return x if i == 0 else f"split{i - 1}/hidden_out"
+                if x == "hidden_out" and i == 3:
+                    return x
+                return f"split{i}/{x}"
+            for n in m.graph.node:
+                if any(at.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for at in n.attribute):
+                    raise ValueError(f"llm_split{i}: node {n.name} holds a subgraph, which compose_llm does not rename")
+                n.name = f"split{i}/{n.name}"
+                n.input[:] = [ren(x) for x in n.input]
+                n.output[:] = [ren(x) for x in n.output]
+                nodes.append(n)
+            files = {}
+            for t in m.graph.initializer:
+                t.name = ren(t.name)
+                if t.data_location == onnx.TensorProto.EXTERNAL:
+                    e = {x.key: x.value for x in t.external_data}
+                    files.setdefault(e["location"], None)
+                    del t.external_data[:]
+                    t.external_data.add(key="location", value=data)
+                    # the offset within this split's file, moved below once the file's start is known
+                    t.external_data.add(key="offset", value=f"{e['location']}\0{e.get('offset', '0')}")
+                    t.external_data.add(key="length", value=e["length"])
+                inits.append(t)
+            for vi in m.graph.value_info:
+                vi.name = ren(vi.name)
+                infos.append(vi)
+            for loc in files:  # append each split's data file, streamed
+                files[loc] = dst.tell()
+                with open(os.path.join(out, f"llm_split{i}", loc), "rb") as src:
+                    while True:
+                        buf = src.read(64 << 20)
+                        if not buf:
+                            break
+                        dst.write(buf)
+                beside = True
+            for t in m.graph.initializer:
+                for x in t.external_data:
+                    if x.key == "offset" and "\0" in x.value:
+                        loc, off = x.value.split("\0")
+                        x.value = str(files[loc] + int(off))
+    if not beside:
+        os.unlink(os.path.join(d, data))
+    first, last = parts[0].graph, parts[3].graph
+    layers = {o.name: o for o in first.output}
+    for kv in ("k", "v"):
+        nodes.append(onnx.helper.make_node("Concat", [f"split{i}/{kv}" for i in range(4)], [kv], name=f"concat_{kv}", axis=0))
+    outs = []
+    for o in ("hidden_out", "k", "v"):
+        vi = onnx.ValueInfoProto()
+        vi.CopyFrom(({x.name: x for x in last.output}["hidden_out"]) if o == "hidden_out" else layers[o])
+        if o != "hidden_out":  # every layer's K/V: the four splits' layer counts summed
+            n = sum({x.name: x for x in m.graph.output}[o].type.tensor_type.shape.dim[0].dim_value for m in parts)
+            vi.type.tensor_type.shape.dim[0].dim_value = n
+        outs.append(vi)
+    g = onnx.helper.make_graph(nodes, name, list(first.input), outs, initializer=inits, value_info=infos)
+    model = onnx.helper.make_model(g, opset_imports=list(parts[0].opset_import), producer_name="molmoact export_onnx compose_llm")
+    model.ir_version = parts[0].ir_version
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    return path, beside
+
+
+def chained_reference(model_dir, cfg, arrays):
+    """the unsplit LLM's outputs computed split by split, each split's weights loaded in turn"""
+    hidden, ks, vs = torch.from_numpy(arrays["hidden_in"]), [], []
+    rest = to_torch({k: v for k, v in arrays.items() if k != "hidden_in"})
+    for i in range(4):
+        part = streaming.load_parts(model_dir, parts_for(f"llm_split{i}", cfg))
+        first, last = splits(cfg["text_config"]["num_hidden_layers"])[i]
+        with torch.no_grad():
+            hidden, k, v = LlmSplit(part, cfg, first, last)(hidden, *rest)
+        ks.append(k)
+        vs.append(v)
+        part = None
+    return [hidden, torch.cat(ks), torch.cat(vs)]
+
+
 def to_torch(arrays):
     return [torch.from_numpy(np.ascontiguousarray(a)).bool() if a.dtype == np.uint8 else torch.from_numpy(np.ascontiguousarray(a))
             for a in arrays.values()]
@@ -317,6 +415,24 @@ def run_ort(node_modules, path, inputs, out):
                 for m in json.load(f)}
 
 
+def export_one(a, name, cfg, model, arrays):
+    """one graph traced and finished; -> (the reference's outputs, path, beside, groups fused)"""
+    if a.streaming:
+        model = streaming.load_parts(a.model, parts_for(name, cfg))
+    mod = module_for(name, model, cfg)
+    with tempfile.TemporaryDirectory(dir=a.out) as tmp:
+        raw = os.path.join(tmp, name + ".onnx")
+        with contextlib.ExitStack() as stack:
+            groups = stack.enter_context(fused(model, FUSED[name])) if name in FUSED else 0
+            with torch.no_grad():
+                ref = mod(*to_torch(arrays))
+            ref = [ref] if isinstance(ref, torch.Tensor) else list(ref)
+            trace(name, mod, arrays, raw)
+        mod = model = None  # with --streaming its weights go before the graph's copy of them is read
+        path, beside = finish(name, raw, os.path.join(a.out, name), a.opset, a.external_data)
+    return ref, path, beside, groups
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
@@ -334,9 +450,12 @@ def main():
     for name in names:
         if name not in NAMES:
             sys.exit(f"export_onnx: unknown graph {name} ({', '.join(NAMES)})")
-    if a.verify:  # a fused graph is checked against its unfused twin: export that first
-        names = [b for b in SESSIONS if b in names or any(FUSED.get(n) == b for n in names)] + \
-                [n for n in names if n not in SESSIONS]
+    # a fused graph is checked against its unfused twin, and with --streaming the unsplit LLM is
+    # made of the four splits: those go first
+    need = {FUSED[n] for n in names if n in FUSED and a.verify}
+    if a.streaming and "llm" in names:
+        need |= {f"llm_split{i}" for i in range(4)}
+    names = [b for b in SESSIONS if b in names or b in need] + [n for n in names if n not in SESSIONS]
     torch.manual_seed(0)
     if a.streaming:
         cfg, model = cfglib.load(os.path.join(a.model, "config.json")), None
@@ -347,21 +466,12 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     report, worst, got_by = {}, 1.0, {}
     for name in names:
-        if a.streaming:
-            model = streaming.load_parts(a.model, parts_for(name, cfg))
-        mod, arrays = module_for(name, model, cfg), ins[name]
-        with tempfile.TemporaryDirectory(dir=a.out) as tmp:
-            raw = os.path.join(tmp, name + ".onnx")
-            with contextlib.ExitStack() as stack:
-                groups = stack.enter_context(fused(model, FUSED[name])) if name in FUSED else 0
-                with torch.no_grad():
-                    ref = mod(*to_torch(arrays))
-                ref = [ref] if isinstance(ref, torch.Tensor) else list(ref)
-                trace(name, mod, arrays, raw)
-            mod = None
-            if a.streaming:
-                model = None  # its weights go before the graph's copy of them is read
-            path, beside = finish(name, raw, os.path.join(a.out, name), a.opset, a.external_data)
+        arrays, groups = ins[name], 0
+        if a.streaming and name == "llm":
+            ref = chained_reference(a.model, cfg, arrays) if a.verify else []
+            path, beside = compose_llm(a.out)
+        else:
+            ref, path, beside, groups = export_one(a, name, cfg, model, arrays)
         folder = os.path.join(a.out, "inputs", name)
         compare.write_raw(arrays, folder)
         print(f"exported {path} (opset {a.opset}{', weights in ' + name + '.onnx.data' if beside else ''}"
@@ -382,7 +492,8 @@ def main():
             worst = min(worst, c)
             extra = f", max|diff| to unfused {rows[oname]['max_abs_diff_unfused']:.3g}" if name in FUSED else ""
             print(f"  {name:17s} {oname:15s} cosine {c:.9f}{extra}", file=sys.stderr)
-        report[name] = {"outputs": rows, "opset": a.opset, "external_data": beside, "fused_groups": groups}
+        report[name] = {"outputs": rows, "opset": a.opset, "external_data": beside, "fused_groups": groups,
+                        "composed_of_splits": bool(a.streaming and name == "llm")}
         print(f"  exporter peak {peak_mib()} MiB so far", file=sys.stderr)
     if a.verify:
         with open(os.path.join(a.out, "verify.json"), "w") as f:

@@ -9,6 +9,16 @@ const fs = require('fs');
 const path = require('path');
 const ort = require('onnxruntime-node');
 
+// this process's own peak: VmHWM (Linux) starts afresh at exec, where getrusage's maxRSS keeps
+// the parent's from before the exec
+function peakMiB() {
+  try {
+    const m = /VmHWM:\s+(\d+) kB/.exec(fs.readFileSync('/proc/self/status', 'utf8'));
+    if (m) return Math.round(Number(m[1]) / 1024);
+  } catch (e) { /* not Linux */ }
+  return Math.round(process.resourceUsage().maxRSS / 1024);
+}
+
 async function main() {
   const [model, dir, out] = process.argv.slice(2);
   const manifest = JSON.parse(fs.readFileSync(path.join(dir, 'manifest.json'), 'utf8'));
@@ -34,7 +44,7 @@ async function main() {
     man.push({name: n, type: t.type, dims: t.dims});
   }
   fs.writeFileSync(path.join(out, 'manifest.json'), JSON.stringify(man));
-  console.error(`ort_run: peak ${Math.round(process.resourceUsage().maxRSS / 1024)} MiB`);
+  console.error(`ort_run: peak ${peakMiB()} MiB`);
 }
 
 main().catch((e) => { console.error('ort_run: ' + e.message); process.exit(1); });

@@ -41,6 +41,7 @@ for s, outs in want.items():
     path = os.path.join(d, s, s + ".onnx")
     data = path + ".data"
     assert r["opset"] == 20 and r["external_data"] == external and os.path.exists(data) == external, (s, r, external)
+    assert r["composed_of_splits"] == (s == "llm" and external), (s, r)  # tiny-original runs --streaming
     m = onnx.load(path, load_external_data=False)
     assert [(o.domain, o.version) for o in m.opset_import] == [("", 20)], (s, m.opset_import)
     if external:  # the graph holds no weight of its own: each large one points into the .data file
