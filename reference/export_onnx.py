@@ -136,7 +136,9 @@ def parts_for(name, cfg):
     name = FUSED.get(name, name)
     if name == "vision":
         return ["model.vision_backbone."]
-    if name in ("action_context", "action_step"):
+    if name == "action_context":
+        return ["model.action_expert.context_k_proj.", "model.action_expert.context_v_proj."]
+    if name == "action_step":
         return ["model.action_expert."]
     if name == "llm":
         return ["model.transformer.blocks."]

@@ -1,6 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
 import os
-import shutil
 import sys
 
 import numpy as np
@@ -46,11 +45,3 @@ def tiny_grid(tmp_path_factory):
     checkpoint.make("tiny", "grid", 0, d)
     return d
 
-
-@pytest.fixture(scope="session", autouse=True)
-def _remove_tmp_when_passed(request, tmp_path_factory):
-    """a session that passed leaves no files (pytest keeps its last three sessions' otherwise,
-    a gigabyte each at real widths); a failed one's are kept for reading"""
-    yield
-    if request.session.testsfailed == 0:
-        shutil.rmtree(tmp_path_factory.getbasetemp(), ignore_errors=True)

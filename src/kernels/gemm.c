@@ -130,7 +130,9 @@ static void pack_a_portable(const float *A, int64_t lda, int64_t m0, int64_t m1,
 
 static ma_gemm_kernels_t sets[5], active; /* portable, then what the CPU has, best last */
 static int n_sets, best_set;
+#if defined(MA_HAVE_AMX)
 static int bf16_dot_default; /* whether VDPBF16PS pays on this CPU (ma_gemm_bf16_dot_pays) */
+#endif
 static pthread_once_t active_once = PTHREAD_ONCE_INIT;
 
 static int panels_in_place = 1; /* see ma_gemm_set_in_place */

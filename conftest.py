@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Shared by every pytest suite under tests/: a session that passed leaves no files behind.
+"""Shared by every pytest suite of the project (tests/, python/tests/, reference/tests/; pytest
+reads the conftest.py of each directory above a test file): a session that passed leaves no
+files behind.
 
 pytest keeps the temporary directories of its last three sessions, and each ctest entry is a
 session of its own, so a compile's gigabyte at real widths stayed on disk through three more
