@@ -255,13 +255,13 @@ static void q_tile(ma_dtype dt, const void *wt, size_t ws, int np, int kc, const
  * transformed signed (q8_0 as stored, q4_0 nibble - 8): TDPBSSD multiplies signed by signed and no
  * offset correction is needed. A block sum is exact in int32 either way, and the scaling is the
  * same operations in the same order as dot_t's, so the results equal the vnni set's bit for bit.
- * Tiles: 0-1 = A (12 x 32 bytes), 2-3 = B (8 x 64), 4-7 = C (12 x 16 int32); rows of A past mr
- * are zero (qa_pack), their C rows are not read. */
+ * Tiles: 0 = A (12 x 32 bytes), 1-2 = B (8 x 64), 4-5 = C (12 x 16 int32); rows of A past mr are
+ * zero (qa_pack), their C rows are not read. */
 
 static const ma_tile_config int8_config = {
     .palette = 1,
-    .colsb = {32, 32, 64, 64, 64, 64, 64, 64},
-    .rows = {12, 12, 8, 8, 12, 12, 12, 12},
+    .colsb = {32, 64, 64, 0, 64, 64},
+    .rows = {12, 8, 8, 0, 12, 12},
 };
 static _Thread_local int int8_configured; /* this thread's tiles hold int8_config */
 
@@ -289,56 +289,31 @@ static void q_transform_signed(const ma_bmat *B, int64_t K, int64_t n0, int64_t 
     }
 }
 
-/* Software-pipelined: per block the tile unit makes each panel's 12 x 16 sums (the A tile
- * alternating 0 / 1, B 2 / 3, C 4-7 in turn, stored), and the vector unit scales the sums of
- * the block two before into the fp32 accumulators, so the two units work at once. Tiles are
- * not renamed: scaling each block's sums right after its product, as first written, serialised
- * product, store and scaling, and the kernel was no faster than VPDPBUSD. */
-#define I8_STEP(TA, TB, TC)                  \
-    do {                                     \
-        _tile_loadd(TB, w, 64);              \
-        _tile_zero(TC);                      \
-        _tile_dpbssd(TC, TA, TB);            \
-        _tile_stored(TC, out, 64);           \
-    } while (0)
-#define I8_LAG 2
-
-static inline __attribute__((always_inline)) void tile_i8(int NP, const uint8_t *wb, size_t ws, const qa_block *a, int nb, int mr,
+/* one or two panels: per block one tile product per panel, stored, then each row's 16 sums
+ * scaled into its fp32 accumulator (24 registers at most) */
+static inline __attribute__((always_inline)) void tile_i8(int NP, const uint8_t *wt, size_t ws, const qa_block *qa, int nb, int mr,
                                                            float *C, int64_t ldc, int nr_last, int accumulate) {
-    _Alignas(64) int32_t sums[I8_LAG + 1][2][12 * 16];
     __m512 c[12][2];
     for (int r = 0; r < 12; r++)
         for (int p = 0; p < NP; p++) c[r][p] = _mm512_setzero_ps();
-    for (int b = 0, i = 0; b < nb + I8_LAG; b++) {
-        if (b < nb) {
-            if (b & 1) _tile_loadd(1, a[b].q, 32);
-            else _tile_loadd(0, a[b].q, 32);
-            for (int p = 0; p < NP; p++, i++) {
-                const uint8_t *w = wb + (size_t)p * ws + (size_t)b * MA_GEMM_QW_BLOCK;
-                int32_t *out = sums[b % (I8_LAG + 1)][p];
-                switch ((i & 3) | (b & 1) << 2) {
-                case 0: I8_STEP(0, 2, 4); break;
-                case 1: I8_STEP(0, 3, 5); break;
-                case 2: I8_STEP(0, 2, 6); break;
-                case 3: I8_STEP(0, 3, 7); break;
-                case 4: I8_STEP(1, 2, 4); break;
-                case 5: I8_STEP(1, 3, 5); break;
-                case 6: I8_STEP(1, 2, 6); break;
-                default: I8_STEP(1, 3, 7); break;
-                }
-            }
-        }
-        if (b >= I8_LAG) {
-            const int s = b - I8_LAG;
-            const int32_t(*sm)[12 * 16] = sums[s % (I8_LAG + 1)];
-            __m512 dw[2];
-            for (int p = 0; p < NP; p++) dw[p] = _mm512_load_ps(wb + (size_t)p * ws + (size_t)s * MA_GEMM_QW_BLOCK + 512);
-            for (int r = 0; r < 12; r++) {
-                if (r >= mr) break;
-                const __m512 d = _mm512_set1_ps(a[s].d[r]);
-                for (int p = 0; p < NP; p++)
-                    c[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sm[p] + 16 * r)), _mm512_mul_ps(dw[p], d), c[r][p]);
-            }
+    _Alignas(64) int32_t sums[2][12 * 16];
+    for (int b = 0; b < nb; b++, wt += MA_GEMM_QW_BLOCK, qa++) {
+        _tile_loadd(0, qa->q, 32);
+        _tile_loadd(1, wt, 64);
+        if (NP == 2) _tile_loadd(2, wt + ws, 64);
+        _tile_zero(4);
+        if (NP == 2) _tile_zero(5);
+        _tile_dpbssd(4, 0, 1);
+        if (NP == 2) _tile_dpbssd(5, 0, 2);
+        _tile_stored(4, sums[0], 64);
+        if (NP == 2) _tile_stored(5, sums[1], 64);
+        __m512 dw[2];
+        for (int p = 0; p < NP; p++) dw[p] = _mm512_load_ps(wt + p * ws + 512);
+        for (int r = 0; r < 12; r++) {
+            if (r >= mr) break;
+            for (int p = 0; p < NP; p++)
+                c[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums[p] + 16 * r)),
+                                          _mm512_mul_ps(dw[p], _mm512_set1_ps(qa->d[r])), c[r][p]);
         }
     }
     for (int p = 0; p < NP; p++) {
@@ -347,7 +322,6 @@ static inline __attribute__((always_inline)) void tile_i8(int NP, const uint8_t 
         for (int r = 0; r < mr; r++) ma_store_row16(C + r * ldc + p * NR, c[r][p], m, accumulate);
     }
 }
-#undef I8_STEP
 
 static void q_tile_amx(ma_dtype dt, const void *wt, size_t ws, int np, int kc, const void *qa, int mr, float *C, int64_t ldc,
                        int nr_last, int accumulate) {
