@@ -60,12 +60,6 @@ int ma_cpu_amx_bf16(void) {
     return os_grants_tiles();
 }
 
-int ma_cpu_amx_int8(void) {
-    unsigned a, b, c, d;
-    if (!ma_cpu_amx_bf16() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0; /* the tile state granted */
-    return (d >> 25) & 1;
-}
-
 int ma_cpu_avx512_bf16(void) {
     unsigned a, b, c, d;
     if (!ma_cpu_avx512f() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((b >> 30) & 1)) return 0; /* AVX512BW */
@@ -83,7 +77,6 @@ int ma_cpu_intel(void) { return 0; }
 int ma_cpu_avx512f(void) { return 0; }
 int ma_cpu_avx512_vnni_vbmi(void) { return 0; }
 int ma_cpu_amx_bf16(void) { return 0; }
-int ma_cpu_amx_int8(void) { return 0; }
 int ma_cpu_avx512_bf16(void) { return 0; }
 #endif
 

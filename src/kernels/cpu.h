@@ -10,7 +10,6 @@ int ma_cpu_avx512_vnni_vbmi(void); /* AVX512-VNNI + AVX512-VBMI + AVX512BW */
 /* AMX-TILE + AMX-BF16 + AVX512-BF16/BW, with the tile state granted to this process (Linux
  * asks for it once, with arch_prctl) */
 int ma_cpu_amx_bf16(void);
-int ma_cpu_amx_int8(void); /* AMX-INT8 with AMX-BF16 and the tile state granted */
 int ma_cpu_avx512_bf16(void); /* AVX512-BF16 (VDPBF16PS) + AVX512BW */
 /* the vendor is Intel: its cores convert f16 -> f32 (VCVTPH2PS) on the two FMA ports (2 uops for
  * 16 lanes), AMD's Zen 4 / Zen 5 beside them; the GEMM uses it to pick where panels are converted */

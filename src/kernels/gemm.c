@@ -186,10 +186,6 @@ static void choose_kernels(void) {
             if (ma_cpu_amx_bf16()) {
                 sets[n_sets] = sets[n_sets - 1];
                 ma_gemm_install_amx(&sets[n_sets++]);
-#if defined(MA_HAVE_AMX_INT8)
-                /* the int8 tiles replace the vnni set's many-row products (the same bits) */
-                if (ma_cpu_amx_int8() && ma_cpu_avx512_vnni_vbmi()) ma_gemm_install_amx_int8(&sets[n_sets - 1]);
-#endif
             }
 #endif
         }
@@ -231,11 +227,6 @@ const char *ma_gemm_kernel_name(int i) {
 int ma_gemm_kernel_int8_activations(int i) {
     pthread_once(&active_once, choose_kernels);
     return i >= 0 && i < n_sets && sets[i].q_panels != NULL;
-}
-
-int ma_gemm_kernel_int8_tiles(int i) {
-    pthread_once(&active_once, choose_kernels);
-    return i >= 0 && i < n_sets && sets[i].q_end != NULL;
 }
 
 void ma_gemm_set_bf16_dot(int on) {
@@ -458,13 +449,6 @@ static inline int int8_part(const gemm_seg *g) {
     return active.q_panels && g->B->layout == MA_B_PANELS && quantised(g->B->dtype);
 }
 
-/* whether a job of more than 12 rows gives its q8_0 / q4_0 panel parts to compute_int8: where
- * the set has int8 kernels and the job is not on the AMX bf16 tiles, or the set's int8 products
- * are AMX-INT8 tiles themselves (then only the fp32 compute plan: the bf16 plan stays bf16) */
-static inline int int8_many(const gemm_job *j) {
-    return active.q_panels && (!j->amx || (active.q_end && !j->bf16));
-}
-
 /* more than 12 rows on q8_0 / q4_0 panels with the int8 kernels: per K chunk the thread's rows
  * are quantised once (12-row tiles, gemm_vnni.c), then each group of panels (L2) is used by
  * every tile, one panel per kernel call */
@@ -526,7 +510,6 @@ static void compute_int8(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t 
             }
         }
     }
-    if (active.q_end) active.q_end();
 }
 
 static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_lo, int64_t p_hi);
@@ -535,7 +518,7 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
  * int8 kernels, each part of a fused job takes the path its weight type takes alone. */
 static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_lo, int64_t p_hi) {
     if (p_lo >= p_hi || m_lo >= m_hi) return;
-    if (!j->small && int8_many(j)) {
+    if (!j->small && !j->amx && active.q_panels) {
         int s = 0;
         for (int64_t p = p_lo; p < p_hi;) {
             int64_t n0;
@@ -855,7 +838,7 @@ static atomic_ullong counted[3]; /* fp32, bf16, int8 */
 static void count_job(const gemm_job *j) {
     for (int s = 0; s < j->n_seg; s++) {
         const unsigned long long f = 2ull * (unsigned long long)j->M * (unsigned long long)j->seg[s].N * (unsigned long long)j->K;
-        const int int8 = int8_part(&j->seg[s]) && (j->small ? j->qa != NULL : int8_many(j));
+        const int int8 = int8_part(&j->seg[s]) && (j->small ? j->qa != NULL : !j->amx);
         atomic_fetch_add_explicit(&counted[j->bf16 ? 1 : int8 ? 2 : 0], f, memory_order_relaxed);
     }
 }

@@ -107,8 +107,6 @@ const char *ma_gemm_kernel_name(int i);
  * in the panel layout ("vnni": any M; "amx" on top of it: at most 12 rows; gemm_vnni.c): then
  * each product's error is at most |w| max|a of its block| / 254 beyond the fp32 rounding */
 int ma_gemm_kernel_int8_activations(int i);
-/* whether set i makes the int8 block sums of more than 12 rows on AMX-INT8 tiles */
-int ma_gemm_kernel_int8_tiles(int i);
 int ma_gemm_int8_activations(void);
 /* whether kernel set i reads panel-layout weights directly for a few rows (M <= 12: the action
  * expert), in another summation order than it uses for row-layout weights ("avx512" and up,

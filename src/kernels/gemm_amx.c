@@ -23,7 +23,11 @@
 
 #define TILE_U16 512 /* uint16 values in one tile */
 
-typedef ma_tile_config tile_config;
+typedef struct tile_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
 
 /* all eight tiles 16 rows x 64 bytes. A static object: GCC 12 drops the stores to a local
  * one before LDTILECFG (it does not see the instruction read them). */

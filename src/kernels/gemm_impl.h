@@ -80,29 +80,13 @@ typedef struct ma_gemm_kernels_t {
     void (*q_transform)(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, int kc, void *out);
     void (*q_tile)(ma_dtype dt, const void *wt, size_t ws, int np, int kc, const void *qa, int mr, float *C, int64_t ldc, int nr_last,
                    int accumulate); /* np <= 3 panels of one type, ws bytes apart, the last nr_last columns wide */
-    void (*q_end)(void); /* optional: after a thread's q_tile calls of one GEMM (AMX: the tiles released) */
 } ma_gemm_kernels_t;
 
 #define MA_AMX_A_LO 1
 #define MA_AMX_B_LO 2
 
-#define MA_GEMM_QA_BLOCK 528 /* 12 rows x 32 int8, 12 float scales, 2 x 12 int32 offset corrections */
-#define MA_GEMM_QW_BLOCK 576 /* 8 x 64 bytes of weights (16 columns x 4 k each), 16 fp32 scales */
-
-/* the 64-byte operand of LDTILECFG (palette 1): each tile's rows and bytes per row */
-typedef struct ma_tile_config {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} ma_tile_config;
-
-/* qa_pack's block (gemm_vnni.c): the quantised A of one 32-k block, int8 q[row][32], the scales,
- * and each row's sum of q times minus the weights' unsigned offsets (q4_0: 8, q8_0: 128) */
-typedef struct ma_qa_block {
-    int8_t q[12][32];
-    float d[12];
-    int32_t neg8[12], neg128[12];
-} ma_qa_block;
+#define MA_GEMM_QA_BLOCK 528
+#define MA_GEMM_QW_BLOCK 576 /* 8 x 64 bytes of unsigned weights, 16 fp32 scales */ /* 12 rows x 32 int8, 12 float scales, 2 x 12 int32 offset corrections */
 
 /* one instantiation per row count (1..12) of an always-inline tile function fn(mr, ...), so the
  * accumulators stay in registers (the AVX-512 and int8 kernels) */
@@ -146,7 +130,6 @@ void ma_gemm_install_vnni(ma_gemm_kernels_t *k);
 #if defined(__x86_64__) && defined(MA_HAVE_AMX)
 /* the AMX tiles on top of the AVX-512 kernels (which still serve M < MA_GEMM_AMX_MIN_M) */
 void ma_gemm_install_amx(ma_gemm_kernels_t *k);
-void ma_gemm_install_amx_int8(ma_gemm_kernels_t *k); /* q_transform / q_tile / q_end on AMX-INT8 (gemm_vnni.c) */
 /* gemm_bf16.c: the bf16 packers (which the AMX tiles need too) and, with_tile, the VDPBF16PS
  * tile; whether that tile multiplies faster than the FMA kernels here (measured once) */
 void ma_gemm_install_bf16(ma_gemm_kernels_t *k, int with_tile);

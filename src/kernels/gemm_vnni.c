@@ -21,8 +21,13 @@
 #define NR MA_GEMM_NR
 #define MR 12
 
-/* the quantised A of one 32-k block (gemm_impl.h); neg8 / neg128 start a row's block sum */
-typedef ma_qa_block qa_block;
+/* the quantised A of one 32-k block: int8 q[row][32], the scales, and each row's sum of q times
+ * minus the weights' offsets (q4_0: 8, q8_0: 128), the starting value of its block sum */
+typedef struct qa_block {
+    int8_t q[MR][32];
+    float d[MR];
+    int32_t neg8[MR], neg128[MR];
+} qa_block;
 
 _Static_assert(sizeof(qa_block) == MA_GEMM_QA_BLOCK, "qa block size");
 
@@ -242,117 +247,6 @@ static void q_tile(ma_dtype dt, const void *wt, size_t ws, int np, int kc, const
         else { DOT_R(1) }
     }
 }
-
-#if defined(MA_HAVE_AMX_INT8)
-/* ---- many row tiles on AMX-INT8 (compiled with -mamx-tile -mamx-int8 beside the flags above;
- * installed only where the CPU has AMX-INT8 and the OS grants the tile state).
- *
- * Above, per row, panel and 32-k block, eight VPDPBUSD make the int32 block sum and three
- * vector operations scale it into fp32: with those sharing the two vector ports the sums cap the
- * kernel near 8 / 11 of the VNNI peak. Here one TDPBSSD makes a 12-row x 16-column tile of block
- * sums (the A tile is the 12 x 32 int8 of qa_pack's block as it lies, the B tile the transformed
- * block's 8 rows of 16 columns x 4 k), so the vector ports do only the scaling. The weights are
- * transformed signed (q8_0 as stored, q4_0 nibble - 8): TDPBSSD multiplies signed by signed and no
- * offset correction is needed. A block sum is exact in int32 either way, and the scaling is the
- * same operations in the same order as dot_t's, so the results equal the vnni set's bit for bit.
- * Tiles: 0 = A (12 x 32 bytes), 1-2 = B (8 x 64), 4-5 = C (12 x 16 int32); rows of A past mr are
- * zero (qa_pack), their C rows are not read. */
-
-static const ma_tile_config int8_config = {
-    .palette = 1,
-    .colsb = {32, 64, 64, 0, 64, 64},
-    .rows = {12, 8, 8, 0, 12, 12},
-};
-static _Thread_local int int8_configured; /* this thread's tiles hold int8_config */
-
-static void q_transform_signed(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, int kc, void *out) {
-    const int64_t p = n0 / NR;
-    const int nb = kc / 32;
-    uint8_t *o = out;
-    if (B->dtype == MA_DT_Q8_0) {
-        const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 544;
-        for (int b = 0; b < nb; b++, blk += 544, o += MA_GEMM_QW_BLOCK) {
-            for (int i = 0; i < 8; i++) _mm512_store_si512(o + 64 * i, k4_transpose(_mm512_loadu_si512(blk + 32 + 64 * i)));
-            _mm512_store_ps(o + 512, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk)));
-        }
-        return;
-    }
-    const uint8_t *blk = (const uint8_t *)B->data + ((size_t)p * (size_t)(K / 32) + (size_t)(k0 / 32)) * 288;
-    const __m512i low = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
-    for (int b = 0; b < nb; b++, blk += 288, o += MA_GEMM_QW_BLOCK) {
-        for (int i = 0; i < 4; i++) {
-            const __m512i v = _mm512_loadu_si512(blk + 32 + 64 * i);
-            _mm512_store_si512(o + 64 * i, k4_transpose(_mm512_sub_epi8(_mm512_and_si512(v, low), eight)));
-            _mm512_store_si512(o + 64 * (i + 4), k4_transpose(_mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), eight)));
-        }
-        _mm512_store_ps(o + 512, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk)));
-    }
-}
-
-/* one or two panels: per block one tile product per panel, stored, then each row's 16 sums
- * scaled into its fp32 accumulator (24 registers at most) */
-static inline __attribute__((always_inline)) void tile_i8(int NP, const uint8_t *wt, size_t ws, const qa_block *qa, int nb, int mr,
-                                                           float *C, int64_t ldc, int nr_last, int accumulate) {
-    __m512 c[12][2];
-    for (int r = 0; r < 12; r++)
-        for (int p = 0; p < NP; p++) c[r][p] = _mm512_setzero_ps();
-    _Alignas(64) int32_t sums[2][12 * 16];
-    for (int b = 0; b < nb; b++, wt += MA_GEMM_QW_BLOCK, qa++) {
-        _tile_loadd(0, qa->q, 32);
-        _tile_loadd(1, wt, 64);
-        if (NP == 2) _tile_loadd(2, wt + ws, 64);
-        _tile_zero(4);
-        if (NP == 2) _tile_zero(5);
-        _tile_dpbssd(4, 0, 1);
-        if (NP == 2) _tile_dpbssd(5, 0, 2);
-        _tile_stored(4, sums[0], 64);
-        if (NP == 2) _tile_stored(5, sums[1], 64);
-        __m512 dw[2];
-        for (int p = 0; p < NP; p++) dw[p] = _mm512_load_ps(wt + p * ws + 512);
-        for (int r = 0; r < 12; r++) {
-            if (r >= mr) break;
-            for (int p = 0; p < NP; p++)
-                c[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums[p] + 16 * r)),
-                                          _mm512_mul_ps(dw[p], _mm512_set1_ps(qa->d[r])), c[r][p]);
-        }
-    }
-    for (int p = 0; p < NP; p++) {
-        const int nr = p == NP - 1 ? nr_last : NR;
-        const __mmask16 m = (__mmask16)((1u << nr) - 1u);
-        for (int r = 0; r < mr; r++) ma_store_row16(C + r * ldc + p * NR, c[r][p], m, accumulate);
-    }
-}
-
-static void q_tile_amx(ma_dtype dt, const void *wt, size_t ws, int np, int kc, const void *qa, int mr, float *C, int64_t ldc,
-                       int nr_last, int accumulate) {
-    (void)dt; /* both types arrive signed from q_transform_signed */
-    if (!int8_configured) {
-        _tile_loadconfig(&int8_config);
-        int8_configured = 1;
-    }
-    const uint8_t *w = wt;
-    const int nb = kc / 32;
-    if (np == 3) { /* two panels, then the third */
-        tile_i8(2, w, ws, qa, nb, mr, C, ldc, NR, accumulate);
-        tile_i8(1, w + 2 * ws, ws, qa, nb, mr, C + 2 * NR, ldc, nr_last, accumulate);
-    } else if (np == 2) {
-        tile_i8(2, w, ws, qa, nb, mr, C, ldc, nr_last, accumulate);
-    } else {
-        tile_i8(1, w, ws, qa, nb, mr, C, ldc, nr_last, accumulate);
-    }
-}
-
-static void q_end_amx(void) {
-    if (int8_configured) _tile_release();
-    int8_configured = 0;
-}
-
-void ma_gemm_install_amx_int8(ma_gemm_kernels_t *k) {
-    k->q_transform = q_transform_signed;
-    k->q_tile = q_tile_amx;
-    k->q_end = q_end_amx;
-}
-#endif
 
 void ma_gemm_install_vnni(ma_gemm_kernels_t *k) {
     k->name = "vnni";

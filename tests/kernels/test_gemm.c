@@ -134,7 +134,7 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
          * another summation order) */
         const int small_direct = M <= MA_GEMM_MR_MAX && (!strcmp(kname, "avx512") || !strcmp(kname, "vnni") || !strcmp(kname, "amx") ||
                                                    !strcmp(kname, "neon") || !strcmp(kname, "neon_dot"));
-        const int int8_panels = quant && (!strcmp(kname, "vnni") || !strcmp(kname, "neon_dot") || ma_gemm_kernel_int8_tiles(ks)); /* the rows layout stays fp32 */
+        const int int8_panels = quant && (!strcmp(kname, "vnni") || !strcmp(kname, "neon_dot")); /* the rows layout stays fp32 */
         if (!small_direct && !int8_panels) assert_memory_equal(C, C2, sizeof(float) * M * N);
         /* f16 / bf16 / f32 panels read in place or converted into a shared buffer first (the
          * other choice than this CPU's default): the same values in the same order */
@@ -354,53 +354,6 @@ static void test_gemm_fused_parts(void **state) {
     (void)state;
     check_fused(23); /* the blocked path */
     check_fused(7);  /* the small-M path where the CPU has one */
-}
-
-/* the amx set's int8 products of many rows on AMX-INT8 tiles against the vnni set's VPDPBUSD
- * sums: exact block sums scaled by the same operations, so identical bits, at every edge of the
- * tiling (rows past a 12-row tile, one, two and three panels, a partial last panel, K past a
- * chunk); both also held to the int8 bound against the double reference in
- * test_gemm_every_type_and_edge */
-static void test_gemm_amx_int8_equals_vnni(void **state) {
-    (void)state;
-    int vnni = -1, amx = -1;
-    for (int i = 0; i < ma_gemm_kernel_count(); i++) {
-        if (!strcmp(ma_gemm_kernel_name(i), "vnni")) vnni = i;
-        if (!strcmp(ma_gemm_kernel_name(i), "amx") && ma_gemm_kernel_int8_tiles(i)) amx = i;
-    }
-    if (vnni < 0 || amx < 0) {
-        printf("  no AMX-INT8 tiles on this CPU: skipped\n");
-        skip();
-    }
-    static const int64_t Ms[] = {13, 24, 37, 150}, Ns[] = {16, 40, 48, 100}, Ks[] = {32, 96, 1600};
-    static const ma_dtype types[] = {MA_DT_Q8_0, MA_DT_Q4_0};
-    for (size_t t = 0; t < 2; t++)
-        for (size_t a = 0; a < 4; a++)
-            for (size_t b = 0; b < 4; b++)
-                for (size_t c = 0; c < 3; c++) {
-                    const int64_t M = Ms[a], N = Ns[b], K = Ks[c];
-                    float *A = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * N * K), *Wq = malloc(sizeof(float) * N * K);
-                    float *bias = malloc(sizeof(float) * N), *C1 = malloc(sizeof(float) * M * N), *C2 = malloc(sizeof(float) * M * N);
-                    tu_fill(A, M * K, (int)(a * 7 + c));
-                    tu_fill(W, N * K, (int)(b * 5 + c + 1));
-                    tu_fill(bias, N, 3);
-                    uint8_t *rows, *panels;
-                    stored_weights(types[t], N, K, W, &rows, &panels, Wq);
-                    ma_bmat bm = {MA_B_PANELS, types[t], panels, K, 0, MA_COMPUTE_F32};
-                    for (int acc = 0; acc < 2; acc++) {
-                        tu_fill(C1, M * N, 4);
-                        memcpy(C2, C1, sizeof(float) * M * N);
-                        ma_gemm_select(vnni);
-                        ma_gemm(M, N, K, A, K, &bm, acc ? NULL : bias, acc, C1, N);
-                        ma_gemm_select(amx);
-                        ma_gemm(M, N, K, A, K, &bm, acc ? NULL : bias, acc, C2, N);
-                        if (memcmp(C1, C2, sizeof(float) * M * N))
-                            fail_msg("%s M=%lld N=%lld K=%lld acc=%d: the AMX-INT8 tiles differ from vnni", ma_dtype_name(types[t]),
-                                     (long long)M, (long long)N, (long long)K, acc);
-                    }
-                    free(A); free(W); free(Wq); free(bias); free(C1); free(C2); free(rows); free(panels);
-                }
-    ma_gemm_select_portable(0);
 }
 
 static void test_gemm_cols_layout(void **state) {
@@ -782,7 +735,6 @@ int main(void) {
         cmocka_unit_test(test_gemm_every_type_and_edge),
         cmocka_unit_test(test_gemm_fused_parts),
         cmocka_unit_test(test_gemm_bf16_compute),
-        cmocka_unit_test(test_gemm_amx_int8_equals_vnni),
         cmocka_unit_test(test_gemm_cols_layout),
         cmocka_unit_test(test_gemm_weight_as_cols),
         cmocka_unit_test(test_gemm_strides_and_empty),
