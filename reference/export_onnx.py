@@ -17,7 +17,9 @@ real shapes, raw little-endian + manifest.json) for each name:
                       group as one MatMul over the concatenated weights and a Split
   action_step_fused   the expert MLPs' gate_proj/up_proj likewise
 --external-data auto writes a graph's weights beside it where protobuf's 2 GiB could not hold them
-(as the deployment: its vision.onnx is self-contained, its LLM splits and action step are not).
+(at full size the LLM graphs; vision and action_step, 1.6 and 1.8 GiB in fp32, stay inside. The
+deployment's vision.onnx is self-contained too; its action_step has its weights beside it:
+--external-data always does that).
 --streaming reads only the graph's own weights from the checkpoint, one graph at a time: how a
 full-size model is exported within a workstation's memory. `llm` is then made of the four split
 graphs (compose_llm: no weight read into memory) and checked against the splits' references
