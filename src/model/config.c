@@ -69,7 +69,8 @@ static const struct { const char *key; const char *neutral; } CHANGES[] = {
     {"use_bidirectional_attention", "false"}, {"attention_chunk_size", "null"}, {"no_rope_layers", NULL}, {NULL, NULL}};
 
 static ma_status refuse_changing(const cJSON *obj, const char *where, const char *label, ma_error *err) {
-    for (const cJSON *e = obj ? obj->child : NULL; e; e = e->next)
+    if (!cJSON_IsObject(obj)) return MA_OK; /* a section that is not an object is refused by the caller */
+    for (const cJSON *e = obj->child; e; e = e->next)
         for (int i = 0; CHANGES[i].key; i++) {
             if (strcmp(e->string, CHANGES[i].key)) continue;
             const char *n = CHANGES[i].neutral;
@@ -81,7 +82,8 @@ static ma_status refuse_changing(const cJSON *obj, const char *where, const char
 }
 
 static void note_unknown(const cJSON *obj, const char **known, const char *where, ma_config *cfg) {
-    for (const cJSON *e = obj ? obj->child : NULL; e; e = e->next)
+    if (!cJSON_IsObject(obj)) return; /* an array's items have no names (the section is refused) */
+    for (const cJSON *e = obj->child; e; e = e->next)
         if (!in_list(e->string, known) && !in_list(e->string, GENERIC)) {
             const size_t n = strlen(cfg->unknown);
             snprintf(cfg->unknown + n, sizeof cfg->unknown - n, "%s%s%s", n ? ", " : "", where, e->string);

@@ -85,6 +85,9 @@ static void test_refusals_name_the_field(void **state) {
     assert_fails_naming(parse(buf, &err), err, "vit_layers");
     assert_fails_naming(parse("{not json", &err), err, "JSON");
     assert_fails_naming(parse("{\"vit_config\": 3}", &err), err, "vit_config");
+    /* a section that is an array: its items have no names (fuzz_json found the unknown-key
+     * listing reading them as NULL) */
+    assert_fails_naming(parse("{\"adapter_config\": [2, -4], \"text_config\": [{\"a\": 1}]}", &err), err, "adapter_config is not an object");
     /* size-like fields are bounded (a huge flow_matching_num_steps hung run and made compile
      * allocate 512 GB), epsilons and the RoPE base must be positive */
     snprintf(buf, sizeof buf, base, "", ", \"flow_matching_num_steps\": 100000");
