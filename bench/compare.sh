@@ -56,8 +56,7 @@ if ! $py -c "import onnx" 2> /dev/null; then
 fi
 if [ ! -d bench/.ort/node_modules/onnxruntime-node ]; then
   echo "== installing onnxruntime-node (npm, --ignore-scripts) into bench/.ort"
-  mkdir -p bench/.ort
-  (cd bench/.ort && { [ -f package.json ] || echo '{"name": "molmoact-bench-ort", "private": true}' > package.json; } && npm install --ignore-scripts --no-audit --no-fund onnxruntime-node > /dev/null)
+  scripts/install_ort.sh bench/.ort
 fi
 ort_version=$(node -p "require('$root/bench/.ort/node_modules/onnxruntime-node/package.json').version")
 

@@ -23,11 +23,7 @@ while [ $# -gt 0 ]; do
 done
 [ -f "$model/config.json" ] || { echo "export_fullsize.sh: no checkpoint in $model (bench/fullsize.sh writes one)" >&2; exit 1; }
 ort=$root/out/ort
-if [ ! -d "$ort/node_modules/onnxruntime-node" ]; then
-  mkdir -p "$ort"
-  (cd "$ort" && { [ -f package.json ] || echo '{"name": "molmoact-ort", "private": true}' > package.json; } &&
-    npm install --ignore-scripts --no-audit --no-fund --silent onnxruntime-node > /dev/null)
-fi
+"$root/scripts/install_ort.sh" "$ort"
 mkdir -p "$work/logs"
 table=$work/export.md
 {

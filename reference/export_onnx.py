@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -329,35 +330,29 @@ def compose_llm(out, name="llm"):
                 n.input[:] = [ren(x) for x in n.input]
                 n.output[:] = [ren(x) for x in n.output]
                 nodes.append(n)
-            files = {}
+            # each of this split's data files appended, streamed; then its tensors' offsets moved
+            starts = {}
+            for t in m.graph.initializer:
+                if t.data_location != onnx.TensorProto.EXTERNAL:
+                    continue
+                loc = next(x.value for x in t.external_data if x.key == "location")
+                if loc not in starts:
+                    starts[loc] = dst.tell()
+                    with open(os.path.join(out, f"llm_split{i}", loc), "rb") as src:
+                        shutil.copyfileobj(src, dst, 64 << 20)
+                    beside = True
             for t in m.graph.initializer:
                 t.name = ren(t.name)
                 if t.data_location == onnx.TensorProto.EXTERNAL:
                     e = {x.key: x.value for x in t.external_data}
-                    files.setdefault(e["location"], None)
                     del t.external_data[:]
                     t.external_data.add(key="location", value=data)
-                    # the offset within this split's file, moved below once the file's start is known
-                    t.external_data.add(key="offset", value=f"{e['location']}\0{e.get('offset', '0')}")
+                    t.external_data.add(key="offset", value=str(starts[e["location"]] + int(e.get("offset", "0"))))
                     t.external_data.add(key="length", value=e["length"])
                 inits.append(t)
             for vi in m.graph.value_info:
                 vi.name = ren(vi.name)
                 infos.append(vi)
-            for loc in files:  # append each split's data file, streamed
-                files[loc] = dst.tell()
-                with open(os.path.join(out, f"llm_split{i}", loc), "rb") as src:
-                    while True:
-                        buf = src.read(64 << 20)
-                        if not buf:
-                            break
-                        dst.write(buf)
-                beside = True
-            for t in m.graph.initializer:
-                for x in t.external_data:
-                    if x.key == "offset" and "\0" in x.value:
-                        loc, off = x.value.split("\0")
-                        x.value = str(files[loc] + int(off))
     if not beside:
         os.unlink(os.path.join(d, data))
     first, last = parts[0].graph, parts[3].graph

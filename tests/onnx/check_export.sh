@@ -9,10 +9,7 @@
 set -euo pipefail
 src=$1 ort=$2 work=$3
 mkdir -p "$ort" "$work"
-if [ ! -d "$ort/node_modules/onnxruntime-node" ]; then
-  (cd "$ort" && { [ -f package.json ] || echo '{"name": "molmoact-ort", "private": true}' > package.json; } &&
-    npm install --ignore-scripts --no-audit --no-fund --silent onnxruntime-node > /dev/null)
-fi
+"$src/scripts/install_ort.sh" "$ort"
 # tiny-grid as the deployment's defaults (opset 20, weights inside below 2 GiB); tiny-original with
 # every graph's weights beside it, read one graph at a time as a full-size export does
 # (--streaming); then one graph at opset 17, the exporter's own
