@@ -242,6 +242,22 @@ static double time_it(void (*fn)(void *), void *ctx, double min_s) {
 
 typedef struct { int M, N, K; const float *A; ma_bmat B; float *C; const float *W32; } call;
 static void run_ours(void *p) { call *c = p; ma_gemm(c->M, c->N, c->K, c->A, c->K, &c->B, NULL, 0, c->C, c->N); }
+
+/* the int8 kernels' time by phase over a few calls (ma_gemm_phase_timing): activation
+ * quantisation and weight rearrangement as shares of the threads' time; out[0], out[1] */
+static void int8_phases(call *c, double out[2]) {
+    ma_gemm_phases_reset();
+    ma_gemm_phase_timing(1);
+    const int reps = 5;
+    const double t0 = now_s();
+    for (int i = 0; i < reps; i++) run_ours(c);
+    const double wall = (now_s() - t0) * ma_threads();
+    ma_gemm_phase_timing(0);
+    ma_gemm_phases ph;
+    ma_gemm_phases_get(&ph);
+    out[0] = ph.qa_s / wall;
+    out[1] = ph.qw_s / wall;
+}
 static void run_blas(void *p) {
     call *c = p;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c->M, c->N, c->K, 1.0f, c->A, c->K, c->W32, c->K, 0.0f, c->C, c->N);
@@ -292,14 +308,16 @@ int main(int argc, char **argv) {
         if (vnni_peak > 0) printf(", VNNI peak %.1f GOP/s", vnni_peak);
         printf(", read bandwidth %.1f GB/s\n", bw);
         printf("bf16 compute on %s\n", ma_gemm_bf16_unit());
-        printf("%-20s %5s %5s %5s | %9s | %9s %9s %9s %9s %9s %9s | %6s %6s %6s %7s %6s %6s\n", "layer", "M", "K", "N", "openblas", "f32", "f16",
-               "bf16", "q8_0", "q4_0", "f16*bf16", "f16/pk", "f16/ax", "f16/bl", "*bf16/1", "q8/vn", "q4/vn");
+        printf("%-20s %5s %5s %5s | %9s | %9s %9s %9s %9s %9s %9s | %6s %6s %6s %7s %6s %6s | %5s %5s\n", "layer", "M", "K", "N", "openblas", "f32", "f16",
+               "bf16", "q8_0", "q4_0", "f16*bf16", "f16/pk", "f16/ax", "f16/bl", "*bf16/1", "q8/vn", "q4/vn", "q8a/w", "q4a/u");
     }
     /* ours for every shape first, then OpenBLAS: its threads spin for a while after each call
      * (up to 2^28 cycles by default), and timed between them our threads shared the cores with
      * them (on two vCPUs that cost 15-45 % of our measured speed) */
     enum { N_SHAPES = sizeof shapes / sizeof *shapes, N_M = sizeof Ms / sizeof *Ms };
-    static double g_ours[N_SHAPES][N_M][6], g_blas[N_SHAPES][N_M], peaks[N_SHAPES][N_M][2];
+    static double g_ours[N_SHAPES][N_M][6], g_blas[N_SHAPES][N_M], peaks[N_SHAPES][N_M][2], phases[N_SHAPES][N_M][2][2];
+    /* where the int8 kernels run (for more than 12 rows the amx set uses its tiles instead) */
+    const int int8_small = ma_gemm_int8_activations(), int8_large = int8_small && strcmp(ma_gemm_kernels(), "amx");
     for (int pass = 0; pass < 2; pass++)
         for (size_t s = 0; s < N_SHAPES; s++) {
             const int K = shapes[s].K, N = shapes[s].N;
@@ -327,6 +345,7 @@ int main(int argc, char **argv) {
                     c.B.dtype = types[t];
                     c.B.data = packed[t];
                     g_ours[s][mi][t] = flop / time_it(run_ours, &c, min_s) / 1e9;
+                    if (t >= 3 && (M > MA_GEMM_MR_MAX ? int8_large : int8_small)) int8_phases(&c, phases[s][mi][t - 3]);
                 }
                 if (pass == 0) { /* f16 weights, the bf16 compute plan (fp32 where the CPU has no bf16 unit) */
                     c.B.dtype = MA_DT_F16;
@@ -357,8 +376,10 @@ int main(int argc, char **argv) {
             const double *g = g_ours[s][mi], pk = peaks[s][mi][0], ax = peaks[s][mi][1], gb = g_blas[s][mi];
             if (json) {
                 printf("%s{\"layer\": \"%s\", \"M\": %d, \"K\": %d, \"N\": %d, \"openblas_f32\": %.2f, \"f32\": %.2f, \"f16\": %.2f, "
-                       "\"bf16\": %.2f, \"q8_0\": %.2f, \"q4_0\": %.2f, \"f16_compute_bf16\": %.2f, \"fma_peak\": %.2f, \"amx_split_peak\": %.2f}",
-                       first ? "" : ", ", shapes[s].layer, M, K, N, gb, g[0], g[1], g[2], g[3], g[4], g[5], pk, ax);
+                       "\"bf16\": %.2f, \"q8_0\": %.2f, \"q4_0\": %.2f, \"f16_compute_bf16\": %.2f, \"fma_peak\": %.2f, \"amx_split_peak\": %.2f, "
+                       "\"q8_0_quantise_share\": %.4f, \"q8_0_rearrange_share\": %.4f, \"q4_0_quantise_share\": %.4f, \"q4_0_unpack_share\": %.4f}",
+                       first ? "" : ", ", shapes[s].layer, M, K, N, gb, g[0], g[1], g[2], g[3], g[4], g[5], pk, ax,
+                       phases[s][mi][0][0], phases[s][mi][0][1], phases[s][mi][1][0], phases[s][mi][1][1]);
                 first = 0;
             } else {
                 char axs[16] = "     -", ax1[16] = "      -";
@@ -369,8 +390,13 @@ int main(int argc, char **argv) {
                     snprintf(v8, sizeof v8, "%5.0f%%", 100 * g[3] / vnni_peak);
                     snprintf(v4, sizeof v4, "%5.0f%%", 100 * g[4] / vnni_peak);
                 }
-                printf("%-20s %5d %5d %5d | %9.1f | %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f | %5.0f%% %6s %5.2fx %7s %6s %6s\n", shapes[s].layer, M, K,
-                       N, gb, g[0], g[1], g[2], g[3], g[4], g[5], pk > 0 ? 100 * g[1] / pk : 0, axs, g[1] / gb, ax1, v8, v4);
+                char p8[16] = "    -", p4[16] = "    -";
+                if (M > MA_GEMM_MR_MAX ? int8_large : int8_small) {
+                    snprintf(p8, sizeof p8, "%2.0f/%-2.0f", 100 * phases[s][mi][0][0], 100 * phases[s][mi][0][1]);
+                    snprintf(p4, sizeof p4, "%2.0f/%-2.0f", 100 * phases[s][mi][1][0], 100 * phases[s][mi][1][1]);
+                }
+                printf("%-20s %5d %5d %5d | %9.1f | %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f | %5.0f%% %6s %5.2fx %7s %6s %6s | %5s %5s\n", shapes[s].layer, M, K,
+                       N, gb, g[0], g[1], g[2], g[3], g[4], g[5], pk > 0 ? 100 * g[1] / pk : 0, axs, g[1] / gb, ax1, v8, v4, p8, p4);
             }
         }
     if (json) printf("]}\n");
@@ -378,6 +404,8 @@ int main(int argc, char **argv) {
         printf("GFLOP/s; f16/pk = f16 against the FMA peak, f16/ax = against the AMX split peak (amx kernels, M > 12),\n"
                "f16/bl = f16 against OpenBLAS on f32 weights; f16*bf16 = f16 weights with the bf16 compute plan, *bf16/1 = it\n"
                "against the AMX bf16 peak (one tile product: three times the split peak); q8/vn, q4/vn = q8_0, q4_0 against\n"
-               "the VNNI peak (VPDPBUSD chains: 2 operations per int8 product; vnni kernels, M > 12)\n");
+               "the VNNI peak (VPDPBUSD chains: 2 operations per int8 product; vnni kernels, M > 12); q8a/w, q4a/u = the\n"
+               "int8 kernels' share of their threads' time, in %%, quantising activations / rearranging q8_0 or unpacking\n"
+               "q4_0 weights (for more than 12 rows, once per K chunk and group of panels; fewer rows do it inline)\n");
     return 0;
 }

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "kernels/gemm.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/half.h"
 #include "kernels/cpu.h"
@@ -311,6 +313,8 @@ typedef struct gemm_job {
     int bf16;            /* MA_COMPUTE_BF16 on this set's bf16 unit (ma_gemm_bf16) */
     void *qa;            /* small path with int8 parts: A quantised once (K / 32 blocks) */
     int qa_todo;         /* qa not yet filled: a job of its own quantises it first */
+    void *qa_all;        /* more rows with int8 parts, cut by panels: every 12-row tile of A quantised
+                          * once, tile t's K blocks from block t K / 32 (NULL: per thread and K chunk) */
     atomic_long next;    /* small path: the next chunk of panels a thread takes */
     int64_t chunk;       /* panels per chunk */
     gemm_seg seg[MA_GEMM_MAX_PARTS];
@@ -418,7 +422,7 @@ static void ahead_next(ahead *a, const gemm_job *j, int64_t q1, int64_t p_lo, in
 /* Buffers per thread, grown on demand and freed when the thread exits; NULL when memory is short.
  * abuf_key: A packed for a whole K chunk of a thread's rows, so the grouped path packs each A
  * element once per K chunk instead of once per group of panels (without it, per M block).
- * qa_key: the small path's quantised A (small_qa). */
+ * qa_key: the int8 kernels' quantised A of a job (small_qa, qa_all), filled before the job. */
 typedef struct abuf { size_t cap; } abuf; /* bytes after the header */
 #define ABUF_HEAD 64 /* the header's bytes: keeps the data 64-byte aligned */
 static pthread_key_t abuf_key, qa_key;
@@ -444,27 +448,62 @@ static void *thread_buffer(pthread_key_t *key, size_t bytes) {
 
 static float *thread_abuf(size_t floats) { return thread_buffer(&abuf_key, floats * sizeof(float)); }
 
-/* a part the int8 kernels take: q8_0 / q4_0 panels, where the active set has them */
-static inline int int8_part(const gemm_seg *g) {
-    return active.q_panels && g->B->layout == MA_B_PANELS && quantised(g->B->dtype);
+/* the int8 kernels' phase timers (ma_gemm_phase_timing): nanoseconds, summed over threads */
+static atomic_int phase_timing;
+static atomic_ullong phase_ns[2]; /* activation quantisation, weight rearrangement */
+
+static inline unsigned long long phase_clock(void) {
+    if (!atomic_load_explicit(&phase_timing, memory_order_relaxed)) return 0;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (unsigned long long)t.tv_sec * 1000000000ull + (unsigned long long)t.tv_nsec;
 }
 
-/* more than 12 rows on q8_0 / q4_0 panels with the int8 kernels: per K chunk the thread's rows
- * are quantised once (12-row tiles, gemm_vnni.c), then each group of panels (L2) is used by
- * every tile, one panel per kernel call */
+static inline void phase_add(int which, unsigned long long t0) {
+    if (t0) atomic_fetch_add_explicit(&phase_ns[which], phase_clock() - t0, memory_order_relaxed);
+}
+
+void ma_gemm_phase_timing(int on) { atomic_store(&phase_timing, on != 0); }
+
+void ma_gemm_phases_get(ma_gemm_phases *p) {
+    p->qa_s = 1e-9 * (double)atomic_load(&phase_ns[0]);
+    p->qw_s = 1e-9 * (double)atomic_load(&phase_ns[1]);
+}
+
+void ma_gemm_phases_reset(void) {
+    for (int i = 0; i < 2; i++) atomic_store(&phase_ns[i], 0);
+}
+
+/* a part the int8 kernels take: q8_0 / q4_0 panels, where the active set has them, unless the
+ * product asks for fp32 activations (MA_COMPUTE_EXACT) */
+static inline int int8_part(const gemm_seg *g) {
+    return active.q_panels && g->B->layout == MA_B_PANELS && quantised(g->B->dtype) && g->B->compute != MA_COMPUTE_EXACT;
+}
+
+/* more than 12 rows on q8_0 / q4_0 panels with the int8 kernels: A quantised in 12-row tiles
+ * (gemm_vnni.c), once per job before it (j->qa_all, m_lo then a multiple of 12) or, where that
+ * buffer could not be had, per K chunk for the thread's rows; then each group of panels (L2) is
+ * used by every tile */
 static void compute_int8(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_lo, int64_t p_hi) {
     const int64_t tiles = (m_hi - m_lo + MA_GEMM_MR_MAX - 1) / MA_GEMM_MR_MAX;
-    const size_t tile_bytes = (size_t)(KC / 32) * MA_GEMM_QA_BLOCK;
-    unsigned char *qa = (unsigned char *)thread_abuf(((size_t)tiles * tile_bytes + 3) / 4);
+    const int64_t kb = j->K / 32;
+    size_t tile_bytes = (size_t)(KC / 32) * MA_GEMM_QA_BLOCK;
+    unsigned char *qa = j->qa_all ? NULL : (unsigned char *)thread_abuf(((size_t)tiles * tile_bytes + 3) / 4);
     _Alignas(64) static _Thread_local unsigned char one[(KC / 32) * MA_GEMM_QA_BLOCK];
+    if (j->qa_all) tile_bytes = (size_t)kb * MA_GEMM_QA_BLOCK;
     for (int64_t k0 = 0; k0 < j->K; k0 += KC) {
         const int kc = (int)(j->K - k0 < KC ? j->K - k0 : KC);
         const int acc = j->accumulate || k0 > 0;
-        if (qa)
+        if (j->qa_all) /* this chunk's blocks of the thread's first tile; tiles tile_bytes apart */
+            qa = (unsigned char *)j->qa_all + ((size_t)(m_lo / MA_GEMM_MR_MAX) * (size_t)kb + (size_t)(k0 / 32)) * MA_GEMM_QA_BLOCK;
+        else if (qa) {
+            const unsigned long long t0 = phase_clock();
             for (int64_t t = 0; t < tiles; t++) {
                 const int64_t m = m_lo + t * MA_GEMM_MR_MAX, me = m_hi - m < MA_GEMM_MR_MAX ? m_hi : m + MA_GEMM_MR_MAX;
                 active.qa_pack(j->A, j->lda, m, me, k0, kc, qa + (size_t)t * tile_bytes);
             }
+            phase_add(0, t0);
+        }
         for (int64_t q0 = p_lo; q0 < p_hi; q0 += GROUP) {
             const int64_t q1 = p_hi - q0 < GROUP ? p_hi : q0 + GROUP;
             if (qa && tiles > 1 && active.q_transform) {
@@ -475,10 +514,12 @@ static void compute_int8(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t 
                 const gemm_seg *gs[GROUP];
                 int64_t n0s[GROUP];
                 int nrs[GROUP];
+                const unsigned long long t0 = phase_clock();
                 for (int64_t p = q0; p < q1; p++) {
                     gs[p - q0] = panel_at(j, p, &s, &n0s[p - q0], &nrs[p - q0]);
                     active.q_transform(gs[p - q0]->B, j->K, n0s[p - q0], k0, kc, Wt + (size_t)(p - q0) * pstride);
                 }
+                phase_add(1, t0);
                 for (int64_t t = 0; t < tiles; t++) {
                     const int64_t m = m_lo + t * MA_GEMM_MR_MAX, me = m_hi - m < MA_GEMM_MR_MAX ? m_hi : m + MA_GEMM_MR_MAX;
                     const unsigned char *at = qa + (size_t)t * tile_bytes;
@@ -718,10 +759,26 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
 static void quantise_a(gemm_job *j, int t, int T) {
     long lo, hi;
     ma_split_range((long)(j->K / 32), t, T, &lo, &hi);
-    if (hi > lo) active.qa_pack(j->A, j->lda, 0, j->M, lo * 32, (int)((hi - lo) * 32), (unsigned char *)j->qa + (size_t)lo * MA_GEMM_QA_BLOCK);
+    if (hi <= lo) return;
+    const unsigned long long t0 = phase_clock();
+    active.qa_pack(j->A, j->lda, 0, j->M, lo * 32, (int)((hi - lo) * 32), (unsigned char *)j->qa + (size_t)lo * MA_GEMM_QA_BLOCK);
+    phase_add(0, t0);
 }
 
 static void quantise_task(void *ctx, int t, int T) { quantise_a(ctx, t, T); }
+
+/* thread t's share of the 12-row tiles of a larger job's int8 A (qa_all), over all of K */
+static void quantise_all_task(void *ctx, int t, int T) {
+    gemm_job *j = ctx;
+    long lo, hi;
+    ma_split_range((long)((j->M + MA_GEMM_MR_MAX - 1) / MA_GEMM_MR_MAX), t, T, &lo, &hi);
+    const unsigned long long t0 = phase_clock();
+    for (long i = lo; i < hi; i++) {
+        const int64_t m = (int64_t)i * MA_GEMM_MR_MAX, me = j->M - m < MA_GEMM_MR_MAX ? j->M : m + MA_GEMM_MR_MAX;
+        active.qa_pack(j->A, j->lda, m, me, 0, (int)j->K, (unsigned char *)j->qa_all + (size_t)i * (size_t)(j->K / 32) * MA_GEMM_QA_BLOCK);
+    }
+    phase_add(0, t0);
+}
 
 /* the parts a large GEMM is cut into per thread: 1 (finer cuts cost 4-8 % on a quiet machine,
  * bench model llm_split0, and gained nothing measurable under a busy process: the claiming alone
@@ -813,6 +870,17 @@ static void run_job(gemm_job *j) {
     /* tall A, or too few panels to share out evenly (a head's 5 panels over 2 threads): rows */
     const int T = ma_threads();
     j->split_m = j->M >= 2 * MC * T || (j->panels < 8 * T && j->M >= 8 * MA_GEMM_MR_MAX * T && !j->small);
+    /* int8 parts of more rows in a job cut by panels: A quantised once for the job, before it.
+     * Each thread had quantised all the rows per K chunk for its panels, so every row once per
+     * thread: 4-14 % of the threads' time at M = 128 (gemm_bench), halved by this. (Cut by rows,
+     * as from 2 MC T rows, each thread quantises only its own rows already; cutting those jobs
+     * by panels instead measured slower for N <= 1152.) */
+    if (!j->split_m && !j->small && !j->amx && active.q_panels && j->M > MA_GEMM_MR_MAX && j->K > 0 && max_t > 1) {
+        int any = 0;
+        for (int s = 0; s < j->n_seg; s++) any |= int8_part(&j->seg[s]);
+        if (any)
+            j->qa_all = thread_buffer(&qa_key, (size_t)((j->M + MA_GEMM_MR_MAX - 1) / MA_GEMM_MR_MAX) * (size_t)(j->K / 32) * MA_GEMM_QA_BLOCK);
+    }
     /* small path: about four chunks a thread, so the last one to finish waits little */
     j->chunk = ((j->panels + 4 * T - 1) / (4 * T) + 1) / 2 * 2; /* even: panels go in pairs */
     atomic_init(&j->next, 0);
@@ -820,6 +888,7 @@ static void run_job(gemm_job *j) {
         ma_parallel_n(quantise_task, j, max_t);
         j->qa_todo = 0;
     }
+    if (j->qa_all) ma_parallel_n(quantise_all_task, j, max_t);
     /* parts are claimed by the threads as they come (kernels/threads.h): cut finer than the
      * threads (the small path takes its chunks from j->next already), a thread that another
      * process slows down takes fewer of them instead of setting the time */

@@ -41,14 +41,20 @@ typedef enum { MA_B_ROWS, MA_B_COLS, MA_B_PANELS, MA_B_PANELS_T, MA_B_LAYOUTS } 
 
 /* How a product may be computed (a context's compute plan, `compile --compute`):
  *   MA_COMPUTE_F32   fp32 accuracy (the default): every kernel set, the AMX tiles through their
- *                    hi/lo split
+ *                    hi/lo split; except that the int8 kernel sets quantise the activations of
+ *                    q8_0 / q4_0 products to int8 per 32-k block (gemm_vnni.c)
  *   MA_COMPUTE_BF16  both operands rounded to bf16 (8 significant bits, round to nearest even),
  *                    products summed in fp32: one AMX tile product instead of three, or
  *                    VDPBF16PS (AVX512-BF16: Zen 4/5, Cooper Lake and later) instead of FMA. Taken
  *                    by GEMMs of more than 12 rows on a CPU with either unit; elsewhere (fewer
  *                    rows, where the weights stream at memory speed, or no bf16 unit) the product
- *                    is computed as MA_COMPUTE_F32. A fused job takes it when all its parts do. */
-typedef enum { MA_COMPUTE_F32 = 0, MA_COMPUTE_BF16 = 1 } ma_compute;
+ *                    is computed as MA_COMPUTE_F32. A fused job takes it when all its parts do.
+ *   MA_COMPUTE_EXACT fp32 activations wherever they are: not quantised to int8 for q8_0 / q4_0
+ *                    weights on the int8 kernel sets (vnni, neon_dot, and amx for 12 rows or
+ *                    fewer), which MA_COMPUTE_F32 allows. Never stored in a context: set by the
+ *                    model code for a product whose errors its consumer amplifies (the Grid
+ *                    Sampler's coordinate MLP, vision.c). */
+typedef enum { MA_COMPUTE_F32 = 0, MA_COMPUTE_BF16 = 1, MA_COMPUTE_EXACT = 2 } ma_compute;
 
 typedef struct ma_bmat {
     ma_blayout layout;
@@ -86,6 +92,15 @@ void ma_gemm_serial(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda
 typedef struct ma_gemm_counts { double fp32, bf16, int8; } ma_gemm_counts;
 void ma_gemm_counts_get(ma_gemm_counts *c);
 void ma_gemm_counts_reset(void);
+
+/* With timing on (off by default: a clock read per K chunk), the time the int8 kernels spent,
+ * summed over threads, since the last reset: quantising activations (qa_s: every path), and
+ * rearranging weights for many rows (qw_s: per K chunk and group of panels, the q8_0 offset or
+ * the q4_0 nibble unpacking and the lane shuffle; the small-M kernels do theirs inline) */
+typedef struct ma_gemm_phases { double qa_s, qw_s; } ma_gemm_phases;
+void ma_gemm_phase_timing(int on);
+void ma_gemm_phases_get(ma_gemm_phases *p);
+void ma_gemm_phases_reset(void);
 
 /* bytes of an N x K matrix of dtype dt in the panel layout (N rounded up to 16 rows) */
 size_t ma_panels_size(ma_dtype dt, int64_t N, int64_t K);

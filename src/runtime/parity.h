@@ -19,6 +19,7 @@ typedef struct ma_parity_row {
     char session[32], tensor[32];
     ma_cmp c;
     int pass;
+    int info; /* a diagnostic row (the vision session's intermediates): printed, never gated */
 } ma_parity_row;
 
 typedef struct ma_parity_report {

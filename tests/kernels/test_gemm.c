@@ -124,8 +124,9 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
             ma_gemm(M, N, K, A, K, &b, with_bias ? bias : NULL, accumulate, out, N);
             snprintf(what, sizeof what, "%s %s %s M=%lld N=%lld K=%lld", ma_dtype_name(dt), kname,
                      layout ? "panels" : "rows", (long long)M, (long long)N, (long long)K);
-            /* the int8 kernels (panels only) are held to the int8 bound on top */
-            const int int8 = qb && layout && ma_gemm_kernel_int8_activations(ks);
+            /* the int8 kernels (panels only) are held to the int8 bound on top; the amx set
+             * takes them for 12 rows or fewer only (its tiles, fp32-accurate, beyond) */
+            const int int8 = qb && layout && ma_gemm_kernel_int8_activations(ks) && (M <= MA_GEMM_MR_MAX || strcmp(kname, "amx"));
             expect_close_q(out, ref, mag, int8 ? qb : NULL, M * N, kernel_rel_dt(ks, dt), what);
             if (!first) first = out;
         }
@@ -348,6 +349,87 @@ static void check_fused(int64_t M) {
     ma_kctx_free(&kc);
     for (int i = 0; i < 3; i++) { free(st[i]); free(fused[i]); free(single[i]); }
     free(A); free(W); free(y1); free(y2);
+}
+
+/* MA_COMPUTE_EXACT: q8_0 / q4_0 products keep fp32 activations on every kernel set, the int8
+ * ones included (held to the fp32 tolerance, not the int8 bound), in the small-M path (<= 12
+ * rows, where the amx set uses the int8 kernels too) and past it; a fused job of an exact part
+ * and an ordinary one keeps each part's own path */
+static void test_gemm_exact_activations(void **state) {
+    (void)state;
+    static const int64_t Ms[] = {2, 12, 40};
+    const int64_t N = 50, K = 96;
+    int int8_sets = 0;
+    for (int t = 0; t < 2; t++) {
+        const ma_dtype dt = t ? MA_DT_Q4_0 : MA_DT_Q8_0;
+        for (size_t mi = 0; mi < 3; mi++) {
+            const int64_t M = Ms[mi];
+            float *A = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * N * K), *Wq = malloc(sizeof(float) * N * K);
+            float *C = malloc(sizeof(float) * M * N), *C2 = malloc(sizeof(float) * M * N);
+            double *ref = malloc(sizeof(double) * M * N), *mag = malloc(sizeof(double) * M * N);
+            tu_fill(A, M * K, 500 + (uint64_t)mi);
+            tu_fill(W, N * K, 600 + (uint64_t)t);
+            uint8_t *rows, *panels;
+            stored_weights(dt, N, K, W, &rows, &panels, Wq);
+            reference(M, N, K, A, Wq, NULL, NULL, ref, mag);
+            char what[128];
+            for (int ks = 0; ks < ma_gemm_kernel_count(); ks++) {
+                ma_gemm_select(ks);
+                int8_sets += ma_gemm_kernel_int8_activations(ks);
+                const ma_bmat exact = {MA_B_PANELS, dt, panels, K, 0, MA_COMPUTE_EXACT};
+                const ma_bmat plain = {MA_B_PANELS, dt, panels, K, 0, MA_COMPUTE_F32};
+                ma_gemm(M, N, K, A, K, &exact, NULL, 0, C, N);
+                snprintf(what, sizeof what, "exact %s %s M=%lld", ma_dtype_name(dt), ma_gemm_kernel_name(ks), (long long)M);
+                expect_close(C, ref, mag, M * N, kernel_rel_dt(ks, dt), what);
+                /* fused with the same weights on the default path: the exact part as alone */
+                const ma_gemm_part parts[2] = {{&exact, N, NULL, C2, N}, {&plain, N, NULL, C, N}};
+                ma_gemm_fused(M, K, A, K, parts, 2);
+                snprintf(what, sizeof what, "exact part of a fused job %s %s M=%lld", ma_dtype_name(dt), ma_gemm_kernel_name(ks), (long long)M);
+                expect_close(C2, ref, mag, M * N, kernel_rel_dt(ks, dt), what);
+            }
+            ma_gemm_select_portable(0);
+            free(A); free(W); free(Wq); free(C); free(C2); free(ref); free(mag); free(rows); free(panels);
+        }
+    }
+    if (!int8_sets) printf("  (no int8 kernel set on this CPU: the exact path is the only one)\n");
+}
+
+/* the int8 kernels' phase timers (gemm_bench's shares): nothing counted while off; with timing
+ * on, a q8_0 product on an int8 set counts its activation quantisation, and for more than 12
+ * rows (vnni: rearranged weights) its weight rearrangement */
+static void test_gemm_phase_timers(void **state) {
+    (void)state;
+    const int64_t M = 40, N = 64, K = 256;
+    float *A = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * N * K), *Wq = malloc(sizeof(float) * N * K);
+    float *C = malloc(sizeof(float) * M * N);
+    tu_fill(A, M * K, 41);
+    tu_fill(W, N * K, 42);
+    uint8_t *rows, *panels;
+    stored_weights(MA_DT_Q8_0, N, K, W, &rows, &panels, Wq);
+    const ma_bmat b = {MA_B_PANELS, MA_DT_Q8_0, panels, K, 0, MA_COMPUTE_F32};
+    for (int ks = 0; ks < ma_gemm_kernel_count(); ks++) {
+        ma_gemm_select(ks);
+        ma_gemm_phases ph;
+        ma_gemm_phases_reset();
+        ma_gemm_phase_timing(0);
+        ma_gemm(M, N, K, A, K, &b, NULL, 0, C, N);
+        ma_gemm_phases_get(&ph);
+        assert_true(ph.qa_s == 0.0 && ph.qw_s == 0.0);
+        ma_gemm_phase_timing(1);
+        for (int i = 0; i < 3; i++) {
+            ma_gemm(M, N, K, A, K, &b, NULL, 0, C, N);
+            ma_gemm(4, N, K, A, K, &b, NULL, 0, C, N);
+        }
+        ma_gemm_phase_timing(0);
+        ma_gemm_phases_get(&ph);
+        const char *k = ma_gemm_kernel_name(ks);
+        if (ma_gemm_kernel_int8_activations(ks)) assert_true(ph.qa_s > 0.0);
+        else assert_true(ph.qa_s == 0.0);
+        if (!strcmp(k, "vnni")) assert_true(ph.qw_s > 0.0);
+    }
+    ma_gemm_select_portable(0);
+    ma_gemm_phases_reset();
+    free(A); free(W); free(Wq); free(C); free(rows); free(panels);
 }
 
 static void test_gemm_fused_parts(void **state) {
@@ -734,6 +816,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_every_type_and_edge),
         cmocka_unit_test(test_gemm_fused_parts),
+        cmocka_unit_test(test_gemm_exact_activations),
+        cmocka_unit_test(test_gemm_phase_timers),
         cmocka_unit_test(test_gemm_bf16_compute),
         cmocka_unit_test(test_gemm_cols_layout),
         cmocka_unit_test(test_gemm_weight_as_cols),

@@ -18,7 +18,17 @@ static void check_golden(const char *model_dir, const char *golden_dir) {
     int tight = 1;
     for (size_t i = 0; i < rep.n; i++) tight &= rep.rows[i].c.max_rel <= 1e-3;
     if (!rep.pass || !tight) { ma_parity_print(&rep, stderr, 0); fail_msg("%s: parity failed", golden_dir); }
-    assert_int_equal(rep.n, 18); /* vision, 4 x 3 llm, 2 context, velocity, trajectory, actions */
+    /* gated: vision, 4 x 3 llm, 2 context, velocity, trajectory, actions; then the vision
+     * session's intermediates that the golden has (pooled, projected, and the Grid Sampler's
+     * coordinates), reported beside them and never gated */
+    size_t gated = 0, info = 0;
+    for (size_t i = 0; i < rep.n; i++) {
+        if (!rep.rows[i].info) { gated++; continue; }
+        info++;
+        assert_string_equal(rep.rows[i].session, "vision");
+    }
+    assert_int_equal(gated, 18);
+    assert_int_equal(info, m.vision.sampler_place != MA_SAMPLER_NONE ? 3 : 2);
     printf("  %-60s action cosine %.9f\n", golden_dir, rep.action_cosine);
     ma_parity_free(&rep);
     ma_model_close(&m);
