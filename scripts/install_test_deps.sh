@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # What the test suite needs beyond building (scripts/test.sh runs this first): the PyTorch
-# reference (torch, numpy, PIL, pytest), cmocka, clang and its sanitizer runtimes, OpenBLAS
-# (gemm_bench's peer), the real clients and peers the tests drive (python3-websockets,
-# python3-msgpack, python3-requests, curl, chromium, openssh-server with sshpass, and
-# python3-prometheus-client, whose parser reads the server's /metrics), the aarch64 cross compiler
-# and qemu-user, and Node.js/npm (the reference tokenizers, the Node client).
+# reference (torch, numpy, PIL, pytest, and onnx, which reads back the graphs export_onnx
+# writes), cmocka, clang and its sanitizer runtimes, OpenBLAS (gemm_bench's peer), the real
+# clients and peers the tests drive (python3-websockets, python3-msgpack, python3-requests, curl,
+# chromium, openssh-server with sshpass, and python3-prometheus-client, whose parser reads the
+# server's /metrics), the aarch64 cross compiler and qemu-user, and Node.js/npm (the reference
+# tokenizers, the Node client).
 set -euo pipefail
 "$(dirname "$0")/install_deps.sh" > /dev/null
-pkgs=(clang libclang-rt-14-dev git libopenblas-dev libopenblas0-pthread libcmocka-dev python3-pil python3-torch
+pkgs=(clang libclang-rt-14-dev git libopenblas-dev libopenblas0-pthread libcmocka-dev python3-pil python3-torch python3-onnx
       python3-pytest python3-websockets python3-msgpack python3-requests python3-prometheus-client curl chromium
       gcc-aarch64-linux-gnu qemu-user openssh-server openssh-client sshpass)
 command -v npm > /dev/null 2>&1 || pkgs+=(nodejs npm)
