@@ -199,9 +199,17 @@ static void test_compute_plan(void **state) {
         assert_true(g <= 0.999 + 1e-12);
         assert_int_equal(e2e, 1);
     }
+    /* held as `molmoact parity` holds it: a reduced plan end to end only (with random weights the
+     * Grid Sampler's steep coordinates can take the vision row below 0.999 on one bf16 unit and
+     * not on another: 0.99897 on VDPBF16PS, above 0.999 on AMX) */
     ma_parity_report rep;
-    if (ma_parity_run(&m, TINY_GOLDEN, g, &rep, &err)) fail_msg("%s", err.msg);
-    if (!rep.pass) fail_msg("bf16 compute: action cosine %.9f below the gate %.4g", rep.action_cosine, g);
+    if ((e2e ? ma_parity_run_e2e : ma_parity_run)(&m, TINY_GOLDEN, g, &rep, &err)) fail_msg("%s", err.msg);
+    if (!rep.pass) {
+        for (size_t i = 0; i < rep.n; i++)
+            if (!rep.rows[i].pass) printf("  below the gate: %s %s %.9f\n", rep.rows[i].session, rep.rows[i].tensor, rep.rows[i].c.cosine);
+        fail_msg("bf16 compute (%s): action cosine %.9f, gate %.4g%s", ma_gemm_bf16_unit(), rep.action_cosine, g,
+                 e2e ? " end to end" : "");
+    }
     ma_parity_free(&rep);
     ma_model_close(&m);
     setenv("MOLMOACT_COMPUTE", "fp16", 1);
