@@ -5,8 +5,10 @@ models/tokenizer.json), as upstream olmo/tokenizer.py builds it:
   1. the robot tokens, added with tokenizer.add_tokens(): non-special, normalized tokens from
      id 151669 on: <setup_start> <setup_end> <control_start> <control_end> <state_start>
      <state_end> <state_0..255> <action_output> <action_start> <action_end> <action_0..2047>;
-  2. <extra_N> special tokens padding the vocabulary up to pad_tokenizer_to = 155648;
-  3. the image/video tokens (EXTRA_TOKENS order) as special tokens at 155648 + index.
+  2. <extra_N> special tokens padding the vocabulary up to pad_tokenizer_to, the next multiple of
+     1024 (upstream's DEFAULT_PAD_MULTIPLE; molmoact_ref/config.py cites it): 154,624 for
+     Qwen3's 151,669 tokens and the 2,313 robot tokens, the released model's vocab_size;
+  3. the image/video tokens (EXTRA_TOKENS order) as special tokens at 154,624 + index.
   derive_tokenizer.py QWEN3_TOKENIZER_JSON -o OUT_JSON
 """
 import argparse
@@ -15,9 +17,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from molmoact_ref.config import EXTRA_TOKENS, REAL_IDS  # noqa: E402
-
-PAD_TO = 155648
+from molmoact_ref.config import EXTRA_TOKENS, REAL_IDS, padded_vocab  # noqa: E402
 
 
 def robot_tokens(num_state=256, num_action=2048):
@@ -44,8 +44,9 @@ def derive(tj):
         added.append(entry(next_id, t, False))
         known.add(t)
         next_id += 1
+    pad_to = padded_vocab(next_id)
     n = 0
-    while next_id < PAD_TO:
+    while next_id < pad_to:
         added.append(entry(next_id, f"<extra_{n}>", True))
         next_id += 1
         n += 1
@@ -57,7 +58,8 @@ def derive(tj):
     ids = {a["content"]: a["id"] for a in added}
     assert ids["<setup_start>"] == REAL_IDS["setup_start"] and ids["<state_0>"] == REAL_IDS["state_token_start"]
     assert ids["<action_output>"] == REAL_IDS["action_output"] and ids["<action_0>"] == REAL_IDS["action_token_start"]
-    assert ids["<im_start>"] == PAD_TO and ids["<im_patch>"] == PAD_TO + 2
+    assert pad_to == REAL_IDS["text_vocab"], f"padded to {pad_to}, the release has {REAL_IDS['text_vocab']}"
+    assert ids["<im_start>"] == pad_to and ids["<im_patch>"] == pad_to + 2
     assert ids["<|im_end|>"] == REAL_IDS["eos"] and ids["<|endoftext|>"] == REAL_IDS["pad"]
     return out
 

@@ -161,14 +161,28 @@ def apply_overrides(cfg, overrides):
     return cfglib.from_dict(raw)
 
 
+def tokenizer_vocab(path):
+    """the padded vocabulary of a tokenizer.json: its first image token, <im_start>, sits at it"""
+    with open(path, encoding="utf-8") as f:
+        added = json.load(f).get("added_tokens", [])
+    ids = [t["id"] for t in added if t.get("content") == cfglib.EXTRA_TOKENS[0]]
+    if len(ids) != 1:
+        raise ValueError(f"{path}: no single {cfglib.EXTRA_TOKENS[0]} token")
+    return ids[0]
+
+
 def make(config_name, variant, seed, out_dir, dtype="f16", placement="projector", shard_mb=0,
          lerobot=False, with_lm_head=None, overrides=None, tokenizer=None):
     """tokenizer: a real tokenizer.json (e.g. the derived MolmoAct2 one) to ship instead of the
-    byte-level stand-in; every embedding row is then random (real BPE ids reach all of them)."""
-    cfg = cfglib.preset(config_name, variant)
+    byte-level stand-in; every embedding row is then random (real BPE ids reach all of them).
+    The config's vocabulary then follows the tokenizer's padding (its <im_start> id)."""
+    vocab = tokenizer_vocab(tokenizer) if tokenizer else None
+    cfg = cfglib.preset(config_name, variant, text_vocab=vocab)
     if overrides:
         cfg = apply_overrides(cfg, overrides)
-    ids = cfglib.REAL_IDS if config_name in ("tiny", "full") else cfglib.BENCH_IDS
+    ids = cfglib.preset_ids(config_name)
+    if vocab is not None:
+        ids = dict(ids, text_vocab=vocab)
     if config_name == "full":
         raise ValueError("the full configuration is written by streaming.write (5.4 B parameters)")
     os.makedirs(out_dir, exist_ok=True)
@@ -187,7 +201,7 @@ def make(config_name, variant, seed, out_dir, dtype="f16", placement="projector"
     calibrate_attention_sink(model, cfg, out_dir, seed)
     round_to_storage(model, dtypes)
     if with_lm_head is None:
-        with_lm_head = config_name != "tiny"   # tiny: 155648 x D of unused weights left out
+        with_lm_head = config_name != "tiny"   # tiny: vocab x D of unused weights left out
     tensors = {}
     for name, t in model.state_dict().items():
         if name == "lm_head.weight" and not with_lm_head:

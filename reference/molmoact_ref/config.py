@@ -185,7 +185,17 @@ def validate(cfg):
     need(v["hidden_act"] in ACTIVATIONS, f"vit_config.hidden_act {v['hidden_act']!r} is not supported")
     need(a["hidden_act"] in ACTIVATIONS, f"adapter_config.hidden_act {a['hidden_act']!r} is not supported")
     need(t["hidden_act"] in ACTIVATIONS, f"text_config.hidden_act {t['hidden_act']!r} is not supported")
-    need(t["rope_scaling"] is None, "text_config.rope_scaling is not supported (only default RoPE)")
+    rs = t["rope_scaling"]
+    if rs is not None:
+        # a rope_scaling whose type is "default" changes nothing (transformers' default RoPE
+        # reads only rope_theta); any other type is refused, a theta in it must agree
+        need(isinstance(rs, dict), "text_config.rope_scaling must be an object or null")
+        kinds = [rs[k] for k in ("rope_type", "type") if k in rs]
+        bad = [k for k in kinds if k != "default"] or ([] if kinds else [None])
+        need(not bad, f"text_config.rope_scaling type {bad[0] if bad else None!r} is not supported (only default RoPE)")
+        need(rs.get("rope_theta") is None or rs["rope_theta"] == t["rope_theta"],
+             "text_config.rope_scaling.rope_theta disagrees with text_config.rope_theta")
+    pos_int(t, "text_config.", "max_position_embeddings")
     need(t["rope_scaling_layers"] is None, "text_config.rope_scaling_layers is not supported")
     need(t["qk_norm_type"] in ("qwen3", "olmo"), f"text_config.qk_norm_type {t['qk_norm_type']!r} is unknown")
     for name, sec in (("vit_config", v), ("adapter_config", a), ("text_config", t)):
@@ -250,15 +260,147 @@ def expert_mlp_inner(cfg):
     return -(-inner // m) * m if m > 0 else inner
 
 
+def tensor_shapes(cfg, sampler=None):
+    """name -> shape of every tensor a checkpoint of cfg holds (the HF layout, lm_head and the
+    rotary inv_freq buffer included), from the config alone: nothing is built. sampler: the
+    Grid Sampler's dict(channels, num_tokens, scout_hidden, coord_hidden) (checkpoint.sampler_spec)
+    or None for the original variant."""
+    v, a, t, e = (cfg["vit_config"], cfg["adapter_config"], cfg["text_config"],
+                  cfg["action_expert_config"])
+    out = {}
+    vb, ab, tb, eb = ("model.vision_backbone.", "model.vision_backbone.image_pooling_2d.",
+                      "model.transformer.", "model.action_expert.")
+
+    def lin(name, n_out, n_in, bias=True):
+        out[name + ".weight"] = (n_out, n_in)
+        if bias:
+            out[name + ".bias"] = (n_out,)
+
+    vd, patch = v["hidden_size"], v["image_patch_size"]
+    out[vb + "image_vit.positional_embedding"] = (v["image_num_pos"], vd)
+    lin(vb + "image_vit.patch_embedding", vd, patch * patch * 3)
+    vq, vkv = v["num_attention_heads"] * v["head_dim"], v["num_key_value_heads"] * v["head_dim"]
+    for j in range(vit_blocks_built(cfg)):
+        r = f"{vb}image_vit.transformer.resblocks.{j}."
+        lin(r + "attention.wq", vq, vd)
+        lin(r + "attention.wk", vkv, vd)
+        lin(r + "attention.wv", vkv, vd)
+        lin(r + "attention.wo", vd, vq)
+        lin(r + "feed_forward.w1", v["intermediate_size"], vd)
+        lin(r + "feed_forward.w2", vd, v["intermediate_size"])
+        for n in ("attention_norm", "ffn_norm"):
+            out[r + n + ".weight"] = (vd,)
+            out[r + n + ".bias"] = (vd,)
+    pin = vd * len(a["vit_layers"])
+    aq, akv = a["num_attention_heads"] * a["head_dim"], a["num_key_value_heads"] * a["head_dim"]
+    lin(ab + "wq", aq, pin)
+    lin(ab + "wk", akv, pin)
+    lin(ab + "wv", akv, pin)
+    lin(ab + "wo", a["hidden_size"], aq)
+    d = t["hidden_size"]
+    lin(vb + "image_projector.w1", a["intermediate_size"], a["hidden_size"], bias=False)
+    lin(vb + "image_projector.w2", d, a["intermediate_size"], bias=False)
+    lin(vb + "image_projector.w3", a["intermediate_size"], a["hidden_size"], bias=False)
+    if sampler:
+        c, s = sampler["channels"], vb + "token_sampler."
+        lin(s + "scout_mlp.0", sampler["scout_hidden"], c)
+        lin(s + "scout_mlp.2", 2 * sampler["num_tokens"], sampler["scout_hidden"])
+        lin(s + "coord_encoder.0", sampler["coord_hidden"], 2)
+        lin(s + "coord_encoder.2", c, sampler["coord_hidden"])
+    hd, nq, nkv = t["head_dim"], t["num_attention_heads"], t["num_key_value_heads"]
+    out[tb + "wte.embedding"] = (t["vocab_size"], d)
+    out[tb + "wte.new_embedding"] = (t["additional_vocab_size"], d)
+    for i in range(t["num_hidden_layers"]):
+        b = f"{tb}blocks.{i}."
+        lin(b + "self_attn.att_proj", (nq + 2 * nkv) * hd, d, bias=t["qkv_bias"])
+        lin(b + "self_attn.attn_out", d, nq * hd, bias=False)
+        if t["use_qk_norm"]:
+            qn = hd if t["qk_norm_type"] == "qwen3" else None
+            out[b + "self_attn.q_norm.weight"] = (qn or nq * hd,)
+            out[b + "self_attn.k_norm.weight"] = (qn or nkv * hd,)
+        out[b + "attn_norm.weight"] = (d,)
+        lin(b + "mlp.ff_proj", 2 * t["intermediate_size"], d, bias=False)
+        lin(b + "mlp.ff_out", d, t["intermediate_size"], bias=False)
+        out[b + "ff_norm.weight"] = (d,)
+    out[tb + "ln_f.weight"] = (d,)
+    out[tb + "rotary_emb.inv_freq"] = (hd // 2,)
+    out["lm_head.weight"] = (t["vocab_size"], d)
+    ed, inner = e["hidden_size"], expert_mlp_inner(cfg)
+    lin(eb + "time_embed.1", ed, e["timestep_embed_dim"])
+    lin(eb + "time_embed.3", ed, ed)
+    lin(eb + "action_embed", ed, cfg["max_action_dim"])
+    lin(eb + "context_k_proj", ed, nkv * hd, bias=False)
+    lin(eb + "context_v_proj", ed, nkv * hd, bias=False)
+    for i in range(e["num_layers"]):
+        b = f"{eb}blocks.{i}."
+        lin(b + "self_attn.qkv", 3 * ed, ed)
+        lin(b + "self_attn.out_proj", ed, ed)
+        lin(b + "cross_attn.q_proj", ed, ed)
+        lin(b + "cross_attn.out_proj", ed, ed)
+        lin(b + "mlp.up_proj", inner, ed)
+        lin(b + "mlp.gate_proj", inner, ed)
+        lin(b + "mlp.down_proj", ed, inner)
+        lin(b + "modulation.linear", 9 * ed, ed)
+    lin(eb + "final_layer.modulation.linear", 2 * ed, ed)
+    lin(eb + "final_layer.linear", cfg["max_action_dim"], ed)
+    return out
+
+
+BUFFERS = ("model.transformer.rotary_emb.inv_freq",)
+
+
+def parameter_count(shapes):
+    """(tensors, parameters): every tensor, the parameters without the buffers"""
+    n = 0
+    for name, shape in shapes.items():
+        if name not in BUFFERS:
+            k = 1
+            for x in shape:
+                k *= x
+            n += k
+    return len(shapes), n
+
+
 # --- the three configurations ---------------------------------------------------------------------
+
+# The released model's facts, from public code (facts only, nothing copied):
+# - Intel's physical-ai-studio MolmoAct2 port, library/src/physicalai/policies/molmoact2/config.py
+#   (samet-akcay/physical-ai-studio @ 673a8d43e47c60e877f837160ff8c73c929cd841), whose defaults its
+#   test (library/tests/unit/policies/molmoact2/test_config.py,
+#   test_defaults_match_pretrained_architecture) calls the pretrained architecture: text
+#   vocab_size 154,624, the image tokens from 154,624 on, action_expert_mlp_ratio 4.0 with
+#   ffn_multiple_of 256; its components/action_expert.py (same commit) builds the expert MLP
+#   round_up(int(hidden_size * mlp_ratio), ffn_multiple_of) wide: 768 x 4.0 = 3,072.
+# - upstream's tokenizer (experiments/olmo/tokenizer.py of jianmanlincjx/Molmoact2, a copy of
+#   allenai/molmoact2, @ cc877653588c6f4b34df2faf72f1c60a6b83b521): DEFAULT_PAD_MULTIPLE = 1024;
+#   the vocabulary is padded with <extra_N> specials up to pad_tokenizer_to (the embedding size)
+#   and the image tokens sit at pad_tokenizer_to + index. Qwen3's 151,669 tokens plus the 2,313
+#   robot tokens end at 153,982, and the next multiple of 1024 is 154,624 = 151 x 1024 (so does
+#   Qwen's padded 151,936 + 2,313 = 154,249).
+# With these two values our layout (tensor_shapes below) has 5,442,196,208 parameters in 1,295
+# tensors (the original variant; one of them the rotary inv_freq buffer), the release's figures;
+# the Grid Sampler variant adds its 8 tensors.
+PAD_MULTIPLE = 1024
+NUM_ROBOT_TOKENS = 6 + 256 + 3 + 2048   # setup/control/state markers, <state_N>, action markers, <action_N>
+
+
+def padded_vocab(n_tokens, multiple=PAD_MULTIPLE):
+    """the embedding rows upstream pads a tokenizer of n_tokens (robot tokens included) to"""
+    return -(-n_tokens // multiple) * multiple
+
 
 # Real MolmoAct2 special-token ids (architecture doc section 6.1).
 REAL_IDS = dict(
     pad=151643, im_start_chat=151644, eos=151645, setup_start=151669, setup_end=151670,
     control_start=151671, control_end=151672, state_start=151673, state_end=151674,
     state_token_start=151675, action_output=151931, action_start=151932, action_end=151933,
-    action_token_start=151934, num_action_tokens=2048, text_vocab=155648,
+    action_token_start=151934, num_action_tokens=2048,
+    text_vocab=padded_vocab(151669 + NUM_ROBOT_TOKENS),   # 154,624
 )
+# The tiny preset keeps the padding its committed fixtures (assets/tiny-*, their goldens) were
+# made with, 155,648 = 152 x 1024: the same robot-token ids, the image tokens 1,024 ids higher.
+# A tiny model shipped with the derived tokenizer takes the tokenizer's padding (checkpoint.make).
+TINY_IDS = dict(REAL_IDS, text_vocab=155648)
 # Image tokens sit at text_vocab + index in upstream's EXTRA_TOKENS order.
 EXTRA_TOKENS = ["<im_start>", "<im_end>", "<im_patch>", "<im_col>", "<low_res_im_start>",
                 "<|image|>", "<im_low>", "<frame_start>", "<frame_end>", "<|video|>",
@@ -290,12 +432,26 @@ BENCH_IDS = dict(
 )
 
 
-def preset(name, variant="grid"):
-    """tiny: real structure and image geometry, tiny widths, real special-token ids.
+def preset_ids(name):
+    """the token ids a preset's config and stand-in tokenizer use"""
+    try:
+        return {"tiny": TINY_IDS, "bench": BENCH_IDS, "full": REAL_IDS}[name]
+    except KeyError:
+        raise ConfigError(f"unknown configuration {name!r} (tiny, bench, full)") from None
+
+
+def preset(name, variant="grid", text_vocab=None):
+    """tiny: real structure and image geometry, tiny widths, real robot-token ids.
     bench: real widths, reduced depth, a small remapped vocabulary.
-    full: the real MolmoAct2-LIBERO numbers (never instantiated in tests)."""
+    full: the real MolmoAct2-LIBERO numbers (never instantiated in tests; tensor_shapes counts it).
+    text_vocab: another vocabulary size (the padding of the tokenizer shipped with the model);
+    the image tokens follow it."""
+    ids = preset_ids(name)
+    if text_vocab is not None:
+        if not isinstance(text_vocab, int) or text_vocab < ids["action_token_start"] + ids["num_action_tokens"]:
+            raise ConfigError(f"text_vocab {text_vocab!r} does not hold the robot tokens")
+        ids = dict(ids, text_vocab=text_vocab)
     if name == "tiny":
-        ids = REAL_IDS
         vit = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=10, num_attention_heads=2,
                    num_key_value_heads=2, head_dim=16)
         adapter = dict(hidden_size=32, num_attention_heads=2, num_key_value_heads=2, head_dim=16,
@@ -304,23 +460,21 @@ def preset(name, variant="grid"):
                     intermediate_size=128, num_hidden_layers=4)
         expert = dict(hidden_size=64, num_layers=4, num_heads=2)
     elif name == "bench":
-        ids = BENCH_IDS
         vit = dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=3,
                    num_attention_heads=16, num_key_value_heads=16, head_dim=72)
         adapter = dict(hidden_size=1152, num_attention_heads=16, num_key_value_heads=16, head_dim=72,
                        intermediate_size=9728, text_hidden_size=2560)
         text = dict(hidden_size=2560, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
                     intermediate_size=9728, num_hidden_layers=4)
-        expert = dict(hidden_size=768, num_layers=4, num_heads=8)
+        expert = dict(hidden_size=768, num_layers=4, num_heads=8, mlp_ratio=4.0)
     elif name == "full":
-        ids = REAL_IDS
         vit = dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27,
                    num_attention_heads=16, num_key_value_heads=16, head_dim=72)
         adapter = dict(hidden_size=1152, num_attention_heads=16, num_key_value_heads=16, head_dim=72,
                        intermediate_size=9728, text_hidden_size=2560)
         text = dict(hidden_size=2560, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
                     intermediate_size=9728, num_hidden_layers=36)
-        expert = dict(hidden_size=768, num_layers=36, num_heads=8)
+        expert = dict(hidden_size=768, num_layers=36, num_heads=8, mlp_ratio=4.0)   # 3,072 wide
     else:
         raise ConfigError(f"unknown configuration {name!r} (tiny, bench, full)")
     vit.update(image_default_input_size=[378, 378], image_patch_size=14, image_num_pos=729,

@@ -82,7 +82,7 @@ def write(config_name, variant, seed, out_dir, dtype="bf16", shard_mb=4096, over
     cfg = cfglib.preset(config_name, variant)
     if overrides:
         cfg = checkpoint.apply_overrides(cfg, overrides)
-    ids = cfglib.REAL_IDS if config_name in ("tiny", "full") else cfglib.BENCH_IDS
+    ids = cfglib.preset_ids(config_name)
     os.makedirs(out_dir, exist_ok=True)
     cfglib.save(cfg, os.path.join(out_dir, "config.json"))
     synthetic.write_json(synthetic.libero_norm_stats(), os.path.join(out_dir, "norm_stats.json"))

@@ -155,7 +155,7 @@ def test_config_round_trip(tmp_path):
         assert cfglib.load(path) == cfg
     full = cfglib.preset("full", "original")
     assert cfglib.vit_blocks_built(full) == 25 and cfglib.vit_layer_indices(full) == [24, 18]
-    assert cfglib.expert_mlp_inner(full) == 2048 and full["image_patch_id"] == 155650
+    assert cfglib.expert_mlp_inner(full) == 3072 and full["image_patch_id"] == 154626
 
 
 def test_upstream_config_loads(upstream_dir):
