@@ -170,6 +170,38 @@ static void check_attn_impl(ctx *c, const cJSON *o, const char *where) {
         c->s = ma_fail(c->err, MA_ERR_UNSUPPORTED, "%s: %sattn_implementation is not supported (sdpa semantics only)", c->label, where);
 }
 
+/* text_config.rope_scaling: an object whose type ("rope_type", or the older "type") is "default"
+ * changes nothing (transformers' default RoPE reads only rope_theta), so it is accepted; a
+ * rope_theta in it must agree with the one in use; its other keys are unused and listed for
+ * inspect. Any other type is refused by name. */
+static void check_rope_scaling(ctx *c, const cJSON *rs, ma_config *cfg) {
+    if (c->s) return;
+    if (!cJSON_IsObject(rs)) {
+        c->s = ma_fail(c->err, MA_ERR_FORMAT, "%s: text_config.rope_scaling must be an object or null", c->label);
+        return;
+    }
+    int typed = 0;
+    for (const cJSON *e = rs->child; e && !c->s; e = e->next) {
+        if (!strcmp(e->string, "rope_type") || !strcmp(e->string, "type")) {
+            typed = 1;
+            if (!cJSON_IsString(e) || strcmp(e->valuestring, "default"))
+                c->s = ma_fail(c->err, MA_ERR_UNSUPPORTED, "%s: text_config.rope_scaling.%s %s is not supported (default RoPE only)", c->label,
+                               e->string, cJSON_IsString(e) ? e->valuestring : "(not a string)");
+        } else if (!strcmp(e->string, "rope_theta")) {
+            if (cJSON_IsNull(e)) continue;
+            if (!cJSON_IsNumber(e)) c->s = ma_fail(c->err, MA_ERR_FORMAT, "%s: text_config.rope_scaling.rope_theta must be a number", c->label);
+            else if (e->valuedouble != cfg->rope_theta)
+                c->s = ma_fail(c->err, MA_ERR_FORMAT, "%s: text_config.rope_scaling.rope_theta %g disagrees with text_config.rope_theta %g", c->label,
+                               e->valuedouble, cfg->rope_theta);
+        } else {
+            const size_t n = strlen(cfg->unknown);
+            snprintf(cfg->unknown + n, sizeof cfg->unknown - n, "%stext_config.rope_scaling.%s", n ? ", " : "", e->string);
+        }
+    }
+    if (!c->s && !typed)
+        c->s = ma_fail(c->err, MA_ERR_UNSUPPORTED, "%s: text_config.rope_scaling has no rope_type (default RoPE only)", c->label);
+}
+
 ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, ma_error *err) {
     memset(cfg, 0, sizeof *cfg);
     cJSON *root;
@@ -259,6 +291,7 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     get_int(&c, tx, "additional_vocab_size", 128, &cfg->extra_vocab, 0, 1 << 20);
     get_int(&c, tx, "num_hidden_layers", 48, &cfg->layers, 1, 512);
     get_int(&c, tx, "intermediate_size", 18944, &cfg->inter, 1, 1 << 18);
+    get_int(&c, tx, "max_position_embeddings", 4096, &cfg->max_positions, 1, 1 << 24);
     get_bool(&c, tx, "qkv_bias", 1, &cfg->qkv_bias);
     get_bool(&c, tx, "use_qk_norm", 0, &cfg->qk_norm);
     get_bool(&c, tx, "norm_after", 0, &cfg->norm_after);
@@ -295,8 +328,8 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
         else if (strcmp(t, "qwen3") && strcmp(t, "olmo")) c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: text_config.qk_norm_type %s is unknown", label, t);
         cfg->qk_norm_qwen3 = strcmp(t, "qwen3") == 0;
         const cJSON *rs = get(tx, "rope_scaling"), *rl = get(tx, "rope_scaling_layers");
-        if (rs && !cJSON_IsNull(rs)) c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: text_config.rope_scaling is not supported (default RoPE only)", label);
-        else if (rl && !cJSON_IsNull(rl)) c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: text_config.rope_scaling_layers is not supported", label);
+        if (rs && !cJSON_IsNull(rs)) check_rope_scaling(&c, rs, cfg);
+        if (!c.s && rl && !cJSON_IsNull(rl)) c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: text_config.rope_scaling_layers is not supported", label);
     }
     /* ---- expert */
     c.where = "action_expert_config.";

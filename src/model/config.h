@@ -2,7 +2,7 @@
 /* MolmoAct2 config.json (the Hugging Face schema of upstream configuration_molmoact2.py).
  *
  * Defaults are the upstream class defaults; unknown fields are refused by name, and so are
- * settings this engine does not implement (rope scaling, depth reasoning, ...). Derived values
+ * settings this engine does not implement (scaled RoPE, depth reasoning, ...). Derived values
  * (ViT blocks built, tap indices, pooled grid, expert MLP width) are filled in here.
  */
 #ifndef MA_CONFIG_H
@@ -34,6 +34,7 @@ typedef struct ma_config {
     ma_act proj_act;
     /* text_config */
     int d, heads, kv_heads, head_dim, vocab, extra_vocab, layers, inter;
+    int max_positions; /* max_position_embeddings: the longest prompt the model takes */
     int qkv_bias, qk_norm, qk_norm_qwen3, norm_after;
     float eps;
     double rope_theta;

@@ -29,8 +29,10 @@ ma_status ma_prepare_observation(const ma_model *m, const ma_image *images, int 
     }
     ma_prompt_opts po = {m->tokens_per_image, n_images, m->col_tokens, 1};
     if (!s) s = ma_build_prompt(c, &m->ns, m->tok, &po, task, task_len, state, state_dim, &out->prompt, err);
-    if (!s && out->prompt.n > 36864)
-        s = ma_fail(err, MA_ERR_RANGE, "the prompt has %lld tokens, more than the model's 36864 positions", (long long)out->prompt.n);
+    /* positions 0..n-1: past max_position_embeddings the model was never trained (config.json) */
+    if (!s && out->prompt.n > c->max_positions)
+        s = ma_fail(err, MA_ERR_RANGE, "the prompt has %lld tokens, more than the model's %d positions (text_config.max_position_embeddings)",
+                    (long long)out->prompt.n, c->max_positions);
     if (s) ma_prepared_free(out);
     return s;
 }

@@ -1,7 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#define _DEFAULT_SOURCE /* symlink */
 #include "../test_util.h"
 
 #include "model/config.h"
+#include "runtime/observation.h"
+#include "io/mapfile.h"
+
+#include <cjson/cJSON.h>
+#include <unistd.h>
 
 static const char *upstream_config(void) {
     static char path[1200];
@@ -27,6 +33,7 @@ static void test_committed_tiny_config(void **state) {
     assert_int_equal(c.eos_id, 151645);
     assert_true(c.qk_norm && c.qk_norm_qwen3 && c.pool_mask && c.action_mode_both);
     assert_true(c.rope_theta == 5e6);
+    assert_int_equal(c.max_positions, 36864);
 }
 
 static void test_upstream_fixture_config(void **state) {
@@ -117,11 +124,143 @@ static void test_refusals_name_the_field(void **state) {
     assert_fails_naming(parse("{\"image_patch_id\": 5, \"eos_token_id\": 1}", &err), err, "image_num_pos");
 }
 
+/* issue 36: a rope_scaling of type "default" changes nothing and is accepted (its theta, when
+ * given, must agree); any other type is still refused by name */
+static void test_rope_scaling_default_is_accepted(void **state) {
+    (void)state;
+    ma_error err = {0};
+    const char *base = "{\"image_patch_id\": 5, \"eos_token_id\": 1, \"vit_config\": {\"image_num_pos\": 729}, "
+                       "\"text_config\": {\"rope_theta\": 5000000.0, \"rope_scaling\": %s}}";
+    char buf[512];
+    const char *ok[] = {"{\"rope_type\": \"default\"}", "{\"type\": \"default\"}",
+                        "{\"rope_type\": \"default\", \"type\": \"default\", \"rope_theta\": 5e6}",
+                        "{\"rope_type\": \"default\", \"rope_theta\": null}", NULL};
+    for (int i = 0; ok[i]; i++) {
+        snprintf(buf, sizeof buf, base, ok[i]);
+        ma_config c;
+        if (ma_config_parse(buf, "config.json", &c, &err)) fail_msg("%s: %s", ok[i], err.msg);
+        assert_true(c.rope_theta == 5e6);
+        assert_string_equal(c.unknown, "");
+    }
+    /* a key the default RoPE does not read: accepted, listed for inspect */
+    snprintf(buf, sizeof buf, base, "{\"rope_type\": \"default\", \"factor\": 1.0}");
+    ma_config cu;
+    assert_int_equal(ma_config_parse(buf, "config.json", &cu, &err), MA_OK);
+    assert_string_equal(cu.unknown, "text_config.rope_scaling.factor");
+    struct { const char *rs, *needle; } bad[] = {
+        {"{\"rope_type\": \"yarn\", \"factor\": 2.0}", "text_config.rope_scaling.rope_type yarn is not supported"},
+        {"{\"type\": \"linear\", \"factor\": 2.0}", "text_config.rope_scaling.type linear"},
+        {"{\"rope_type\": \"default\", \"type\": \"dynamic\"}", "rope_scaling.type dynamic"},
+        {"{\"factor\": 2.0}", "rope_scaling has no rope_type"},
+        {"{\"rope_type\": 1}", "rope_scaling.rope_type (not a string)"},
+        {"{\"rope_type\": \"default\", \"rope_theta\": 10000}", "rope_scaling.rope_theta 10000 disagrees with text_config.rope_theta 5e+06"},
+        {"{\"rope_type\": \"default\", \"rope_theta\": \"x\"}", "rope_scaling.rope_theta must be a number"},
+        {"\"default\"", "rope_scaling must be an object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(buf, sizeof buf, base, bad[i].rs);
+        assert_fails_naming(parse(buf, &err), err, bad[i].needle);
+    }
+}
+
+/* issue 36: the position limit is the config's max_position_embeddings (upstream's default 4096
+ * when absent), bounded like the other size-like fields */
+static void test_max_position_embeddings(void **state) {
+    (void)state;
+    ma_error err = {0};
+    const char *base = "{\"image_patch_id\": 5, \"eos_token_id\": 1, \"vit_config\": {\"image_num_pos\": 729}, "
+                       "\"text_config\": {\"hidden_size\": 3584%s}}";
+    char buf[512];
+    ma_config c;
+    snprintf(buf, sizeof buf, base, "");
+    assert_int_equal(ma_config_parse(buf, "config.json", &c, &err), MA_OK);
+    assert_int_equal(c.max_positions, 4096);
+    snprintf(buf, sizeof buf, base, ", \"max_position_embeddings\": 16384");
+    assert_int_equal(ma_config_parse(buf, "config.json", &c, &err), MA_OK);
+    assert_int_equal(c.max_positions, 16384);
+    snprintf(buf, sizeof buf, base, ", \"max_position_embeddings\": 0");
+    assert_fails_naming(parse(buf, &err), err, "text_config.max_position_embeddings must be in");
+    snprintf(buf, sizeof buf, base, ", \"max_position_embeddings\": 1e12");
+    assert_fails_naming(parse(buf, &err), err, "text_config.max_position_embeddings");
+}
+
+/* the tiny model with config.json's max_position_embeddings set to `limit` (the other files linked) */
+static void tiny_with_limit(const char *dir, int limit) {
+    const char *src = MA_SOURCE_DIR "/assets/tiny-grid/model";
+    const char *files[] = {"model.safetensors", "tokenizer.json", "norm_stats.json", "processor_config.json"};
+    char a[1400], b[1400];
+    for (int i = 0; i < 4; i++) {
+        snprintf(a, sizeof a, "%s/%s", src, files[i]);
+        snprintf(b, sizeof b, "%s/%s", dir, files[i]);
+        if (symlink(a, b)) fail_msg("cannot link %s", b);
+    }
+    ma_error err = {0};
+    char *text = NULL;
+    snprintf(a, sizeof a, "%s/config.json", src);
+    if (ma_read_file(a, 1u << 20, &text, NULL, &err)) fail_msg("%s", err.msg);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    assert_non_null(root);
+    cJSON *tx = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    assert_non_null(tx);
+    cJSON_ReplaceItemInObjectCaseSensitive(tx, "max_position_embeddings", cJSON_CreateNumber(limit));
+    char *out = cJSON_Print(root);
+    cJSON_Delete(root);
+    snprintf(b, sizeof b, "%s/config.json", dir);
+    FILE *f = fopen(b, "w");
+    assert_non_null(f);
+    fputs(out, f);
+    fclose(f);
+    free(out);
+}
+
+static ma_status prepare(const ma_model *m, const char *task, ma_prepared *p, ma_error *err) {
+    static uint8_t px[8 * 8 * 3];
+    const ma_image im[2] = {{8, 8, px}, {8, 8, px}};
+    const float st[8] = {0};
+    return ma_prepare_observation(m, im, 2, task, strlen(task), st, 8, p, err);
+}
+
+/* issue 36: a prompt longer than the config's max_position_embeddings is refused, the error
+ * naming the limit (it was a hard-coded 36864) */
+static void test_long_prompt_refused_at_the_configs_limit(void **state) {
+    (void)state;
+    ma_model m;
+    ma_prepared p;
+    ma_error err = {0};
+    /* the committed model (36864 positions) takes a prompt of a few hundred tokens */
+    if (ma_model_open(MA_SOURCE_DIR "/assets/tiny-grid/model", "libero", &m, &err)) fail_msg("%s", err.msg);
+    if (prepare(&m, "pick up the bowl", &p, &err)) fail_msg("%s", err.msg);
+    const int64_t n_short = p.prompt.n;
+    ma_prepared_free(&p);
+    ma_model_close(&m);
+    char task[2048];
+    memset(task, 'a', sizeof task - 1); /* 2047 bytes of words: the byte-level stand-in makes a token of each */
+    for (size_t i = 5; i < sizeof task - 1; i += 6) task[i] = ' ';
+    task[sizeof task - 1] = 0;
+    char dir[1024];
+    tu_tmpdir(dir, sizeof dir, "max-positions");
+    const int limit = (int)n_short + 50;
+    tiny_with_limit(dir, limit);
+    if (ma_model_open(dir, "libero", &m, &err)) fail_msg("%s: %s", dir, err.msg);
+    assert_int_equal(m.cfg.max_positions, limit);
+    if (prepare(&m, "pick up the bowl", &p, &err)) fail_msg("a prompt of %lld tokens under %d: %s", (long long)n_short, limit, err.msg);
+    ma_prepared_free(&p);
+    char needle[96];
+    snprintf(needle, sizeof needle, "more than the model's %d positions (text_config.max_position_embeddings)", limit);
+    assert_fails_naming(prepare(&m, task, &p, &err), err, needle);
+    ma_model_close(&m);
+    tu_rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_committed_tiny_config),
         cmocka_unit_test(test_upstream_fixture_config),
         cmocka_unit_test(test_refusals_name_the_field),
+        cmocka_unit_test(test_rope_scaling_default_is_accepted),
+        cmocka_unit_test(test_max_position_embeddings),
+        cmocka_unit_test(test_long_prompt_refused_at_the_configs_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
