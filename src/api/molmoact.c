@@ -23,6 +23,7 @@
 #include "api/internal.h"
 #include "kernels/kernels.h"
 #include "model/normstats.h"
+#include "model/tokenizer.h"
 #include "runtime/observation.h"
 
 #define TASK_MAX_BYTES 65536
@@ -321,7 +322,14 @@ static ma_status prepare(const ma_engine *eng, const molmoact_observation *o, pr
         for (int i = 0; i < 2; i++)
             if ((s = take_image(&o->images[i], i, &p->imgs[i], err))) return s;
         if (need_prompt) {
-            if ((s = ma_prepare_observation(m, p->imgs, 2, o->task, strlen(o->task), state, o->state_dim, &p->prep, err))) return s;
+            const size_t ok = ma_utf8_valid_prefix((const uint8_t *)o->task, strlen(o->task));
+            if (ok != strlen(o->task)) return ma_fail(err, MA_ERR_FORMAT, "observation.task is not valid UTF-8 (at byte %zu)", ok);
+            s = ma_prepare_observation(m, p->imgs, 2, o->task, strlen(o->task), state, o->state_dim, &p->prep, err);
+            /* what the task makes too long is the observation's fault: said as such (a server
+             * passes on only messages about the observation, issue 36 F17) */
+            if (s == MA_ERR_RANGE && (!strncmp(err->msg, "the prompt has", 14) || !strncmp(err->msg, "task", 4)))
+                ma_error_wrap(err, s, "observation.task");
+            if (s) return s;
             p->obs.input_ids = p->prep.prompt.ids;
             p->obs.seq_len = p->prep.prompt.n;
         } else if ((s = ma_prepare_pixels(m, p->imgs, 2, &p->prep.pixels, err))) return s;
@@ -400,6 +408,10 @@ ma_status molmoact_internal_run(molmoact *e, const molmoact_observation *obs, mo
     clock_gettime(CLOCK_MONOTONIC, &t0);
     /* another norm tag for this request: its statistics stand in for the engine's while it runs
      * (calls are serialised by the engine's lock) */
+    /* the size first: an observation never initialised has any struct_size, and none of its
+     * later fields may be read until that size is known good (issue 36 F6) */
+    if (obs->struct_size < offsetof(molmoact_observation, seq_len) + sizeof(int64_t) || obs->struct_size > 4096)
+        return ma_fail(err, MA_ERR_ARG, "observation.struct_size is %u (call molmoact_observation_init)", obs->struct_size);
     const char *tag = obs->struct_size >= offsetof(molmoact_observation, norm_tag) + sizeof(char *) ? obs->norm_tag : NULL;
     ma_normstats saved;
     int swapped = 0;

@@ -167,6 +167,10 @@ int ma_http_parse_head(const uint8_t *buf, size_t len, ma_http_req *r, int *stat
         q = e + 1;
     }
     if (r->chunked && r->content_length >= 0) return refuse(status, 400, msg, cap, "both Content-Length and Transfer-Encoding");
+    /* RFC 9112 6.1: Transfer-Encoding in an HTTP/1.0 message is faulty framing; RFC 6455 4.1:
+     * the opening handshake is HTTP/1.1 at least (issue 36 F19) */
+    if (r->chunked && r->minor == 0) return refuse(status, 400, msg, cap, "Transfer-Encoding in an HTTP/1.0 request");
+    if (upgrade_ws && conn_upgrade && r->minor == 0) return refuse(status, 400, msg, cap, "a websocket upgrade needs HTTP/1.1");
     r->keep_alive = r->minor == 1 ? !conn_close : (conn_keep && !conn_close);
     r->upgrade_websocket = upgrade_ws && conn_upgrade;
     return 1;
@@ -174,7 +178,7 @@ int ma_http_parse_head(const uint8_t *buf, size_t len, ma_http_req *r, int *stat
 
 /* ------------------------------------------------------------------------- chunked bodies */
 
-enum { C_SIZE, C_EXT, C_SIZE_LF, C_DATA, C_DATA_CR, C_DATA_LF, C_TRAILER_START, C_TRAILER_LINE, C_END_LF };
+enum { C_SIZE, C_BWS, C_EXT, C_SIZE_LF, C_DATA, C_DATA_CR, C_DATA_LF, C_TRAILER_START, C_TRAILER_LINE, C_END_LF };
 
 static int hexval(uint8_t c) {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
@@ -197,13 +201,22 @@ int ma_http_chunked_feed(ma_http_chunked *c, const uint8_t *in, size_t len, size
                 if (++c->digits > 15) return cfail(msg, cap, "chunk size too long");
                 c->remaining = c->remaining * 16 + (uint64_t)h;
             } else if (!c->digits) return cfail(msg, cap, "expected a hexadecimal chunk size");
-            else if (b == ';' || b == ' ' || b == '\t') c->state = C_EXT, c->line = 0;
+            else if (b == ';') c->state = C_EXT, c->line = 0;
+            else if (b == ' ' || b == '\t') c->state = C_BWS, c->line = 0;
             else if (b == '\r') c->state = C_SIZE_LF;
             else if (b == '\n') goto size_done;
             else return cfail(msg, cap, "bad character after the chunk size");
             i++;
             continue;
         }
+        case C_BWS: /* RFC 9112 7.1.1: whitespace after the size only before an extension's ';'
+                     * ("2 9" is not a size of 2, F19) */
+            if (b == ';') c->state = C_EXT;
+            else if (b == '\r') c->state = C_SIZE_LF;
+            else if (b == '\n') { i++; goto size_done; }
+            else if ((b != ' ' && b != '\t') || ++c->line > 4096) return cfail(msg, cap, "bad character after the chunk size");
+            i++;
+            continue;
         case C_EXT:
             if (b == '\r') c->state = C_SIZE_LF;
             else if (b == '\n') { i++; goto size_done; }

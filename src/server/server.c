@@ -45,6 +45,10 @@
 #define HEALTH_RESERVE 8    /* connections beyond --max-clients that may only ask /healthz or /health */
 #define LINGER_MS 2000      /* after our last bytes: read and drop what the client still sends */
 #define READ_CHUNK 65536
+/* unsent output a connection may hold before the server stops reading it: a client that
+ * pipelines requests and reads no replies makes the server hold at most this much (plus the
+ * one reply that crossed it), not a queue without end (issue 36 F3) */
+#define OUT_PAUSE_BYTES (256u << 10)
 
 static double now_ms(void) {
     struct timespec t;
@@ -99,6 +103,7 @@ typedef struct conn {
     double prev_total_ms;  /* the previous request's whole cycle (openpi's prev_total_ms) */
     double cycle_start;    /* the end of the previous reply, or the connection's start */
     int ignored_logged;    /* keys the server ignores: logged once per connection */
+    int paused;            /* input left unprocessed while the output is full (out_full) */
 } conn;
 
 typedef struct job {
@@ -108,6 +113,7 @@ typedef struct job {
     char peer[64];
     uint8_t *body;
     size_t bytes_in;
+    size_t body_held;      /* the body's bytes counted in S.rx_total until the job comes back */
     double t_recv, t_start, t_done;
     double t_infer;        /* the inference call alone (openpi's infer_ms, AllenAI's dt_ms) */
     double t_decoded;      /* when decoding ended and the inference call began */
@@ -300,7 +306,9 @@ static void refused(const conn *c, int ws, int reason) { account(ws, reason, c->
 
 /* ------------------------------------------------------------------------------ inference thread */
 
+/* main thread only (S.rx_total is the loop's) */
 static void job_free(job *j) {
+    S.rx_total -= j->body_held;
     free(j->body);
     ma_wire_request_free(&j->req);
     molmoact_result_free(&j->res);
@@ -431,6 +439,10 @@ static int out_append(conn *c, const void *data, size_t len) {
 }
 
 static int out_pending(const conn *c) { return c->out_len > c->out_off; }
+
+/* over OUT_PAUSE_BYTES unsent: the connection's requests wait (and its socket is not read)
+ * until the client has read its replies */
+static int out_full(const conn *c) { return c->out_len - c->out_off > OUT_PAUSE_BYTES; }
 
 /* ------------------------------------------------------------------------------ HTTP replies */
 
@@ -789,12 +801,6 @@ static int rx_reserve(conn *c, size_t need) {
     return 0;
 }
 
-static void rx_release(conn *c) {
-    S.rx_total -= c->rx_cap;
-    c->rx = NULL;
-    c->rx_len = c->rx_cap = 0;
-}
-
 /* does the query string hold name=value? */
 static int query_has(const char *q, const char *name, const char *value) {
     char want[96];
@@ -809,6 +815,8 @@ static int query_has(const char *q, const char *name, const char *value) {
     return 0;
 }
 
+/* the request data the server holds for its clients: every connection's buffers and the bodies
+ * of requests queued or running; bounded by S.rx_total_max (issue 36 F5) */
 static void start_request(conn *c, int json) {
     const char *proto = c->is_ws ? "ws" : "http";
     if (S.stopping) {
@@ -832,7 +840,9 @@ static void start_request(conn *c, int json) {
     j->list_format = !c->is_ws && query_has(c->req.query, "format", "list");
     j->bytes_in = c->rx_len;
     j->body = c->rx; /* handed over: the next message gets a new buffer */
-    rx_release(c);
+    j->body_held = c->rx_cap; /* still counted in S.rx_total until the job comes back */
+    c->rx = NULL;
+    c->rx_len = c->rx_cap = 0;
     if (!j->body) j->body = calloc(1, 1);
     j->t_recv = c->msg_start ? c->msg_start : now_ms();
     snprintf(j->peer, sizeof j->peer, "%s", c->peer);
@@ -974,7 +984,10 @@ static void route(conn *c) {
     const int get = r->method == MA_HTTP_GET || r->method == MA_HTTP_HEAD;
     const int has_body = r->chunked || r->content_length > 0;
     const char *p = r->path;
-    const int health = !strcmp(p, "/healthz") || !strcmp(p, "/health");
+    /* the one exemption from the key and the client limit: a plain GET or HEAD of a health path;
+     * a websocket upgrade there, or any other method, is decided like every other request
+     * (issue 36 F7: an upgrade on /healthz skipped the key and then served inference) */
+    const int health = (!strcmp(p, "/healthz") || !strcmp(p, "/health")) && get && !r->upgrade_websocket;
     c->head_only = r->method == MA_HTTP_HEAD;
     c->keep_alive = r->keep_alive;
     /* an inference request (counted in /metrics when refused here): POST /act, or a websocket
@@ -1033,6 +1046,12 @@ static void route(conn *c) {
             http_error(c, 411, "POST /act needs Content-Length or a chunked body", 1);
             return;
         }
+        if (!r->chunked && r->content_length == 0) { /* what requests.post(url) sends: nothing will come (F4) */
+            refused(c, 0, F_BAD_REQUEST);
+            log_line(c->peer, "http", 0, 0, NULL, "request: POST /act with an empty body");
+            http_error(c, 400, "request: POST /act with an empty body; send the observation (JSON, or msgpack over the websocket)", 0);
+            return;
+        }
         if (r->content_length > (int64_t)S.max_bytes) {
             refused(c, 0, F_TOO_LARGE);
             char m[160];
@@ -1052,7 +1071,7 @@ static void route(conn *c) {
     /* everything else has no body: one that comes anyway is not read, and the connection closes */
     const int known = health || !strcmp(p, "/act") || !strcmp(p, "/") || !strcmp(p, "/status.json") || !strcmp(p, "/status.js") ||
                       !strcmp(p, "/metrics") || !strcmp(p, "/reset");
-    if (known && !get) {
+    if (known && (!get || !strcmp(p, "/reset"))) { /* /reset is POST only (F16) */
         char m[128];
         const char *allow = !strcmp(p, "/act") ? "GET, HEAD, POST" : !strcmp(p, "/reset") ? "POST" : "GET, HEAD";
         snprintf(m, sizeof m, "method %s is not allowed on %s (%s)", r->method_name, p, allow);
@@ -1081,7 +1100,9 @@ static void process_http(conn *c) {
         if (c->hstate == H_BUSY) return; /* a pipelined request waits for the reply before it */
         if (c->hstate == H_HEAD) {
             if (!c->in_len) return;
+            if (out_full(c)) { c->paused = 1; return; } /* F3: replies first */
             if (!c->msg_start) c->msg_start = now_ms();
+            c->head_only = 0; /* HEAD is the request's, not the connection's (F15) */
             int status = 0;
             char msg[160];
             const int r = ma_http_parse_head(c->in, c->in_len, &c->req, &status, msg, sizeof msg);
@@ -1144,6 +1165,7 @@ static void process_ws(conn *c) {
     while (!c->closing) {
         if (!c->in_frame) {
             if (!c->in_len) return;
+            if (out_full(c)) { c->paused = 1; return; } /* pongs a client does not read (F3) */
             if (!c->msg_start) c->msg_start = now_ms();
             char msg[128];
             const int r = ma_ws_parse_header(c->in, c->in_len, &c->frame, msg, sizeof msg);
@@ -1197,14 +1219,9 @@ static void process_ws(conn *c) {
                 ws_error(c, m, 1009);
                 return;
             }
-            const int rr = rx_reserve(c, c->rx_len + (size_t)f->len);
-            if (rr) {
-                refused(c, 1, F_OVERLOADED);
-                const char *m = rr == -3 ? "server: too much request data buffered from all clients; try again" : "server: out of memory";
-                log_line(c->peer, "ws", c->rx_len + (size_t)f->len, 0, NULL, m);
-                ws_error(c, m, rr == -3 ? 1013 : 1011);
-                return;
-            }
+            /* nothing is reserved for the length a header claims: the buffer grows as the bytes
+             * arrive (eight 14-byte headers claiming 32 MiB each held every client's budget,
+             * issue 36 F2) */
             consume_in(c, f->header_len);
             c->in_frame = 1;
             c->frame_got = 0;
@@ -1213,11 +1230,21 @@ static void process_ws(conn *c) {
         const ma_ws_frame *f = &c->frame;
         size_t n = c->in_len;
         if ((uint64_t)n > f->len - c->frame_got) n = (size_t)(f->len - c->frame_got);
-        memcpy(c->rx + c->rx_len, c->in, n);
-        ma_ws_unmask(c->rx + c->rx_len, n, f->mask, c->frame_got);
-        c->rx_len += n;
-        c->frame_got += n;
-        consume_in(c, n);
+        const int rr = n ? rx_reserve(c, c->rx_len + n) : 0;
+        if (rr) {
+            refused(c, 1, F_OVERLOADED);
+            const char *m = rr == -3 ? "server: too much request data buffered from all clients; try again" : "server: out of memory";
+            log_line(c->peer, "ws", c->rx_len + n, 0, NULL, m);
+            ws_error(c, m, rr == -3 ? 1013 : 1011);
+            return;
+        }
+        if (n) {
+            memcpy(c->rx + c->rx_len, c->in, n);
+            ma_ws_unmask(c->rx + c->rx_len, n, f->mask, c->frame_got);
+            c->rx_len += n;
+            c->frame_got += n;
+            consume_in(c, n);
+        }
         if (c->frame_got < f->len) return;
         c->in_frame = 0;
         if (f->fin) {
@@ -1233,6 +1260,7 @@ static void conn_read(conn *c) {
     /* at most 1 MiB per connection per turn of the loop: one client's large message does not
      * keep the others (health checks, pings) waiting */
     for (size_t taken = 0; taken < (1u << 20);) {
+        if (out_full(c) && !c->shut) return; /* the client reads its replies first (F3) */
         if (c->in_cap - c->in_len < READ_CHUNK) {
             /* the input buffer holds at most a head or a frame header beyond what the parsers
              * consume (a connection waiting on its reply is not read) */
@@ -1374,7 +1402,7 @@ static int loop_once(int timeout_ms) {
         short ev = 0;
         /* read while: lingering, or open and not waiting on a reply (a websocket is read during
          * its inference: pings, closes) */
-        if (!c->peer_eof && !c->dead && (c->shut || (!c->closing && (c->is_ws || c->hstate != H_BUSY)))) ev |= POLLIN;
+        if (!c->peer_eof && !c->dead && (c->shut || (!c->closing && !out_full(c) && (c->is_ws || c->hstate != H_BUSY)))) ev |= POLLIN;
         if (out_pending(c) && !c->dead) ev |= POLLOUT;
         pc[n] = c;
         pf[n++] = (struct pollfd){c->fd, ev, 0};
@@ -1388,6 +1416,10 @@ static int loop_once(int timeout_ms) {
         for (int i = base; i < n; i++) {
             conn *c = pc[i];
             if (pf[i].revents & (POLLIN | POLLHUP | POLLERR)) conn_read(c);
+            /* POLLHUP on TCP: the peer reset, or closed while we had shut our side: nothing we
+             * send can arrive, and poll reports it again at once however full the input is
+             * (F14: a reset after 80 KiB of pipelined requests spun the loop) */
+            if (pf[i].revents & (POLLHUP | POLLERR)) c->dead = 1;
             if (out_pending(c) && !c->dead) conn_write(c);
         }
         if (S.listen_fd >= 0 && pf[1].revents & POLLIN) accept_clients();
@@ -1399,6 +1431,11 @@ static int loop_once(int timeout_ms) {
     for (conn *c = S.conns, *next; c; c = next) {
         next = c->next;
         if (out_pending(c) && !c->dead) conn_write(c);
+        if (c->paused && !out_full(c) && !c->dead) { /* the client read its replies: go on */
+            c->paused = 0;
+            if (c->is_ws) process_ws(c);
+            else process_http(c);
+        }
         check_timers(c, now);
         if (finish_close(c, now)) conn_free(c);
     }
@@ -1606,7 +1643,12 @@ int ma_serve(const ma_serve_opts *o) {
         for (conn *c = S.conns; c; c = c->next) {
             if (c->busy || c->closing) continue;
             if (c->is_ws) ws_close(c, 1001, "server shutting down");
-            else c->closing = 1; /* after the reply it may still be writing */
+            else if (c->msg_start && (c->in_len || c->hstate == H_BODY)) { /* a request half sent: told, not dropped (F19) */
+                if (c->hstate == H_BODY && !c->reset_route) refused(c, 0, F_SHUTTING_DOWN);
+                log_line(c->peer, "http", c->rx_len + c->in_len, 0, NULL, "refused: shutting down (the request was not complete)");
+                c->keep_alive = 0;
+                http_error(c, 503, "server: shutting down; the request was not complete", 1);
+            } else c->closing = 1; /* after the reply it may still be writing */
         }
         if (!S.conns || now_ms() > deadline) break;
     }

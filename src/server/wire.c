@@ -32,9 +32,11 @@ static uint64_t be(const uint8_t *p, int n) {
     return v;
 }
 
-/* one object at *pos; returns 0 when it fits, advancing *pos */
-static int walk(const uint8_t *b, size_t len, size_t *pos, int depth) {
+/* one object at *pos; returns 0 when it fits, advancing *pos and adding to *objects the objects
+ * it holds (itself included: what msgpack-c's unpacker would allocate a msgpack_object for) */
+static int walk(const uint8_t *b, size_t len, size_t *pos, int depth, uint64_t *objects) {
     if (depth <= 0 || *pos >= len) return -1;
+    (*objects)++;
     const uint8_t t = b[(*pos)++];
     size_t rest = len - *pos;
     uint64_t n = 0, items = 0;
@@ -84,13 +86,14 @@ static int walk(const uint8_t *b, size_t len, size_t *pos, int depth) {
     if (pairs) items *= 2;
     if (items > rest) return -1; /* every element takes at least one byte */
     for (uint64_t i = 0; i < items; i++)
-        if (walk(b, len, pos, depth - 1)) return -1;
+        if (walk(b, len, pos, depth - 1, objects)) return -1;
     return 0;
 }
 
 int ma_wire_msgpack_sane(const uint8_t *buf, size_t len, int max_depth) {
     size_t pos = 0;
-    return walk(buf, len, &pos, max_depth) == 0 && pos == len ? 0 : -1;
+    uint64_t objects = 0;
+    return walk(buf, len, &pos, max_depth, &objects) == 0 && pos == len ? 0 : -1;
 }
 
 /* ------------------------------------------------------------------------ arrays */
@@ -190,6 +193,7 @@ typedef struct {
     uint8_t *owned; /* what a and bytes point into when decoded here (freed after build) */
     int from_list;  /* a list of numbers (float64 here, whatever the client meant) */
     int claimed;    /* a key of this role was given */
+    uint64_t objects; /* msgpack: the objects its value holds (bounds a nested list's elements) */
 } wvalue;
 
 /* a key for role r: refused when another key already gave it */
@@ -470,10 +474,21 @@ static ma_status mp_value(const msgpack_object *o, wvalue *v, ma_error *err) {
             if (!x->via.array.size) break;
             x = &x->via.array.ptr[0];
         }
+        /* The element count is the product of the first list's size at each level. Each size is
+         * bounded by the bytes that follow it, but their product is not: four sizes can multiply
+         * past 2^64 to a small number (27905 x 34724 x 49477 x 384773 = 2^64 + 4). Multiply with
+         * a check against the objects this value holds (each leaf is one of them) before any
+         * allocation; the walk below then writes exactly n leaves (every list's size is checked
+         * against the shape) and never past n. */
         uint64_t n = 1;
-        for (int d = 0; d < ndim; d++) n *= (uint64_t)shape[d];
+        for (int d = 0; d < ndim; d++) {
+            if (!shape[d]) { n = 0; break; }
+            if (n > v->objects / (uint64_t)shape[d])
+                return ma_fail(err, MA_ERR_SHAPE, "%s: nested lists that are not rectangular (the first lists' sizes multiply past the elements given)", v->key);
+            n *= (uint64_t)shape[d];
+        }
         if (!n) return ma_fail(err, MA_ERR_SHAPE, "%s: an empty list", v->key);
-        double *vals = malloc(n * sizeof(double)); /* n <= the message's bytes (sanity walk) */
+        double *vals = malloc(n * sizeof(double));
         if (!vals) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", v->key);
         v->owned = (uint8_t *)vals;
         size_t k = 0;
@@ -499,6 +514,7 @@ static ma_status mp_value(const msgpack_object *o, wvalue *v, ma_error *err) {
             else if (e->type == MSGPACK_OBJECT_POSITIVE_INTEGER) dv = (double)e->via.u64;
             else if (e->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) dv = (double)e->via.i64;
             else return ma_fail(err, MA_ERR_FORMAT, "%s: element %zu is not a number", v->key, k);
+            if (k >= n) return ma_fail(err, MA_ERR_SHAPE, "%s: the nested lists are not rectangular", v->key);
             vals[k++] = dv;
             idx[d]++;
         }
@@ -537,39 +553,93 @@ static ma_status mp_value(const msgpack_object *o, wvalue *v, ma_error *err) {
     }
 }
 
+/* the length and first byte of a msgpack str or bin at b (already walked: it fits); -1 otherwise */
+static int str_at(const uint8_t *b, const char **p, size_t *n) {
+    const uint8_t t = b[0];
+    int lb = 0;
+    if (t >= 0xa0 && t <= 0xbf) { *n = t & 0x1f; *p = (const char *)b + 1; return 0; }
+    if (t == 0xd9 || t == 0xc4) lb = 1;
+    else if (t == 0xda || t == 0xc5) lb = 2;
+    else if (t == 0xdb || t == 0xc6) lb = 4;
+    else return -1;
+    *n = (size_t)be(b + 1, lb);
+    *p = (const char *)b + 1 + lb;
+    return 0;
+}
+
+size_t ma_wire_msgpack_budget(size_t len) { return len > (SIZE_MAX - (4u << 20)) / 4 ? SIZE_MAX : 4 * len + (4u << 20); }
+
+/* The top-level map is walked here, not unpacked whole: a value under a key that means nothing
+ * costs nothing, and each value that is used is unpacked by msgpack-c on its own once its cost
+ * is known. Its cost: one msgpack_object per object, and a double per element of a nested list
+ * (at most one per object); all of them together must fit ma_wire_msgpack_budget (4x the
+ * message + 4 MiB, as the JSON path), counted before anything is allocated. */
 ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, const ma_wire_model *m, ma_wire_request *out,
                                  ma_error *err) {
     memset(out, 0, sizeof *out);
     if (ma_wire_msgpack_sane(buf, len, 16)) return ma_fail(err, MA_ERR_FORMAT, "request: not a msgpack message (malformed, truncated or trailing bytes)");
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    size_t off = 0;
-    ma_status s = MA_OK;
-    if (msgpack_unpack_next(&u, (const char *)buf, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len)
-        s = ma_fail(err, MA_ERR_FORMAT, "request: not a msgpack message");
-    else if (u.data.type != MSGPACK_OBJECT_MAP) s = ma_fail(err, MA_ERR_FORMAT, "request: expected a msgpack map of observation keys");
+    const uint8_t t = buf[0];
+    uint64_t pairs;
+    size_t pos;
+    if (t >= 0x80 && t <= 0x8f) pairs = t & 0x0f, pos = 1;
+    else if (t == 0xde) pairs = be(buf + 1, 2), pos = 3;
+    else if (t == 0xdf) pairs = be(buf + 1, 4), pos = 5;
+    else return ma_fail(err, MA_ERR_FORMAT, "request: expected a msgpack map of observation keys");
+    const size_t budget = ma_wire_msgpack_budget(len);
+    size_t cost = 0;
+    msgpack_unpacked u[R_NONE];
+    int n_u = 0;
     wvalue v[R_NONE];
     memset(v, 0, sizeof v);
-    for (uint32_t i = 0; !s && i < u.data.via.map.size; i++) {
-        const msgpack_object *k = &u.data.via.map.ptr[i].key;
-        const char *ks = k->type == MSGPACK_OBJECT_STR ? k->via.str.ptr : k->type == MSGPACK_OBJECT_BIN ? k->via.bin.ptr : NULL;
-        const size_t kl = k->type == MSGPACK_OBJECT_STR ? k->via.str.size : k->type == MSGPACK_OBJECT_BIN ? k->via.bin.size : 0;
-        if (!ks) { s = ma_fail(err, MA_ERR_FORMAT, "request: a key is not a string"); break; }
+    ma_status s = MA_OK;
+    for (uint64_t i = 0; !s && i < pairs; i++) {
+        const size_t kpos = pos;
+        uint64_t objects = 0;
+        if (walk(buf, len, &pos, 15, &objects)) { s = ma_fail(err, MA_ERR_FORMAT, "request: not a msgpack message"); break; }
+        const char *ks;
+        size_t kl;
+        if (str_at(buf + kpos, &ks, &kl)) { s = ma_fail(err, MA_ERR_FORMAT, "request: a key is not a string"); break; }
+        const size_t vpos = pos;
+        objects = 0;
+        if (walk(buf, len, &pos, 15, &objects)) { s = ma_fail(err, MA_ERR_FORMAT, "request: not a msgpack message"); break; }
         const role r = role_of(ks, kl);
         if (r == R_NONE) { note_ignored(out, ks, kl); continue; }
         if ((s = claim(v, r, ks, kl, err))) break;
-        const msgpack_object *val = &u.data.via.map.ptr[i].val;
+        const uint64_t need = objects * (sizeof(msgpack_object) + sizeof(double));
+        if (need > budget - cost) {
+            char k[64];
+            snprintf(k, sizeof k, "%.*s", (int)(kl < 48 ? kl : 48), ks);
+            s = ma_fail(err, MA_ERR_NOMEM, "%s: decoding it would take %llu bytes, beyond what a message of %zu bytes may cost "
+                        "(4x its size + 4 MiB): send arrays as msgpack-numpy (bin data) or frames as PNG/JPEG bytes",
+                        k, (unsigned long long)(need + cost), len);
+            break;
+        }
+        cost += (size_t)need;
+        msgpack_unpacked *up = &u[n_u++];
+        msgpack_unpacked_init(up);
+        size_t off = 0;
+        if (msgpack_unpack_next(up, (const char *)buf + vpos, pos - vpos, &off) != MSGPACK_UNPACK_SUCCESS || off != pos - vpos) {
+            s = ma_fail(err, MA_ERR_FORMAT, "request: not a msgpack message");
+            break;
+        }
+        const msgpack_object *val = &up->data;
         if (r == R_IMAGES) { /* a list of two frames (arrays or bytes) */
             if (val->type != MSGPACK_OBJECT_ARRAY || val->via.array.size != 2) {
-                s = ma_fail(err, MA_ERR_FORMAT, "%.*s: expected a list of two frames (the agent camera, then the wrist camera)", (int)kl, ks);
+                s = ma_fail(err, MA_ERR_FORMAT, "%.*s: expected a list of two frames (the agent camera, then the wrist camera)", (int)(kl < 48 ? kl : 48), ks);
                 break;
             }
-            for (int c = 0; c < 2 && !s; c++) s = mp_value(&val->via.array.ptr[c], &v[c], err);
-        } else s = mp_value(val, &v[r], err);
+            for (int c = 0; c < 2 && !s; c++) {
+                v[c].objects = objects;
+                s = mp_value(&val->via.array.ptr[c], &v[c], err);
+            }
+        } else {
+            v[r].objects = objects;
+            s = mp_value(val, &v[r], err);
+        }
     }
     if (!s) s = build(v, flip180, m, out, err);
     for (int i = 0; i < R_NONE; i++) free(v[i].owned);
-    msgpack_unpacked_destroy(&u);
+    for (int i = 0; i < n_u; i++) msgpack_unpacked_destroy(&u[i]);
     if (s) ma_wire_request_free(out);
     return s;
 }
@@ -606,6 +676,11 @@ static ma_status json_value(const ma_jv *j, wvalue *v, ma_error *err) {
     case MA_JV_NUM:
         if (j->num < 0 || j->num != floor(j->num) || j->num >= 1.8446744073709552e19)
             return ma_fail(err, MA_ERR_RANGE, "%s: expected a non-negative integer", v->key);
+        /* past 2^53 a JSON number (a double here, as in most clients) no longer holds every
+         * integer: 2^53 + 1 would arrive as 2^53. Refused rather than rounded (F18) */
+        if (j->num >= 9007199254740992.0)
+            return ma_fail(err, MA_ERR_RANGE, "%s: %.17g is 2^53 or above, where JSON numbers are not exact; send a smaller integer "
+                           "(or msgpack, which carries 64-bit integers)", v->key, j->num);
         v->kind = 4;
         v->u = (uint64_t)j->num;
         return MA_OK;

@@ -45,7 +45,9 @@ typedef struct ma_wire_model {
     int horizon, max_action_dim, state_dim, n_steps;
 } ma_wire_model;
 
-/* msgpack-numpy request -> observation. flip180 rotates raw frames by 180 degrees. */
+/* msgpack-numpy request -> observation. flip180 rotates raw frames by 180 degrees. Decoding
+ * costs at most ma_wire_msgpack_budget(len) (4x the message + 4 MiB), counted before any
+ * allocation; values under keys that mean nothing are skipped, never unpacked. */
 ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, const ma_wire_model *m, ma_wire_request *out,
                                  ma_error *err);
 /* json_numpy request -> observation; parsing costs at most 4x the body + 4 MiB (server/json.h) */
@@ -54,6 +56,8 @@ ma_status ma_wire_decode_json(const char *buf, size_t len, int flip180, const ma
 /* a checked walk over msgpack bytes: one complete object, every length within the buffer, at
  * most `max_depth` levels; 0 when well formed. Guards msgpack-c against claims of huge maps. */
 int ma_wire_msgpack_sane(const uint8_t *buf, size_t len, int max_depth);
+/* what decoding a msgpack message of len bytes may allocate: 4 * len + 4 MiB */
+size_t ma_wire_msgpack_budget(size_t len);
 
 /* the growing output buffer the encoders write to (malloc'd data) */
 typedef struct ma_wire_buf {

@@ -288,7 +288,19 @@ static void test_failures_named(void **state) {
     obs.have_seed = 0;
     obs.struct_size = 0;
     EXPECT_FAIL(molmoact_infer(e, &obs, &res, &err), MOLMOACT_ERR_ARG, "struct_size");
+    { /* never initialised (issue 36 F6): a stack's leftovers in every field, norm_tag included;
+       * refused by its size before any later field is read */
+        molmoact_observation junk;
+        memset(&junk, 0x41, sizeof junk);
+        EXPECT_FAIL(molmoact_infer(e, &junk, &res, &err), MOLMOACT_ERR_ARG, "struct_size");
+    }
     obs.struct_size = sizeof obs;
+    { /* a task that is not UTF-8: refused as the observation's fault (F17) */
+        const char *task = obs.task;
+        obs.task = "put \xff the bowl";
+        EXPECT_FAIL(molmoact_infer(e, &obs, &res, &err), MOLMOACT_ERR_FORMAT, "observation.task is not valid UTF-8");
+        obs.task = task;
+    }
     static const int64_t bad_ids[3] = {1, 999999999, 2};
     obs.input_ids = bad_ids;
     obs.seq_len = 3;

@@ -36,6 +36,12 @@ static void test_heads(void **state) {
                           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", &r, &st), 1);
     assert_true(r.upgrade_websocket);
     assert_int_equal(r.ws_version, 13);
+    /* HTTP/1.0: no chunked framing, no websocket upgrade (RFC 9112 6.1, RFC 6455 4.1; F19) */
+    assert_int_equal(head("POST /act HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", &r, &st), -1);
+    assert_int_equal(st, 400);
+    assert_int_equal(head("GET / HTTP/1.0\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", &r, &st), -1);
+    assert_int_equal(st, 400);
     /* refusals */
     assert_int_equal(head("POST /act HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", &r, &st), -1);
     assert_int_equal(st, 400);
@@ -96,6 +102,15 @@ static void test_chunked(void **state) {
     memset(&c, 0, sizeof c);
     n = 0;
     assert_int_equal(ma_http_chunked_feed(&c, (const uint8_t *)"2\r\nabc\r\n", 8, &used, out, &n, sizeof out, msg, sizeof msg), -1);
+    /* whitespace after the size only before an extension (issue 36 F19: "2 9" was read as 2) */
+    memset(&c, 0, sizeof c);
+    n = 0;
+    assert_int_equal(ma_http_chunked_feed(&c, (const uint8_t *)"2 9\r\nab\r\n0\r\n\r\n", 17, &used, out, &n, sizeof out, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "after the chunk size"));
+    memset(&c, 0, sizeof c);
+    n = 0;
+    assert_int_equal(ma_http_chunked_feed(&c, (const uint8_t *)"2 \t; a=b\r\nab\r\n0\r\n\r\n", 22, &used, out, &n, sizeof out, msg, sizeof msg), 1);
+    assert_int_equal(n, 2);
 }
 
 static void test_websocket(void **state) {

@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The request decoders (server/wire.h) on messages built to reach their size arithmetic: nested
+ * lists whose first sizes multiply past 2^64 (issue 36 F1), and messages whose decoding would
+ * cost many times their size (F8). Each message is built here byte by byte from the msgpack
+ * specification, not with our own encoder. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "server/wire.h"
+
+typedef struct { uint8_t *p; size_t n, cap; } mbuf;
+
+static void put(mbuf *b, const void *d, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2;
+        b->p = realloc(b->p, b->cap);
+        assert_non_null(b->p);
+    }
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+}
+static void byte(mbuf *b, uint8_t v) { put(b, &v, 1); }
+static void be32(mbuf *b, uint8_t tag, uint32_t v) {
+    const uint8_t h[5] = {tag, (uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
+    put(b, h, 5);
+}
+static void str(mbuf *b, const char *s) { byte(b, (uint8_t)(0xa0 | strlen(s))); put(b, s, strlen(s)); }
+static void nils(mbuf *b, size_t n) { for (size_t i = 0; i < n; i++) byte(b, 0xc0); }
+
+static const ma_wire_model M = {10, 32, 8, 10};
+
+/* F1: 27905 x 34724 x 49477 x 384773 = 2^64 + 4. The first list at each level has the next
+ * size; the other elements are nils (one byte each), so every size is within the bytes after it
+ * and the sanity walk passes. Before the fix: a 32-byte buffer and 384,773 doubles written. */
+static void test_list_sizes_whose_product_wraps(void **state) {
+    (void)state;
+    static const uint32_t S[4] = {27905, 34724, 49477, 384773};
+    mbuf b = {0};
+    byte(&b, 0x81);
+    str(&b, "state");
+    for (int d = 0; d < 4; d++) be32(&b, 0xdd, S[d]);
+    for (uint32_t i = 0; i < S[3]; i++) byte(&b, 0x00); /* the leaves: fixint 0 */
+    for (int d = 2; d >= 0; d--) nils(&b, S[d] - 1);    /* the rest of each outer list */
+    assert_int_equal(ma_wire_msgpack_sane(b.p, b.n, 16), 0);
+    ma_wire_request r;
+    ma_error err = {0};
+    assert_int_not_equal(ma_wire_decode_msgpack(b.p, b.n, 0, &M, &r, &err), MA_OK);
+    /* refused by its decoding cost (32 bytes an object against 4x the message) before the
+     * product is even formed; the product's own check stands behind it */
+    assert_non_null(strstr(err.msg, "state"));
+    assert_true(strstr(err.msg, "rectangular") || strstr(err.msg, "decoding it would take"));
+    free(b.p);
+}
+
+/* a nested list that is rectangular in its first lists only: the leaf count is checked */
+static void test_ragged_list_refused(void **state) {
+    (void)state;
+    mbuf b = {0};
+    byte(&b, 0x81);
+    str(&b, "state");
+    byte(&b, 0x92);                               /* [ [1, 2], [3] ] */
+    byte(&b, 0x92), byte(&b, 1), byte(&b, 2);
+    byte(&b, 0x91), byte(&b, 3);
+    ma_wire_request r;
+    ma_error err = {0};
+    assert_int_not_equal(ma_wire_decode_msgpack(b.p, b.n, 0, &M, &r, &err), MA_OK);
+    assert_non_null(strstr(err.msg, "rectangular"));
+    free(b.p);
+}
+
+/* F8: 8 MiB of nils under a key that means nothing costs nothing (it is skipped, never
+ * unpacked): the request is then refused for its missing keys, not for memory. Under a key that
+ * is used, the same list is refused by its cost before msgpack-c allocates (24 bytes a nil). */
+static void test_decoding_cost_bounded(void **state) {
+    (void)state;
+    const size_t N = 8u << 20;
+    for (int used = 0; used < 2; used++) {
+        mbuf b = {0};
+        byte(&b, 0x81);
+        str(&b, used ? "noise" : "padding");
+        be32(&b, 0xdd, (uint32_t)N);
+        nils(&b, N);
+        ma_wire_request r;
+        ma_error err = {0};
+        assert_int_not_equal(ma_wire_decode_msgpack(b.p, b.n, 0, &M, &r, &err), MA_OK);
+        if (used) {
+            assert_non_null(strstr(err.msg, "noise: decoding it would take"));
+            assert_non_null(strstr(err.msg, "4x its size + 4 MiB"));
+        } else
+            assert_non_null(strstr(err.msg, "missing key"));
+        free(b.p);
+    }
+    assert_true(ma_wire_msgpack_budget(1000) == 4000 + (4u << 20));
+    assert_true(ma_wire_msgpack_budget(SIZE_MAX / 2) == SIZE_MAX);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_list_sizes_whose_product_wraps), cmocka_unit_test(test_ragged_list_refused),
+                                       cmocka_unit_test(test_decoding_cost_bounded)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
