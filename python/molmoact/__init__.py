@@ -23,6 +23,7 @@ loader's path (libmolmoact.so.0).
 """
 import ctypes
 import os
+import threading
 
 import numpy as np
 
@@ -253,6 +254,10 @@ class Policy:
         if unknown:
             raise TypeError(f"Policy: unknown option(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(_OPTIONS))})")
         self._h = ctypes.c_void_p()
+        # one call into the engine at a time from this object: close() waits for an infer() in
+        # another thread, and calls after it raise (issue 36 F13: closing under a running infer
+        # freed the engine it was using). ctypes drops the GIL in the call, so a real lock.
+        self._lock = threading.Lock()
         opt = _Options()
         _lib.molmoact_options_init(ctypes.byref(opt))
         self._keep = []
@@ -294,7 +299,10 @@ class Policy:
 
     def _info(self):
         info, err = _Info(), _Error()
-        rc = _lib.molmoact_get_info(self._h, ctypes.byref(info), ctypes.byref(err))
+        with self._lock:
+            if not self._h:
+                raise MolmoActError("MOLMOACT_ERR_ARG", "the policy is closed")
+            rc = _lib.molmoact_get_info(self._h, ctypes.byref(info), ctypes.byref(err))
         if rc:
             _raise(rc, err)
         return {"variant": info.variant.decode(), "action_horizon": info.action_horizon, "action_dim": info.action_dim,
@@ -306,7 +314,10 @@ class Policy:
     def memory(self):
         """peak RSS in KiB of this process and of the live workers"""
         info, err = _Info(), _Error()
-        rc = _lib.molmoact_get_info(self._h, ctypes.byref(info), ctypes.byref(err))
+        with self._lock:
+            if not self._h:
+                raise MolmoActError("MOLMOACT_ERR_ARG", "the policy is closed")
+            rc = _lib.molmoact_get_info(self._h, ctypes.byref(info), ctypes.byref(err))
         if rc:
             _raise(rc, err)
         return {"process_kib": info.peak_rss_kib, "workers_kib": info.workers_peak_rss_kib}
@@ -390,8 +401,9 @@ class Policy:
             nz = _array("noise", roles["noise"][1])
             if nz.dtype != np.float32:
                 raise _err(f"noise: dtype {nz.dtype}, expected float32 [1, horizon, max_action_dim]")
-            if nz.ndim not in (2, 3) or (nz.ndim == 3 and nz.shape[0] != 1):
-                raise _err(f"noise: shape {tuple(nz.shape)}, expected [1, horizon, max_action_dim] (or [horizon, max_action_dim])")
+            H, A = self.info["action_horizon"], self.info["max_action_dim"]
+            if tuple(nz.shape) not in ((1, H, A), (H, A)):  # not only its size: [1, 320] or [1, 32, 10] are not it
+                raise _err(f"noise has {nz.size} values in shape {list(nz.shape)}, expected [1, {H}, {A}] (or [{H}, {A}])")
             nz = np.ascontiguousarray(nz)
             keep.append(nz)
             o.noise = nz.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
@@ -411,7 +423,10 @@ class Policy:
         if "n_action_steps" in roles:
             n_keep = self._int(roles["n_action_steps"][0], roles["n_action_steps"][1], 1, self.info["n_steps"])
         res, err = _Result(), _Error()
-        rc = _lib.molmoact_infer(self._h, ctypes.byref(o), ctypes.byref(res), ctypes.byref(err))
+        with self._lock:
+            if not self._h:
+                raise MolmoActError("MOLMOACT_ERR_ARG", "the policy is closed")
+            rc = _lib.molmoact_infer(self._h, ctypes.byref(o), ctypes.byref(res), ctypes.byref(err))
         if rc:
             _raise(rc, err)
         try:
@@ -436,7 +451,9 @@ class Policy:
         return int(v)
 
     def close(self):
-        if self._h:
+        with self._lock:  # waits for an infer() in another thread
+            if not self._h:
+                return
             rc = _lib.molmoact_close(ctypes.byref(self._h))
             self._h = ctypes.c_void_p()
             if rc:

@@ -137,6 +137,55 @@ def test_open_errors_and_close():
     assert "closed" in str(e.value)
 
 
+@pytest.mark.parametrize("shape", [(1, 320), (32, 10), (1, 32, 10), (320,), (2, 10, 32)])
+def test_noise_of_the_right_size_but_wrong_shape_refused(shape):
+    """issue 36 (E11): the shape is checked, not only the count, as the server checks it"""
+    with molmoact.Policy(model("tiny-grid"), inproc=True) as p:
+        obs = {"image": np.zeros((8, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8), "state": STATE,
+               "prompt": TASK, "noise": np.zeros(shape, np.float32)}
+        with pytest.raises(molmoact.MolmoActError) as e:
+            p.infer(obs)
+        assert "expected [1, 10, 32] (or [10, 32])" in str(e.value), str(e.value)
+        obs["noise"] = np.zeros((10, 32), np.float32)
+        assert p.infer(obs)["actions"].shape == (10, 7)
+
+
+def test_close_while_another_thread_infers():
+    """issue 36 (F13): close() waits for a running infer() and later calls raise; before, the
+    interpreter died (SIGSEGV / SIGFPE). Run in a child so a crash is a failure, not the end."""
+    code = f"""
+import sys, threading, time
+sys.path.insert(0, {os.path.join(SRC, "python")!r})
+import numpy as np, molmoact
+p = molmoact.Policy({model("tiny-grid")!r}, inproc=True)
+obs = {{"image": np.zeros((8, 8, 3), np.uint8), "wrist_image": np.zeros((8, 8, 3), np.uint8),
+        "state": np.zeros(8), "prompt": "put the bowl on the plate"}}
+out = {{"ok": 0, "closed": 0, "other": []}}
+def loop():
+    for _ in range(200):
+        try:
+            p.infer(obs)
+            out["ok"] += 1
+        except molmoact.MolmoActError as e:
+            if "closed" in str(e):
+                out["closed"] += 1
+            else:
+                out["other"].append(str(e))
+ts = [threading.Thread(target=loop) for _ in range(3)]
+for t in ts:
+    t.start()
+time.sleep(0.5)
+p.close()
+for t in ts:
+    t.join()
+print(out["ok"] > 0, out["closed"] > 0, out["other"])
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, MOLMOACT_LIBRARY=os.environ.get("MOLMOACT_LIBRARY", "")) if os.environ.get("MOLMOACT_LIBRARY") else None)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.strip() == "True True []", r.stdout
+
+
 def test_import_without_a_library_says_where_it_looked(tmp_path):
     pkg = tmp_path / "pkg" / "molmoact"
     shutil.copytree(os.path.join(SRC, "python", "molmoact"), pkg)
