@@ -84,8 +84,8 @@ static const cli_opt OPTS[O_COUNT] = {
     [O_BACKEND] = {"--backend", NULL, "cpu|qnn", CLI_STR, 0, 0, "where the sessions run (default cpu; qnn: QNN HTP context binaries, docs/QNN.md)"},
     [O_QNN_LIB_DIR] = {"--qnn-lib-dir", NULL, "DIR", CLI_STR, 0, 0, "qnn: the directory of libQnnHtp.so and libQnnSystem.so"},
     [O_QNN_IO_MAP] = {"--qnn-io-map", NULL, "MAP.json", CLI_STR, 0, 0, "qnn: {session: {our tensor name: graph tensor name}}"},
-    [O_QNN_SOC] = {"--qnn-soc", NULL, "N", CLI_U64, 0, 4294967295.0, "qnn: the SoC model of the device config (default 77)"},
-    [O_QNN_ARCH] = {"--qnn-arch", NULL, "N", CLI_U64, 0, 4294967295.0, "qnn: the HTP architecture of the device config (default 73)"},
+    [O_QNN_SOC] = {"--qnn-soc", NULL, "N", CLI_U64, 0, 4294967295.0, "qnn: the SoC model sent as a device config (none unless given; 77 on the IQ-9075)"},
+    [O_QNN_ARCH] = {"--qnn-arch", NULL, "N", CLI_U64, 0, 4294967295.0, "qnn: the HTP architecture sent as a device config (none unless given; 73 on the IQ-9075)"},
     [O_PRELOAD] = {"--preload", NULL, NULL, CLI_FLAG, 0, 0, "read every context in at open and run one warm-up request, so the first real request runs warm"},
     [O_VISION] = {"--vision", NULL, "P", CLI_STR, 0, 0, "the vision encoder's precision: f16 (default), bf16, q8_0, q4_0"},
     [O_LLM] = {"--llm", NULL, "P", CLI_STR, 0, 0, "the LLM's precision (the four splits)"},
@@ -1452,6 +1452,13 @@ int main(int argc, char **argv) {
     const char *name = argv[1];
     if (!strcmp(name, "__worker")) { /* a resident worker process, started by the orchestrator */
         if (argc != 7) { fprintf(stderr, "molmoact: __worker is started by molmoact run, not by hand\n"); return 2; }
+        /* A qnn worker's ADSP_LIBRARY_PATH (where FastRPC finds the HTP skel), defaulted to
+         * --qnn-lib-dir when neither it nor DSP_LIBRARY_PATH is set, as onnxruntime does for its
+         * own process (ma_qnn_worker_adsp_path). Set here by the program, not by the library (which
+         * never touches the environment): this process has no other thread yet and has loaded
+         * nothing, and the value reaches nothing but this worker. */
+        char adsp[4096];
+        if (ma_qnn_worker_adsp_path(adsp, sizeof adsp)) setenv("ADSP_LIBRARY_PATH", adsp, 1);
         return ma_worker_main(atoi(argv[2]), argv[3], argv[4], (unsigned)strtoul(argv[5], NULL, 10), atoi(argv[6]));
     }
     if (!strcmp(name, "--help") || !strcmp(name, "-h")) { cli_print_overview(stdout, CMDS, N_CMDS); return 0; }

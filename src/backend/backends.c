@@ -12,3 +12,5 @@ ma_status ma_backend_attach(ma_backend b, ma_session *s, ma_error *err) {
 ma_status ma_backend_prepare(ma_backend b, ma_error *err) {
     return b == MA_BACKEND_QNN ? ma_qnn_prepare_env(err) : MA_OK;
 }
+
+int ma_backend_process_lost(void) { return ma_qnn_process_lost(); }

@@ -609,6 +609,7 @@ int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int
     ma_tensor out[MA_SESSION_MAX_IO];
     memset(out, 0, sizeof out);
     ma_session *pending = NULL; /* a finished request whose outputs wait for more shared memory */
+    int status = 0;             /* the worker's exit status */
     for (;;) {
         int passed;
         int got = recv_msg(fd, &m, &passed);
@@ -672,6 +673,11 @@ int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int
             for (int i = 0; i < MA_SESSION_MAX_IO; i++) ma_tensor_free(&out[i]);
         }
         if (send_msg(fd, &rep, -1) != 0) break;
+        if (s && ma_backend_process_lost()) { /* answered; a new process recovers (the next request restarts it) */
+            fprintf(stderr, "molmoact: worker %s: its backend cannot recover in this process; exiting to be started afresh\n", se ? se->name : "?");
+            status = 3;
+            break;
+        }
     }
     for (int i = 0; i < MA_SESSION_MAX_IO; i++) ma_tensor_free(&out[i]);
     if (shm) munmap(shm, shm_size);
@@ -679,5 +685,5 @@ int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int
     for (int i = 0; i < 7; i++) ma_session_close(sess[i]);
     ma_model_close(&model);
     close(fd);
-    return 0;
+    return status;
 }

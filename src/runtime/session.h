@@ -52,6 +52,9 @@ const char *ma_backend_name(ma_backend b);
  * backend needs done before any worker process starts */
 ma_status ma_backend_attach(ma_backend b, ma_session *s, ma_error *err);
 ma_status ma_backend_prepare(ma_backend b, ma_error *err);
+/* 1 when a backend's state in this process is lost beyond repair (qnn: error 1011, the DSP
+ * restart did not recover): a resident worker then exits after answering, to be started afresh */
+int ma_backend_process_lost(void);
 
 struct ma_session {
     const ma_session_ops *ops;

@@ -7,7 +7,7 @@ the session's names (or other names), fixed shapes (prompt length --seq) and the
   make_contexts.py CTX_DIR --golden GOLDEN_DIR --seq N [--io float32|float16|ufixed16|ufixed8]
                    [--rename] [--extra-input SESSION] [--wrong-dim SESSION]
                    [--encoding ENC[:SESSION]]... [--decoy-graph SESSION]... [--graphs-form]
-                   [--combine NAME=SESSION,SESSION...]... [--soc-model N]
+                   [--combine NAME=SESSION,SESSION...]... [--soc-model N] [--graph-name SESSION=NAME]...
 
 Shapes come from the golden's session I/O (its prompt length replaced by --seq); fixed-point scales
 and offsets span each tensor's golden range with a margin, as a calibrated HTP graph's would.
@@ -20,7 +20,8 @@ the last axis), block (one block: the whole tensor), blockwise_expansion and vec
 only; the stand-in refuses to execute them). --decoy-graph puts a second graph first in SESSION's
 file, "<SESSION>_decoy_graph" with tensors named decoy_*, so only a client that retrieves the graph
 by name and strides the graph-info array correctly finds the real one. --combine writes
-ctx/NAME.bin besides, holding the graphs of the sessions listed."""
+ctx/NAME.bin besides, holding the graphs of the sessions listed. --graph-name gives SESSION's graph
+another name than "<SESSION>_graph" (up to 255 bytes)."""
 import argparse
 import json
 import os
@@ -127,12 +128,16 @@ def main():
     ap.add_argument("--graphs-form", action="store_true", help='write every file as {"model", "graphs": [...]}')
     ap.add_argument("--combine", action="append", default=[], metavar="NAME=SESSION,SESSION...")
     ap.add_argument("--soc-model", type=int, help="soc_model recorded in the files")
+    ap.add_argument("--graph-name", action="append", default=[], metavar="SESSION=NAME")
     a = ap.parse_args()
     encs = ("scale_offset", "bw_scale_offset", "axis_scale_offset", "bw_axis_scale_offset", "block",
             "blockwise_expansion", "vector")
     for e in a.encoding:
         if e.split(":", 1)[0] not in encs:
             ap.error(f"--encoding {e}: one of {', '.join(encs)}")
+    names = dict(g.split("=", 1) for g in a.graph_name if "=" in g)
+    if len(names) != len(a.graph_name) or any(not n or len(n.encode()) > 255 for n in names.values()):
+        ap.error("--graph-name SESSION=NAME, a name of 1 to 255 bytes")
     out = os.path.join(a.out or a.ctx_dir, "ctx")
     os.makedirs(out, exist_ok=True)
     model = os.path.abspath(a.ctx_dir)
@@ -140,7 +145,7 @@ def main():
     for session, gfile, ins, outs in SESSIONS:
         z = np.load(os.path.join(a.golden, gfile + ".npz"))
         enc = encoding_for(a.encoding, session)
-        desc = {"graph": session + "_graph", "session": session,
+        desc = {"graph": names.get(session, session + "_graph"), "session": session,
                 "inputs": [tensor(n, z[n], a.seq, a.io, session, a.rename, i, "in", enc) for i, n in enumerate(ins)],
                 "outputs": [tensor(n, z[n], a.seq, a.io, session, a.rename, i, "out", enc) for i, n in enumerate(outs)]}
         if session == a.extra_input:

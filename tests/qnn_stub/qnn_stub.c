@@ -52,13 +52,26 @@
  *                                 (graphExecute fails once with QNN_COMMON_ERROR_SYSTEM_COMMUNICATION, 1007,
  *                                 and every later execute on that context fails so until it is freed and
  *                                 created again), dsp_restart_fatal (..._FATAL, 1011, from API 2.17; every
- *                                 execute and context creation fails until a backend is created again);
+ *                                 execute and context creation fails until a backend is created again),
+ *                                 dsp_restart_retrieve (dsp_restart, then the session's next graphRetrieve
+ *                                 fails once), vote_fail (setPowerConfig fails: 13003 PERF TRANSPORT),
+ *                                 vote_id_fail (createPowerConfigId fails: 13006 PERF FAILED),
+ *                                 metadata_fail (getMetadata fails: 30002 OPERATION_FAILED);
  *                                 rpcmem_alloc is the stand-in libcdsprpc.so's (cdsprpc_stub.c)
  *   MA_QNN_STUB_MARK=FILE         crash_once, dsp_restart(_fatal): only while FILE does not exist (then create it)
  *   MA_QNN_STUB_LOG=FILE          append one line per call (the sequence test, the perf votes)
  *   MA_QNN_STUB_GUARD=1           interface tables end at a PROT_NONE page: reading an entry the
  *                                 impersonated SDK does not have faults (default: such entries read NULL)
  *   MA_QNN_STUB_ERRBITS=1         error handles carry bits above the 16-bit code, as QNN_GET_ERROR_CODE allows
+ *   MA_QNN_STUB_HTP_API=5.N       the HTP (backend) API version reported (default the SDK's): from 5.48 the HTP
+ *                                 device custom config is read in the layout whose union holds a pointer
+ *                                 (socModel / arch at byte 8, not 4)
+ *
+ * The call log (MA_QNN_STUB_LOG) names the environment FastRPC would read at backendCreate
+ * (ADSP_LIBRARY_PATH, DSP_LIBRARY_PATH) and, at getBinaryInfo, what the buffer is (a mapping of
+ * which file, or anonymous / heap memory); getBinaryInfo writes to its (writable) buffer after
+ * reading it, as its signature allows, so a client that hands the same bytes to
+ * contextCreateFromBinary afterwards is caught.
  * STUB_DEFAULT_API / STUB_DEFAULT_BINFO (compile-time) replace the two defaults, for runs whose
  * environment is scrubbed of MA_QNN_STUB_*. */
 #define _GNU_SOURCE
@@ -269,7 +282,18 @@ typedef struct {
         struct { uint32_t device_id; bool on; } pd;
     } u;
 } q_htp_device_config;
+/* from HTP API 5.48 the union also holds a pointer (an extension config): 8-aligned */
+typedef struct {
+    uint32_t option;
+    union {
+        uint32_t soc_model;
+        struct { uint32_t device_id, arch; } arch;
+        struct { uint32_t device_id; bool on; } pd;
+        void *extension;
+    } u;
+} q_htp_device_config_548;
 SA(sizeof(q_device_config) == 16 && sizeof(q_htp_device_config) == 12 && offsetof(q_htp_device_config, u) == 4);
+SA(sizeof(q_htp_device_config_548) == 16 && offsetof(q_htp_device_config_548, u) == 8);
 enum { Q_DEVICE_CONFIG_CUSTOM = 0, Q_DEVICE_CONFIG_PLATFORM_INFO = 1 };
 enum { Q_HTP_CONFIG_SOC = 0, Q_HTP_CONFIG_ARCH = 1, Q_HTP_CONFIG_SIGNEDPD = 2, Q_HTP_CONFIG_SECUREPD = 3 };
 
@@ -515,6 +539,9 @@ static void setup_once(void) {
     unsigned t = env_uint("MA_QNN_STUB_TENSOR", 0);
     tensor_version = t == 0 || t > P.tensor_version ? P.tensor_version : t;
     guard_tables = env_uint("MA_QNN_STUB_GUARD", 0) != 0;
+    const char *htp = getenv("MA_QNN_STUB_HTP_API");
+    unsigned hmaj, hmin;
+    if (htp && sscanf(htp, "%u.%u", &hmaj, &hmin) == 2) P.htp_api = (q_version){hmaj, hmin, 0};
     err_bits = env_uint("MA_QNN_STUB_ERRBITS", 0) != 0;
 }
 
@@ -620,7 +647,7 @@ typedef struct stub_tensor {
 } stub_tensor;
 
 typedef struct stub_graph {
-    char name[64], session[32];
+    char name[256], session[32]; /* graph names up to 255 bytes */
     int n_in, n_out;
     stub_tensor in[MA_SESSION_MAX_IO], out[MA_SESSION_MAX_IO];
 } stub_graph;
@@ -974,14 +1001,43 @@ static q_status describe(sys_ctx *s, const void *buf, uint64_t size, const q_bin
     return E_OK;
 }
 
+/* what holds address p: the file a mapping maps, "[heap]", "anonymous", or "unknown" */
+static void mapping_of(const void *p, char *out, size_t cap) {
+    snprintf(out, cap, "unknown");
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return;
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi, ino;
+        int at = 0;
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %lu %n", &lo, &hi, &ino, &at) < 3) continue;
+        if ((uintptr_t)p < lo || (uintptr_t)p >= hi) continue;
+        char *name = line + at;
+        name[strcspn(name, "\n")] = 0;
+        snprintf(out, cap, "%s", *name ? name : "anonymous");
+        break;
+    }
+    fclose(f);
+}
+
 static q_status sys_binary_info(q_handle h, void *buf, uint64_t size, const q_binary_info **info, uint64_t *info_size) {
-    trace("systemContextGetBinaryInfo");
+    char what[1024];
+    mapping_of(buf, what, sizeof what);
+    trace("systemContextGetBinaryInfo buffer=%s", what);
     q_status rc = describe(h, buf, size, info);
     if (rc == E_OK && info_size) *info_size = sizeof(q_binary_info);
+    /* the buffer is the library's to write (the info does not point into it here): the first
+     * byte of the magic changes, so these bytes are no longer a context binary */
+    if (rc == E_OK) ((unsigned char *)buf)[0] ^= 0x20;
     return rc;
 }
 
 static q_status sys_metadata(q_handle h, const void *buf, uint64_t size, const q_binary_info **info) {
+    const char *f = fault(NULL);
+    if (f && !strcmp(f, "metadata_fail")) {
+        trace("systemContextGetMetadata refused (stub fault)");
+        return fail(E_SYS_OPERATION_FAILED, "getMetadata: this binary's metadata cannot be read (stub fault)");
+    }
     trace("systemContextGetMetadata");
     return describe(h, buf, size, info);
 }
@@ -1046,7 +1102,8 @@ static q_status log_free(q_handle log) {
 }
 
 static q_status backend_create(q_handle log, const void **cfg, q_handle *b) {
-    trace("backendCreate log=%s", log ? "yes" : "no");
+    const char *adsp = getenv("ADSP_LIBRARY_PATH"), *dsp = getenv("DSP_LIBRARY_PATH");
+    trace("backendCreate log=%s adsp=%s dsp=%s", log ? "yes" : "no", adsp ? adsp : "(unset)", dsp ? dsp : "(unset)");
     if (log && (log != &log_tag || !logs_live)) return fail(E_BACKEND_INVALID_HANDLE, "backendCreate: not a live log handle");
     if (!b) return fail(E_BACKEND_INVALID_ARGUMENT, "backendCreate: no handle to fill");
     (void)cfg;
@@ -1097,7 +1154,16 @@ static q_status device_create(q_handle log, const q_device_config *const *cfg, q
             trace("deviceCreate%s refused: config %d has option %u", what, i, cfg[i]->option);
             return fail(E_DEVICE_INVALID_CONFIG, "device config %d: option %u (0 custom, 1 platform info) or no custom config", i, cfg[i]->option);
         }
-        const q_htp_device_config *h = cfg[i]->u.custom;
+        /* read as the impersonated library would: in the layout of its HTP API version */
+        q_htp_device_config hc;
+        if (P.htp_api.major > 5 || (P.htp_api.major == 5 && P.htp_api.minor >= 48)) {
+            const q_htp_device_config_548 *w = cfg[i]->u.custom;
+            hc.option = w->option;
+            memcpy(&hc.u, &w->u, sizeof hc.u);
+        } else {
+            hc = *(const q_htp_device_config *)cfg[i]->u.custom;
+        }
+        const q_htp_device_config *h = &hc;
         switch (h->option) {
         case Q_HTP_CONFIG_SOC: snprintf(what + l, sizeof what - l, " soc=%u", h->u.soc_model); break;
         case Q_HTP_CONFIG_ARCH: {
@@ -1148,6 +1214,11 @@ static int power_state(uint32_t id) {
 }
 
 static q_status perf_create_id(uint32_t device_id, uint32_t core_id, uint32_t *id) {
+    const char *f = fault(NULL);
+    if (f && !strcmp(f, "vote_id_fail")) {
+        trace("createPowerConfigId device=%u core=%u refused (stub fault)", device_id, core_id);
+        return fail(E_PERF_FAILED, "createPowerConfigId: the DSP's power manager refused (stub fault)");
+    }
     if (!id) {
         trace("createPowerConfigId device=%u core=%u refused: no id to fill", device_id, core_id);
         return fail(E_PERF_INVALID_HANDLE_PTR, "createPowerConfigId: no id to fill");
@@ -1213,6 +1284,11 @@ static const char *dcvs_problem(uint32_t id, const q_dcvs_v3 *d) {
 }
 
 static q_status perf_set_power(uint32_t id, const q_power_config **list) {
+    const char *f = fault(NULL);
+    if (f && !strcmp(f, "vote_fail")) {
+        trace("setPowerConfig id=%u refused (stub fault)", id);
+        return fail(E_PERF_TRANSPORT, "setPowerConfig: the vote did not reach the DSP (stub fault)");
+    }
     int st = power_state(id);
     if (st != 1) {
         trace("setPowerConfig id=%u refused: %s", id, st == 2 ? "destroyed" : "never created");
@@ -1307,6 +1383,7 @@ struct stub_ctx {
 };
 
 static stub_ctx *ctx_live;
+static bool restart_seen, retrieve_failed; /* dsp_restart_retrieve: a restart fired in this process; the retrieve after it failed */
 
 typedef struct mem_reg {
     struct mem_reg *next;
@@ -1470,6 +1547,11 @@ static q_status graph_retrieve(q_handle h, const char *name, q_handle *out) {
         const char *f = fault(g->session);
         if (!strcmp(g->name, name)) {
             if (f && !strcmp(f, "no_graph")) return fail(E_GRAPH_DOES_NOT_EXIST, "graph %s is not in this context (stub fault)", name);
+            if (f && !strcmp(f, "dsp_restart_retrieve") && restart_seen && !retrieve_failed) {
+                retrieve_failed = true;
+                trace("graphRetrieve %s refused after the restart (stub fault)", name);
+                return fail(E_GRAPH_DOES_NOT_EXIST, "graph %s: not yet available after the subsystem restart (stub fault)", name);
+            }
             *out = &c->graphs[i];
             return E_OK;
         }
@@ -1594,8 +1676,9 @@ static q_status graph_execute(q_handle h, const q_tensor *in, uint32_t n_in, q_t
     if (f && (!strcmp(f, "crash") || (!strcmp(f, "crash_once") && fire_once(&crashed)))) raise(SIGSEGV);
     if (dsp_gone) return fail(E_SYSTEM_COMMUNICATION_FATAL, "the cDSP did not recover from a subsystem restart (stub fault)");
     if (rg->ctx->dead) return fail(rg->ctx->dead, "the context was lost in a subsystem restart: free it and create it again");
-    if (f && !strcmp(f, "dsp_restart") && fire_once(&restarted)) {
+    if (f && (!strcmp(f, "dsp_restart") || !strcmp(f, "dsp_restart_retrieve")) && fire_once(&restarted)) {
         rg->ctx->dead = E_SYSTEM_COMMUNICATION;
+        restart_seen = true;
         trace("graphExecute %s: subsystem restart", g->session);
         return fail(E_SYSTEM_COMMUNICATION, "subsystem restart of the cDSP during graph %s: its context is lost (stub fault)", g->name);
     }

@@ -457,3 +457,174 @@ def test_workers_get_the_library_directory_on_their_loader_path(grid):
     finally:
         p.stdin.close()
         p.wait(timeout=60)
+
+
+# ------------------------------------------------- issue 36: the review against the SDKs and their consumers
+
+def stream(grid, tmp_path, extra, env):
+    """two requests on one process set (--stream): the second after whatever the first left"""
+    out2 = str(tmp_path / "second.npz")
+    lines = f"{grid['obs']}\n{grid['obs']}\t{out2}\n".encode()
+    rc, out, err = qnn("run", "--model", grid["ctx"], "--stream", *extra, stdin=lines, env=env)
+    res = [json.loads(x) for x in out.splitlines()]
+    assert len(res) == 2, (out, err)
+    return res, out2, err
+
+
+def test_vote_follows_the_first_context(grid, tmp_path):
+    """F1: the power vote is cast once a context is loaded (onnxruntime votes at the first run,
+    after loading its contexts), not between deviceCreate and the first context"""
+    log = str(tmp_path / "calls")
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", "--inproc", "--qnn-perf", "burst",
+                     env={"MA_QNN_STUB_LOG": log})
+    assert rc == 0, err
+    names = [c.split()[0] for c in open(log).read().splitlines()]
+    first_ctx = names.index("contextCreateFromBinary")
+    assert names.index("createPowerConfigId") > names.index("graphRetrieve") > first_ctx, names[:20]
+    assert names.count("createPowerConfigId") == 1, names.count("createPowerConfigId")
+
+
+@pytest.mark.parametrize("mode", ["--inproc", "resident"])
+@pytest.mark.parametrize("kind,needle", [("vote_fail", "setPowerConfig on"), ("vote_id_fail", "createPowerConfigId on")])
+def test_a_failed_vote_is_a_warning(grid, cpu_ref, tmp_path, mode, kind, needle):
+    """F1: a vote that fails leaves the graphs at the default clocks; the run goes on, and an id
+    that was made is still destroyed"""
+    log = str(tmp_path / "calls")
+    q = str(tmp_path / "q.npz")
+    extra = [mode] if mode != "resident" else []
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--out", q, "--runs", "1", "--qnn-perf", "high", *extra,
+                     env={"MA_QNN_STUB_FAULT": kind, "MA_QNN_STUB_LOG": log})
+    assert rc == 0, err
+    assert "warning: --qnn-perf high: the power vote at start failed" in err and needle in err, err
+    assert np.array_equal(actions(cpu_ref), actions(q))
+    calls = open(log).read().splitlines()
+    made = sum(c.startswith("createPowerConfigId") and "refused" not in c for c in calls)
+    gone = sum(c.startswith("destroyPowerConfigId") and "refused" not in c for c in calls)
+    assert made == gone, [c for c in calls if "Power" in c]
+
+
+@pytest.mark.parametrize("mode", ["--inproc", "resident"])
+def test_dsp_restart_renews_the_vote_without_leaking_its_id(grid, cpu_ref, tmp_path, mode):
+    """F4: the vote after a restart destroys the previous power config id before making one"""
+    log = str(tmp_path / "calls")
+    q = str(tmp_path / "q.npz")
+    env = {"MA_QNN_STUB_FAULT": "dsp_restart:llm_split1", "MA_QNN_STUB_MARK": str(tmp_path / "restarted"), "MA_QNN_STUB_LOG": log}
+    extra = [mode] if mode != "resident" else []
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--out", q, "--runs", "2", "--qnn-perf", "burst", *extra, env=env)
+    assert rc == 0, err
+    assert np.array_equal(actions(cpu_ref), actions(q))
+    calls = open(log).read().splitlines()
+    votes = [c for c in calls if "PowerConfigId" in c]
+    made = [c for c in votes if c.startswith("createPowerConfigId") and "refused" not in c]
+    gone = [c for c in votes if c.startswith("destroyPowerConfigId") and "refused" not in c]
+    assert len(made) == len(gone) and len(made) >= 2, votes
+    i = calls.index("graphExecute llm_split1: subsystem restart")
+    after = [c.split()[0] for c in calls[i:]]
+    # after the restart: the context again, then the old id destroyed, then a new one
+    assert after.index("contextCreateFromBinary") < after.index("destroyPowerConfigId") < after.index("createPowerConfigId"), after[:12]
+    assert "restart 1 seen by this process" in err, err  # the count of restarts is kept, and said
+
+
+@pytest.mark.parametrize("htp", ["5.43", "5.48", "5.50"])
+def test_device_config_in_the_library_s_layout(grid, cpu_ref, tmp_path, htp):
+    """F2: from HTP API 5.48 the device config's union holds a pointer: soc and arch at byte 8"""
+    log = str(tmp_path / "calls")
+    q = str(tmp_path / "q.npz")
+    env = {"MA_QNN_STUB_HTP_API": htp, "MA_QNN_STUB_LOG": log}
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--out", q, "--runs", "1", "--inproc",
+                     "--qnn-soc", "77", "--qnn-arch", "73", env=env)
+    assert rc == 0, err
+    assert "deviceCreate soc=77 arch=73" in open(log).read().splitlines(), [c for c in open(log) if "device" in c]
+    assert np.array_equal(actions(cpu_ref), actions(q))
+    # no device config unless asked for
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", "--inproc", env={**env, "MA_QNN_STUB_LOG": log + "2"})
+    assert rc == 0 and "deviceCreate" in open(log + "2").read().splitlines(), err
+
+
+def test_help_says_no_device_config_by_default():
+    rc, out, _ = run("help", "run")
+    assert rc == 0 and "default 77" not in out and "default 73" not in out and "none unless given" in out, out
+
+
+def adsp_seen(log):
+    return [c.split("adsp=", 1)[1].split(" dsp=")[0] for c in open(log).read().splitlines() if c.startswith("backendCreate")]
+
+
+def test_workers_default_adsp_library_path(grid, tmp_path):
+    """F3: a resident worker starts with ADSP_LIBRARY_PATH = --qnn-lib-dir when neither it nor
+    DSP_LIBRARY_PATH is set; a value given stands; DSP_LIBRARY_PATH is warned about"""
+    log = str(tmp_path / "calls")
+    none = {"ADSP_LIBRARY_PATH": None, "DSP_LIBRARY_PATH": None}
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", env={**none, "MA_QNN_STUB_LOG": log})
+    assert rc == 0, err
+    seen = adsp_seen(log)
+    assert len(seen) == 6 and set(seen) == {os.path.realpath(STUB)}, seen
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1",
+                     env={**none, "ADSP_LIBRARY_PATH": "/opt/dsp;/usr/lib/rfsa/adsp", "MA_QNN_STUB_LOG": log + "2"})
+    assert rc == 0, err
+    assert set(adsp_seen(log + "2")) == {"/opt/dsp;/usr/lib/rfsa/adsp"}, adsp_seen(log + "2")
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1",
+                     env={**none, "DSP_LIBRARY_PATH": "/opt/dsp", "MA_QNN_STUB_LOG": log + "3"})
+    assert rc == 0, err
+    assert "warning: DSP_LIBRARY_PATH=/opt/dsp is set: FastRPC looks for the HTP skel there and ignores ADSP_LIBRARY_PATH" in err, err
+    assert set(adsp_seen(log + "3")) == {"(unset)"}, adsp_seen(log + "3")
+    # in-process the library sets nothing: a note says what to do
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", "--inproc", env={**none, "MA_QNN_STUB_LOG": log + "4"})
+    assert rc == 0 and "ADSP_LIBRARY_PATH is not set" in err, err
+    assert set(adsp_seen(log + "4")) == {"(unset)"}
+
+
+@pytest.mark.parametrize("mode", ["--inproc", "resident"])
+def test_failed_retrieve_in_recovery_is_not_kept(grid, cpu_ref, tmp_path, mode):
+    """F4: a graphRetrieve that fails while recovering from a DSP restart leaves no context with
+    a bad graph handle: the next request creates it again and runs"""
+    env = {"MA_QNN_STUB_FAULT": "dsp_restart_retrieve:llm_split1", "MA_QNN_STUB_MARK": str(tmp_path / "restarted")}
+    res, out2, err = stream(grid, tmp_path, [mode] if mode != "resident" else [], env)
+    assert "QnnGraph_retrieve" in res[0]["error"] and "6002" in res[0]["error"], res[0]
+    assert "actions" in res[1], (res[1], err)
+    assert np.array_equal(actions(cpu_ref), actions(out2))
+
+
+def test_metadata_failure_falls_back_to_binary_info_on_the_mapped_file(grid, cpu_ref, tmp_path):
+    """F5: getMetadata failing is retried with getBinaryInfo, given the file's own (private,
+    writable) mapping rather than a copy; its writes reach neither the file nor the context"""
+    log = str(tmp_path / "calls")
+    q = str(tmp_path / "q.npz")
+    before = {f: open(os.path.join(grid["ctx"], "ctx", f), "rb").read() for f in os.listdir(os.path.join(grid["ctx"], "ctx"))}
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--out", q, "--runs", "1", "--inproc",
+                     env={"MA_QNN_STUB_FAULT": "metadata_fail", "MA_QNN_STUB_LOG": log})
+    assert rc == 0, err
+    assert np.array_equal(actions(cpu_ref), actions(q))
+    bufs = [c.split("buffer=", 1)[1] for c in open(log).read().splitlines() if c.startswith("systemContextGetBinaryInfo")]
+    want = sorted(os.path.realpath(os.path.join(grid["ctx"], "ctx", f)) for f in before)
+    assert sorted(bufs) == want, bufs
+    assert all(open(os.path.join(grid["ctx"], "ctx", f), "rb").read() == b for f, b in before.items())
+    rc, out, err = run("inspect", os.path.join(grid["ctx"], "ctx", "vision_socid77_archv73.bin"), "--qnn-lib-dir", STUB,
+                       env={"MA_QNN_STUB_FAULT": "metadata_fail"})
+    assert rc == 0 and "read with getBinaryInfo (getMetadata failed)" in out, (out, err)
+
+
+def test_graph_names_up_to_255_bytes(grid, cpu_ref, tmp_path):
+    """F5: a 200-byte graph name reaches graphRetrieve whole"""
+    name = "llm_split2_" + "x" * 189
+    d = variant_ctx(grid, tmp_path, "--graph-name", f"llm_split2={name}")
+    log = str(tmp_path / "calls")
+    q = str(tmp_path / "q.npz")
+    rc, _, err = qnn("run", "--model", d, "--inputs", grid["obs"], "--out", q, "--runs", "1", "--inproc", env={"MA_QNN_STUB_LOG": log})
+    assert rc == 0, err
+    assert f"graphRetrieve {name}" in open(log).read().splitlines()
+    assert np.array_equal(actions(cpu_ref), actions(q))
+
+
+def test_fatal_dsp_restart_restarts_the_worker(grid, cpu_ref, tmp_path):
+    """F5: after 1011 (the restart did not recover) the worker answers, then exits; the supervisor
+    starts a fresh one and the next request is served"""
+    env = {"MA_QNN_STUB_FAULT": "dsp_restart_fatal:llm_split0", "MA_QNN_STUB_MARK": str(tmp_path / "fatal")}
+    res, out2, err = stream(grid, tmp_path, [], env)
+    assert "error 1011 (SYSTEM_COMMUNICATION_FATAL)" in res[0]["error"], res[0]
+    assert "actions" in res[1], (res[1], err)
+    assert np.array_equal(actions(cpu_ref), actions(out2))
+    assert "exiting to be started afresh" in err and "llm_split0" in err, err
+    # in-process nothing can be restarted: the next request is refused at once, naming it
+    res, _, err = stream(grid, tmp_path, ["--inproc"], {**env, "MA_QNN_STUB_MARK": str(tmp_path / "fatal2")})
+    assert "error 1011" in res[0]["error"] and "earlier in this process" in res[1].get("error", ""), res

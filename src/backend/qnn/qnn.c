@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <fcntl.h>
 #include <elf.h>
@@ -39,11 +40,15 @@ static struct {
     qnn_version sys_api;
     qnn_handle log, backend, device;
     char htp_path[1024], sys_path[1024];
-    /* the power vote (--qnn-perf) */
+    qnn_api_version api; /* the loaded library's (backendGetApiVersion, else its provider's) */
+    /* the power vote (--qnn-perf): cast once the first context is loaded, renewed after each DSP
+     * restart; a vote that fails is a warning (see vote_locked) */
     const qnn_htp_infrastructure *infra;
     uint32_t power_id;
-    int voted;
-    unsigned restarts, vote_restarts; /* DSP restarts seen; the count the last vote was made at */
+    int voted;      /* power_id is live (destroyed before a new one is made, and at teardown) */
+    int vote_tried; /* the first vote of this process was attempted */
+    unsigned restarts; /* DSP restarts (1007) seen by this process, named in its messages */
+    int lost;          /* a 1011: the DSP restart did not recover, nothing QNN made here works again */
     /* zero-copy (--qnn-zero-copy) */
     rpcmem_alloc_fn rpc_alloc;
     rpcmem_free_fn rpc_free;
@@ -273,44 +278,69 @@ static ma_status libs_open_locked(ma_error *err) {
     return MA_OK;
 }
 
-/* --qnn-perf (MOLMOACT_QNN_PERF): default sends no vote; high and burst vote as onnxruntime's
- * QNN provider does (qnn_htp_power_config_manager.cc @ cee6c0d9): DCVS off in performance mode,
- * sleep latency 100 us at the TURBO corner (high) or 40 us at the highest corner (burst), and for
- * burst the RPC polling time 9999 us and control latency 100 us that Qualcomm's HTP documentation
- * recommends. Once per process after the device, again after a DSP restart. */
-static ma_status vote_locked(ma_error *err) {
+/* MOLMOACT_QNN_PERF: 0 no vote (unset or default), 1 high, 2 burst, -1 none of these */
+static int perf_mode(void) {
     const char *mode = getenv("MOLMOACT_QNN_PERF");
-    if (!mode || !*mode || !strcmp(mode, "default")) return MA_OK;
-    const int burst = !strcmp(mode, "burst");
-    if (!burst && strcmp(mode, "high")) return ma_fail(err, MA_ERR_ARG, "--qnn-perf %s: must be default, high or burst", mode);
+    if (!mode || !*mode || !strcmp(mode, "default")) return 0;
+    return !strcmp(mode, "high") ? 1 : !strcmp(mode, "burst") ? 2 : -1;
+}
+
+/* --qnn-perf high / burst: the HTP power vote, as onnxruntime's QNN provider makes it
+ * (onnxruntime/onnxruntime-qnn @ cee6c0d91e583d43f5ecef6391e93c19b4042c0f
+ * qnn_htp_power_config_manager.cc): DCVS off in performance mode, sleep latency 100 us at the
+ * TURBO corner (high) or 40 us at the highest corner (burst), and for burst the RPC polling time
+ * 9999 us and control latency 100 us that Qualcomm's HTP documentation recommends.
+ *
+ * When: once the process's first context is loaded, and again after each DSP restart (the old
+ * power config id is destroyed first; after the restart its destruction may fail, which does not
+ * matter). onnxruntime does the same: its per-thread power config id is made at the first run,
+ * after the context binaries were loaded (QNNExecutionProvider::PerThreadContext,
+ * microsoft/onnxruntime qnn_execution_provider.cc @ 00190a2cacfdac70864995b6f214cdb7c3cec0d6).
+ * A vote is a request for clocks, not a condition for correct results: one that fails is a warning
+ * on stderr (onnxruntime ignores those results alike) and the graphs run at the default clocks. */
+static void vote_locked(const char *when) {
+    const int mode = perf_mode();
+    if (mode <= 0) return; /* none asked (a bad value was refused before anything was loaded) */
+    const char *name = mode == 2 ? "burst" : "high";
+    ma_error why = {0};
     qnn_err_t e;
     if (!G.infra) {
         void *infra = NULL;
-        if (!G.qi->t.device_get_infrastructure) return ma_fail(err, MA_ERR_UNSUPPORTED, "qnn: %s has no deviceGetInfrastructure: --qnn-perf %s cannot vote", G.htp_path, mode);
-        if ((e = G.qi->t.device_get_infrastructure(&infra)) != QNN_OK || !infra) return qfail(err, "QnnDevice_getInfrastructure", G.htp_path, e);
-        G.infra = infra;
-        if (G.infra->type != 0 || !G.infra->create_power_config_id || !G.infra->set_power_config || !G.infra->destroy_power_config_id) {
-            G.infra = NULL;
-            return ma_fail(err, MA_ERR_UNSUPPORTED, "qnn: %s: the device infrastructure is not the HTP performance one: --qnn-perf %s cannot vote", G.htp_path, mode);
+        if (!G.qi->t.device_get_infrastructure) {
+            ma_fail(&why, MA_ERR_UNSUPPORTED, "%s has no deviceGetInfrastructure", G.htp_path);
+            goto warn;
         }
+        if ((e = G.qi->t.device_get_infrastructure(&infra)) != QNN_OK || !infra) {
+            qfail(&why, "QnnDevice_getInfrastructure", G.htp_path, e);
+            goto warn;
+        }
+        const qnn_htp_infrastructure *hi = infra;
+        if (hi->type != 0 || !hi->create_power_config_id || !hi->set_power_config || !hi->destroy_power_config_id) {
+            ma_fail(&why, MA_ERR_UNSUPPORTED, "%s: the device infrastructure is not the HTP performance one", G.htp_path);
+            goto warn;
+        }
+        G.infra = hi;
     }
-    if (!G.voted) {
-        if ((e = G.infra->create_power_config_id(0, 0, &G.power_id)) != QNN_OK) return qfail(err, "createPowerConfigId", G.htp_path, e);
-        G.voted = 1;
+    if (G.voted) G.infra->destroy_power_config_id(G.power_id); /* the previous vote's id: renewed */
+    G.voted = 0;
+    if ((e = G.infra->create_power_config_id(0, 0, &G.power_id)) != QNN_OK) {
+        qfail(&why, "createPowerConfigId", G.htp_path, e);
+        goto warn;
     }
+    G.voted = 1;
     qnn_htp_power_config dcvs, latency, polling;
     memset(&dcvs, 0, sizeof dcvs);
     memset(&latency, 0, sizeof latency);
     memset(&polling, 0, sizeof polling);
     dcvs.option = QNN_HTP_POWER_DCVS_V3;
     qnn_htp_dcvs_v3 *d = &dcvs.u.dcvs;
-    const uint32_t corner = burst ? QNN_HTP_CORNER_MAX : QNN_HTP_CORNER_TURBO;
+    const uint32_t corner = mode == 2 ? QNN_HTP_CORNER_MAX : QNN_HTP_CORNER_TURBO;
     d->context_id = G.power_id;
     d->set_dcvs_enable = 1;
     d->dcvs_enable = 0;
     d->power_mode = QNN_HTP_POWER_MODE_PERFORMANCE;
     d->set_sleep_latency = 1;
-    d->sleep_latency_us = burst ? 40 : 100;
+    d->sleep_latency_us = mode == 2 ? 40 : 100;
     d->set_bus_params = d->set_core_params = 1;
     d->bus_corner_min = d->bus_corner_target = d->bus_corner_max = corner;
     d->core_corner_min = d->core_corner_target = d->core_corner_max = corner;
@@ -318,10 +348,15 @@ static ma_status vote_locked(ma_error *err) {
     latency.u.rpc_control_latency_us = 100;
     polling.option = QNN_HTP_POWER_RPC_POLLING_TIME;
     polling.u.rpc_polling_time_us = 9999;
-    const void *list[4] = {&dcvs, burst ? (const void *)&latency : NULL, burst ? (const void *)&polling : NULL, NULL};
-    if ((e = G.infra->set_power_config(G.power_id, list)) != QNN_OK) return qfail(err, "setPowerConfig", G.htp_path, e);
-    G.vote_restarts = G.restarts;
-    return MA_OK;
+    const void *list[4] = {&dcvs, mode == 2 ? (const void *)&latency : NULL, mode == 2 ? (const void *)&polling : NULL, NULL};
+    if ((e = G.infra->set_power_config(G.power_id, list)) != QNN_OK) {
+        qfail(&why, "setPowerConfig", G.htp_path, e);
+        goto warn; /* the id stays live: destroyed at the next vote or at teardown */
+    }
+    return;
+warn:
+    fprintf(stderr, "molmoact: qnn: warning: --qnn-perf %s: the power vote %s failed, the graphs run at the default clocks: %s\n", name,
+            when, why.msg);
 }
 
 static ma_status global_acquire(ma_error *err) {
@@ -329,24 +364,42 @@ static ma_status global_acquire(ma_error *err) {
     if (G.refs++ > 0) { pthread_mutex_unlock(&G.mu); return MA_OK; }
     ma_status st = MA_OK;
     qnn_err_t e;
+    if (perf_mode() < 0) { st = ma_fail(err, MA_ERR_ARG, "--qnn-perf %s: must be default, high or burst", getenv("MOLMOACT_QNN_PERF")); goto fail; }
     if ((st = preload_stub(err)) || (st = libs_open_locked(err))) goto fail;
     const qnn_interface_table *t = &G.qi->t;
     if (t->log_create && (e = t->log_create(log_cb, 2, &G.log)) != QNN_OK) { st = qfail(err, "QnnLog_create", G.htp_path, e); goto fail; }
     if ((e = t->backend_create(G.log, NULL, &G.backend)) != QNN_OK) { st = qfail(err, "QnnBackend_create", G.htp_path, e); goto fail; }
+    G.api = G.qi->api_version;
+    qnn_api_version reported;
+    if (t->backend_get_api_version && t->backend_get_api_version(&reported) == QNN_OK && reported.backend.major) G.api = reported;
     if (t->device_create) {
+        /* Device configs only where --qnn-soc / --qnn-arch ask for them: the consumers that load
+         * offline-prepared context binaries send none (Qualcomm's qrb_ros_nn_inference
+         * qnn_inference.cpp @ 039cade0eae9cdada5da1c9799b615ff2d047756 creates its device with no
+         * config), the binary names its SoC and arch itself. Their layout follows the loaded
+         * library's HTP API version (qnn_abi.h). */
         uint32_t soc = 0, arch = 0;
         int has_soc = env_u32("MOLMOACT_QNN_SOC", &soc), has_arch = env_u32("MOLMOACT_QNN_ARCH", &arch);
         if (has_soc < 0 || has_arch < 0) { st = ma_fail(err, MA_ERR_ARG, "MOLMOACT_QNN_SOC / MOLMOACT_QNN_ARCH must be unsigned integers"); goto fail; }
+        const qnn_version *hv = &G.api.backend;
+        const int wide = hv->major > 5 || (hv->major == 5 && hv->minor >= MA_QNN_HTP_DEVICE_CONFIG_PTR_MINOR);
         qnn_htp_device_config hs = {QNN_HTP_DEVICE_CONFIG_SOC, {.soc_model = soc}};
         qnn_htp_device_config ha = {QNN_HTP_DEVICE_CONFIG_ARCH, {.arch = {0, arch}}};
-        qnn_device_config cs = {QNN_DEVICE_CONFIG_CUSTOM, &hs}, ca = {QNN_DEVICE_CONFIG_CUSTOM, &ha};
+        qnn_htp_device_config_548 hs8 = {QNN_HTP_DEVICE_CONFIG_SOC, {.soc_model = soc}};
+        qnn_htp_device_config_548 ha8 = {QNN_HTP_DEVICE_CONFIG_ARCH, {.arch = {0, arch}}};
+        qnn_device_config cs = {QNN_DEVICE_CONFIG_CUSTOM, wide ? (const void *)&hs8 : (const void *)&hs};
+        qnn_device_config ca = {QNN_DEVICE_CONFIG_CUSTOM, wide ? (const void *)&ha8 : (const void *)&ha};
         const qnn_device_config *cfg[3] = {NULL, NULL, NULL};
         int k = 0;
         if (has_soc) cfg[k++] = &cs;
         if (has_arch) cfg[k++] = &ca;
         if ((e = t->device_create(G.log, k ? cfg : NULL, &G.device)) != QNN_OK) { st = qfail(err, "QnnDevice_create", G.htp_path, e); goto fail; }
     }
-    if ((st = vote_locked(err))) goto fail;
+    /* no power vote yet: it follows the first context (ma_qnn_session_attach) */
+    if (!getenv("ADSP_LIBRARY_PATH") && !getenv("DSP_LIBRARY_PATH") && getenv("MOLMOACT_QNN_LIB_DIR") && *getenv("MOLMOACT_QNN_LIB_DIR"))
+        fprintf(stderr, "molmoact: qnn: note: ADSP_LIBRARY_PATH is not set: the DSP side looks for libQnnHtpV%sSkel.so only in its default "
+                "directories (resident workers get --qnn-lib-dir; in this process set ADSP_LIBRARY_PATH=%s yourself)\n",
+                getenv("MOLMOACT_QNN_ARCH") && *getenv("MOLMOACT_QNN_ARCH") ? getenv("MOLMOACT_QNN_ARCH") : "73", getenv("MOLMOACT_QNN_LIB_DIR"));
     pthread_mutex_unlock(&G.mu);
     return MA_OK;
 fail:
@@ -380,7 +433,7 @@ typedef struct qtensor {
 typedef struct qnn_sess {
     char file[256];  /* ctx/... as the messages name it */
     char *path;      /* the binary, read again when the context is recreated after a DSP restart */
-    char graph_name[128];
+    char *graph_name; /* as the binary info gives it (up to 255 bytes, list_graphs) */
     int zero_copy;
     qnn_handle context, graph;
     int n_in, n_out;
@@ -751,22 +804,47 @@ static ma_status list_graphs(const qnn_binary_info *info, const char *file, grap
     return MA_OK;
 }
 
-/* the binary info of a mapped context binary: getMetadata (a const buffer) where the library has
- * it, else the deprecated getBinaryInfo, which takes a writable buffer: given a private copy */
-static ma_status binary_info(qnn_handle sys, const ma_mapfile *mf, const char *file, const qnn_binary_info **info, void **copy, ma_error *err) {
+/* the binary info of a mapped context binary (mf, the file at path): getMetadata (a const buffer)
+ * first; where the library lacks it or it fails, the deprecated getBinaryInfo. That one takes a
+ * writable buffer: it is given a second mapping of the file, private and made writable, so that
+ * nothing is copied (a full-size context is 1.8 GB) unless the library writes to a page (then that
+ * page alone, copy-on-write), and neither the file nor mf, which contextCreateFromBinary reads,
+ * can change. *wmf holds that mapping until the binary info is no longer used (it may point into
+ * it). *how names the function that answered. */
+static ma_status binary_info(qnn_handle sys, const ma_mapfile *mf, const char *path, const char *file, const qnn_binary_info **info,
+                             ma_mapfile *wmf, const char **how, ma_error *err) {
     qnn_err_t e;
+    ma_error first = {0};
     *info = NULL;
-    *copy = NULL;
+    *how = NULL;
     if (G.sys.context_get_metadata) {
-        if ((e = G.sys.context_get_metadata(sys, mf->data, mf->size, info)) != QNN_OK || !*info) return qfail(err, "QnnSystemContext_getMetadata", file, e);
-        return MA_OK;
+        if ((e = G.sys.context_get_metadata(sys, mf->data, mf->size, info)) == QNN_OK && *info) {
+            *how = "getMetadata";
+            return MA_OK;
+        }
+        if (e == QNN_OK) ma_fail(&first, MA_ERR_FORMAT, "QnnSystemContext_getMetadata on %s gave no binary info", file);
+        else qfail(&first, "QnnSystemContext_getMetadata", file, e);
+        *info = NULL;
+        if (!G.sys.context_get_binary_info) return ma_fail(err, MA_ERR_IO, "%s", first.msg);
     }
-    if (!(*copy = malloc(mf->size))) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory for a copy of the binary (%zu bytes)", file, mf->size);
-    memcpy(*copy, mf->data, mf->size);
+    ma_status st = ma_map_file(wmf, path, err);
+    if (!st && wmf->size != mf->size)
+        st = ma_fail(err, MA_ERR_IO, "%s: the file changed while it was read (%zu bytes, then %zu)", file, mf->size, wmf->size);
+    if (!st && mprotect((void *)wmf->data, wmf->size, PROT_READ | PROT_WRITE) != 0)
+        st = ma_fail(err, MA_ERR_IO, "%s: a writable private mapping for QnnSystemContext_getBinaryInfo: %s", file, strerror(errno));
     uint64_t info_size = 0;
-    if ((e = G.sys.context_get_binary_info(sys, *copy, mf->size, info, &info_size)) != QNN_OK || !*info)
-        return qfail(err, "QnnSystemContext_getBinaryInfo", file, e);
-    return MA_OK;
+    if (!st && ((e = G.sys.context_get_binary_info(sys, (void *)wmf->data, wmf->size, info, &info_size)) != QNN_OK || !*info)) {
+        if (e == QNN_OK) st = ma_fail(err, MA_ERR_FORMAT, "QnnSystemContext_getBinaryInfo on %s gave no binary info", file);
+        else st = qfail(err, "QnnSystemContext_getBinaryInfo", file, e);
+        *info = NULL;
+    }
+    if (st && first.msg[0]) { /* both failed: name both */
+        char second[sizeof err->msg];
+        snprintf(second, sizeof second, "%s", err->msg);
+        return ma_fail(err, st, "%s; then %s", first.msg, second);
+    }
+    if (!st) *how = first.msg[0] ? "getBinaryInfo (getMetadata failed)" : "getBinaryInfo";
+    return st;
 }
 
 static void print_tensor(FILE *f, const qnn_tensor *t) {
@@ -784,12 +862,13 @@ ma_status ma_qnn_inspect(const char *path, FILE *f, ma_error *err) {
     G.refs++;
     ma_status st = libs_open_locked(err);
     ma_mapfile mf = {0};
+    ma_mapfile wmf = {0};
     qnn_handle sys = NULL;
-    void *copy = NULL;
     qnn_err_t e;
     if (!st && !(st = ma_map_file(&mf, path, err)) && (e = G.sys.context_create(&sys)) != QNN_OK) st = qfail(err, "QnnSystemContext_create", path, e);
     const qnn_binary_info *info = NULL;
-    if (!st) st = binary_info(sys, &mf, path, &info, &copy, err);
+    const char *how = NULL;
+    if (!st) st = binary_info(sys, &mf, path, path, &info, &wmf, &how, err);
     graph_view gv[MA_QNN_MAX_GRAPHS];
     uint32_t n = 0;
     char about[256] = "";
@@ -797,7 +876,7 @@ ma_status ma_qnn_inspect(const char *path, FILE *f, ma_error *err) {
     if (!st) {
         fprintf(f, "%s: %u graph%s:", path, n, n == 1 ? "" : "s");
         for (uint32_t k = 0; k < n; k++) fprintf(f, "%s %s", k ? "," : "", gv[k].name);
-        fprintf(f, " (%s; read with %s, QNN API %u.%u)\n", about, G.sys.context_get_metadata ? "getMetadata" : "getBinaryInfo",
+        fprintf(f, " (%s; read with %s, QNN API %u.%u)\n", about, how,
                 G.qi ? G.qi->api_version.core.major : 0, G.qi ? G.qi->api_version.core.minor : 0);
         for (uint32_t k = 0; k < n; k++) {
             fprintf(f, "  graph %s (graph info v%u)\n", gv[k].name, gv[k].version);
@@ -806,7 +885,7 @@ ma_status ma_qnn_inspect(const char *path, FILE *f, ma_error *err) {
         }
     }
     if (sys) G.sys.context_free(sys);
-    free(copy);
+    ma_unmap_file(&wmf);
     ma_unmap_file(&mf);
     global_release_locked();
     pthread_mutex_unlock(&G.mu);
@@ -838,14 +917,44 @@ ma_status ma_qnn_prepare_env(ma_error *err) {
             free(v);
         }
     }
-    const char *adsp = getenv("ADSP_LIBRARY_PATH");
+    const char *adsp = getenv("ADSP_LIBRARY_PATH"), *dsp = getenv("DSP_LIBRARY_PATH");
     if (adsp && strchr(adsp, ':'))
         return ma_fail(err, MA_ERR_ARG, "ADSP_LIBRARY_PATH=%s: the DSP loader separates directories with ';', not ':' "
                        "(e.g. ADSP_LIBRARY_PATH=\"$PWD/dsp_libs;/usr/lib/rfsa/adsp;/dsp\")", adsp);
+    if (dsp && strchr(dsp, ':'))
+        return ma_fail(err, MA_ERR_ARG, "DSP_LIBRARY_PATH=%s: the DSP loader separates directories with ';', not ':'", dsp);
+    /* FastRPC looks the DSP libraries up in DSP_LIBRARY_PATH instead of ADSP_LIBRARY_PATH when
+     * the former is set (qualcomm/fastrpc src/apps_std_imp.c @ 29851fde11d4e2a4ce221536485d0f7d46ffca30,
+     * apps_std_fopen_with_env): say so, a value in ADSP_LIBRARY_PATH then counts for nothing */
+    if (dsp && *dsp)
+        fprintf(stderr, "molmoact: qnn: warning: DSP_LIBRARY_PATH=%s is set: FastRPC looks for the HTP skel there and ignores "
+                "ADSP_LIBRARY_PATH%s%s%s\n", dsp, adsp && *adsp ? " (" : "", adsp && *adsp ? adsp : "", adsp && *adsp ? ")" : "");
     const char *perf = getenv("MOLMOACT_QNN_PERF");
     if (perf && *perf && strcmp(perf, "default") && strcmp(perf, "high") && strcmp(perf, "burst"))
         return ma_fail(err, MA_ERR_ARG, "MOLMOACT_QNN_PERF=%s: must be default, high or burst", perf);
     return MA_OK;
+}
+
+/* ADSP_LIBRARY_PATH for a qnn worker process. FastRPC (libcdsprpc.so, under libQnnHtp.so) reads
+ * it with getenv when the HTP's DSP session opens, to find libQnnHtpV<arch>Skel.so; when it is
+ * unset onnxruntime's QNN provider sets it to its own library directory before loading the
+ * backend (QnnBackendManager::LoadBackend, microsoft/onnxruntime qnn_backend_manager.cc @
+ * 015f13cb6ae89a676f5f8fc5b92f27eb02c6e983), and newer FastRPC appends its default search path
+ * to whatever the variable holds (get_dirlist_from_env, qualcomm/fastrpc src/apps_std_imp.c @
+ * 29851fde11d4e2a4ce221536485d0f7d46ffca30). The library never sets the environment (another
+ * thread of the caller may be reading it): this returns the value, and the worker program's main
+ * sets it (tools/molmoact.c, `__worker`), while that process is still single-threaded and before
+ * anything is loaded. So the variable belongs to the worker's own environment only, as
+ * onnxruntime's does to its process. */
+int ma_qnn_worker_adsp_path(char *out, size_t cap) {
+    ma_backend b;
+    if (ma_backend_current(&b, NULL) != MA_OK || b != MA_BACKEND_QNN) return 0;
+    const char *dir = getenv("MOLMOACT_QNN_LIB_DIR"), *adsp = getenv("ADSP_LIBRARY_PATH"), *dsp = getenv("DSP_LIBRARY_PATH");
+    if (!dir || !*dir || (adsp && *adsp) || (dsp && *dsp)) return 0; /* nothing to go by, or the user's choice stands */
+    char abs[4096];
+    const char *d = realpath(dir, abs) ? abs : dir; /* absolute: whatever directory the lookup runs in */
+    const int n = snprintf(out, cap, "%s", d);
+    return n > 0 && (size_t)n < cap;
 }
 
 /* ------------------------------------------------------------------ zero-copy */
@@ -933,6 +1042,7 @@ static void free_sess(qnn_sess *q) {
         }
     }
     free(q->path);
+    free(q->graph_name);
     free(q);
 }
 
@@ -947,15 +1057,44 @@ static void qnn_close(ma_session *s) {
     global_release();
 }
 
-/* the context and graph of a session, from its binary (at open, and after a DSP restart) */
+/* QNN_COMMON_ERROR_SYSTEM_COMMUNICATION_FATAL (1011): "SSR occurrence (unsuccessful recovery)",
+ * the subsystem restart left this process's backend unusable; the QnnContext_create documentation
+ * in QnnContext.h lists it with 1007 ("successful recovery"), and onnxruntime's QNN provider names
+ * the two so. Nothing this process made can be used again: every later request fails at once, and
+ * a resident worker exits after answering so that its supervisor starts it afresh (a new process,
+ * a new FastRPC session: ma_qnn_process_lost). */
+#define LOST_WHY "the DSP subsystem restarted and did not recover; this process's QNN backend cannot be used again (a resident worker " \
+                 "exits and is started afresh for the next request; with --inproc restart molmoact, or the device's cDSP if it persists)"
+
+static void note_error(qnn_err_t e) {
+    if (QNN_CODE(e) == QNN_ERR_COMMON_SYSTEM_COMMUNICATION_FATAL) __atomic_store_n(&G.lost, 1, __ATOMIC_SEQ_CST);
+}
+
+int ma_qnn_process_lost(void) { return __atomic_load_n(&G.lost, __ATOMIC_SEQ_CST); }
+
+/* the context and graph of a session, from its binary (at open, and after a DSP restart). On
+ * failure nothing half-made stays: no context, no graph handle (qnn_run then creates them again). */
 static ma_status create_context(qnn_sess *q, const ma_mapfile *mf, ma_error *err) {
     qnn_err_t e;
+    ma_status st;
+    q->context = q->graph = NULL;
     if ((e = G.qi->t.context_create_from_binary(G.backend, G.device, NULL, mf->data, mf->size, &q->context, NULL)) != QNN_OK) {
+        note_error(e);
         q->context = NULL;
         return qfail(err, "QnnContext_createFromBinary", q->file, e);
     }
-    if ((e = G.qi->t.graph_retrieve(q->context, q->graph_name, &q->graph)) != QNN_OK) return qfail(err, "QnnGraph_retrieve", q->file, e);
-    return q->zero_copy ? register_buffers(q, err) : MA_OK;
+    if ((e = G.qi->t.graph_retrieve(q->context, q->graph_name, &q->graph)) != QNN_OK) {
+        note_error(e);
+        st = qfail(err, "QnnGraph_retrieve", q->file, e);
+    } else if (!q->graph) {
+        st = ma_fail(err, MA_ERR_IO, "QnnGraph_retrieve on %s: graph %s: no handle given", q->file, q->graph_name);
+    } else if (!q->zero_copy || !(st = register_buffers(q, err))) {
+        return MA_OK;
+    }
+    deregister_buffers(q);
+    G.qi->t.context_free(q->context, NULL);
+    q->context = q->graph = NULL;
+    return st;
 }
 
 /* After a DSP subsystem restart (1007, recovered) the contexts, graphs, memory registrations and
@@ -969,13 +1108,11 @@ static ma_status recover(qnn_sess *q, ma_error *err) {
     ma_status st = ma_map_file(&mf, q->path, err);
     if (!st) st = create_context(q, &mf, err);
     ma_unmap_file(&mf);
-    pthread_mutex_lock(&G.mu);
-    G.restarts++;
-    if (!st && G.voted) {
-        G.voted = 0; /* the id died with the DSP */
-        st = vote_locked(err);
+    if (!st) {
+        pthread_mutex_lock(&G.mu);
+        if (G.vote_tried) vote_locked("after the DSP restart");
+        pthread_mutex_unlock(&G.mu);
     }
-    pthread_mutex_unlock(&G.mu);
     return st;
 }
 
@@ -1004,22 +1141,28 @@ static qnn_err_t execute(qnn_sess *q) {
 static ma_status qnn_run(ma_session *s, const ma_tensor *in, ma_tensor *out, ma_error *err) {
     qnn_sess *q = s->impl;
     ma_status st = MA_OK;
+    if (ma_qnn_process_lost())
+        return ma_fail(err, MA_ERR_IO, "%s (%s): error 1011 (SYSTEM_COMMUNICATION_FATAL) earlier in this process: %s", q->file, s->name, LOST_WHY);
     if (!q->context) { /* a recovery that failed before: try again */
         if ((st = recover(q, err))) return ma_error_wrap(err, st, "%s (%s): the context lost in a DSP restart cannot be created again", q->file, s->name);
     }
     for (int i = 0; i < q->n_in; i++) to_graph(&in[i], &q->in[i]);
     qnn_err_t e = execute(q);
     if (QNN_CODE(e) == QNN_ERR_COMMON_SYSTEM_COMMUNICATION) {
-        fprintf(stderr, "molmoact: qnn: %s (%s): the DSP subsystem restarted (error 1007); creating the context again and retrying\n", q->file, s->name);
+        pthread_mutex_lock(&G.mu);
+        const unsigned n = ++G.restarts;
+        pthread_mutex_unlock(&G.mu);
+        fprintf(stderr, "molmoact: qnn: %s (%s): the DSP subsystem restarted (error 1007); creating the context again and retrying "
+                "(restart %u seen by this process)\n", q->file, s->name, n);
         if ((st = recover(q, err)))
             return ma_error_wrap(err, st, "%s (%s): after a DSP subsystem restart (error 1007, SYSTEM_COMMUNICATION) the context cannot be "
                                  "created again", q->file, s->name);
         for (int i = 0; i < q->n_in; i++) to_graph(&in[i], &q->in[i]); /* zero-copy buffers may be new */
         e = execute(q);
     }
+    note_error(e);
     if (QNN_CODE(e) == QNN_ERR_COMMON_SYSTEM_COMMUNICATION_FATAL)
-        return ma_fail(err, MA_ERR_IO, "QnnGraph_execute on %s (%s): error 1011 (SYSTEM_COMMUNICATION_FATAL): the DSP subsystem restarted and did "
-                       "not recover; restart the device's cDSP (or reboot) and the server", q->file, s->name);
+        return ma_fail(err, MA_ERR_IO, "QnnGraph_execute on %s (%s): error 1011 (SYSTEM_COMMUNICATION_FATAL): %s", q->file, s->name, LOST_WHY);
     if (e != QNN_OK) return qfail(err, "QnnGraph_execute", q->file, e);
     for (int i = 0; i < q->n_out && !st; i++) {
         if ((st = ma_tensor_alloc(&out[i], MA_DT_F32, s->out[i].ndim, s->out[i].shape, err))) break;
@@ -1066,10 +1209,9 @@ ma_status ma_qnn_session_attach(ma_session *s, ma_error *err) {
     s->impl = q;
     s->ops = &qnn_ops; /* from here qnn_close undoes everything */
     q->path = ma_path_join(s->model->dir, q->file);
-    ma_mapfile mf = {0};
+    ma_mapfile mf = {0}, wmf = {0};
     cJSON *map = NULL;
     qnn_handle sys = NULL;
-    void *copy = NULL;
     qnn_err_t e;
     if (!q->path) { st = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto done; }
     if (q->zero_copy) {
@@ -1083,7 +1225,8 @@ ma_status ma_qnn_session_attach(ma_session *s, ma_error *err) {
     if ((st = io_map(s->name, &map, err))) goto done;
     if ((e = G.sys.context_create(&sys)) != QNN_OK) { st = qfail(err, "QnnSystemContext_create", q->file, e); goto done; }
     const qnn_binary_info *info = NULL;
-    if ((st = binary_info(sys, &mf, q->file, &info, &copy, err))) goto done;
+    const char *how = NULL;
+    if ((st = binary_info(sys, &mf, q->path, q->file, &info, &wmf, &how, err))) goto done;
     graph_view gv[MA_QNN_MAX_GRAPHS];
     uint32_t n_graphs = 0, k = 0;
     char about[256];
@@ -1091,11 +1234,11 @@ ma_status ma_qnn_session_attach(ma_session *s, ma_error *err) {
     if (getenv("MOLMOACT_VERBOSE")) {
         fprintf(stderr, "molmoact: qnn: %s: %u graph%s:", q->file, n_graphs, n_graphs == 1 ? "" : "s");
         for (uint32_t i = 0; i < n_graphs; i++) fprintf(stderr, "%s %s", i ? "," : "", gv[i].name);
-        fprintf(stderr, " (%s)\n", about);
+        fprintf(stderr, " (%s; read with %s)\n", about, how);
     }
     if ((st = pick_graph(s, q->file, gv, n_graphs, map, &k, err))) goto done;
     const graph_view *gi = &gv[k];
-    snprintf(q->graph_name, sizeof q->graph_name, "%s", gi->name);
+    if (!(q->graph_name = strdup(gi->name))) { st = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto done; }
     if (gi->n_in > MA_SESSION_MAX_IO || gi->n_out > MA_SESSION_MAX_IO) {
         st = ma_fail(err, MA_ERR_SHAPE, "%s: graph %s has %u inputs and %u outputs, the session %d and %d", q->file, q->graph_name,
                      gi->n_in, gi->n_out, s->n_in, s->n_out);
@@ -1135,10 +1278,17 @@ ma_status ma_qnn_session_attach(ma_session *s, ma_error *err) {
                 st = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s is %s with scale %g (must be positive)", q->file, t->name, dt_name(t->dtype), (double)t->scale);
         }
     if (st) goto done;
-    st = create_context(q, &mf, err);
+    ma_unmap_file(&wmf); /* after the system context (freed above): nothing points into it now */
+    if ((st = create_context(q, &mf, err))) goto done;
+    pthread_mutex_lock(&G.mu);
+    if (!G.vote_tried) { /* the process's first context is loaded: its power vote (vote_locked) */
+        G.vote_tried = 1;
+        vote_locked("at start");
+    }
+    pthread_mutex_unlock(&G.mu);
 done:
     if (sys) G.sys.context_free(sys);
-    free(copy);
+    ma_unmap_file(&wmf);
     cJSON_Delete(map);
     ma_unmap_file(&mf);
     return st; /* on failure the caller's ma_session_close runs qnn_close */

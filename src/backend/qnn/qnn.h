@@ -6,10 +6,13 @@
  * Environment (set by the CLI's options, inherited by the resident workers):
  *   MOLMOACT_QNN_LIB_DIR   directory of libQnnHtp.so / libQnnSystem.so (--qnn-lib-dir); default:
  *                          the loader's search (LD_LIBRARY_PATH); ADSP_LIBRARY_PATH is the DSP
- *                          side's, read by the libraries themselves
+ *                          side's, read by the libraries themselves (a resident worker starts
+ *                          with --qnn-lib-dir there when it and DSP_LIBRARY_PATH are unset)
  *   MOLMOACT_QNN_IO_MAP    JSON {session: {our tensor name: graph tensor name}} (--qnn-io-map)
- *   MOLMOACT_QNN_SOC, MOLMOACT_QNN_ARCH  device configs (soc model 77, arch 73) (--qnn-soc/-arch)
- *   MOLMOACT_QNN_PERF      default | high | burst: the HTP power vote (--qnn-perf)
+ *   MOLMOACT_QNN_SOC, MOLMOACT_QNN_ARCH  HTP device configs, sent only when set (--qnn-soc/-arch;
+ *                          77 and 73 on the IQ-9075), in the loaded library's layout
+ *   MOLMOACT_QNN_PERF      default | high | burst: the HTP power vote (--qnn-perf), cast once the
+ *                          first context is loaded and renewed after a DSP restart; a warning if it fails
  *   MOLMOACT_QNN_ZERO_COPY 1: tensors in rpcmem buffers registered with the context (--qnn-zero-copy)
  *   MOLMOACT_VERBOSE       1: each context binary's graph count and names at open (-v)
  *   MOLMOACT_VISION_CTX_SUFFIX, _LLM_, _ACTION_ (or the reference deployment's VISION_CTX_SUFFIX,
@@ -40,6 +43,16 @@ ma_status ma_qnn_prepare_env(ma_error *err);
 /* `molmoact inspect FILE.bin`: the binary info (version, producer) and every graph with its
  * inputs and outputs, read through libQnnSystem.so (and libQnnHtp.so for its API version) */
 ma_status ma_qnn_inspect(const char *path, FILE *f, ma_error *err);
+
+/* 1 once a QNN call of this process returned 1011 (SYSTEM_COMMUNICATION_FATAL): the DSP restart
+ * did not recover and nothing QNN made in this process works again (a resident worker then exits
+ * so that its supervisor starts a new one) */
+int ma_qnn_process_lost(void);
+
+/* the ADSP_LIBRARY_PATH a qnn worker process should start with, when neither it nor
+ * DSP_LIBRARY_PATH is set: --qnn-lib-dir's directory. Fills out and returns 1, else 0. The library
+ * sets nothing: the worker program's main sets it, before anything is loaded. */
+int ma_qnn_worker_adsp_path(char *out, size_t cap);
 
 /* a published QNN error code's name (e.g. 5005 CONTEXT_CREATE_FROM_BINARY), NULL when unknown */
 const char *ma_qnn_error_name(unsigned code);

@@ -121,11 +121,27 @@ typedef void (*qnn_log_cb)(const char *fmt, uint32_t level, uint64_t timestamp, 
 /* device configs: a NULL-terminated array of pointers; option 0 = a backend-specific config */
 typedef struct { uint32_t option; const void *custom; } qnn_device_config;
 enum { QNN_DEVICE_CONFIG_CUSTOM = 0 };
-/* HTP custom device config: option 0 = soc model, 1 = minimum arch {device id, arch} */
+/* HTP custom device config: option 0 = soc model, 1 = minimum arch {device id, arch}. Two
+ * layouts, chosen by the backend API version the loaded libQnnHtp.so reports (never by the
+ * headers we were built against):
+ *   up to HTP API 5.4x: every member of the union is 32-bit, so the union follows the option at
+ *     byte 4 and the struct is 12 bytes (SDK 2.43's HTP/QnnHtpDevice.h, chuzcjoe/qnnx @
+ *     4d4c8dc5ed142883ddc75e567d9d33a5cd4e61d7);
+ *   from HTP API 5.48 (SDK 2.48, as issue 36's review found): the union also holds a pointer
+ *     (an extension config), which aligns it to 8: socModel and the arch pair start at byte 8 and
+ *     the struct is 16 bytes (the public copy of the SDK's shared HTP device config types header).
+ * A config written at the wrong offset reads as soc 0 / device 73 to the library. */
 typedef struct {
     uint32_t option;
     union { uint32_t soc_model; struct { uint32_t device_id; uint32_t arch; } arch; } u;
 } qnn_htp_device_config;
+typedef struct {
+    uint32_t option;
+    union { uint32_t soc_model; struct { uint32_t device_id; uint32_t arch; } arch; void *extension; } u;
+} qnn_htp_device_config_548;
+_Static_assert(__builtin_offsetof(qnn_htp_device_config, u) == 4 && sizeof(qnn_htp_device_config) == 12, "HTP device config to 5.4x");
+_Static_assert(__builtin_offsetof(qnn_htp_device_config_548, u) == 8 && sizeof(qnn_htp_device_config_548) == 16, "HTP device config from 5.48");
+#define MA_QNN_HTP_DEVICE_CONFIG_PTR_MINOR 48u /* HTP API 5.x from which the union holds a pointer */
 enum { QNN_HTP_DEVICE_CONFIG_SOC = 0, QNN_HTP_DEVICE_CONFIG_ARCH = 1 };
 
 typedef qnn_err_t (*qnn_fn)(void); /* an entry we do not call */

@@ -95,8 +95,16 @@ SAME_OFFSET(QNN_INTERFACE_VER_TYPE, deviceFree, qnn_interface_table, device_free
 SAME_OFFSET(QNN_INTERFACE_VER_TYPE, errorGetMessage, qnn_interface_table, error_get_message);
 SAME_OFFSET(QNN_INTERFACE_VER_TYPE, graphGetProperty, qnn_interface_table, graph_get_property);
 SAME_OFFSET(QnnDevice_Config_t, customConfig, qnn_device_config, custom);
+/* the HTP device config's layout follows the HTP API version (qnn_abi.h) */
+#if QNN_HTP_API_VERSION_MAJOR > 5 || (QNN_HTP_API_VERSION_MAJOR == 5 && QNN_HTP_API_VERSION_MINOR >= MA_QNN_HTP_DEVICE_CONFIG_PTR_MINOR)
+SAME_SIZE(QnnHtpDevice_CustomConfig_t, qnn_htp_device_config_548);
+SAME_OFFSET(QnnHtpDevice_CustomConfig_t, socModel, qnn_htp_device_config_548, u.soc_model);
+SAME_OFFSET(QnnHtpDevice_CustomConfig_t, arch, qnn_htp_device_config_548, u.arch);
+#else
+SAME_SIZE(QnnHtpDevice_CustomConfig_t, qnn_htp_device_config);
 SAME_OFFSET(QnnHtpDevice_CustomConfig_t, socModel, qnn_htp_device_config, u.soc_model);
 SAME_OFFSET(QnnHtpDevice_CustomConfig_t, arch, qnn_htp_device_config, u.arch);
+#endif
 
 /* the system interface and binary info */
 SAME_OFFSET(QnnSystemInterface_t, systemApiVersion, qnn_system_interface, api_version);
