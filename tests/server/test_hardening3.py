@@ -116,7 +116,7 @@ def test_f3_pipelined_requests_never_read_hold_bounded_memory():
             except socket.timeout:
                 break  # the server stopped reading: what it holds is bounded
         grown = vm(s.p.pid, "VmRSS") - base
-        assert grown < 64 * 1024, (grown, sent)  # KiB; before the fix: 780 MiB in 6 s
+        assert SANITIZED or grown < 64 * 1024, (grown, sent)  # KiB; before the fix: 780 MiB in 6 s
         assert curl(f"{s.http}/healthz") == (200, "OK")
         c.close()
         time.sleep(0.5)
@@ -171,7 +171,7 @@ def test_f5_queued_bodies_count_against_the_all_clients_budget():
         time.sleep(2)
         held = vm(s.p.pid, "VmRSS") - base
         # 256 MiB of bodies at most (the all-clients budget), not 14 x 31 MiB = 434 MiB
-        assert held < 300 * 1024, held
+        assert SANITIZED or held < 300 * 1024, held  # (ASan's quarantine keeps freed memory)
         assert codes.count(503) >= 5, codes  # refused while the budget is full
     finally:
         os.kill(vision, signal.SIGCONT)
@@ -227,7 +227,7 @@ def test_f8_nils_under_an_ignored_key_cost_nothing():
         kind, out = fault(s.uri, msg)[:2]
         assert kind == "reply" and out["actions"].shape == (10, 7)
         peak = vm(s.p.pid, "VmHWM") - base
-        assert peak < 200 * 1024, peak  # KiB: before the fix 788 MB
+        assert SANITIZED or peak < 200 * 1024, peak  # KiB: before the fix 788 MB
         # the same nils under a key that is used: refused by its cost, before it is unpacked
         obs = observation()
         obs["noise"] = [None] * (4 * 1024 * 1024)
