@@ -567,13 +567,16 @@ static int str_at(const uint8_t *b, const char **p, size_t *n) {
     return 0;
 }
 
-size_t ma_wire_msgpack_budget(size_t len) { return len > (SIZE_MAX - (4u << 20)) / 4 ? SIZE_MAX : 4 * len + (4u << 20); }
+/* 16 MiB beyond 4x (JSON has 4 MiB): a frame sent as nested lists of integers costs 128 bytes a
+ * pixel here (4 objects) against 5-6 bytes of message; this lets such frames through to about
+ * 400 x 400. One message is decoded at a time (the inference thread), so the constant is paid once. */
+size_t ma_wire_msgpack_budget(size_t len) { return len > (SIZE_MAX - (16u << 20)) / 4 ? SIZE_MAX : 4 * len + (16u << 20); }
 
 /* The top-level map is walked here, not unpacked whole: a value under a key that means nothing
  * costs nothing, and each value that is used is unpacked by msgpack-c on its own once its cost
  * is known. Its cost: one msgpack_object per object, and a double per element of a nested list
  * (at most one per object); all of them together must fit ma_wire_msgpack_budget (4x the
- * message + 4 MiB, as the JSON path), counted before anything is allocated. */
+ * message + 16 MiB, the JSON path's form), counted before anything is allocated. */
 ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, const ma_wire_model *m, ma_wire_request *out,
                                  ma_error *err) {
     memset(out, 0, sizeof *out);
@@ -610,7 +613,7 @@ ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, co
             char k[64];
             snprintf(k, sizeof k, "%.*s", (int)(kl < 48 ? kl : 48), ks);
             s = ma_fail(err, MA_ERR_NOMEM, "%s: decoding it would take %llu bytes, beyond what a message of %zu bytes may cost "
-                        "(4x its size + 4 MiB): send arrays as msgpack-numpy (bin data) or frames as PNG/JPEG bytes",
+                        "(4x its size + 16 MiB): send arrays as msgpack-numpy (bin data) or frames as PNG/JPEG bytes",
                         k, (unsigned long long)(need + cost), len);
             break;
         }

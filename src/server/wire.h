@@ -46,7 +46,7 @@ typedef struct ma_wire_model {
 } ma_wire_model;
 
 /* msgpack-numpy request -> observation. flip180 rotates raw frames by 180 degrees. Decoding
- * costs at most ma_wire_msgpack_budget(len) (4x the message + 4 MiB), counted before any
+ * costs at most ma_wire_msgpack_budget(len) (4x the message + 16 MiB), counted before any
  * allocation; values under keys that mean nothing are skipped, never unpacked. */
 ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, const ma_wire_model *m, ma_wire_request *out,
                                  ma_error *err);
@@ -56,7 +56,7 @@ ma_status ma_wire_decode_json(const char *buf, size_t len, int flip180, const ma
 /* a checked walk over msgpack bytes: one complete object, every length within the buffer, at
  * most `max_depth` levels; 0 when well formed. Guards msgpack-c against claims of huge maps. */
 int ma_wire_msgpack_sane(const uint8_t *buf, size_t len, int max_depth);
-/* what decoding a msgpack message of len bytes may allocate: 4 * len + 4 MiB */
+/* what decoding a msgpack message of len bytes may allocate: 4 * len + 16 MiB */
 size_t ma_wire_msgpack_budget(size_t len);
 
 /* the growing output buffer the encoders write to (malloc'd data) */

@@ -232,9 +232,21 @@ def test_f8_nils_under_an_ignored_key_cost_nothing():
         obs = observation()
         obs["noise"] = [None] * (4 * 1024 * 1024)
         kind, text, code = fault(s.uri, oc.packb(obs))
-        assert kind == "error" and "noise: decoding it would take" in text and "4x its size + 4 MiB" in text, text
+        assert kind == "error" and "noise: decoding it would take" in text and "4x its size + 16 MiB" in text, text
     finally:
         assert s.stop() == 0
+
+
+def test_f8_frames_as_nested_lists_still_fit(srv):
+    """the decoding budget leaves room for what clients without numpy send: a 224 x 224 frame as
+    nested lists of integers (201,000 objects, 6.4 MB decoded from 0.3 MB)"""
+    img = np.random.default_rng(3).integers(0, 256, (224, 224, 3), dtype=np.uint8)
+    obs = observation(img0=img.tolist(), img1=img.tolist())
+    kind, out = fault(srv.uri, oc.packb(obs))[:2]
+    assert kind == "reply" and out["actions"].shape == (10, 7)
+    kind, ref = fault(srv.uri, oc.packb(observation(img0=img, img1=img, seed=np.uint64(7))))[:2]
+    kind, got = fault(srv.uri, oc.packb(dict(obs, seed=np.uint64(7))))[:2]
+    assert np.array_equal(ref["actions"], got["actions"])
 
 
 # -------------------------------------------------------------- F14: a reset with input queued

@@ -91,12 +91,12 @@ static void test_decoding_cost_bounded(void **state) {
         assert_int_not_equal(ma_wire_decode_msgpack(b.p, b.n, 0, &M, &r, &err), MA_OK);
         if (used) {
             assert_non_null(strstr(err.msg, "noise: decoding it would take"));
-            assert_non_null(strstr(err.msg, "4x its size + 4 MiB"));
+            assert_non_null(strstr(err.msg, "4x its size + 16 MiB"));
         } else
             assert_non_null(strstr(err.msg, "missing key"));
         free(b.p);
     }
-    assert_true(ma_wire_msgpack_budget(1000) == 4000 + (4u << 20));
+    assert_true(ma_wire_msgpack_budget(1000) == 4000 + (16u << 20));
     assert_true(ma_wire_msgpack_budget(SIZE_MAX / 2) == SIZE_MAX);
 }
 
