@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ma_config_parse(text, "fuzz", &c, &err);
     if (ma_normstats_parse(text, "fuzz", "libero", &ns, &err) == MA_OK) {
         float x[64] = {0}, y[64];
-        ma_unnormalize(&ns, &ns.action, x, y);
+        ma_unnormalize(&ns, &ns.action, x, y, &err);
         if (ns.has_state) ma_normalize(&ns, &ns.state, x, y);
     }
     free(text);

@@ -254,8 +254,9 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     res->trajectory = ma_malloc((size_t)A * Da, sizeof(float), err, "trajectory");
     if (!res->actions || !res->trajectory) { s = MA_ERR_NOMEM; goto done; }
     memcpy(res->trajectory, xv, x.nbytes);
-    for (int k = 0; k < n_steps; k++)
-        ma_unnormalize(&m->ns, &m->ns.action, xv + (size_t)(c->n_obs_steps - 1 + k) * Da, res->actions + (size_t)k * action_dim);
+    for (int k = 0; k < n_steps && !s; k++) /* fails on a non-finite action: the request is refused */
+        if ((s = ma_unnormalize(&m->ns, &m->ns.action, xv + (size_t)(c->n_obs_steps - 1 + k) * Da, res->actions + (size_t)k * action_dim, err)))
+            ma_error_wrap(err, s, "step %d", k);
     if (trace && !s) {
         int64_t ashape[2] = {n_steps, action_dim};
         s = ma_trace_add_f32(trace, "actions", 2, ashape, res->actions, err);

@@ -71,7 +71,7 @@ static void test_normstats_formulas(void **state) {
     assert_int_equal(ns.action.dim, 3);
     assert_int_equal(ns.action_horizon, 10);
     float x[3] = {0.5f, -7.0f, 0.7f}, y[3];
-    ma_unnormalize(&ns, &ns.action, x, y);
+    assert_int_equal(ma_unnormalize(&ns, &ns.action, x, y, &err), MA_OK);
     assert_true(fabsf(y[0] - ((0.5f + 1) / 2 * 2 - 1)) < 1e-6f);
     assert_true(fabsf(y[1] - 0.0f) < 1e-6f);    /* clipped to -1 -> q01 */
     assert_true(y[2] == 0.7f);                   /* mask false: clipped value passes through */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The C normaliser with LeRobot's arithmetic against what LeRobot's own code produced
  * (tests/fixtures/lerobot/recorded.json and its README): bit for bit. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -92,7 +93,8 @@ static void test_state_and_action_bit_for_bit(void **state) {
         float x[7], w[7], y[7];
         rows(ain, i, x, 7);
         rows(aw, i, w, 7);
-        ma_unnormalize(&ns, &ns.action, x, y);
+        ma_error err = {0};
+        assert_int_equal(ma_unnormalize(&ns, &ns.action, x, y, &err), MA_OK);
         for (int k = 0; k < 7; k++)
             if (bits(y[k]) != bits(w[k])) fail_msg("action %d dim %d: %08x, LeRobot %08x", i, k, bits(y[k]), bits(w[k]));
     }
@@ -157,6 +159,106 @@ static void test_task_text(void **state) {
     }
 }
 
+/* issue 36 (F12): statistics whose de-normalised range overflows float32 are refused at load,
+ * naming the key; a non-finite de-normalised action fails ma_unnormalize (the one point every
+ * action passes), whatever the statistics */
+static ma_status parse_one(const char *mode, const char *arith, const char *action_stats, const char *state_stats, ma_normstats *ns, ma_error *err) {
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"format\": \"molmoact2_norm_stats.v1\", \"norm_mode\": \"%s\", \"metadata_by_tag\": {\"t\": {%s \"action_stats\": {%s}%s%s%s}}}", mode,
+             arith, action_stats, state_stats ? ", \"state_stats\": {" : "", state_stats ? state_stats : "", state_stats ? "}" : "");
+    return ma_normstats_parse(text, "ns.json", "t", ns, err);
+}
+
+static void test_overflowing_statistics_refused(void **state) {
+    (void)state;
+    ma_normstats ns;
+    ma_error err = {0};
+    static const char *const ARITH[2] = {"", "\"arithmetic\": \"lerobot\","};
+    for (int a = 0; a < 2; a++) {
+        /* q99 - q01 overflows */
+        assert_int_equal(parse_one("q01_q99", ARITH[a], "\"q01\": [0, -3e38], \"q99\": [1, 3e38]", NULL, &ns, &err), MA_ERR_RANGE);
+        assert_non_null(strstr(err.msg, "t.action_stats.q99[1] = 3e+38"));
+        assert_non_null(strstr(err.msg, "float32"));
+        /* the range is finite, (a + 1) (q99 - q01) is not */
+        assert_int_equal(parse_one("q01_q99", ARITH[a], "\"q01\": [-1e38], \"q99\": [1e38]", NULL, &ns, &err), MA_ERR_RANGE);
+        assert_non_null(strstr(err.msg, "q99[0]"));
+        assert_int_equal(parse_one("min_max", ARITH[a], "\"min\": [-3e38], \"max\": [3e38]", NULL, &ns, &err), MA_ERR_RANGE);
+        assert_non_null(strstr(err.msg, "max[0]"));
+        /* mean + std */
+        assert_int_equal(parse_one("mean_std", ARITH[a], "\"mean\": [3e38], \"std\": [1e38]", NULL, &ns, &err), MA_ERR_RANGE);
+        assert_non_null(strstr(err.msg, "std[0]"));
+        /* a value beyond float32 itself: refused before the (undefined) cast */
+        assert_int_equal(parse_one("q01_q99", ARITH[a], "\"q01\": [0], \"q99\": [1e39]", NULL, &ns, &err), MA_ERR_RANGE);
+        assert_non_null(strstr(err.msg, "q99[0] = 1e+39 is beyond float32"));
+        /* the state's range as well (the normaliser divides by it) */
+        assert_int_equal(parse_one("q01_q99", ARITH[a], "\"q01\": [0], \"q99\": [1]", "\"q01\": [-3e38], \"q99\": [3e38]", &ns, &err), MA_ERR_RANGE);
+        assert_non_null(strstr(err.msg, "t.state_stats.q99[0]"));
+        /* a pass-through dimension's statistics are not used */
+        assert_int_equal(parse_one("q01_q99", ARITH[a], "\"q01\": [0, -3e38], \"q99\": [1, 3e38], \"mask\": [true, false]", NULL, &ns, &err), MA_OK);
+        /* large but sound: accepted */
+        assert_int_equal(parse_one("q01_q99", ARITH[a], "\"q01\": [-1e37], \"q99\": [1e37]", NULL, &ns, &err), MA_OK);
+    }
+}
+
+static void test_non_finite_action_refused(void **state) {
+    (void)state;
+    ma_normstats ns;
+    ma_error err = {0};
+    /* HF mean_std leaves the model's output unclipped: finite statistics, an infinite action */
+    assert_int_equal(parse_one("mean_std", "", "\"mean\": [0, 0], \"std\": [1, 3e38]", NULL, &ns, &err), MA_OK);
+    float x[2] = {0.5f, 2.0f}, y[2];
+    assert_int_equal(ma_unnormalize(&ns, &ns.action, x, y, &err), MA_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "action[1] is inf, not finite"));
+    x[1] = 0.5f;
+    assert_int_equal(ma_unnormalize(&ns, &ns.action, x, y, &err), MA_OK);
+    /* NaN from the model, in every mode and arithmetic, masked or not */
+    static const char *const ARITH[2] = {"", "\"arithmetic\": \"lerobot\","};
+    static const char *const MODE[4] = {"q01_q99", "min_max", "mean_std", "none"};
+    for (int a = 0; a < 2; a++)
+        for (int m = 0; m < 4; m++) {
+            assert_int_equal(parse_one(MODE[m], ARITH[a], "\"q01\": [0, 0], \"q99\": [1, 1], \"min\": [0, 0], \"max\": [1, 1], \"mean\": [0, 0], "
+                                                          "\"std\": [1, 1], \"mask\": [true, false]", NULL, &ns, &err), MA_OK);
+            for (int d = 0; d < 2; d++) {
+                float xn[2] = {0.0f, 0.0f};
+                xn[d] = NAN;
+                err.msg[0] = '\0';
+                assert_int_equal(ma_unnormalize(&ns, &ns.action, xn, y, &err), MA_ERR_RANGE);
+                char want[32];
+                snprintf(want, sizeof want, "action[%d]", d);
+                assert_non_null(strstr(err.msg, want));
+            }
+        }
+}
+
+/* LeRobot's normalization_mapping: each feature its own mode (and eps) */
+static void test_per_feature_modes(void **state) {
+    (void)state;
+    ma_normstats ns;
+    ma_error err = {0};
+    assert_int_equal(parse_one("q01_q99", "\"arithmetic\": \"lerobot\",", "\"q01\": [-1], \"q99\": [3]",
+                               "\"norm_mode\": \"min_max\", \"eps\": 0.5, \"min\": [0], \"max\": [0]", &ns, &err), MA_OK);
+    assert_int_equal(ns.action.mode, MA_NORM_Q01_Q99);
+    assert_int_equal(ns.state.mode, MA_NORM_MIN_MAX);
+    assert_true(ns.state.eps == 0.5f && ns.action.eps == 1e-8f);
+    float x[1] = {0.125f}, y[1];
+    ma_normalize(&ns, &ns.state, x, y);
+    assert_true(y[0] == 2.0f * 0.125f / 0.5f - 1.0f); /* LeRobot: a zero range divides by eps */
+    /* the HF arithmetic has one mode for the file */
+    assert_int_equal(parse_one("q01_q99", "", "\"q01\": [-1], \"q99\": [3]", "\"norm_mode\": \"min_max\", \"min\": [0], \"max\": [1]", &ns, &err),
+                     MA_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "t.state_stats.norm_mode"));
+    assert_int_equal(parse_one("q01_q99", "\"arithmetic\": \"lerobot\",", "\"q01\": [-1], \"q99\": [3], \"norm_mode\": 3", NULL, &ns, &err), MA_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "t.action_stats.norm_mode must be a string"));
+    assert_int_equal(parse_one("q01_q99", "\"arithmetic\": \"lerobot\",", "\"q01\": [-1], \"q99\": [3], \"norm_mode\": \"x\\ny\"", NULL, &ns, &err),
+                     MA_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "\"x\\x0ay\"")); /* escaped, not echoed raw */
+    assert_int_equal(parse_one("q01_q99", "\"arithmetic\": \"lerobot\", \"eps\": \"x\",", "\"q01\": [-1], \"q99\": [3]", NULL, &ns, &err), MA_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "t.eps must be a number"));
+    assert_int_equal(parse_one("q01_q99", "\"setup_type\": 5,", "\"q01\": [-1], \"q99\": [3]", NULL, &ns, &err), MA_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "setup_type must be a string"));
+}
+
 int main(void) {
     char *text = NULL;
     ma_error err = {0};
@@ -169,7 +271,8 @@ int main(void) {
     if (!root) return 1;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_state_and_action_bit_for_bit), cmocka_unit_test(test_zero_range_uses_eps),
                                        cmocka_unit_test(test_bins_at_the_edges), cmocka_unit_test(test_pass_through_outside_the_range_is_refused),
-                                       cmocka_unit_test(test_task_text)};
+                                       cmocka_unit_test(test_task_text), cmocka_unit_test(test_overflowing_statistics_refused),
+                                       cmocka_unit_test(test_non_finite_action_refused), cmocka_unit_test(test_per_feature_modes)};
     const int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cJSON_Delete(root);
     return rc;
