@@ -16,7 +16,12 @@
  * The base files come from `base` (a HF MolmoAct2 directory), else from the Hugging Face hub
  * cache entry of the repo checkpoint_path names ($HF_HUB_CACHE, $HF_HOME/hub or
  * ~/.cache/huggingface/hub; refs/main, then snapshots/REV), else the error names the repo, the
- * files needed and the download command. */
+ * files needed and the download command. checkpoint_path must then be a repo id by huggingface_hub's
+ * rules ([NAMESPACE/]NAME), checkpoint_revision a commit hash or a plain branch or tag name; each
+ * way the lookup can fail (no entry, no ref, a ref that is not a commit hash, a missing snapshot,
+ * a symlink loop, a FIFO) has its own message. Every field of config.json and of the pipelines'
+ * steps is type- and range-checked, naming the file and the field; the state and the action may
+ * each have their own normalisation mode (LeRobot's normalization_mapping). */
 #ifndef MA_LEROBOT_H
 #define MA_LEROBOT_H
 
