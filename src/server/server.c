@@ -853,6 +853,14 @@ static void start_request(conn *c, int json) {
 }
 
 static void process_http(conn *c);
+static void process_ws(conn *c);
+
+/* what is buffered, by the connection's protocol: HTTP, then the websocket an upgrade in it
+ * began (its first frames may have come with the request) */
+static void process_input(conn *c) {
+    if (!c->is_ws) process_http(c);
+    if (c->is_ws) process_ws(c);
+}
 
 /* the HTTP status of a failed job, and its reason */
 static int job_http_code(const job *j) {
@@ -866,6 +874,7 @@ static int job_reason(const job *j) {
 
 static void finish_job(job *j) {
     conn *c = find_conn(j->conn_id);
+    if (c && c->dead) c = NULL; /* gone this turn (reset, write error): nothing more for it */
     const char *proto = j->is_ws ? "ws" : "http";
     if (!c) {
         account(j->is_ws, j->status ? job_reason(j) : -1, j->t_recv, j);
@@ -886,7 +895,7 @@ static void finish_job(job *j) {
         else http_error(c, job_http_code(j), j->msg, 0);
         account(j->is_ws, job_reason(j), j->t_recv, j);
         job_free(j);
-        if (!c->is_ws) process_http(c);
+        if (!c->is_ws) process_input(c);
         return;
     }
     if (c->is_ws) {
@@ -945,7 +954,7 @@ static void finish_job(job *j) {
         cJSON_Delete(o);
     }
     job_free(j);
-    if (!c->is_ws) process_http(c); /* a pipelined request waiting behind this one */
+    if (!c->is_ws) process_input(c); /* a pipelined request waiting behind this one */
 }
 
 static void collect_done(void) {
@@ -1069,7 +1078,7 @@ static void route(conn *c) {
         return;
     }
     /* everything else has no body: one that comes anyway is not read, and the connection closes */
-    const int known = health || !strcmp(p, "/act") || !strcmp(p, "/") || !strcmp(p, "/status.json") || !strcmp(p, "/status.js") ||
+    const int known = !strcmp(p, "/healthz") || !strcmp(p, "/health") || !strcmp(p, "/act") || !strcmp(p, "/") || !strcmp(p, "/status.json") || !strcmp(p, "/status.js") ||
                       !strcmp(p, "/metrics") || !strcmp(p, "/reset");
     if (known && (!get || !strcmp(p, "/reset"))) { /* /reset is POST only (F16) */
         char m[128];
@@ -1390,6 +1399,14 @@ static int finish_close(conn *c, double now) {
     return now > c->linger_until;
 }
 
+/* input beyond the blank lines a client may send between requests: a request begun, or one
+ * waiting behind a reply the client has not read */
+static int unanswered_input(const conn *c) {
+    for (size_t i = 0; i < c->in_len; i++)
+        if (c->in[i] != '\r' && c->in[i] != '\n') return 1;
+    return 0;
+}
+
 static int loop_once(int timeout_ms) {
     struct pollfd *pf = calloc((size_t)S.n_conns + 2, sizeof *pf);
     conn **pc = calloc((size_t)S.n_conns + 2, sizeof *pc);
@@ -1433,8 +1450,7 @@ static int loop_once(int timeout_ms) {
         if (out_pending(c) && !c->dead) conn_write(c);
         if (c->paused && !out_full(c) && !c->dead) { /* the client read its replies: go on */
             c->paused = 0;
-            if (c->is_ws) process_ws(c);
-            else process_http(c);
+            process_input(c);
         }
         check_timers(c, now);
         if (finish_close(c, now)) conn_free(c);
@@ -1643,11 +1659,11 @@ int ma_serve(const ma_serve_opts *o) {
         for (conn *c = S.conns; c; c = c->next) {
             if (c->busy || c->closing) continue;
             if (c->is_ws) ws_close(c, 1001, "server shutting down");
-            else if (c->msg_start && (c->in_len || c->hstate == H_BODY)) { /* a request half sent: told, not dropped (F19) */
+            else if (c->hstate == H_BODY || unanswered_input(c)) { /* a request not answered: told, not dropped (F19) */
                 if (c->hstate == H_BODY && !c->reset_route) refused(c, 0, F_SHUTTING_DOWN);
-                log_line(c->peer, "http", c->rx_len + c->in_len, 0, NULL, "refused: shutting down (the request was not complete)");
+                log_line(c->peer, "http", c->rx_len + c->in_len, 0, NULL, "refused: shutting down (a request not answered)");
                 c->keep_alive = 0;
-                http_error(c, 503, "server: shutting down; the request was not complete", 1);
+                http_error(c, 503, "server: shutting down; the request was not answered", 1);
             } else c->closing = 1; /* after the reply it may still be writing */
         }
         if (!S.conns || now_ms() > deadline) break;

@@ -193,7 +193,6 @@ typedef struct {
     uint8_t *owned; /* what a and bytes point into when decoded here (freed after build) */
     int from_list;  /* a list of numbers (float64 here, whatever the client meant) */
     int claimed;    /* a key of this role was given */
-    uint64_t objects; /* msgpack: the objects its value holds (bounds a nested list's elements) */
 } wvalue;
 
 /* a key for role r: refused when another key already gave it */
@@ -456,6 +455,18 @@ static const msgpack_object *map_get(const msgpack_object *m, const char *key) {
     return NULL;
 }
 
+/* the objects under o, itself included (depth: the sanity walk's bound) */
+static uint64_t obj_count(const msgpack_object *o, int depth) {
+    uint64_t n = 1;
+    if (depth <= 0) return n;
+    if (o->type == MSGPACK_OBJECT_ARRAY)
+        for (uint32_t i = 0; i < o->via.array.size; i++) n += obj_count(&o->via.array.ptr[i], depth - 1);
+    else if (o->type == MSGPACK_OBJECT_MAP)
+        for (uint32_t i = 0; i < o->via.map.size; i++)
+            n += obj_count(&o->via.map.ptr[i].key, depth - 1) + obj_count(&o->via.map.ptr[i].val, depth - 1);
+    return n;
+}
+
 static ma_status mp_value(const msgpack_object *o, wvalue *v, ma_error *err) {
     switch (o->type) {
     case MSGPACK_OBJECT_STR: v->kind = 3; v->bytes = (const uint8_t *)o->via.str.ptr; v->nbytes = o->via.str.size; return MA_OK;
@@ -477,13 +488,15 @@ static ma_status mp_value(const msgpack_object *o, wvalue *v, ma_error *err) {
         /* The element count is the product of the first list's size at each level. Each size is
          * bounded by the bytes that follow it, but their product is not: four sizes can multiply
          * past 2^64 to a small number (27905 x 34724 x 49477 x 384773 = 2^64 + 4). Multiply with
-         * a check against the objects this value holds (each leaf is one of them) before any
+         * a check against the objects this value holds (each leaf is one of them; the value
+         * alone, not the list of frames it may be one of) before any
          * allocation; the walk below then writes exactly n leaves (every list's size is checked
          * against the shape) and never past n. */
+        const uint64_t limit = obj_count(o, 16);
         uint64_t n = 1;
         for (int d = 0; d < ndim; d++) {
             if (!shape[d]) { n = 0; break; }
-            if (n > v->objects / (uint64_t)shape[d])
+            if (n > limit / (uint64_t)shape[d])
                 return ma_fail(err, MA_ERR_SHAPE, "%s: nested lists that are not rectangular (the first lists' sizes multiply past the elements given)", v->key);
             n *= (uint64_t)shape[d];
         }
@@ -631,14 +644,8 @@ ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, co
                 s = ma_fail(err, MA_ERR_FORMAT, "%.*s: expected a list of two frames (the agent camera, then the wrist camera)", (int)(kl < 48 ? kl : 48), ks);
                 break;
             }
-            for (int c = 0; c < 2 && !s; c++) {
-                v[c].objects = objects;
-                s = mp_value(&val->via.array.ptr[c], &v[c], err);
-            }
-        } else {
-            v[r].objects = objects;
-            s = mp_value(val, &v[r], err);
-        }
+            for (int c = 0; c < 2 && !s; c++) s = mp_value(&val->via.array.ptr[c], &v[c], err);
+        } else s = mp_value(val, &v[r], err);
     }
     if (!s) s = build(v, flip180, m, out, err);
     for (int i = 0; i < R_NONE; i++) free(v[i].owned);

@@ -310,6 +310,9 @@ def test_f16_get_reset_is_not_allowed(srv):
     assert out[0][0] == 405 and out[0][1]["allow"] == "POST", out  # before the fix: 200 and the status
     r = requests.post(f"{srv.http}/reset", json={"session_id": "a"}, timeout=10)
     assert r.status_code == 200
+    for m in ("POST", "PUT"):  # a health path with another method: 405, not 404 (and not exempt)
+        out = raw(srv.port, f"{m} /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode())
+        assert out[0][0] == 405 and out[0][1]["allow"] == "GET, HEAD", out
 
 
 # ---------------------------------------------------------------- F17, F18: messages and seeds
@@ -356,7 +359,7 @@ def test_f19_sigterm_answers_a_half_sent_request():
     time.sleep(0.3)
     s.p.send_signal(signal.SIGTERM)
     out, _ = read_responses(c, 1, 30)
-    assert out and out[0][0] == 503 and "not complete" in json.loads(out[0][2])["error"], out
+    assert out and out[0][0] == 503 and "not answered" in json.loads(out[0][2])["error"], out
     c.close()
     assert s.p.wait(timeout=60) == 0
     s.log.close()
