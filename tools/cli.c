@@ -72,7 +72,8 @@ static int set_value(const cli_opt *o, int id, const char *v, const cli_cmd *cmd
     case CLI_INT: {
         long long x = strtoll(v, &end, 10);
         snprintf(range, sizeof range, "must be an integer in [%.0f, %.0f]", o->lo, o->hi);
-        if (!*v || *end || errno || (double)x < o->lo || (double)x > o->hi) {
+        /* plain decimal only: strtoll alone takes " 2" and "+1" */
+        if (!ma_plain_decimal(v, 0) || *end || errno || (double)x < o->lo || (double)x > o->hi) {
             fprintf(stderr, "molmoact %s: %s %s: %s\n", cmd->name, o->name, v, range);
             return 1;
         }
@@ -82,7 +83,8 @@ static int set_value(const cli_opt *o, int id, const char *v, const cli_cmd *cmd
     }
     case CLI_U64: {
         unsigned long long x = strtoull(v, &end, 10);
-        if (!*v || *end || errno || v[0] == '-' || v[0] == '+' || (o->hi > 0 && (double)x > o->hi)) {
+        /* digits only: strtoull takes " -1" as 2^64 - 1 */
+        if (!ma_plain_decimal(v, 0) || v[0] == '-' || *end || errno || (o->hi > 0 && (double)x > o->hi)) {
             fprintf(stderr, "molmoact %s: %s %s: must be a non-negative integer", cmd->name, o->name, v);
             if (o->hi > 0) fprintf(stderr, " up to %.0f", o->hi);
             fprintf(stderr, "\n");
@@ -94,7 +96,8 @@ static int set_value(const cli_opt *o, int id, const char *v, const cli_cmd *cmd
     }
     case CLI_REAL: {
         double x = strtod(v, &end);
-        if (!*v || *end || errno || !isfinite(x) || x < o->lo || x > o->hi) {
+        /* plain decimal only: strtod takes " 2", "+1", "0x1p-3" and "infinity" */
+        if (!ma_plain_decimal(v, 1) || *end || errno || !isfinite(x) || x < o->lo || x > o->hi) {
             fprintf(stderr, "molmoact %s: %s %s: must be a number in [%g, %g]\n", cmd->name, o->name, v, o->lo, o->hi);
             return 1;
         }

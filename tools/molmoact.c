@@ -44,10 +44,6 @@
 #include "model/manifest.h"
 #include "backend/qnn/qnn.h"
 
-#ifndef MA_SOURCE_DIR
-#define MA_SOURCE_DIR "."
-#endif
-
 /* ------------------------------------------------------------------------- the command line */
 
 /* option ids (0 ends a command's list) */
@@ -314,27 +310,27 @@ static void request_src_of(const opts *o, ma_request_src *src) {
     src->seed = o->seed;
 }
 
-/* the demo (the tiny Grid Sampler model and its golden): PREFIX/share/molmoact/tiny-grid when this
- * program is installed (bin/molmoact), else the source tree's assets/tiny-grid */
+/* the demo (the tiny Grid Sampler model and its golden), found from this program's own place:
+ * PREFIX/share/molmoact/tiny-grid when it is installed (PREFIX/bin/molmoact), BUILD/share/molmoact/
+ * tiny-grid in the build tree (a link to the source tree's assets/tiny-grid that CMake makes). No
+ * path of the machine that built it is compiled in. */
 static const char *demo_dir(void) {
     static char dir[PATH_MAX];
     char exe[PATH_MAX];
     const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(dir, sizeof dir, "%.*s/../share/molmoact/tiny-grid", PATH_MAX - 64, exe);
-            char probe[PATH_MAX + 16];
-            snprintf(probe, sizeof probe, "%s/model", dir);
-            if (ma_is_dir(probe)) return dir;
-        }
+    if (n <= 0) return NULL;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return NULL;
+    *slash = '\0';
+    static const char *const where[2] = {"../share/molmoact/tiny-grid", "share/molmoact/tiny-grid"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(dir, sizeof dir, "%.*s/%s", PATH_MAX - 64, exe, where[i]);
+        char probe[PATH_MAX + 16];
+        snprintf(probe, sizeof probe, "%s/model", dir);
+        if (ma_is_dir(probe)) return dir;
     }
-    snprintf(dir, sizeof dir, "%s/assets/tiny-grid", MA_SOURCE_DIR);
-    char probe[PATH_MAX + 16];
-    snprintf(probe, sizeof probe, "%s/model", dir);
-    return ma_is_dir(probe) ? dir : NULL;
+    return NULL;
 }
 
 /* the request source of the command line; without --model, the demo: the shipped tiny model,
@@ -355,7 +351,8 @@ static int request_setup(opts *o, ma_request_src *src, int golden_observation) {
     }
     const char *demo = demo_dir();
     if (!demo) {
-        fprintf(stderr, "molmoact: no demo model: neither PREFIX/share/molmoact/tiny-grid beside this program nor %s/assets/tiny-grid; give --model DIR\n", MA_SOURCE_DIR);
+        fprintf(stderr, "molmoact: no demo model (PREFIX/share/molmoact/tiny-grid for PREFIX/bin/molmoact, or share/molmoact/tiny-grid "
+                        "beside molmoact in its build directory); give --model DIR\n");
         return -1;
     }
     snprintf(model, sizeof model, "%s/model", demo);
@@ -752,7 +749,7 @@ static int cmd_run(opts *o) {
         printf(", \"open_ms\": %.3f, \"first_request_ms\": %.3f", open_ms, first_ms);
         if (o->runs > 1) printf(", \"warm_total_ms\": %.3f", warm_sum / (o->runs - 1));
     } else {
-        printf("open %.1f ms, first request %.1f ms%s", open_ms, first_ms, getenv("MOLMOACT_PRELOAD") ? " (--preload)" : "");
+        printf("open %.1f ms, first request %.1f ms%s", open_ms, first_ms, ma_env_flag("MOLMOACT_PRELOAD") ? " (--preload)" : "");
         if (o->runs > 1) printf(", warm (runs 2-%d) %.1f ms", o->runs, warm_sum / (o->runs - 1));
         printf("\n");
     }
@@ -1130,7 +1127,9 @@ static int cmd_prompt(opts *o) {
     if (!o->model) { fprintf(stderr, "molmoact: prompt needs --model DIR\n"); return 1; }
     ma_error err = {0};
     ma_model m;
-    if (ma_model_open(o->model, o->norm_tag, &m, &err)) return fail(&err);
+    /* a prompt needs the configuration, the statistics and the tokenizer, not the weights: the
+     * embedding part only (as the resident engine's host opens), unmerged LoRA adapters accepted */
+    if (ma_model_open_parts(o->model, o->norm_tag, MA_PART_EMBED | MA_PART_LORA_OK, &m, &err)) return fail(&err);
     if (!m.tok) { fprintf(stderr, "molmoact: %s has no tokenizer.json\n", o->model); ma_model_close(&m); return 1; }
     char *line = NULL;
     size_t cap = 0;
@@ -1330,7 +1329,7 @@ static int cmd_compile_a(cli_args *a) {
     ma_compile_opts co = {"f16", "f16", "f16", "", 0, 128, 0, {NULL}, {NULL}, {NULL, NULL, NULL}, 0, {NULL}};
     if (session_env(a)) return 1;
     const char *env = ma_env("MOLMOACT_PROMPT_SEQ");
-    if (env && *env) co.prompt_seq = atoi(env); /* checked by ma_env_check */
+    if (env && *env) co.prompt_seq = atoi(env); /* a plain decimal in range: session_env's ma_env_check refused others */
     if (a->given[O_PROMPT_SEQ]) co.prompt_seq = (int)a->i[O_PROMPT_SEQ];
     if (a->given[O_VISION]) { co.vision = a->str[O_VISION]; co.suffixed |= MA_COMPILE_SUFFIX_VISION; }
     if (a->given[O_LLM]) { co.llm = a->str[O_LLM]; co.suffixed |= MA_COMPILE_SUFFIX_LLM; }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "core/env.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,4 +63,44 @@ ma_status ma_env_check_aliases(ma_error *err) {
                            e->alias, b, e->alias, e->name);
     }
     return MA_OK;
+}
+
+int ma_env_flag(const char *name) {
+    const char *v = ma_env(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+ma_status ma_env_check_suffixes(ma_error *err) {
+    static const char *vars[] = {"MOLMOACT_VISION_CTX_SUFFIX", "MOLMOACT_LLM_CTX_SUFFIX", "MOLMOACT_ACTION_CTX_SUFFIX"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = ma_env(vars[i]);
+        if (v && (strchr(v, '/') || strlen(v) > 64 || !strcmp(v, ".") || !strcmp(v, "..")))
+            return ma_fail(err, MA_ERR_ARG, "%s=%.80s: a suffix of file names (at most 64 characters, no '/', not . or ..)",
+                           ma_env_source(vars[i]), v);
+    }
+    return MA_OK;
+}
+
+static const char *digits(const char *p) {
+    const char *q = p;
+    while (isdigit((unsigned char)*q)) q++;
+    return q;
+}
+
+int ma_plain_decimal(const char *s, int real) {
+    const char *p = s + (*s == '-');
+    const char *q = digits(p);
+    int any = q > p;
+    if (real && *q == '.') {
+        const char *f = digits(q + 1);
+        any |= f > q + 1;
+        q = f;
+    }
+    if (!any) return 0;
+    if (real && (*q == 'e' || *q == 'E')) {
+        const char *e = q + 1 + (q[1] == '-' || q[1] == '+');
+        q = digits(e);
+        if (q == e) return 0;
+    }
+    return *q == '\0';
 }

@@ -29,4 +29,16 @@ const char *ma_env_source(const char *name);
 /* a variable set under both names with different values: refused, naming both */
 ma_status ma_env_check_aliases(ma_error *err);
 
+/* a switch such as MOLMOACT_PRELOAD: on when set to anything but "" or "0" */
+int ma_env_flag(const char *name);
+
+/* the context suffixes (MOLMOACT_VISION_CTX_SUFFIX, _LLM_, _ACTION_ and their older names) name
+ * files inside the model directory: a '/', "." or "..", or more than 64 characters, refused */
+ma_status ma_env_check_suffixes(ma_error *err);
+
+/* a number written plainly in decimal, as the command line and the environment take them: an
+ * optional '-', digits and, when real, an optional fraction and exponent (1.5, -2, 1e-9); no
+ * spaces, '+' sign, hexadecimal, inf or nan. 1 when s is one */
+int ma_plain_decimal(const char *s, int real);
+
 #endif

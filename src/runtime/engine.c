@@ -17,7 +17,7 @@ static ma_status env_positive(const char *name, long max, ma_error *err) {
     char *end;
     errno = 0;
     long v = strtol(e, &end, 10);
-    if (!*e || *end || errno || v < 1 || v > max)
+    if (!ma_plain_decimal(e, 0) || *end || errno || v < 1 || v > max) /* strtol alone takes " 2" and "+1" */
         return ma_fail(err, MA_ERR_ARG, "%s=%s: must be an integer in [1, %ld]", name, e, max);
     return MA_OK;
 }
@@ -47,7 +47,8 @@ ma_status ma_env_check(ma_error *err) {
     ma_status s;
     if ((s = env_positive("MOLMOACT_THREADS", 64, err)) || (s = env_positive("MOLMOACT_WORKER_DEADLINE_MS", 86400000L, err)) ||
         (s = env_positive("MOLMOACT_PROMPT_SEQ", MA_MAX_PROMPT_SEQ, err)) ||
-        (s = env_positive("MOLMOACT2_PROMPT_SEQ", MA_MAX_PROMPT_SEQ, err)) || (s = ma_env_check_aliases(err)))
+        (s = env_positive("MOLMOACT2_PROMPT_SEQ", MA_MAX_PROMPT_SEQ, err)) || (s = ma_env_check_aliases(err)) ||
+        (s = ma_env_check_suffixes(err)))
         return s;
     return MA_OK;
 }

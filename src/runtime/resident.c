@@ -2,6 +2,7 @@
 #define _GNU_SOURCE /* memfd_create */
 #include "runtime/resident.h"
 #include "core/progress.h"
+#include "core/env.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -468,8 +469,8 @@ ma_status ma_resident_open(const ma_model *host, const char *dir, const char *ta
     /* with --preload (each worker reads its contexts in) and at serve's start-up, the workers'
      * start shows progress (MOLMOACT_OPEN_PROGRESS: set by serve) */
     ma_progress pg;
-    const int show = getenv("MOLMOACT_PRELOAD") || getenv("MOLMOACT_OPEN_PROGRESS");
-    if (show) ma_progress_begin(&pg, getenv("MOLMOACT_PRELOAD") ? "open (--preload)" : "open", 0, MA_NUM_WORKERS, "workers ready");
+    const int show = ma_env_flag("MOLMOACT_PRELOAD") || getenv("MOLMOACT_OPEN_PROGRESS");
+    if (show) ma_progress_begin(&pg, ma_env_flag("MOLMOACT_PRELOAD") ? "open (--preload)" : "open", 0, MA_NUM_WORKERS, "workers ready");
     for (int i = 0; i < MA_NUM_WORKERS; i++) {
         ma_status s = spawn(r, i, err);
         if (s) {

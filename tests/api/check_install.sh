@@ -34,8 +34,14 @@ assert all(abs(a - b) <= 5e-7 * (1 + abs(b)) for ra, rb in zip(api, cli) for a, 
 print("installed example = molmoact run (to its printed 6 decimals)")
 PY
 
-# the installed binary: its version, help, and the demo from the prefix (not the source tree)
+# the installed binary: its version, help, and the demo from the prefix (not the source tree); no
+# path of the source tree compiled into the program or the library (debug information aside)
 "$tmp/prefix/bin/molmoact" --version | grep -q '^molmoact [0-9]' || { echo "no --version"; exit 1; }
+for f in "$tmp/prefix/bin/molmoact" "$lib/libmolmoact.so.0"; do
+  objcopy --strip-debug "$f" "$tmp/stripped" 2> /dev/null || cp "$f" "$tmp/stripped"
+  if strings "$tmp/stripped" | grep -F "$src"; then echo "$f names the source tree $src"; exit 1; fi
+done
+echo "installed program and library: no path of the source tree"
 "$tmp/prefix/bin/molmoact" run --quiet > "$tmp/demo.txt" 2>&1 || { cat "$tmp/demo.txt"; exit 1; }
 grep -q "demo: model $tmp/prefix/bin/../share/molmoact/tiny-grid/model" "$tmp/demo.txt" || { echo "the demo did not come from the prefix:"; head -3 "$tmp/demo.txt"; exit 1; }
 grep -q "PASS" "$tmp/demo.txt" || { echo "the installed demo's parity did not pass"; tail -3 "$tmp/demo.txt"; exit 1; }

@@ -2,7 +2,8 @@
 """The command line as a user meets it (issue 30): help for every command, --version, typos,
 --opt=value, the README's command list and environment table generated from the same table as
 the parser, the --suffix recipe of the README run as written, the prompt length recorded by
-compile and used without an environment variable, progress lines, and the workers' names.
+compile and used without an environment variable, progress lines, and the workers' names; a
+switch set to 0 is off (issue 36), and the program holds no path of its source tree.
 
     MOLMOACT=build/molmoact MOLMOACT_SRC=. /usr/bin/python3 -m pytest -q tests/runtime/test_cli.py
 """
@@ -232,6 +233,30 @@ def test_preload_shows_the_workers_start(tmp_path):
     assert re.search(r"open \(--preload\): 6/6 workers ready", err), err
     rc, out, err = run("run", "--preload", "--quiet")
     assert rc == 0 and "workers ready" not in err
+
+
+def test_preload_zero_is_not_labelled_preload():
+    """issue 36 F23: MOLMOACT_PRELOAD=0 (off, as the library reads it) was still labelled (--preload)"""
+    rc, out, err = run("run", "--runs", "1", env={"MOLMOACT_PRELOAD": "0"})
+    assert rc == 0, err
+    assert re.search(r"^open [0-9.]+ ms, first request [0-9.]+ ms$", out, re.M) and "--preload" not in out + err, out + err
+    rc, out, err = run("run", "--runs", "1", env={"MOLMOACT_PRELOAD": "1"})
+    assert rc == 0 and re.search(r"first request [0-9.]+ ms \(--preload\)", out) and "open (--preload)" in err, out + err
+
+
+def test_the_program_embeds_no_source_path(tmp_path):
+    """issue 36: the binary carried the source tree's path (MA_SOURCE_DIR) as its demo's fallback,
+    into every install; the demo is found from the program's own place. (Debug information, which
+    names the sources, is left out of the check.)"""
+    import shutil
+    exe = str(tmp_path / "molmoact")
+    if shutil.which("objcopy"):
+        subprocess.run(["objcopy", "--strip-debug", BIN, exe], check=True)
+    else:
+        shutil.copy(BIN, exe)
+    assert SRC.encode() not in open(exe, "rb").read()
+    rc, out, err = run("run", "--runs", "1")
+    assert rc == 0 and "PASS" in out, out + err
 
 
 def test_workers_are_named_after_their_session(tmp_path):

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The CLI against hostile and careless input (issue 17): each case once crashed, hung, leaked,
-replaced what it should not have, or accepted a contradiction. Runs the real binary.
+replaced what it should not have, or accepted a contradiction (issue 36: numbers with spaces, '+'
+or hex, a suffix that is a path, a --keep pattern that matches nothing). Runs the real binary.
 
     MOLMOACT=build/molmoact MOLMOACT_SRC=. /usr/bin/python3 -m pytest -q tests/runtime/test_cli_hardening.py
 """
@@ -276,3 +277,45 @@ def test_malformed_noise_entry_in_an_npz_is_named(tmp_path):
     open(q, "wb").write(b"hello world")
     rc, out, err = run("run", "--model", MODEL, "--golden", GOLDEN, "--noise", q, "--runs", "1")
     assert rc == 1 and "neither an .npy array nor an .npz" in err, err
+
+
+# issue 36 F23: numbers are plain decimals, suffixes are not paths, patterns must match
+
+@pytest.mark.parametrize("args", [
+    ["--runs", " 2"], ["--runs", "+2"], ["--runs", "2 "], ["--runs", "0x2"], ["--runs", "１"],
+    ["--seed", " -1"], ["--seed", "+1"], ["--seed", "-1"], ["--seed", "0x10"],
+    ["--gate", "0x1p-1"], ["--gate", " 0.5"], ["--gate", "+0.5"], ["--gate", "nan"], ["--gate", "infinity"], ["--gate", ".5e"],
+    ["--threads", "\t2"],
+])
+def test_numbers_are_plain_decimals(args):
+    rc, out, err = run("run", "--model", MODEL, "--golden", GOLDEN, *args)
+    assert rc == 1 and args[0] in err and "must be" in err, (args, rc, err)
+
+
+def test_plain_decimals_are_taken():
+    rc, out, err = run("run", "--model", MODEL, "--golden", GOLDEN, "--runs", "1", "--seed", "0", "--gate", "1e-3", "--threads", "2")
+    assert rc == 0, err
+    rc, out, err = run("parity", "--model", MODEL, "--golden", GOLDEN, "--gate", "-.5")
+    assert rc == 1 and "--gate -.5" in err, err  # a number, out of range
+
+
+@pytest.mark.parametrize("var,value", [
+    ("MOLMOACT_THREADS", " 2"), ("MOLMOACT_THREADS", "+2"), ("MOLMOACT_THREADS", "2 "),
+    ("MOLMOACT_WORKER_DEADLINE_MS", "+1000"), ("MOLMOACT_PROMPT_SEQ", " 128"), ("MOLMOACT2_PROMPT_SEQ", "+128"),
+])
+def test_environment_numbers_are_plain_decimals(var, value, obs):
+    rc, out, err = run("run", "--model", MODEL, "--inputs", obs["ok"], "--runs", "1", env={var: value})
+    assert rc == 1 and f"{var}={value}" in err, (rc, err)
+
+
+@pytest.mark.parametrize("var", ["MOLMOACT_VISION_CTX_SUFFIX", "LLM_CTX_SUFFIX", "MOLMOACT_ACTION_CTX_SUFFIX"])
+@pytest.mark.parametrize("value", ["/../../x", "a/b", "..", "x" * 65])
+def test_context_suffix_is_not_a_path(var, value, obs, tmp_path):
+    ctx = str(tmp_path / "ctx")
+    rc, out, err = run("compile", MODEL, "-o", ctx, "--quiet")
+    assert rc == 0, err
+    rc, out, err = run("run", "--model", ctx, "--inputs", obs["ok"], "--runs", "1", env={var: value})
+    assert rc == 1 and var in err and "suffix" in err, (rc, err)
+    rc, out, err = run("compile", MODEL, "-o", str(tmp_path / "ctx2"), env={var: value})
+    assert rc == 1 and var in err, (rc, err)
+
