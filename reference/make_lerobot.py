@@ -107,10 +107,12 @@ def main():
             out[prefix + base + ".base_layer.weight"] = t
             out[prefix + base + ".lora_A.default.weight"] = A
             out[prefix + base + ".lora_B.default.weight"] = B
-            # PEFT merge (lora/layer.py): delta = (B @ A) * scaling in fp32, cast, added in W's dtype
+            # PEFT's merge_and_unload() (huggingface/peft 5d602fdbff04c33c1c4de55cda9d4ae1d7cb7e40,
+            # src/peft/tuners/lora/layer.py, Linear.merge without safe_merge): delta = (B @ A) * scaling
+            # in fp32 (fp32 adapters), added to W in place: the sum rounded once to W's dtype
             delta = (B @ A) * scale
             w = t.clone()
-            w += delta.to(t.dtype)
+            w += delta
             merged[name] = w
         else:
             out[prefix + name] = t

@@ -540,7 +540,15 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
                         "lora_alpha)%s", dir, m->ws.lora_first, lr ? "" : ": a LeRobot policy's config.json (or PEFT's adapter_config.json) is needed");
             goto fail;
         }
-        /* PEFT's scaling: lora_alpha / r (rsLoRA is not used by LeRobot's MolmoAct2) */
+        /* PEFT's scaling: lora_alpha / r (rsLoRA is not used by LeRobot's MolmoAct2); a scaling that
+         * is not finite or is absurd (PEFT's configs use alpha about r to 4 r) is refused before
+         * it is cast to float (undefined beyond float's range) */
+        const double scaling = lr->lora_alpha / lr->lora_rank;
+        if (!(scaling > 0 && scaling <= MA_LORA_MAX_SCALING)) {
+            s = ma_fail(err, MA_ERR_RANGE, "%s: config.json lora_alpha %g / lora_rank %d = %g: the LoRA scaling must be in (0, %g]", dir,
+                        lr->lora_alpha, lr->lora_rank, scaling, MA_LORA_MAX_SCALING);
+            goto fail;
+        }
         for (size_t i = 0; i < m->ws.count; i++)
             if (m->ws.refs[i].has_lora) {
                 if (m->ws.refs[i].lora_rank != lr->lora_rank) {
@@ -548,7 +556,7 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
                                 (long long)m->ws.refs[i].lora_rank, lr->lora_rank);
                     goto fail;
                 }
-                m->ws.refs[i].lora_scale = (float)(lr->lora_alpha / lr->lora_rank);
+                m->ws.refs[i].lora_scale = (float)scaling;
             }
     }
     if ((parts & MA_PART_VISION) && (s = ma_vision_bind(&m->ws, c, &m->vision, err))) goto fail;

@@ -26,6 +26,7 @@ enum {
 #define MA_PART_LLM(i) (MA_PART_LLM0 << (i))
 
 #define MA_MAX_PROMPT_SEQ 65536 /* the longest prompt a context may be shaped for */
+#define MA_LORA_MAX_SCALING 1024.0 /* the largest LoRA scaling lora_alpha / r taken (compile merges) */
 /* 2: matrices with a multiple of 16 rows are stored in the GEMM panel layout (kernels/gemm.h);
  * 3: molmoact.source_fingerprint in every context;
  * 4: molmoact.compile_id in every context, and the directory's manifest.json (model/manifest.h) */

@@ -8,9 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "io/jsonline.h"
 #include "io/mapfile.h"
@@ -87,19 +84,29 @@ ma_status ma_manifest_put(ma_manifest *m, const ma_manifest_entry *e, ma_error *
     return MA_OK;
 }
 
+static int by_entry_name(const void *a, const void *b) {
+    return strcmp(((const ma_manifest_entry *)a)->name, ((const ma_manifest_entry *)b)->name);
+}
+
 ma_status ma_manifest_write(const char *path, const ma_manifest *m, ma_error *err) {
+    /* in name order: the same directory gives the same bytes, whatever order its entries came in */
+    ma_manifest_entry *sorted = malloc(sizeof *sorted * (size_t)(m->n ? m->n : 1));
+    if (!sorted) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", path);
+    memcpy(sorted, m->e, sizeof *sorted * (size_t)m->n);
+    qsort(sorted, (size_t)m->n, sizeof *sorted, by_entry_name);
     cJSON *root = cJSON_CreateObject(), *files = NULL;
     if (root) {
         cJSON_AddNumberToObject(root, "molmoact_manifest", 1);
         files = cJSON_AddObjectToObject(root, "files");
     }
     for (int i = 0; files && i < m->n; i++) {
-        cJSON *f = cJSON_AddObjectToObject(files, m->e[i].name);
+        cJSON *f = cJSON_AddObjectToObject(files, sorted[i].name);
         if (!f) break;
-        if (m->e[i].compile_id[0]) cJSON_AddStringToObject(f, "compile_id", m->e[i].compile_id);
-        else cJSON_AddStringToObject(f, "fnv64", m->e[i].fnv64);
-        cJSON_AddNumberToObject(f, "bytes", (double)m->e[i].bytes);
+        if (sorted[i].compile_id[0]) cJSON_AddStringToObject(f, "compile_id", sorted[i].compile_id);
+        else cJSON_AddStringToObject(f, "fnv64", sorted[i].fnv64);
+        cJSON_AddNumberToObject(f, "bytes", (double)sorted[i].bytes);
     }
+    free(sorted);
     char *text = files ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", path);
@@ -124,12 +131,3 @@ ma_status ma_manifest_hash_file(const char *path, char out[17], uint64_t *bytes,
     return MA_OK;
 }
 
-void ma_manifest_new_id(char out[17]) {
-    uint64_t r = 0;
-    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) {
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        r = ma_fnv1a64(MA_FNV_OFFSET, &t, sizeof t) ^ (uint64_t)getpid();
-    }
-    snprintf(out, 17, "%016llx", (unsigned long long)r);
-}

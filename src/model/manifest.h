@@ -6,8 +6,9 @@
  *    "files": {"vision.gguf": {"compile_id": "9f2c...", "bytes": 123},
  *              "norm_stats.json": {"fnv64": "ab12...", "bytes": 456}, ...}}
  *
- * A context (GGUF) carries its compile's random id (molmoact.compile_id) and must carry the one
- * the manifest lists for its name; a host file (config.json, norm_stats.json, tokenizer.json,
+ * A context (GGUF) carries its compile's id (molmoact.compile_id: a hash of the compile's input
+ * and options, so the same compile gives the same bytes; runtime/compile.c) and must carry the
+ * one the manifest lists for its name; a host file (config.json, norm_stats.json, tokenizer.json,
  * processor_config.json) must hash (64-bit FNV-1a) to the listed value. So a compile interrupted
  * while it moved files in (some new, the manifest still the old one), an edited norm_stats.json
  * or another model's config.json is refused by name instead of being used. */
@@ -42,10 +43,9 @@ ma_status ma_manifest_load(const char *dir, ma_manifest *m, ma_error *err);
 const ma_manifest_entry *ma_manifest_find(const ma_manifest *m, const char *name);
 /* add or replace an entry */
 ma_status ma_manifest_put(ma_manifest *m, const ma_manifest_entry *e, ma_error *err);
+/* the entries in name order */
 ma_status ma_manifest_write(const char *path, const ma_manifest *m, ma_error *err);
 /* the FNV-1a 64 of a file as 16 hex digits, and its size */
 ma_status ma_manifest_hash_file(const char *path, char out[17], uint64_t *bytes, ma_error *err);
-/* a new random compile id (16 hex digits) */
-void ma_manifest_new_id(char out[17]);
 
 #endif

@@ -3,6 +3,8 @@
 #include "runtime/compile.h"
 
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,7 @@
 #include "model/checkpoint.h"
 #include "model/lerobot.h"
 #include "model/manifest.h"
+#include "molmoact.h"
 
 static int parse_precision(const char *p, ma_dtype *dt) {
     if (!strcmp(p, "f16")) *dt = MA_DT_F16;
@@ -92,6 +95,55 @@ static int slot_takes(const ma_model *m, int slot, const ma_wref *r) {
     return !(slot == 7 && (strstr(r->name, "modulation.linear") || strstr(r->name, "time_embed.")));
 }
 
+/* the largest |x| a row may hold for every value of it to stay finite when stored in dt (a q8_0
+ * block's f16 scale is amax / 127; q4_0's about amax / 8, bounded here by amax / 7) */
+static float stored_limit(ma_dtype dt) {
+    switch (dt) {
+    case MA_DT_F16: return 65504.0f;
+    case MA_DT_BF16: return 0x1.fep127f;
+    case MA_DT_Q8_0: return 65504.0f * 127.0f;
+    case MA_DT_Q4_0: return 65504.0f * 7.0f;
+    default: return FLT_MAX;
+    }
+}
+
+static const char *dtype_label(ma_dtype dt) {
+    switch (dt) {
+    case MA_DT_F16: return "f16";
+    case MA_DT_BF16: return "bf16";
+    case MA_DT_Q8_0: return "q8_0";
+    case MA_DT_Q4_0: return "q4_0";
+    default: return "f32";
+    }
+}
+
+/* x rounded to dt (f16 or bf16) and back; other types unchanged */
+static void round_to(ma_dtype dt, float *x, int64_t n, void *tmp) {
+    if (dt != MA_DT_F16 && dt != MA_DT_BF16) return;
+    ma_convert_from_f32(dt, x, n, tmp);
+    ma_convert_to_f32(dt, tmp, 0, n, x);
+}
+
+/* an unmerged LoRA adapter merged as PEFT's merge_and_unload() merges it (its default, not
+ * safe_merge; huggingface/peft 5d602fdbff04c33c1c4de55cda9d4ae1d7cb7e40,
+ * src/peft/tuners/lora/layer.py: Linear.get_delta_weight and Linear.merge): the delta
+ * (B @ A) * scaling computed in fp32, cast back to lora_B's dtype when that is f16 or bf16 (its
+ * CPU path), then added to W in place, the sum rounded once to W's dtype. (safe_merge instead
+ * casts the delta to W's dtype first: a second rounding.) */
+static void lora_merge_row(const ma_wref *r, int64_t k, int64_t cols, const float *la, float *lb, float *delta, float *row, void *tmp) {
+    const int64_t R = r->lora_rank;
+    ma_convert_to_f32(r->lora_dtype_b, r->lora_b, k * R, R, lb);
+    for (int64_t c = 0; c < cols; c++) delta[c] = 0.0f;
+    for (int64_t t = 0; t < R; t++) {
+        const float bt = lb[t], *at = la + t * cols;
+        for (int64_t c = 0; c < cols; c++) delta[c] += bt * at[c];
+    }
+    for (int64_t c = 0; c < cols; c++) delta[c] *= r->lora_scale;
+    round_to(r->lora_dtype_b, delta, cols, tmp);
+    for (int64_t c = 0; c < cols; c++) row[c] += delta[c];
+    round_to(r->dtype, row, cols, tmp);
+}
+
 static ma_status fill_tensor(void *ctx, void *dst, size_t bytes, ma_error *err) {
     const fill_job *j = ctx;
     const ma_wref *r = j->r;
@@ -101,53 +153,41 @@ static ma_status fill_tensor(void *ctx, void *dst, size_t bytes, ma_error *err) 
     out_ref.dtype = j->dt;
     const int pack = ma_ws_packed(&packed, &out_ref);
     if (pack && ma_panels_size(j->dt, rows, cols) != bytes) return ma_fail(err, MA_ERR_SHAPE, "%s: panel size", r->name);
+    const int64_t R = r->has_lora ? r->lora_rank : 0;
+    const size_t ncol = (size_t)(cols ? cols : 1);
     void *buf = pack ? malloc(bytes ? bytes : 1) : dst;
-    float *row = malloc(sizeof(float) * (size_t)(cols ? cols : 1));
-    if (!buf || !row) {
-        if (pack) free(buf);
-        free(row);
-        return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", r->name);
-    }
+    float *row = malloc(sizeof(float) * ncol);
+    float *la = R ? malloc(sizeof(float) * (size_t)R * ncol) : NULL, *lb = R ? malloc(sizeof(float) * (size_t)R) : NULL;
+    float *delta = R ? malloc(sizeof(float) * ncol) : NULL, *tmp = R ? malloc(sizeof(float) * ncol) : NULL;
+    ma_status s = MA_OK;
+    if (!buf || !row || (R && (!la || !lb || !delta || !tmp))) s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", r->name);
     const size_t row_bytes = rows ? bytes / (size_t)rows : 0;
     size_t src_row = 0;
     const int64_t one[1] = {cols};
     if (ma_shape_nbytes(r->dtype, 1, one, &src_row, NULL)) src_row = 0;
-    /* unmerged LoRA: W + scale * B A, row by row, as PEFT merges (lora/layer.py, merge and
-     * get_delta_weight): the delta in fp32, cast to W's dtype, added in W's dtype */
-    float *la = NULL, *lb = NULL, *delta = NULL;
-    const int64_t R = r->has_lora ? r->lora_rank : 0;
-    if (R) {
-        la = malloc(sizeof(float) * (size_t)(R * cols));
-        lb = malloc(sizeof(float) * (size_t)R);
-        delta = malloc(sizeof(float) * (size_t)cols);
-        if (!la || !lb || !delta) {
-            free(la); free(lb); free(delta); free(row);
-            if (pack) free(buf);
-            return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory (LoRA merge)", r->name);
-        }
-        ma_convert_to_f32(r->lora_dtype_a, r->lora_a, 0, R * cols, la);
-    }
-    void *rt = R && r->dtype != MA_DT_F32 ? malloc(sizeof(float) * (size_t)cols) : NULL; /* a row in W's dtype */
-    for (int64_t k = 0; k < rows; k++) {
+    if (!s && R) ma_convert_to_f32(r->lora_dtype_a, r->lora_a, 0, R * cols, la);
+    const float limit = stored_limit(j->dt);
+    for (int64_t k = 0; k < rows && !s; k++) {
         ma_convert_to_f32(r->dtype, r->data, k * cols, cols, row);
-        if (R) {
-            ma_convert_to_f32(r->lora_dtype_b, r->lora_b, k * R, R, lb);
-            for (int64_t c = 0; c < cols; c++) delta[c] = 0.0f;
-            for (int64_t t = 0; t < R; t++) {
-                const float bt = lb[t], *at = la + t * cols;
-                for (int64_t c = 0; c < cols; c++) delta[c] += bt * at[c];
+        if (R) lora_merge_row(r, k, cols, la, lb, delta, row, tmp);
+        /* every value stored must be finite: a broken adapter (NaN in lora_B, an absurd scaling),
+         * a checkpoint's own NaN or Inf, or a value beyond what the stored type holds is refused */
+        for (int64_t c = 0; c < cols && !s; c++)
+            if (!(fabsf(row[c]) <= limit)) {
+                float w0 = 0.0f;
+                ma_convert_to_f32(r->dtype, r->data, k * cols + c, 1, &w0);
+                if (R)
+                    s = ma_fail(err, MA_ERR_RANGE, "%s: the LoRA merge W + %g * lora_B @ lora_A gives %g at [%lld, %lld] (W %g, delta %g)%s: "
+                                "the adapter or its lora_alpha is broken", r->name, (double)r->lora_scale, (double)row[c], (long long)k,
+                                (long long)c, (double)w0, (double)delta[c], isfinite(row[c]) ? ", beyond what the stored type holds" : "");
+                else if (!isfinite(row[c]))
+                    s = ma_fail(err, MA_ERR_RANGE, "%s: the checkpoint holds %g at [%lld, %lld]", r->name, (double)row[c], (long long)k, (long long)c);
+                else
+                    s = ma_fail(err, MA_ERR_RANGE, "%s: %g at [%lld, %lld] is beyond what %s holds (|x| <= %g)%s", r->name, (double)row[c],
+                                (long long)k, (long long)c, dtype_label(j->dt), (double)limit,
+                                j->dt == MA_DT_BF16 ? "" : ": store this component in bf16");
             }
-            for (int64_t c = 0; c < cols; c++) delta[c] *= r->lora_scale;
-            if (rt) { /* cast to W's dtype, then the sum rounded to it */
-                ma_convert_from_f32(r->dtype, delta, cols, rt);
-                ma_convert_to_f32(r->dtype, rt, 0, cols, delta);
-            }
-            for (int64_t c = 0; c < cols; c++) row[c] += delta[c];
-            if (rt) {
-                ma_convert_from_f32(r->dtype, row, cols, rt);
-                ma_convert_to_f32(r->dtype, rt, 0, cols, row);
-            }
-        }
+        if (s) break;
         ma_convert_from_f32(j->dt, row, cols, (uint8_t *)buf + (size_t)k * row_bytes);
         if (src_row && (k & 1023) == 1023) /* the source rows read so far leave this process */
             ma_mapfile_release((const uint8_t *)r->data + (size_t)(k - 1023) * src_row, 1024 * src_row);
@@ -155,12 +195,11 @@ static ma_status fill_tensor(void *ctx, void *dst, size_t bytes, ma_error *err) 
     free(la);
     free(lb);
     free(delta);
-    free(rt);
-    if (pack) {
-        ma_pack_panels(j->dt, buf, rows, cols, dst);
-        free(buf);
-    }
+    free(tmp);
+    if (!s && pack) ma_pack_panels(j->dt, buf, rows, cols, dst);
+    if (pack) free(buf);
     free(row);
+    if (s) return s;
     size_t src_bytes = 0;
     if (!ma_shape_nbytes(r->dtype, r->ndim, r->shape, &src_bytes, NULL)) ma_mapfile_release(r->data, src_bytes);
     ma_progress_add(&g_progress, ref_bytes(r), 1);
@@ -464,6 +503,110 @@ static ma_status publish_staging(const char *staging, const char *out_dir, ma_er
     return s;
 }
 
+/* is `path` (which need not exist yet) the directory `dir` (1) or inside it (2)? Its longest existing
+ * part is made canonical (symlinks followed), then it and each of its ancestors is compared with
+ * dir by device and inode (a bind mount of dir is dir too). An output that only contains the
+ * source (compile ./model -o .) writes beside it, not into it, and is not refused. */
+static int path_within(const char *path, const char *dir) {
+    struct stat ds, st;
+    char buf[PATH_MAX], real[PATH_MAX];
+    if (stat(dir, &ds) || strlen(path) >= sizeof buf) return 0;
+    snprintf(buf, sizeof buf, "%s", path);
+    int below = 0; /* components of path that do not exist yet */
+    for (;; below++) {
+        size_t l = strlen(buf);
+        while (l > 1 && buf[l - 1] == '/') buf[--l] = '\0';
+        if (!stat(buf, &st)) break;
+        char *slash = strrchr(buf, '/');
+        if (!slash) snprintf(buf, sizeof buf, ".");
+        else if (slash == buf) buf[1] = '\0';
+        else *slash = '\0';
+    }
+    if (!realpath(buf, real)) return 0;
+    for (int up = 0;; up++) {
+        if (!stat(real, &st) && st.st_dev == ds.st_dev && st.st_ino == ds.st_ino) return up || below ? 2 : 1;
+        char *slash = strrchr(real, '/');
+        if (!slash || !strcmp(real, "/")) return 0;
+        if (slash == real) real[1] = '\0';
+        else *slash = '\0';
+    }
+}
+
+static ma_status check_not_within(const char *out_dir, const char *dir, const char *what, ma_error *err) {
+    const int w = path_within(out_dir, dir);
+    if (!w) return MA_OK;
+    return ma_fail(err, MA_ERR_ARG, "-o %s is %s%s %s: compile would write its contexts into it; give an output directory outside it", out_dir,
+                   w == 1 ? "" : "inside ", what, dir);
+}
+
+/* every --keep and --compute-keep pattern must match a matrix it can act on: a pattern that
+ * matches nothing (a typo, a name as another tool spells it) is refused by name rather than
+ * compiling a plan the user did not ask for */
+static ma_status check_patterns(const ma_model *m, const ma_compile_opts *o, const char *hf_dir, ma_error *err) {
+    for (int k = 0; k < o->n_keep + o->n_compute_keep; k++) {
+        const int is_keep = k < o->n_keep;
+        const char *pat = is_keep ? o->keep_pattern[k] : o->compute_keep[k - o->n_keep];
+        int hit = 0;
+        for (size_t i = 0; i < m->ws.count && !hit; i++) {
+            const ma_wref *r = &m->ws.refs[i];
+            if (r->ndim != 2 || fnmatch(pat, r->name, 0)) continue;
+            for (int slot = 0; slot < 8 && !hit; slot++) {
+                if (!slot_takes(m, slot, r)) continue;
+                const int comp = slot == 0 ? 0 : slot <= 5 ? 1 : 2;
+                hit = is_keep || (slot != 1 && o->compute[comp] && !strcmp(o->compute[comp], "bf16"));
+            }
+        }
+        if (hit) continue;
+        if (is_keep)
+            return ma_fail(err, MA_ERR_ARG, "--keep %s=%s: the pattern matches no matrix of %s (`molmoact inspect %s` lists their names)", pat,
+                           o->keep_prec[k], hf_dir, hf_dir);
+        return ma_fail(err, MA_ERR_ARG, "--compute-keep %s: the pattern matches no matrix of a component computed in bf16 (--compute) in %s "
+                       "(`molmoact inspect %s` lists their names)", pat, hf_dir, hf_dir);
+    }
+    return MA_OK;
+}
+
+/* the compile's id (molmoact.compile_id, the manifest's compile_id): derived from what the
+ * contexts are made of, so compiling the same input with the same options gives the same bytes,
+ * while files of compiles of different inputs or options carry different ids and are not taken
+ * for one set. It hashes this program's version and context format, the kernel set (the step
+ * modulation table is computed with it, so its last bits follow the CPU), the checkpoint's fingerprint
+ * (every tensor's name, dtype, shape and bytes, the LoRA adapters' included), the config the
+ * contexts embed, the source's own config.json (a LeRobot policy's LoRA settings), the
+ * statistics written, and every option (64-bit FNV-1a over length-prefixed fields). */
+static void id_field(uint64_t *h, const char *s) {
+    const uint64_t n = s ? (uint64_t)strlen(s) : UINT64_MAX;
+    *h = ma_fnv1a64(*h, &n, sizeof n);
+    if (s) *h = ma_fnv1a64(*h, s, strlen(s));
+}
+
+static void derive_compile_id(const char *fingerprint, const char *config_json, const char *src_config, const char *stats,
+                              const ma_compile_opts *o, char out[17]) {
+    uint64_t h = MA_FNV_OFFSET;
+    char num[64];
+    id_field(&h, "molmoact compile " MOLMOACT_VERSION);
+    id_field(&h, ma_gemm_kernels());
+    id_field(&h, getenv("MOLMOACT_KERNELS")); /* scalar, and the vector math's set, follow it too */
+    snprintf(num, sizeof num, "format %d prompt_seq %d suffixed %u keep %d compute_keep %d", MA_CONTEXT_FORMAT, o->prompt_seq,
+             o->suffixed, o->n_keep, o->n_compute_keep);
+    id_field(&h, num);
+    id_field(&h, fingerprint);
+    id_field(&h, config_json);
+    id_field(&h, src_config);
+    id_field(&h, stats);
+    id_field(&h, o->vision);
+    id_field(&h, o->llm);
+    id_field(&h, o->action);
+    id_field(&h, o->suffix ? o->suffix : "");
+    for (int c = 0; c < 3; c++) id_field(&h, o->compute[c] ? o->compute[c] : "fp32");
+    for (int k = 0; k < o->n_keep; k++) {
+        id_field(&h, o->keep_pattern[k]);
+        id_field(&h, o->keep_prec[k]);
+    }
+    for (int k = 0; k < o->n_compute_keep; k++) id_field(&h, o->compute_keep[k]);
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
 ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_opts *o, ma_error *err) {
     ma_dtype tv, tl, ta;
     if (!parse_precision(o->vision, &tv)) return ma_fail(err, MA_ERR_ARG, "--vision %s: precision must be f16, bf16, q8_0 or q4_0", o->vision);
@@ -485,12 +628,23 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
         return ma_fail(err, MA_ERR_ARG, "--suffix %s: at most 64 characters, no '/'", o->suffix);
     if (!out_dir[0]) return ma_fail(err, MA_ERR_ARG, "-o: empty output directory");
     if (ma_is_context_dir(hf_dir)) return ma_fail(err, MA_ERR_ARG, "%s is already a context directory", hf_dir);
+    ma_status s = check_not_within(out_dir, hf_dir, "the source directory", err);
+    if (s) return s;
     struct stat st;
     const int exists = stat(out_dir, &st) == 0;
     if (exists && !S_ISDIR(st.st_mode)) return ma_fail(err, MA_ERR_IO, "%s: exists and is not a directory", out_dir);
     ma_model m;
-    ma_status s = ma_model_open_parts(hf_dir, "libero", MA_PART_ALL | MA_PART_LORA_OK, &m, err);
+    s = ma_model_open_parts(hf_dir, "libero", MA_PART_ALL | MA_PART_LORA_OK, &m, err);
     if (s) return s;
+    /* a LeRobot policy's base is a source too: its config and tokenizer are read */
+    if (m.host_dir && (s = check_not_within(out_dir, m.host_dir, "the policy's base directory", err))) {
+        ma_model_close(&m);
+        return s;
+    }
+    if ((s = check_patterns(&m, o, hf_dir, err))) {
+        ma_model_close(&m);
+        return s;
+    }
     /* the time embedding and adaLN modulations are evaluated here for the table of step
      * modulations: from merged weights only */
     for (size_t i = 0; i < m.ws.count; i++)
@@ -501,17 +655,48 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
             ma_model_close(&m);
             return s;
         }
+    /* what the contexts are made of: the config they embed (for a LeRobot policy, the HF config
+     * as LeRobot runs it, and its statistics), the checkpoint's fingerprint; the compile's id
+     * derived from them and the options */
+    char fingerprint[17] = "", compile_id[17] = "";
+    char *config_json = NULL, *lr_stats = NULL, *src_config = NULL;
+    ma_lerobot *lr = NULL;
+    char *cfg_path = ma_path_join(hf_dir, "config.json");
+    s = cfg_path ? ma_read_file(cfg_path, 16u << 20, &src_config, NULL, err) : ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    free(cfg_path);
+    if (!s && m.lerobot) {
+        lr = calloc(1, sizeof *lr);
+        s = lr ? ma_lerobot_open(hf_dir, getenv("MOLMOACT_BASE_DIR"), lr, err) : ma_fail(err, MA_ERR_NOMEM, "out of memory");
+        if (!s) s = ma_lerobot_config_json(lr, &config_json, err);
+        if (!s) s = ma_lerobot_norm_stats_json(lr, "lerobot", &lr_stats, err);
+    } else if (!s && !(config_json = strdup(src_config)))
+        s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    if (!s) s = ma_checkpoint_fingerprint(&m.st, fingerprint, err);
+    if (!s) derive_compile_id(fingerprint, config_json, src_config, lr_stats, o, compile_id);
+    free(src_config);
+    if (s) {
+        free(config_json);
+        free(lr_stats);
+        free(lr);
+        ma_model_close(&m);
+        return s;
+    }
     /* everything is written into a staging directory beside out_dir and moved there only when
      * every file is complete: a failed compile leaves nothing new behind */
     size_t ol = strlen(out_dir);
     while (ol > 1 && out_dir[ol - 1] == '/') ol--;
     char *staging = malloc(ol + 32);
-    if (!staging) { ma_model_close(&m); return ma_fail(err, MA_ERR_NOMEM, "out of memory"); }
-    snprintf(staging, ol + 32, "%.*s.compile-XXXXXX", (int)ol, out_dir);
-    remove_stale_staging(out_dir, ol);
-    if (ol + 32 > sizeof g_staging || !mkdtemp(staging)) {
-        s = ma_fail(err, MA_ERR_IO, "%.*s: cannot create a directory beside it: %s", (int)ol, out_dir, strerror(errno));
+    if (staging) {
+        snprintf(staging, ol + 32, "%.*s.compile-XXXXXX", (int)ol, out_dir);
+        remove_stale_staging(out_dir, ol);
+    }
+    if (!staging || ol + 32 > sizeof g_staging || !mkdtemp(staging)) {
+        s = staging ? ma_fail(err, MA_ERR_IO, "%.*s: cannot create a directory beside it: %s", (int)ol, out_dir, strerror(errno))
+                    : ma_fail(err, MA_ERR_NOMEM, "out of memory");
         free(staging);
+        free(config_json);
+        free(lr_stats);
+        free(lr);
         ma_model_close(&m);
         return s;
     }
@@ -523,21 +708,6 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
     if (lock) lock_fd = open(lock, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     if (lock_fd >= 0) flock(lock_fd, LOCK_EX);
     free(lock);
-    char fingerprint[17], compile_id[17];
-    ma_manifest_new_id(compile_id);
-    char *config_json = NULL, *lr_stats = NULL;
-    ma_lerobot *lr = NULL;
-    if (m.lerobot) { /* the HF config as LeRobot runs the policy, and its statistics */
-        lr = calloc(1, sizeof *lr);
-        s = lr ? ma_lerobot_open(hf_dir, getenv("MOLMOACT_BASE_DIR"), lr, err) : ma_fail(err, MA_ERR_NOMEM, "out of memory");
-        if (!s) s = ma_lerobot_config_json(lr, &config_json, err);
-        if (!s) s = ma_lerobot_norm_stats_json(lr, "lerobot", &lr_stats, err);
-    } else {
-        char *cfg_path = ma_path_join(hf_dir, "config.json");
-        s = cfg_path ? ma_read_file(cfg_path, 16u << 20, &config_json, NULL, err) : MA_ERR_NOMEM;
-        free(cfg_path);
-    }
-    if (!s) s = ma_checkpoint_fingerprint(&m.st, fingerprint, err);
     const char *precs[8] = {o->vision, "f16", o->llm, o->llm, o->llm, o->llm, o->action, o->action};
     /* the host embedding table stays f16 (bf16 when the LLM is bf16): a lookup reads one row */
     ma_dtype types[8] = {tv, tl == MA_DT_BF16 ? MA_DT_BF16 : MA_DT_F16, tl, tl, tl, tl, ta, ta};

@@ -319,3 +319,16 @@ def test_context_suffix_is_not_a_path(var, value, obs, tmp_path):
     rc, out, err = run("compile", MODEL, "-o", str(tmp_path / "ctx2"), env={var: value})
     assert rc == 1 and var in err, (rc, err)
 
+
+def test_keep_patterns_must_match(tmp_path):
+    out = str(tmp_path / "c")
+    rc, _, err = run("compile", MODEL, "-o", out, "--llm", "q4_0", "--keep", "*ff_out*=q8_0", "--keep", "*.ff_0ut.*=q8_0")
+    assert rc == 1 and "--keep *.ff_0ut.*=q8_0" in err and "matches no matrix" in err, err
+    rc, _, err = run("compile", MODEL, "-o", out, "--compute-keep", "*scout*")  # no component computed in bf16
+    assert rc == 1 and "--compute-keep *scout*" in err, err
+    rc, _, err = run("compile", MODEL, "-o", out, "--compute", "llm=bf16", "--compute-keep", "*scout*")  # scout: vision, fp32
+    assert rc == 1 and "--compute-keep *scout*" in err, err
+    assert not os.path.exists(out)
+    rc, _, err = run("compile", MODEL, "-o", out, "--llm", "q4_0", "--keep", "*ff_out*=q8_0", "--compute", "vision=bf16",
+                     "--compute-keep", "*scout*", "--quiet")
+    assert rc == 0, err
