@@ -384,6 +384,27 @@ def test_a_mix_of_compiles_of_different_inputs_is_refused(lora_policy, tmp_path)
     assert rc != 0 and "llm_split0.gguf" in err and "mixes two compiles" in err, err
 
 
+def test_a_weight_that_cannot_be_stored_is_refused(tmp_path):
+    """beside F20: a checkpoint's own Inf, or an f32 value beyond f16's range, was stored as Inf"""
+    sys.path.insert(0, os.path.join(SRC, "reference"))
+    from molmoact_ref import safetensors as stio
+    src = tmp_path / "src"
+    shutil.copytree(TINY, src)
+    path = str(src / "model.safetensors")
+    orig = stio.load_file(path)
+    name = "model.transformer.blocks.0.mlp.ff_out.weight"
+    for value, dtype, needle in ((float("inf"), None, "holds inf at [0, 5]"), (1e5, "float32", "beyond what f16 holds")):
+        ts = dict(orig)
+        ts[name] = orig[name].clone() if dtype is None else orig[name].float()
+        ts[name].view(-1)[5] = value
+        stio.save_file(ts, path)
+        rc, _, err = run("compile", str(src), "-o", str(tmp_path / "ctx"), "--quiet")
+        assert rc == 1 and name in err and needle in err, err
+        assert not (tmp_path / "ctx").exists()
+    rc, _, err = run("compile", str(src), "-o", str(tmp_path / "ctx"), "--llm", "bf16", "--quiet")  # 1e5 fits bf16
+    assert rc == 0, err
+
+
 def test_a_lora_policy_compiles_reproducibly_and_not_into_its_base(lora_policy, tmp_path):
     base = tmp_path / "base"
     shutil.copytree(TINY, base)
