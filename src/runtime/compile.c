@@ -425,7 +425,7 @@ static void remove_stale_staging(const char *out_dir, size_t ol) {
         snprintf(lock, sizeof lock, "%s/%s", path, LOCK_NAME);
         struct stat st;
         if (lstat(path, &st) || !S_ISDIR(st.st_mode)) continue;
-        const int fd = open(lock, O_RDONLY | O_CLOEXEC);
+        const int fd = open(lock, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO planted here: not waited on */
         if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB)) { close(fd); continue; } /* a compile running now */
         /* only a directory of regular files, as compile leaves them */
         int flat = 1;
@@ -705,7 +705,7 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
     signals_install();
     int lock_fd = -1;
     char *lock = ma_path_join(staging, LOCK_NAME);
-    if (lock) lock_fd = open(lock, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (lock) lock_fd = open(lock, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0600);
     if (lock_fd >= 0) flock(lock_fd, LOCK_EX);
     free(lock);
     const char *precs[8] = {o->vision, "f16", o->llm, o->llm, o->llm, o->llm, o->action, o->action};

@@ -628,3 +628,22 @@ def test_fatal_dsp_restart_restarts_the_worker(grid, cpu_ref, tmp_path):
     # in-process nothing can be restarted: the next request is refused at once, naming it
     res, _, err = stream(grid, tmp_path, ["--inproc"], {**env, "MA_QNN_STUB_MARK": str(tmp_path / "fatal2")})
     assert "error 1011" in res[0]["error"] and "earlier in this process" in res[1].get("error", ""), res
+
+
+def test_a_fifo_as_the_qnn_library_is_refused_not_waited_on(grid, tmp_path):
+    """a FIFO where libQnnHtp.so should be: refused as not a regular file (before: open() waited
+    for a writer forever)"""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for f in os.listdir(STUB):
+        if f != "libQnnHtp.so":
+            os.symlink(os.path.join(os.path.abspath(STUB), f), lib / f)
+    os.mkfifo(lib / "libQnnHtp.so")
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", "--inproc", lib=str(lib), timeout=60)
+    assert rc != 0 and "not a regular file" in err, err
+
+
+@pytest.mark.parametrize("value", [" 77", "+77", "0x4d", "77 "])
+def test_qnn_soc_from_the_environment_is_plain_decimal(grid, value):
+    rc, _, err = qnn("run", "--model", grid["ctx"], "--inputs", grid["obs"], "--runs", "1", "--inproc", env={"MOLMOACT_QNN_SOC": value})
+    assert rc != 0 and "MOLMOACT_QNN_SOC" in err, err

@@ -110,7 +110,7 @@ static ma_status qfail(ma_error *err, const char *fn, const char *file, qnn_err_
  * ELF header, the program headers and every segment's bytes must lie within the file, for this
  * machine's class and architecture. */
 static ma_status check_elf(const char *path, ma_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO here: refused below, not waited on */
     if (fd < 0) return ma_fail(err, MA_ERR_IO, "qnn: cannot load %s (%s)%s", path, strerror(errno), errno == ENOENT ? "; check --qnn-lib-dir" : "");
     struct stat st;
     Elf64_Ehdr eh;
@@ -183,6 +183,7 @@ static int env_u32(const char *name, uint32_t *v) {
     const char *e = getenv(name);
     if (!e || !*e) return 0;
     char *end;
+    if (!ma_plain_decimal(e, 0) || *e == '-') return -1; /* no " 2", "+2" or hex (F23) */
     unsigned long x = strtoul(e, &end, 10);
     if (*end || x > 0xffffffffUL) return -1;
     *v = (uint32_t)x;
