@@ -325,6 +325,27 @@ def test_f17_invalid_utf8_task_named_for_the_client(srv):
     assert kind == "error" and "observation.task is not valid UTF-8" in text, text
 
 
+def test_f17_task_too_long_for_the_positions_named_for_the_client(tmp_path):
+    """a model whose max_position_embeddings leaves room for a short task only: a long one is the
+    observation's fault, and the client is told so (before: a generic message)"""
+    import shutil
+    from test_hardening import ServerAt
+    from test_server import model
+    d = tmp_path / "model"
+    shutil.copytree(model("tiny-grid"), d)
+    cfg = json.loads((d / "config.json").read_text())
+    (cfg["text_config"] if "text_config" in cfg else cfg)["max_position_embeddings"] = 420
+    (d / "config.json").write_text(json.dumps(cfg))
+    s = ServerAt(str(d))
+    try:
+        kind, out = fault(s.uri, oc.packb(observation()))[:2]
+        assert kind == "reply"  # the golden's task fits
+        kind, text, code = fault(s.uri, oc.packb(observation(prompt=" ".join(["put the bowl on the plate"] * 40))))
+        assert kind == "error" and text.startswith("observation.task: the prompt has") and "420 positions" in text, text
+    finally:
+        assert s.stop() == 0
+
+
 def test_f18_json_seeds_beyond_2_to_53_refused(srv):
     img = json_numpy(np.zeros((8, 8, 3), np.uint8))
     base = {"image": img, "wrist_image": img, "state": [0.0] * 8, "instruction": PROMPT}
