@@ -85,8 +85,9 @@ while [ $# -gt 0 ]; do
   pair="$1 ${2:-}"
   shift; [ $# -gt 0 ] && shift
   declare -A work=()
-  for f in $pair; do work[$f]=$(mktemp -d); mkdir "${work[$f]}/corpus"; fuzz_one "$f" "${work[$f]}" & done
-  wait
+  pids=()
+  for f in $pair; do work[$f]=$(mktemp -d); mkdir "${work[$f]}/corpus"; fuzz_one "$f" "${work[$f]}" & pids+=($!); done
+  wait "${pids[@]}" # these two only: the device build runs in the background too
   for f in $pair; do
     w=${work[$f]}
     grep -E "^Done|ERROR|SUMMARY|runtime error" "$w/log" || true
