@@ -58,7 +58,8 @@ disk
 echo "== the device build (aarch64): tarball, glibc check, tests under qemu (in the background; its output below)"
 dev_log=$(mktemp)
 # its own process group (setsid), so a failure here stops it and everything it started
-setsid bash -c 't0=$(date +%s); rc=0; scripts/test_device.sh || rc=$?; echo "   ($(( $(date +%s) - t0 )) s)"; exit $rc' > "$dev_log" 2>&1 &
+# (its status also goes to a file: `wait` is not the only witness of how it ended)
+setsid bash -c 't0=$(date +%s); rc=0; scripts/test_device.sh || rc=$?; echo "   ($(( $(date +%s) - t0 )) s)"; echo $rc > "$0.rc"; exit $rc' "$dev_log" > "$dev_log" 2>&1 &
 dev_pid=$!
 trap 'kill -- -$dev_pid 2> /dev/null || true' EXIT
 
@@ -102,10 +103,10 @@ while [ $# -gt 0 ]; do
 done
 
 echo "== the device build (aarch64), from the background"
-dev_rc=0
-wait $dev_pid || dev_rc=$?
+wait $dev_pid || true
 trap - EXIT
 cat "$dev_log"
-rm -f "$dev_log"
-[ $dev_rc = 0 ] || { echo "the device build's tests failed"; exit 1; }
+dev_rc=$(cat "$dev_log.rc" 2> /dev/null || echo "none: it did not finish")
+rm -f "$dev_log" "$dev_log.rc"
+[ "$dev_rc" = 0 ] || { echo "the device build's tests failed (status $dev_rc)"; exit 1; }
 echo "== all tests passed"
