@@ -38,6 +38,10 @@ ma_status ma_error_wrap(ma_error *err, ma_status code, const char *fmt, ...)
 
 const char *ma_status_name(ma_status s);
 
+/* untrusted text for a message (a file's or a client's): control characters as \xNN, at most
+ * `shown` bytes of it, then "..."; written into buf (cap bytes), returned */
+const char *ma_escape_text(const char *s, size_t shown, char *buf, size_t cap);
+
 /* Checked allocation: n * size bytes, failing with MA_ERR_NOMEM naming `what` on overflow or
  * exhaustion. ma_calloc zero-fills. Both return NULL on failure. */
 void *ma_malloc(size_t n, size_t size, ma_error *err, const char *what);

@@ -49,18 +49,9 @@ static ma_status read_json(const char *dir, const char *name, cJSON **out, ma_er
 static const cJSON *get(const cJSON *o, const char *k) { return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL; }
 static int absent(const cJSON *j) { return !j || cJSON_IsNull(j); }
 
-/* text from a model directory in a message: control characters as \xNN (a newline or an escape
- * sequence in config.json is never echoed raw), at most 96 bytes shown */
-static const char *esc(const char *s, char *buf, size_t cap) {
-    size_t k = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p && k + 5 < cap; p++) {
-        if (p - (const unsigned char *)s >= 96) { k += (size_t)snprintf(buf + k, cap - k, "..."); break; }
-        if (*p < 0x20 || *p == 0x7f) k += (size_t)snprintf(buf + k, cap - k, "\\x%02x", *p);
-        else buf[k++] = (char)*p;
-    }
-    buf[k] = '\0';
-    return buf;
-}
+/* text from a model directory in a message (a newline or an escape sequence in config.json is
+ * never echoed raw), at most 96 bytes shown */
+static const char *esc(const char *s, char *buf, size_t cap) { return ma_escape_text(s, 96, buf, cap); }
 
 static int has_control(const char *s) {
     for (const unsigned char *p = (const unsigned char *)s; *p; p++)

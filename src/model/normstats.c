@@ -14,17 +14,8 @@
 static const cJSON *get(const cJSON *o, const char *k) { return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL; }
 static int absent(const cJSON *j) { return !j || cJSON_IsNull(j); }
 
-/* text from a file in a message: control characters as \xNN, at most 64 bytes shown */
-static const char *esc(const char *s, char *buf, size_t cap) {
-    size_t k = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p && k + 5 < cap; p++) {
-        if (p - (const unsigned char *)s >= 64) { k += (size_t)snprintf(buf + k, cap - k, "..."); break; }
-        if (*p < 0x20 || *p == 0x7f) k += (size_t)snprintf(buf + k, cap - k, "\\x%02x", *p);
-        else buf[k++] = (char)*p;
-    }
-    buf[k] = '\0';
-    return buf;
-}
+/* text from a file in a message, at most 64 bytes shown */
+static const char *esc(const char *s, char *buf, size_t cap) { return ma_escape_text(s, 64, buf, cap); }
 
 static int mode_of(const char *m, ma_norm_mode *out) {
     static const char *const NAMES[] = {"none", "mean_std", "min_max", "q01_q99", "q10_q90"};
