@@ -79,11 +79,11 @@ extern "C" {
 #endif
 
 #define MOLMOACT_VERSION_MAJOR 0
-#define MOLMOACT_VERSION_MINOR 10
+#define MOLMOACT_VERSION_MINOR 11
 #define MOLMOACT_VERSION_PATCH 0
-#define MOLMOACT_VERSION "0.10.0"
+#define MOLMOACT_VERSION "0.11.0"
 
-/* the library's version string ("0.10.0"); compare with MOLMOACT_VERSION to detect a header and
+/* the library's version string ("0.11.0"); compare with MOLMOACT_VERSION to detect a header and
  * library mismatch */
 MOLMOACT_API const char *molmoact_version(void);
 
@@ -113,19 +113,35 @@ typedef struct molmoact_options {
     uint32_t struct_size;      /* sizeof(molmoact_options), set by molmoact_options_init */
     const char *model_dir;     /* required */
     const char *backend;       /* "cpu" or "qnn" (NULL = MOLMOACT_BACKEND, else "cpu") */
+    /* Every option left NULL or 0 takes the value of its environment variable (`molmoact help
+     * env`) unless ignore_env, else its default. The environment is read once, at open; nothing
+     * is ever written to it: each engine keeps its own settings, which its workers receive in
+     * their start message (engines with different settings may live in one process) */
     int inproc;                /* 0: six resident worker processes (default); 1: this process */
     int threads;               /* kernel threads per process; 0 = MOLMOACT_THREADS or all CPUs */
     const char *norm_tag;      /* norm_stats.json tag; NULL = "libero" */
-    /* context variants (compile --suffix): NULL = the VISION_/LLM_/ACTION_CTX_SUFFIX variables;
-     * given, they are set in the process environment (the workers inherit them), as threads
-     * sets MOLMOACT_THREADS: call molmoact_open before starting threads that read the environment */
+    /* context variants (compile --suffix): NULL = the VISION_/LLM_/ACTION_CTX_SUFFIX variables */
     const char *vision_suffix, *llm_suffix, *action_suffix;
     const char *worker_exe;    /* the molmoact program the workers run; NULL = found (above) */
     int deadline_ms;           /* per request and worker; 0 = MOLMOACT_WORKER_DEADLINE_MS or 60000 */
     /* since 0.9: a LeRobot policy directory's base (the HF MolmoAct2 directory its config.json,
      * tokenizer and processor config come from); NULL = MOLMOACT_BASE_DIR, else the Hugging Face
-     * cache entry of the policy's checkpoint_path. Set in the environment like the suffixes. */
+     * cache entry of the policy's checkpoint_path */
     const char *base_dir;
+    /* since 0.11: the other settings (each also read from its variable, above) */
+    const char *kernels;       /* a kernel set: "scalar", "portable", "avx2", "avx512", "vnni", "amx", "neon", "neon_dot" */
+    const char *compute;       /* every matrix's compute plan: "context", "fp32", "bf16" */
+    const char *gemm_panels;   /* "in_place" or "convert" */
+    int prompt_seq;            /* the static prompt length (contexts: must be the compiled one) */
+    int preload;               /* 1: read every context in at open and run one warm-up request */
+    int verbose;               /* 1: each QNN context's graphs at open, on stderr */
+    int progress;              /* 1: the workers' start as progress lines on stderr */
+    const char *qnn_lib_dir;   /* where libQnnHtp.so and libQnnSystem.so are */
+    const char *qnn_io_map;    /* a JSON file naming the graphs' tensors */
+    const char *qnn_perf;      /* the HTP power vote: "default", "high", "burst" */
+    long qnn_soc, qnn_arch;    /* HTP device configs (0: none sent) */
+    int qnn_zero_copy;         /* 1: tensors in registered rpcmem buffers */
+    int ignore_env;            /* 1: no environment variable is read */
 } molmoact_options;
 
 MOLMOACT_API void molmoact_options_init(molmoact_options *opt);
@@ -220,6 +236,13 @@ typedef struct molmoact_info {
 } molmoact_info;
 
 MOLMOACT_API molmoact_status molmoact_get_info(molmoact *engine, molmoact_info *info, molmoact_error *err);
+
+/* since 0.11: one of the engine's settings as text, by the name of its options field or of its
+ * row in `molmoact help env` ("backend", "threads", "kernels", "prompt_seq", "qnn_lib_dir", ...):
+ * what the engine and its workers run with. An unknown name is MOLMOACT_ERR_ARG; a value longer
+ * than cap - 1 is MOLMOACT_ERR_RANGE. Numbers left at their default read "0" ("-1" for qnn_soc
+ * and qnn_arch), strings "". */
+MOLMOACT_API molmoact_status molmoact_get_setting(molmoact *engine, const char *name, char *value, size_t cap, molmoact_error *err);
 
 #ifdef __cplusplus
 }

@@ -210,7 +210,7 @@ static int env_applies(const ma_env_var *e, const char *who) {
 void cli_print_env(FILE *f, const char *who) {
     for (int i = 0; i < MA_ENV_COUNT; i++) {
         const ma_env_var *e = &MA_ENV_VARS[i];
-        if (who && !env_applies(e, who)) continue;
+        if (!e->name || (who && !env_applies(e, who))) continue;
         char head[96];
         snprintf(head, sizeof head, "  %s=%s", e->name, e->value);
         fprintf(f, "%s", head);
@@ -251,7 +251,7 @@ void cli_print_command_help(FILE *f, const cli_opt *opts, const cli_cmd *cmd) {
     }
     fprintf(f, "  -h, --help                  this help\n");
     int any = 0;
-    for (int i = 0; i < MA_ENV_COUNT; i++) any |= env_applies(&MA_ENV_VARS[i], cmd->env);
+    for (int i = 0; i < MA_ENV_COUNT; i++) any |= MA_ENV_VARS[i].name && env_applies(&MA_ENV_VARS[i], cmd->env);
     if (any) {
         fprintf(f, "\nenvironment:\n");
         cli_print_env(f, cmd->env);
@@ -321,6 +321,7 @@ void cli_print_markdown(FILE *f, const cli_opt *opts, const cli_cmd *cmds, int n
     fprintf(f, "| variable | also read as | read by | meaning |\n|---|---|---|---|\n");
     for (int i = 0; i < MA_ENV_COUNT; i++) {
         const ma_env_var *e = &MA_ENV_VARS[i];
+        if (!e->name) continue;
         fprintf(f, "| `%s=", e->name);
         md(f, e->value);
         fprintf(f, "` | %s%s%s | %s | ", e->alias ? "`" : "", e->alias ? e->alias : "", e->alias ? "`" : "", e->who);

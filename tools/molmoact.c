@@ -2,7 +2,8 @@
 /* molmoact: MolmoAct2-LIBERO inference from the command line.
  *
  * Commands: run (resident sessions, or --inproc), bench, parity, compile, inspect, tokenize,
- * prompt, preprocess; `usage()` lists their options. `__worker` is the resident worker process.
+ * prompt, preprocess, serve; `molmoact help` lists them and their options. `__worker` is the
+ * resident worker process.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <sys/types.h>
@@ -42,6 +43,7 @@
 #include "core/progress.h"
 #include "cli.h"
 #include "model/manifest.h"
+#include "backend/backends.h"
 #include "backend/qnn/qnn.h"
 
 /* ------------------------------------------------------------------------- the command line */
@@ -190,41 +192,77 @@ typedef struct {
     double gate;
 } opts;
 
-/* the session options become the environment the sessions and the workers read (--backend
- * MOLMOACT_BACKEND, --qnn-* MOLMOACT_QNN_*, --preload MOLMOACT_PRELOAD, --base MOLMOACT_BASE_DIR,
- * --threads MOLMOACT_THREADS) */
-static int session_env(const cli_args *a) {
+/* The settings of this run (core/settings.h): the environment's, through the one table
+ * (`molmoact help env`), then the command line's options over them, each checked and named in an
+ * error as the user wrote it. Passed down as an argument: to the API's open for run, bench and
+ * serve (which then read no environment of their own), to the model, compile and inspect. */
+static ma_settings SET;
+
+/* the engine options of the API carrying SET (the strings point into it); the API reads the
+ * environment through the same table, so what SET took from it (and the variables no option
+ * carries: ADSP_LIBRARY_PATH, the hub cache) reaches the engine the same */
+static void options_from_settings(const ma_settings *st, molmoact_options *o) {
+    o->backend = st->backend[0] ? st->backend : NULL;
+    o->threads = st->threads;
+    o->vision_suffix = st->suffix[MA_SUFFIX_VISION];
+    o->llm_suffix = st->suffix[MA_SUFFIX_LLM];
+    o->action_suffix = st->suffix[MA_SUFFIX_ACTION];
+    o->worker_exe = st->worker_exe[0] ? st->worker_exe : "/proc/self/exe"; /* this program, whatever its name */
+    o->deadline_ms = st->worker_deadline_ms;
+    o->base_dir = st->base_dir[0] ? st->base_dir : NULL;
+    o->kernels = st->kernels[0] ? st->kernels : NULL;
+    o->compute = st->compute[0] ? st->compute : NULL;
+    o->gemm_panels = st->gemm_panels[0] ? st->gemm_panels : NULL;
+    o->prompt_seq = st->prompt_seq;
+    o->preload = st->preload;
+    o->verbose = st->verbose;
+    o->progress = st->progress;
+    o->qnn_lib_dir = st->qnn_lib_dir[0] ? st->qnn_lib_dir : NULL;
+    o->qnn_io_map = st->qnn_io_map[0] ? st->qnn_io_map : NULL;
+    o->qnn_perf = st->qnn_perf[0] ? st->qnn_perf : NULL;
+    o->qnn_soc = st->qnn_soc >= 0 ? st->qnn_soc : 0;
+    o->qnn_arch = st->qnn_arch >= 0 ? st->qnn_arch : 0;
+    o->qnn_zero_copy = st->qnn_zero_copy;
+}
+
+/* SET from the environment and the command line; 1 (said on stderr) when a value is refused */
+static int session_settings(const cli_args *a) {
     const char *name = a->cmd->name;
-    if (a->given[O_BACKEND] && strcmp(a->str[O_BACKEND], "cpu") && strcmp(a->str[O_BACKEND], "qnn")) {
-        fprintf(stderr, "molmoact %s: --backend %s: must be cpu or qnn\n", name, a->str[O_BACKEND]);
-        return 1;
-    }
+    ma_error err = {0};
+    if (ma_settings_from_env(&SET, &err)) { fprintf(stderr, "molmoact %s: %s\n", name, err.msg); return 1; }
     const int qnn_opts = a->given[O_QNN_LIB_DIR] || a->given[O_QNN_IO_MAP] || a->given[O_QNN_SOC] || a->given[O_QNN_ARCH] ||
                          a->given[O_QNN_PERF] || a->given[O_QNN_ZERO_COPY];
-    if (qnn_opts && strcmp(a->cmd->name, "inspect") && !a->given[O_BACKEND] && !getenv("MOLMOACT_BACKEND")) {
+    if (qnn_opts && strcmp(name, "inspect") && !a->given[O_BACKEND] && strcmp(SET.backend, "qnn")) {
         fprintf(stderr, "molmoact %s: the --qnn-* options need --backend qnn\n", name);
         return 1;
     }
-    static const struct { int id; const char *var; } map[] = {
-        {O_BACKEND, "MOLMOACT_BACKEND"}, {O_QNN_LIB_DIR, "MOLMOACT_QNN_LIB_DIR"}, {O_QNN_IO_MAP, "MOLMOACT_QNN_IO_MAP"},
-        {O_QNN_SOC, "MOLMOACT_QNN_SOC"}, {O_QNN_ARCH, "MOLMOACT_QNN_ARCH"}, {O_THREADS, "MOLMOACT_THREADS"}, {O_QNN_PERF, "MOLMOACT_QNN_PERF"}};
+    static const struct { int id; const char *key; } map[] = {
+        {O_BACKEND, "backend"}, {O_QNN_LIB_DIR, "qnn_lib_dir"}, {O_QNN_IO_MAP, "qnn_io_map"}, {O_QNN_PERF, "qnn_perf"}, {O_BASE, "base_dir"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-        if (a->given[map[i].id]) setenv(map[i].var, a->str[map[i].id], 1);
-    if (a->given[O_PRELOAD]) setenv("MOLMOACT_PRELOAD", "1", 1);
-    if (a->given[O_QNN_ZERO_COPY]) setenv("MOLMOACT_QNN_ZERO_COPY", "1", 1);
-    if (a->given[O_VERBOSE]) setenv("MOLMOACT_VERBOSE", "1", 1);
-    if (a->given[O_THREADS]) ma_kernel_set_threads((int)a->i[O_THREADS]);
+        if (a->given[map[i].id] && ma_settings_set(&SET, map[i].key, a->str[map[i].id], OPTS[map[i].id].name, &err)) {
+            fprintf(stderr, "molmoact %s: %s\n", name, err.msg);
+            return 1;
+        }
+    if (a->given[O_THREADS]) SET.threads = (int)a->i[O_THREADS]; /* ranges checked by the option table */
+    if (a->given[O_QNN_SOC]) SET.qnn_soc = (long)a->u[O_QNN_SOC];
+    if (a->given[O_QNN_ARCH]) SET.qnn_arch = (long)a->u[O_QNN_ARCH];
+    if (a->given[O_PROMPT_SEQ] && strcmp(name, "compile")) SET.prompt_seq = (int)a->i[O_PROMPT_SEQ];
+    if (a->given[O_PRELOAD]) SET.preload = 1;
+    if (a->given[O_QNN_ZERO_COPY]) SET.qnn_zero_copy = 1;
+    if (a->given[O_VERBOSE]) SET.verbose = 1;
     if (a->given[O_BASE]) {
         struct stat st;
         const char *v = a->str[O_BASE];
         if (!*v || stat(v, &st) || !S_ISDIR(st.st_mode)) { fprintf(stderr, "molmoact %s: --base %s is not a directory\n", name, v); return 1; }
-        setenv("MOLMOACT_BASE_DIR", v, 1);
     }
     if (a->given[O_QUIET]) ma_progress_set_quiet(1);
-    ma_error err = {0};
-    if (ma_env_check(&err)) { fprintf(stderr, "molmoact %s: %s\n", name, err.msg); return 1; }
+    /* the kernel choices of this process (the workers make their own from their start message) */
+    if (ma_kernels_configure(&SET, &err)) { fprintf(stderr, "molmoact %s: %s\n", name, err.msg); return 1; }
     return 0;
 }
+
+/* the backend SET names, from the registry */
+static const ma_backend *settings_backend(void) { return ma_backend_find(SET.backend); }
 
 /* the options of run, bench, parity, prompt and preprocess; contradictions refused (--seed with
  * --noise, --inputs with raw-frame options or --stream) rather than one silently winning */
@@ -385,9 +423,7 @@ static const char *mode_name(const ma_engine *e) { return e->inproc ? "inproc" :
 static void print_plan(const ma_engine *e, int json) {
     const char *prec[3];
     for (int i = 0; i < 3; i++) prec[i] = e->host.precision[i][0] ? e->host.precision[i] : "checkpoint";
-    ma_backend b = MA_BACKEND_CPU;
-    ma_backend_current(&b, NULL);
-    const char *backend = b == MA_BACKEND_QNN ? "qnn" : "cpu";
+    const char *backend = e->backend->name;
     /* the compute plan: the contexts' (fp32 for a checkpoint), or MOLMOACT_COMPUTE's (the model
      * records it); a bf16 plan runs as fp32 where the CPU has no bf16 unit */
     const char *comp[3];
@@ -396,7 +432,7 @@ static void print_plan(const ma_engine *e, int json) {
         comp[i] = e->host.compute[i][0] ? e->host.compute[i] : "fp32";
         any_bf16 |= !strcmp(comp[i], "bf16");
     }
-    const char *unit = b == MA_BACKEND_QNN ? "qnn" : ma_gemm_bf16_unit();
+    const char *unit = e->backend->needs_weights ? ma_gemm_bf16_unit() : backend;
     if (json)
         printf(", \"backend\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"precision\": {\"vision\": \"%s\", \"llm\": \"%s\", \"action\": \"%s\"}"
                ", \"compute\": {\"vision\": \"%s\", \"llm\": \"%s\", \"action\": \"%s\", \"bf16_unit\": \"%s\"}",
@@ -441,10 +477,10 @@ static int run_parity(ma_engine *e, const opts *o) {
 static int api_open(const opts *o, molmoact **out) {
     molmoact_options opt;
     molmoact_options_init(&opt);
+    options_from_settings(&SET, &opt);
     opt.model_dir = o->model;
     opt.inproc = o->inproc;
     opt.norm_tag = o->norm_tag;
-    opt.worker_exe = "/proc/self/exe"; /* this program, whatever its name */
     molmoact_error err;
     if (molmoact_open(&opt, out, &err)) {
         fprintf(stderr, "molmoact: %s\n", err.message);
@@ -749,7 +785,7 @@ static int cmd_run(opts *o) {
         printf(", \"open_ms\": %.3f, \"first_request_ms\": %.3f", open_ms, first_ms);
         if (o->runs > 1) printf(", \"warm_total_ms\": %.3f", warm_sum / (o->runs - 1));
     } else {
-        printf("open %.1f ms, first request %.1f ms%s", open_ms, first_ms, ma_env_flag("MOLMOACT_PRELOAD") ? " (--preload)" : "");
+        printf("open %.1f ms, first request %.1f ms%s", open_ms, first_ms, SET.preload ? " (--preload)" : "");
         if (o->runs > 1) printf(", warm (runs 2-%d) %.1f ms", o->runs, warm_sum / (o->runs - 1));
         printf("\n");
     }
@@ -819,7 +855,7 @@ static int cmd_bench_session(opts *o) {
     ma_npz z = {0};
     if (ma_npz_read(o->inputs, &z, &err)) return fail(&err);
     ma_engine e;
-    if (ma_engine_open(o->model, o->norm_tag, 1, NULL, &e, &err)) { ma_npz_free(&z); return fail(&err); }
+    if (ma_engine_open(o->model, o->norm_tag, 1, &SET, settings_backend(), NULL, &e, &err)) { ma_npz_free(&z); return fail(&err); }
     const ma_session *sess = e.runner->sess[which];
     ma_tensor in[MA_SESSION_MAX_IO], out[MA_SESSION_MAX_IO];
     int rc = 0;
@@ -932,12 +968,12 @@ static int cmd_parity(opts *o) {
     if (!o->model || !o->golden) { fprintf(stderr, "molmoact: parity needs --model DIR and --golden DIR\n"); return 1; }
     ma_error err = {0};
     ma_model m;
-    if (ma_model_open(o->model, o->norm_tag, &m, &err)) return fail(&err);
+    if (ma_model_open_with(o->model, o->norm_tag, MA_PART_ALL, &SET, &m, &err)) return fail(&err);
     ma_parity_report rep;
     int rc, e2e;
     double gate = ma_parity_default_gate(&m, &e2e);
     if (o->gate > 0) gate = o->gate;
-    if ((e2e ? ma_parity_run_e2e : ma_parity_run)(&m, o->golden, gate, &rep, &err)) rc = fail(&err);
+    if ((e2e ? ma_parity_run_e2e : ma_parity_run)(settings_backend(), &m, o->golden, gate, &rep, &err)) rc = fail(&err);
     else {
         ma_parity_print(&rep, stdout, o->json);
         rc = rep.pass ? 0 : 2;
@@ -958,7 +994,7 @@ static void print_shape(int nd, const int64_t *sh) {
 /* a QNN context binary: its graphs through the QNN system library (--qnn-lib-dir) */
 static int inspect_qnn_binary(const char *path) {
     ma_error err = {0};
-    if (ma_qnn_inspect(path, stdout, &err)) {
+    if (ma_qnn_inspect(&SET, path, stdout, &err)) {
         fprintf(stderr, "molmoact inspect: %s\n", err.msg);
         return 1;
     }
@@ -1015,7 +1051,7 @@ static int cmd_inspect(const char *path) {
         if (ma_is_lerobot_dir(path)) {
             ma_lerobot *lr = calloc(1, sizeof *lr);
             if (!lr) return 1;
-            if (ma_lerobot_open(path, getenv("MOLMOACT_BASE_DIR"), lr, &err)) { free(lr); return fail(&err); }
+            if (ma_lerobot_open(path, SET.base_dir, SET.hub_cache, lr, &err)) { free(lr); return fail(&err); }
             printf("%s: a LeRobot MolmoAct2 policy; base %s (from %s; checkpoint_path %s)\n", path, lr->base_dir, lr->base_from, lr->repo_id);
             printf("  action_mode %s (the expert attends to %s), chunk_size %d, n_action_steps %d, %s%s\n", lr->action_mode,
                    lr->full_encoder_mask ? "every prompt token" : "the prompt less EOS and action spans", lr->chunk_size, lr->n_action_steps,
@@ -1129,7 +1165,7 @@ static int cmd_prompt(opts *o) {
     ma_model m;
     /* a prompt needs the configuration, the statistics and the tokenizer, not the weights: the
      * embedding part only (as the resident engine's host opens), unmerged LoRA adapters accepted */
-    if (ma_model_open_parts(o->model, o->norm_tag, MA_PART_EMBED | MA_PART_LORA_OK, &m, &err)) return fail(&err);
+    if (ma_model_open_with(o->model, o->norm_tag, MA_PART_EMBED | MA_PART_LORA_OK, &SET, &m, &err)) return fail(&err);
     if (!m.tok) { fprintf(stderr, "molmoact: %s has no tokenizer.json\n", o->model); ma_model_close(&m); return 1; }
     char *line = NULL;
     size_t cap = 0;
@@ -1265,32 +1301,32 @@ static int cmd_tokenize(const char *path, int decode) {
 
 static int cmd_run_a(cli_args *a) {
     opts o;
-    if (opts_from(a, &o) || session_env(a)) return 1;
+    if (opts_from(a, &o) || session_settings(a)) return 1;
     return cmd_run(&o);
 }
 
 static int cmd_bench_a(cli_args *a) {
     opts o;
-    if (opts_from(a, &o) || session_env(a)) return 1;
+    if (opts_from(a, &o) || session_settings(a)) return 1;
     if (o.cold && !o.session) { fprintf(stderr, "molmoact bench: --cold times one session: give --session NAME\n"); return 1; }
     return cmd_bench(&o);
 }
 
 static int cmd_parity_a(cli_args *a) {
     opts o;
-    if (opts_from(a, &o) || session_env(a)) return 1;
+    if (opts_from(a, &o) || session_settings(a)) return 1;
     return cmd_parity(&o);
 }
 
 static int cmd_prompt_a(cli_args *a) {
     opts o;
-    if (opts_from(a, &o) || session_env(a)) return 1;
+    if (opts_from(a, &o) || session_settings(a)) return 1;
     return cmd_prompt(&o);
 }
 
 static int cmd_preprocess_a(cli_args *a) {
     opts o;
-    if (opts_from(a, &o) || session_env(a)) return 1;
+    if (opts_from(a, &o) || session_settings(a)) return 1;
     return cmd_preprocess(&o);
 }
 
@@ -1326,10 +1362,10 @@ static int parse_compute(const char *v, ma_compile_opts *co) {
 }
 
 static int cmd_compile_a(cli_args *a) {
-    ma_compile_opts co = {"f16", "f16", "f16", "", 0, 128, 0, {NULL}, {NULL}, {NULL, NULL, NULL}, 0, {NULL}};
-    if (session_env(a)) return 1;
-    const char *env = ma_env("MOLMOACT_PROMPT_SEQ");
-    if (env && *env) co.prompt_seq = atoi(env); /* a plain decimal in range: session_env's ma_env_check refused others */
+    ma_compile_opts co = {.vision = "f16", .llm = "f16", .action = "f16", .suffix = "", .prompt_seq = 128};
+    if (session_settings(a)) return 1;
+    co.settings = &SET;
+    if (SET.prompt_seq > 0) co.prompt_seq = SET.prompt_seq; /* MOLMOACT_PROMPT_SEQ; --prompt-seq below wins */
     if (a->given[O_PROMPT_SEQ]) co.prompt_seq = (int)a->i[O_PROMPT_SEQ];
     if (a->given[O_VISION]) { co.vision = a->str[O_VISION]; co.suffixed |= MA_COMPILE_SUFFIX_VISION; }
     if (a->given[O_LLM]) { co.llm = a->str[O_LLM]; co.suffixed |= MA_COMPILE_SUFFIX_LLM; }
@@ -1373,25 +1409,34 @@ static int cmd_compile_a(cli_args *a) {
 }
 
 static int cmd_serve_a(cli_args *a) {
-    ma_serve_opts so = {NULL, "127.0.0.1", 8000, NULL, 32.0, 512, "libero", 0, 0, 0, 30, "/proc/self/exe", 300, 0, 0};
-    if (session_env(a)) return 1;
-    so.model_dir = a->str[O_MODEL];
+    ma_serve_opts so;
+    memset(&so, 0, sizeof so);
+    so.host = "127.0.0.1";
+    so.port = 8000;
+    so.max_message_mb = 32.0;
+    so.max_clients = 512;
+    so.recv_timeout_s = 30;
+    so.idle_timeout_s = 300;
+    if (session_settings(a)) return 1;
+    if (!a->given[O_QUIET]) SET.progress = 1; /* the workers' start, as progress lines */
+    molmoact_options_init(&so.engine);
+    options_from_settings(&SET, &so.engine);
+    so.engine.model_dir = a->str[O_MODEL];
+    so.engine.norm_tag = a->given[O_NORM_TAG] ? a->str[O_NORM_TAG] : "libero";
+    so.engine.inproc = a->given[O_INPROC];
     if (a->given[O_HOST]) so.host = a->str[O_HOST];
     if (a->given[O_PORT]) so.port = (int)a->i[O_PORT];
     so.api_key_file = a->str[O_API_KEY_FILE];
     if (a->given[O_MAX_MESSAGE_MB]) so.max_message_mb = a->r[O_MAX_MESSAGE_MB];
     if (a->given[O_MAX_CLIENTS]) so.max_clients = (int)a->i[O_MAX_CLIENTS];
-    if (a->given[O_NORM_TAG]) so.norm_tag = a->str[O_NORM_TAG];
-    if (a->given[O_THREADS]) so.threads = (int)a->i[O_THREADS];
     if (a->given[O_RECV_TIMEOUT]) so.recv_timeout_s = (int)a->i[O_RECV_TIMEOUT];
     if (a->given[O_IDLE_TIMEOUT]) so.idle_timeout_s = (int)a->i[O_IDLE_TIMEOUT];
     so.have_seed = a->given[O_SEED];
     so.seed = a->u[O_SEED];
-    so.inproc = a->given[O_INPROC];
     so.flip180 = a->given[O_FLIP180];
-    if (!so.model_dir) { fprintf(stderr, "molmoact serve: give the model with --model DIR\n"); return 1; }
-    if (!a->given[O_QUIET]) setenv("MOLMOACT_OPEN_PROGRESS", "1", 1); /* the workers' start, as progress lines */
-    if (!*so.model_dir || !ma_is_dir(so.model_dir)) { fprintf(stderr, "molmoact serve: --model %s is not a directory\n", so.model_dir); return 1; }
+    const char *model = so.engine.model_dir;
+    if (!model) { fprintf(stderr, "molmoact serve: give the model with --model DIR\n"); return 1; }
+    if (!*model || !ma_is_dir(model)) { fprintf(stderr, "molmoact serve: --model %s is not a directory\n", model); return 1; }
     return ma_serve(&so);
 }
 
@@ -1401,8 +1446,7 @@ static int cmd_tokenize_a(cli_args *a) {
 }
 
 static int cmd_inspect_a(cli_args *a) {
-    if (session_env(a)) return 1;
-    if (a->given[O_QNN_LIB_DIR]) setenv("MOLMOACT_QNN_LIB_DIR", a->str[O_QNN_LIB_DIR], 1);
+    if (session_settings(a)) return 1;
     return cmd_inspect(a->pos[0]);
 }
 
@@ -1451,14 +1495,9 @@ int main(int argc, char **argv) {
     const char *name = argv[1];
     if (!strcmp(name, "__worker")) { /* a resident worker process, started by the orchestrator */
         if (argc != 7) { fprintf(stderr, "molmoact: __worker is started by molmoact run, not by hand\n"); return 2; }
-        /* A qnn worker's ADSP_LIBRARY_PATH (where FastRPC finds the HTP skel), defaulted to
-         * --qnn-lib-dir when neither it nor DSP_LIBRARY_PATH is set, as onnxruntime does for its
-         * own process (ma_qnn_worker_adsp_path). Set here by the program, not by the library (which
-         * never touches the environment): this process has no other thread yet and has loaded
-         * nothing, and the value reaches nothing but this worker. */
-        char adsp[4096];
-        if (ma_qnn_worker_adsp_path(adsp, sizeof adsp)) setenv("ADSP_LIBRARY_PATH", adsp, 1);
-        return ma_worker_main(atoi(argv[2]), argv[3], argv[4], (unsigned)strtoul(argv[5], NULL, 10), atoi(argv[6]));
+        /* its settings come in its start message; its environment (a qnn worker's LD_LIBRARY_PATH
+         * and ADSP_LIBRARY_PATH) was set by the orchestrator at its exec */
+        return ma_worker_main(atoi(argv[2]), ma_backend_find, argv[3], argv[4], (unsigned)strtoul(argv[5], NULL, 10), atoi(argv[6]));
     }
     if (!strcmp(name, "--help") || !strcmp(name, "-h")) { cli_print_overview(stdout, CMDS, N_CMDS); return 0; }
     if (!strcmp(name, "--version") || !strcmp(name, "-V")) return cmd_version_a(NULL);

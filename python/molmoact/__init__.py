@@ -50,7 +50,12 @@ class _Options(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("model_dir", ctypes.c_char_p), ("backend", ctypes.c_char_p),
                 ("inproc", ctypes.c_int), ("threads", ctypes.c_int), ("norm_tag", ctypes.c_char_p),
                 ("vision_suffix", ctypes.c_char_p), ("llm_suffix", ctypes.c_char_p), ("action_suffix", ctypes.c_char_p),
-                ("worker_exe", ctypes.c_char_p), ("deadline_ms", ctypes.c_int), ("base_dir", ctypes.c_char_p)]
+                ("worker_exe", ctypes.c_char_p), ("deadline_ms", ctypes.c_int), ("base_dir", ctypes.c_char_p),
+                # since 0.11
+                ("kernels", ctypes.c_char_p), ("compute", ctypes.c_char_p), ("gemm_panels", ctypes.c_char_p),
+                ("prompt_seq", ctypes.c_int), ("preload", ctypes.c_int), ("verbose", ctypes.c_int), ("progress", ctypes.c_int),
+                ("qnn_lib_dir", ctypes.c_char_p), ("qnn_io_map", ctypes.c_char_p), ("qnn_perf", ctypes.c_char_p),
+                ("qnn_soc", ctypes.c_long), ("qnn_arch", ctypes.c_long), ("qnn_zero_copy", ctypes.c_int), ("ignore_env", ctypes.c_int)]
 
 
 class _Image(ctypes.Structure):
@@ -124,7 +129,7 @@ def _pkg_config_libdir():
 
 def _check(lib, path):
     """the library at `path` is libmolmoact: it exports the API this binding declares"""
-    for sym in ("molmoact_version", "molmoact_open", "molmoact_infer", "molmoact_close", "molmoact_get_info"):
+    for sym in ("molmoact_version", "molmoact_open", "molmoact_infer", "molmoact_close", "molmoact_get_info", "molmoact_get_setting"):
         if not hasattr(lib, sym):
             raise ImportError(f"molmoact: {path} is not libmolmoact (it does not export {sym})")
 
@@ -167,6 +172,13 @@ _lib.molmoact_close.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
 _lib.molmoact_infer.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Observation), ctypes.POINTER(_Result), ctypes.POINTER(_Error)]
 _lib.molmoact_result_free.argtypes = [ctypes.POINTER(_Result)]
 _lib.molmoact_get_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Info), ctypes.POINTER(_Error)]
+_lib.molmoact_get_setting.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(_Error)]
+
+
+def s_bytes(name):
+    if not isinstance(name, str):
+        raise MolmoActError("MOLMOACT_ERR_ARG", f"setting: expected a name, got {type(name).__name__}")
+    return name.encode()
 version = _lib.molmoact_version().decode()
 
 
@@ -174,8 +186,12 @@ def _raise(rc, err):
     raise MolmoActError(_STATUS.get(rc, str(rc)), err.message.decode(errors="replace"))
 
 
-_OPTIONS = {"inproc", "threads", "norm_tag", "backend", "vision_suffix", "llm_suffix", "action_suffix", "worker_exe",
-            "deadline_ms", "base"}
+_STR_OPTIONS = ("norm_tag", "backend", "vision_suffix", "llm_suffix", "action_suffix", "worker_exe", "kernels", "compute",
+                "gemm_panels", "qnn_lib_dir", "qnn_io_map", "qnn_perf")
+_INT_OPTIONS = {"threads": (0, 64), "deadline_ms": (0, 2 ** 31 - 1), "prompt_seq": (0, 65536), "qnn_soc": (0, 2 ** 32 - 1),
+                "qnn_arch": (0, 2 ** 32 - 1)}
+_BOOL_OPTIONS = ("inproc", "preload", "verbose", "progress", "qnn_zero_copy", "ignore_env")
+_OPTIONS = set(_STR_OPTIONS) | set(_INT_OPTIONS) | set(_BOOL_OPTIONS) | {"base"}
 _KEYS = {  # accepted request keys -> role: openpi's, MolmoAct2's, LeRobot's (as the server takes them)
     "observation/image": "image", "image": "image", "observation.images.image": "image",
     "observation/wrist_image": "wrist_image", "wrist_image": "wrist_image", "observation.images.wrist_image": "wrist_image",
@@ -282,13 +298,14 @@ class Policy:
                 raise MolmoActError("MOLMOACT_ERR_ARG", f"{k}: expected an integer in [{lo}, {hi}], got {v!r}")
             return int(v)
         opt.model_dir = s("model_dir", model_dir)
-        inproc = options.get("inproc", False)
-        if inproc not in (True, False, 0, 1):
-            raise MolmoActError("MOLMOACT_ERR_ARG", f"inproc: expected True or False, got {inproc!r}")
-        opt.inproc = 1 if inproc else 0
-        opt.threads = i("threads", 0, 64)
-        opt.deadline_ms = i("deadline_ms", 0, 2 ** 31 - 1)
-        for k in ("norm_tag", "backend", "vision_suffix", "llm_suffix", "action_suffix", "worker_exe"):
+        for k in _BOOL_OPTIONS:
+            v = options.get(k, False)
+            if v not in (True, False, 0, 1):
+                raise MolmoActError("MOLMOACT_ERR_ARG", f"{k}: expected True or False, got {v!r}")
+            setattr(opt, k, 1 if v else 0)
+        for k, (lo, hi) in _INT_OPTIONS.items():
+            setattr(opt, k, i(k, lo, hi))
+        for k in _STR_OPTIONS:
             setattr(opt, k, s(k, options.get(k)))
         opt.base_dir = s("base", options.get("base"))  # a LeRobot policy's HF base directory
         err = _Error()
@@ -310,6 +327,18 @@ class Policy:
                 "flow_steps": info.flow_steps, "prompt_seq": info.prompt_seq,
                 "precision": {k: info.precision[i].value.decode() for i, k in enumerate(("vision", "llm", "action"))},
                 "norm_tag": info.norm_tag.decode(), "inproc": bool(info.inproc)}
+
+    def setting(self, name):
+        """one of the engine's settings as text ("backend", "threads", "kernels", ...): what it and
+        its workers run with (molmoact_get_setting)"""
+        buf, err = ctypes.create_string_buffer(4096), _Error()
+        with self._lock:
+            if not self._h:
+                raise MolmoActError("MOLMOACT_ERR_ARG", "the policy is closed")
+            rc = _lib.molmoact_get_setting(self._h, s_bytes(name), buf, len(buf), ctypes.byref(err))
+        if rc:
+            _raise(rc, err)
+        return buf.value.decode(errors="replace")
 
     def memory(self):
         """peak RSS in KiB of this process and of the live workers"""

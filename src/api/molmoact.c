@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include "api/internal.h"
+#include "backend/backends.h"
+#include "core/env.h"
 #include "kernels/kernels.h"
 #include "model/normstats.h"
 #include "model/tokenizer.h"
@@ -108,12 +110,11 @@ void molmoact_observation_init(molmoact_observation *obs) {
     obs->struct_size = sizeof *obs;
 }
 
-/* the molmoact program for the workers: next to this library (LIBDIR/molmoact, LIBDIR/../bin/
- * molmoact: the build tree and an installed prefix), then MOLMOACT_WORKER_EXE, then this process
- * when it is molmoact itself. NULL when none is found. */
-static char *find_worker_exe(void) {
-    const char *env = getenv("MOLMOACT_WORKER_EXE");
-    if (env && *env) return strdup(env);
+/* the molmoact program for the workers: settings.worker_exe (options.worker_exe or
+ * MOLMOACT_WORKER_EXE), else next to this library (LIBDIR/molmoact, LIBDIR/../bin/molmoact: the
+ * build tree and an installed prefix). NULL when none is found. */
+static char *find_worker_exe(const ma_settings *st) {
+    if (st->worker_exe[0]) return strdup(st->worker_exe);
     Dl_info info;
     char dir[PATH_MAX], cand[PATH_MAX + 32];
     if (dladdr((void *)molmoact_open, &info) && info.dli_fname && realpath(info.dli_fname, dir)) {
@@ -130,12 +131,45 @@ static char *find_worker_exe(void) {
     return NULL;
 }
 
-/* context-suffix options become the variables the context loader and the workers read */
-/* an option's suffix under both names the sessions read (core/env.h), so they agree */
-static void set_suffix(const char *var, const char *alias, const char *value) {
-    if (!value) return;
-    setenv(var, value, 1);
-    setenv(alias, value, 1);
+/* the options present in a caller's struct (struct_size: an older caller's is shorter) */
+#define HAS(opt, field) ((opt)->struct_size >= offsetof(molmoact_options, field) + sizeof((opt)->field))
+
+/* one option into the settings, when given (a string not NULL, a number not 0) */
+static ma_status opt_str(ma_settings *st, const char *key, const char *v, ma_error *err) {
+    if (!v) return MA_OK;
+    char from[48];
+    snprintf(from, sizeof from, "options.%s", key);
+    return ma_settings_set(st, key, v, from, err);
+}
+
+static ma_status opt_num(ma_settings *st, const char *key, long v, ma_error *err) {
+    if (!v) return MA_OK;
+    char num[32];
+    snprintf(num, sizeof num, "%ld", v);
+    return opt_str(st, key, num, err);
+}
+
+/* the engine's settings: the environment's (unless ignore_env), then the options over them */
+static ma_status settings_from_options(const molmoact_options *opt, ma_settings *st, ma_error *err) {
+    ma_status s = HAS(opt, ignore_env) && opt->ignore_env ? (ma_settings_init(st), MA_OK) : ma_settings_from_env(st, err);
+    if (s) return s;
+    if ((s = opt_str(st, "backend", opt->backend, err)) || (s = opt_num(st, "threads", opt->threads, err)) ||
+        (s = opt_str(st, "vision_suffix", opt->vision_suffix, err)) || (s = opt_str(st, "llm_suffix", opt->llm_suffix, err)) ||
+        (s = opt_str(st, "action_suffix", opt->action_suffix, err)) || (s = opt_str(st, "worker_exe", opt->worker_exe, err)) ||
+        (s = opt_num(st, "worker_deadline_ms", opt->deadline_ms, err)))
+        return s;
+    if (HAS(opt, base_dir) && (s = opt_str(st, "base_dir", opt->base_dir, err))) return s;
+    if (!HAS(opt, ignore_env)) return MA_OK;
+    const struct { const char *key, *v; } strs[] = {{"kernels", opt->kernels}, {"compute", opt->compute}, {"gemm_panels", opt->gemm_panels},
+                                                  {"qnn_lib_dir", opt->qnn_lib_dir}, {"qnn_io_map", opt->qnn_io_map}, {"qnn_perf", opt->qnn_perf}};
+    const struct { const char *key; long v; } nums[] = {{"prompt_seq", opt->prompt_seq}, {"preload", opt->preload}, {"verbose", opt->verbose},
+                                                      {"progress", opt->progress}, {"qnn_soc", opt->qnn_soc}, {"qnn_arch", opt->qnn_arch},
+                                                      {"qnn_zero_copy", opt->qnn_zero_copy}};
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
+        if ((s = opt_str(st, strs[i].key, strs[i].v, err))) return s;
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+        if ((s = opt_num(st, nums[i].key, nums[i].v, err))) return s;
+    return MA_OK;
 }
 
 molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmoact_error *err) {
@@ -145,75 +179,56 @@ molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmo
     if (opt->struct_size < offsetof(molmoact_options, deadline_ms) + sizeof(int) || opt->struct_size > 4096)
         return fail(err, MOLMOACT_ERR_ARG, "options.struct_size is %u (call molmoact_options_init)", opt->struct_size);
     if (!opt->model_dir || !*opt->model_dir) return fail(err, MOLMOACT_ERR_ARG, "options.model_dir is not set");
-    if (opt->backend && strcmp(opt->backend, "cpu") && strcmp(opt->backend, "qnn"))
-        return fail(err, MOLMOACT_ERR_ARG, "options.backend \"%.64s\": must be \"cpu\" or \"qnn\"", opt->backend);
     if (opt->threads < 0 || opt->threads > 64) return fail(err, MOLMOACT_ERR_ARG, "options.threads %d: 0..64", opt->threads);
     if (opt->deadline_ms < 0) return fail(err, MOLMOACT_ERR_ARG, "options.deadline_ms %d is negative", opt->deadline_ms);
     if (opt->inproc != 0 && opt->inproc != 1) return fail(err, MOLMOACT_ERR_ARG, "options.inproc must be 0 or 1");
-    const char *sfx[3] = {opt->vision_suffix, opt->llm_suffix, opt->action_suffix};
-    for (int i = 0; i < 3; i++)
-        if (sfx[i] && (strlen(sfx[i]) > 64 || strchr(sfx[i], '/')))
-            return fail(err, MOLMOACT_ERR_ARG, "options.%s_suffix: at most 64 characters, no '/'",
-                        i == 0 ? "vision" : i == 1 ? "llm" : "action");
-    if (!ma_is_dir(opt->model_dir)) return fail(err, MOLMOACT_ERR_IO, "options.model_dir %s is not a directory", opt->model_dir);
+    ma_error me = {0};
+    ma_settings *st = malloc(sizeof *st);
+    if (!st) return fail(err, MOLMOACT_ERR_NOMEM, "out of memory");
+    ma_status ss = settings_from_options(opt, st, &me);
+    if (ss) { free(st); return report(err, ss, &me); }
+    if (!ma_is_dir(opt->model_dir)) { free(st); return fail(err, MOLMOACT_ERR_IO, "options.model_dir %s is not a directory", opt->model_dir); }
+    if (HAS(opt, base_dir) && opt->base_dir && (!*opt->base_dir || !ma_is_dir(opt->base_dir))) {
+        free(st);
+        return fail(err, MOLMOACT_ERR_IO, "options.base_dir %s is not a directory", opt->base_dir);
+    }
+    /* the backend, from the registry (runtime/ is handed it) */
+    const ma_backend *be = ma_backend_find(st->backend);
+    if (!be) { free(st); return fail(err, MOLMOACT_ERR_ARG, "backend %s: not in this build", st->backend); }
     molmoact *e = calloc(1, sizeof *e);
-    if (!e) return fail(err, MOLMOACT_ERR_NOMEM, "out of memory");
+    if (!e) { free(st); return fail(err, MOLMOACT_ERR_NOMEM, "out of memory"); }
     pthread_mutex_init(&e->lock, NULL);
     e->dir = strdup(opt->model_dir);
     e->tag = strdup(opt->norm_tag ? opt->norm_tag : "libero");
-    if (!opt->inproc) e->exe = opt->worker_exe ? strdup(opt->worker_exe) : find_worker_exe();
+    if (!opt->inproc) e->exe = find_worker_exe(st);
     if (!e->dir || !e->tag) {
+        free(st);
         molmoact_close(&e);
         return fail(err, MOLMOACT_ERR_NOMEM, "out of memory");
     }
     if (!opt->inproc && !e->exe) {
+        free(st);
         molmoact_close(&e);
         return fail(err, MOLMOACT_ERR_IO, "the molmoact program for the resident workers was not found next to the library "
                     "(LIBDIR/molmoact or LIBDIR/../bin/molmoact): set options.worker_exe or MOLMOACT_WORKER_EXE, or use inproc");
     }
-    /* the sessions' and the workers' backend (NULL: MOLMOACT_BACKEND as it is, default cpu); put
-     * back as it was when the open fails */
-    char *old_backend = getenv("MOLMOACT_BACKEND") ? strdup(getenv("MOLMOACT_BACKEND")) : NULL;
-    if (opt->backend) setenv("MOLMOACT_BACKEND", opt->backend, 1);
-    if (opt->struct_size >= offsetof(molmoact_options, base_dir) + sizeof(char *) && opt->base_dir) {
-        if (!*opt->base_dir || !ma_is_dir(opt->base_dir)) {
-            molmoact_close(&e);
-            free(old_backend);
-            return fail(err, MOLMOACT_ERR_IO, "options.base_dir %s is not a directory", opt->base_dir);
-        }
-        setenv("MOLMOACT_BASE_DIR", opt->base_dir, 1);
-    }
-    set_suffix("MOLMOACT_VISION_CTX_SUFFIX", "VISION_CTX_SUFFIX", opt->vision_suffix);
-    set_suffix("MOLMOACT_LLM_CTX_SUFFIX", "LLM_CTX_SUFFIX", opt->llm_suffix);
-    set_suffix("MOLMOACT_ACTION_CTX_SUFFIX", "ACTION_CTX_SUFFIX", opt->action_suffix);
-    if (opt->threads > 0) {
-        char n[16];
-        snprintf(n, sizeof n, "%d", opt->threads);
-        setenv("MOLMOACT_THREADS", n, 1); /* for the workers */
-        ma_kernel_set_threads(opt->threads);
-    }
     ma_resident_opts ro;
     memset(&ro, 0, sizeof ro);
     ro.exe = e->exe;
-    ro.deadline_ms = opt->deadline_ms;
-    ma_error me = {0};
-    ma_status s = ma_engine_open(e->dir, e->tag, opt->inproc, &ro, &e->engine, &me);
+    ma_status s = ma_engine_open(e->dir, e->tag, opt->inproc, st, be, &ro, &e->engine, &me);
+    const int preload = st->preload;
+    free(st); /* the engine's model holds its copy */
     if (s) {
         e->engine.runner = NULL;
         molmoact_close(&e);
-        if (old_backend) setenv("MOLMOACT_BACKEND", old_backend, 1);
-        else if (opt->backend) unsetenv("MOLMOACT_BACKEND");
-        free(old_backend);
         return report(err, s, &me);
     }
-    free(old_backend);
-    /* --preload (MOLMOACT_PRELOAD): the contexts were read in as they were mapped; one untimed
-     * request on blank frames now faults in what only a request touches (every process's
-     * activations and scratch, the shared memory of each worker), so the first real request
-     * runs as fast as the next (measured at full size on an AMD EPYC VM: without it the first
-     * request after --preload took 1.6x a warm one, every component slower) */
-    const char *pre = getenv("MOLMOACT_PRELOAD");
-    if (pre && *pre && strcmp(pre, "0")) {
+    /* --preload: the contexts were read in as they were mapped; one untimed request on blank
+     * frames now faults in what only a request touches (every process's activations and scratch,
+     * the shared memory of each worker), so the first real request runs as fast as the next
+     * (measured at full size on an AMD EPYC VM: without it the first request after --preload
+     * took 1.6x a warm one, every component slower) */
+    if (preload) {
         molmoact_info info;
         molmoact_status ws = molmoact_get_info(e, &info, err);
         static const uint8_t gray[32 * 32 * 3] = {0};
@@ -486,3 +501,20 @@ molmoact_status molmoact_get_info(molmoact *engine, molmoact_info *info, molmoac
 }
 
 ma_engine *molmoact_internal_engine(molmoact *e) { return e ? &e->engine : NULL; }
+
+molmoact_status molmoact_get_setting(molmoact *engine, const char *name, char *value, size_t cap, molmoact_error *err) {
+    if (err) { err->code = MOLMOACT_OK; err->message[0] = '\0'; }
+    if (!engine) return fail(err, MOLMOACT_ERR_ARG, "molmoact_get_setting: the engine is NULL (closed, or never opened)");
+    if (!name || !value || !cap) return fail(err, MOLMOACT_ERR_ARG, "molmoact_get_setting: %s", !name ? "name is NULL" : "no room for the value");
+    /* the options' names where they differ from the settings' */
+    const char *key = !strcmp(name, "deadline_ms") ? "worker_deadline_ms" : name;
+    char num[32];
+    pthread_mutex_lock(&engine->lock);
+    const char *v = ma_settings_get(&engine->engine.host.set, key, num, sizeof num);
+    const size_t n = v ? strlen(v) : 0;
+    if (v && n < cap) memcpy(value, v, n + 1);
+    pthread_mutex_unlock(&engine->lock);
+    if (!v) return fail(err, MOLMOACT_ERR_ARG, "molmoact_get_setting: no setting is called %.64s", name);
+    if (n >= cap) return fail(err, MOLMOACT_ERR_RANGE, "molmoact_get_setting: %s is %zu bytes, the buffer %zu", name, n + 1, cap);
+    return MOLMOACT_OK;
+}

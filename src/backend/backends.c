@@ -1,16 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The backends behind the session interface (runtime/session.h): the one place that knows them
- * all, so that runtime/ depends on the interface only. */
+#include "backend/backends.h"
 #include "backend/cpu/cpu.h"
 #include "backend/qnn/qnn.h"
-#include "runtime/session.h"
 
-ma_status ma_backend_attach(ma_backend b, ma_session *s, ma_error *err) {
-    return b == MA_BACKEND_QNN ? ma_qnn_session_attach(s, err) : ma_cpu_session_attach(s, err);
+#include <string.h>
+
+static const ma_backend *const ALL[] = {&ma_cpu_backend, &ma_qnn_backend};
+#define N_BACKENDS ((int)(sizeof ALL / sizeof ALL[0]))
+
+const ma_backend *ma_backend_find(const char *name) {
+    if (!name || !*name) return ALL[0];
+    for (int i = 0; i < N_BACKENDS; i++)
+        if (!strcmp(ALL[i]->name, name)) return ALL[i];
+    return NULL;
 }
 
-ma_status ma_backend_prepare(ma_backend b, ma_error *err) {
-    return b == MA_BACKEND_QNN ? ma_qnn_prepare_env(err) : MA_OK;
-}
+const ma_backend *ma_backend_at(int i) { return i >= 0 && i < N_BACKENDS ? ALL[i] : NULL; }
 
-int ma_backend_process_lost(void) { return ma_qnn_process_lost(); }
+int ma_backend_count(void) { return N_BACKENDS; }

@@ -1,40 +1,41 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The environment variables molmoact reads: one table (name, the deployment's older name kept as
- * an alias, what reads it, what it means), from which `molmoact help env`, each command's help and
- * the README's table are printed. New names carry the MOLMOACT_ prefix; the reference
- * deployment's VISION_CTX_SUFFIX, LLM_CTX_SUFFIX, ACTION_CTX_SUFFIX and MOLMOACT2_PROMPT_SEQ are
- * read as aliases of MOLMOACT_VISION_CTX_SUFFIX, ... and MOLMOACT_PROMPT_SEQ. */
+ * an alias, what reads it, what it means, and the settings field it fills), from which `molmoact
+ * help env`, each command's help and the README's table are printed, and from which
+ * ma_settings_from_env fills a settings struct (core/settings.h). That function is the one place
+ * the library reads the environment; nothing in it writes the environment.
+ *
+ * New names carry the MOLMOACT_ prefix; the reference deployment's VISION_CTX_SUFFIX,
+ * LLM_CTX_SUFFIX, ACTION_CTX_SUFFIX and MOLMOACT2_PROMPT_SEQ are read as aliases of
+ * MOLMOACT_VISION_CTX_SUFFIX, ... and MOLMOACT_PROMPT_SEQ. */
 #ifndef MA_ENV_H
 #define MA_ENV_H
 
 #include "core/error.h"
+#include "core/settings.h"
+
+typedef enum { MA_SET_NONE, MA_SET_STR, MA_SET_INT, MA_SET_FLAG } ma_setting_type;
 
 typedef struct {
-    const char *name;  /* MOLMOACT_... */
+    const char *name;  /* MOLMOACT_...; NULL for a setting no variable fills (the table's tail) */
     const char *alias; /* the older name read as well, or NULL */
     const char *value; /* its values, for the help: "N", "DIR", ... */
     const char *who;   /* what reads it: commands, "library", "python" */
     const char *help;
+    /* the settings field it fills (NULL: read by someone else, e.g. the Python binding) */
+    const char *key;
+    ma_setting_type type;
+    size_t off, size; /* the field in ma_settings */
+    long lo, hi;      /* an integer's range */
+    const char *choices; /* a string's values, '|'-separated, or NULL for any */
 } ma_env_var;
 
 extern const ma_env_var MA_ENV_VARS[];
 extern const int MA_ENV_COUNT;
 
-/* the value of a table variable: its MOLMOACT_ name, else its alias; NULL when neither is set */
-const char *ma_env(const char *name);
-
-/* the name the value of ma_env(name) was read from (name, or its alias when only that is set) */
-const char *ma_env_source(const char *name);
-
-/* a variable set under both names with different values: refused, naming both */
-ma_status ma_env_check_aliases(ma_error *err);
-
-/* a switch such as MOLMOACT_PRELOAD: on when set to anything but "" or "0" */
-int ma_env_flag(const char *name);
-
-/* the context suffixes (MOLMOACT_VISION_CTX_SUFFIX, _LLM_, _ACTION_ and their older names) name
- * files inside the model directory: a '/', "." or "..", or more than 64 characters, refused */
-ma_status ma_env_check_suffixes(ma_error *err);
+/* the settings the environment gives, over ma_settings_init's defaults: every row with a key, the
+ * alias contradictions refused, the hub cache resolved as huggingface_hub does */
+ma_status ma_settings_from_env(ma_settings *s, ma_error *err);
 
 /* a number written plainly in decimal, as the command line and the environment take them: an
  * optional '-', digits and, when real, an optional fraction and exponent (1.5, -2, 1e-9); no

@@ -140,9 +140,6 @@ static pthread_once_t active_once = PTHREAD_ONCE_INIT;
 static int panels_in_place = 1; /* see ma_gemm_set_in_place */
 
 static int in_place_default(void) {
-    const char *e = getenv("MOLMOACT_GEMM_PANELS");
-    if (e && !strcmp(e, "in_place")) return 1;
-    if (e && !strcmp(e, "convert")) return 0;
     return !ma_cpu_intel();
 }
 
@@ -204,11 +201,7 @@ static void choose_kernels(void) {
 #endif
     best_set = n_sets - 1;
     panels_in_place = in_place_default();
-    const char *e = getenv("MOLMOACT_KERNELS");
-    int pick = best_set;
-    for (int i = 0; e && i < n_sets; i++)
-        if (!strcmp(e, sets[i].name)) pick = i;
-    active = sets[pick];
+    active = sets[best_set]; /* settings.kernels chooses another (ma_kernels_configure) */
 }
 
 const char *ma_gemm_kernels(void) {
@@ -782,19 +775,12 @@ static void quantise_all_task(void *ctx, int t, int T) {
 
 /* the parts a large GEMM is cut into per thread: 1 (finer cuts cost 4-8 % on a quiet machine,
  * bench model llm_split0, and gained nothing measurable under a busy process: the claiming alone
- * lets the caller take a late helper's part); MOLMOACT_GEMM_PARTS overrides, for measuring */
-static int parts_per_thread(void) {
-    static atomic_int cached; /* read once; every thread computes the same value */
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (!v) {
-        const char *e = getenv("MOLMOACT_GEMM_PARTS");
-        const int n = e ? atoi(e) : 0;
-        v = n >= 1 && n <= 64 ? n : 1;
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
-    }
-    return v;
-}
-#define PARTS_PER_THREAD parts_per_thread()
+ * lets the caller take a late helper's part); settings.gemm_parts overrides, for measuring */
+static atomic_int parts_setting = 1;
+
+void ma_gemm_set_parts(int n) { atomic_store_explicit(&parts_setting, n >= 1 && n <= 64 ? n : 1, memory_order_relaxed); }
+
+#define PARTS_PER_THREAD atomic_load_explicit(&parts_setting, memory_order_relaxed)
 
 /* Threads share the panels, except for tall A (the ViT's 1458 rows), where they take row
  * ranges instead, so none packs A rows that another one also packs. On the small path (nothing

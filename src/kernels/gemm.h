@@ -148,6 +148,8 @@ void ma_gemm_select_portable(int portable);
  * not (in place faster: no buffer); the default follows the vendor, MOLMOACT_GEMM_PANELS=
  * in_place|convert overrides it, and ma_gemm_set_in_place(-1) restores it. */
 void ma_gemm_set_in_place(int in_place);
+/* the parts a large GEMM is cut into per thread (1..64; for measuring) */
+void ma_gemm_set_parts(int n);
 int ma_gemm_in_place(void);
 
 #endif

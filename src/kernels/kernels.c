@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,14 +13,42 @@
 #include "kernels/vecmath.h"
 
 void ma_kernel_set_threads(int n) { ma_threads_set(n); }
+
+static int use_scalar; /* settings.kernels "scalar": every kernel context takes the scalar paths */
+
+ma_status ma_kernels_configure(const ma_settings *st, ma_error *err) {
+    if (st->kernels[0]) {
+        int gi = -1;
+        char list[128] = "scalar";
+        for (int i = 0; i < ma_gemm_kernel_count(); i++) {
+            const char *n = ma_gemm_kernel_name(i);
+            if (!strcmp(st->kernels, n)) gi = i;
+            snprintf(list + strlen(list), sizeof list - strlen(list), ", %s", n);
+        }
+        const int scalar = !strcmp(st->kernels, "scalar");
+        if (gi < 0 && !scalar)
+            return ma_fail(err, MA_ERR_ARG, "kernel set %s: not supported by this CPU or build (this CPU and build have: %s)", st->kernels, list);
+        /* a GEMM set of the vector math's names (portable, avx2, avx512, neon) keeps the vector
+         * math at that level too; scalar changes the kernel contexts only */
+        int vi = ma_vecmath_count() - 1;
+        for (int i = 0; i < ma_vecmath_count(); i++)
+            if (!strcmp(st->kernels, ma_vecmath_name(i))) vi = i;
+        ma_gemm_select(gi >= 0 ? gi : ma_gemm_kernel_count() - 1);
+        ma_vecmath_select(vi);
+        use_scalar = scalar;
+    }
+    if (st->gemm_panels[0]) ma_gemm_set_in_place(!strcmp(st->gemm_panels, "in_place"));
+    if (st->gemm_parts > 0) ma_gemm_set_parts(st->gemm_parts);
+    if (st->threads > 0) ma_threads_set(st->threads);
+    return MA_OK;
+}
 int ma_kernel_threads(void) { return ma_threads(); }
 
 #define PANEL_FLOATS (1u << 20) /* 4 MiB of converted weights per sgemm call */
 
 void ma_kctx_init(ma_kctx *c) {
     memset(c, 0, sizeof *c);
-    const char *e = getenv("MOLMOACT_KERNELS");
-    c->scalar = e && strcmp(e, "scalar") == 0;
+    c->scalar = use_scalar;
 }
 
 void ma_kctx_free(ma_kctx *c) {

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/settings.h"
 #include "core/tensor.h"
 #include "kernels/gemm.h"
 
@@ -37,6 +38,11 @@ typedef struct ma_kctx {
 /* threads of the kernels' pool for this process (before its first use); worker processes read
  * MOLMOACT_THREADS */
 void ma_kernel_set_threads(int n);
+
+/* the process's kernel choices from an engine's settings (kernels, gemm_panels, gemm_parts,
+ * threads): process-wide, as a thread pool is; an unavailable kernel set refused, naming those this
+ * CPU and build have. Called at the top (the API's open, a worker's start, a command) */
+ma_status ma_kernels_configure(const ma_settings *st, ma_error *err);
 int ma_kernel_threads(void);
 
 void ma_kctx_init(ma_kctx *c);

@@ -90,8 +90,6 @@ static void *helper(void *arg) {
 }
 
 static int default_threads(void) {
-    const char *e = getenv("MOLMOACT_THREADS");
-    if (e && atoi(e) > 0) return atoi(e);
 #ifdef __linux__
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);

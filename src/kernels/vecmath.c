@@ -144,13 +144,7 @@ static void choose(void) {
     ma_vecmath_install_neon(&sets[n_sets]);
     set_names[n_sets++] = "neon";
 #endif
-    /* MOLMOACT_KERNELS=portable or avx2 (the GEMM kernel set of that name) keeps the vector math
-     * at that level too */
-    const char *e = getenv("MOLMOACT_KERNELS");
-    int pick = n_sets - 1;
-    for (int i = 0; e && i < n_sets; i++)
-        if (!strcmp(e, set_names[i])) pick = i;
-    table = sets[pick];
+    table = sets[n_sets - 1]; /* settings.kernels chooses another (ma_kernels_configure) */
 }
 
 const ma_vecmath *ma_vecmath_get(void) {

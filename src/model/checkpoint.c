@@ -138,23 +138,29 @@ static const char *SLOT_COMPONENT[8] = {"vision", "embed", "llm", "llm", "llm", 
 
 /* the variable that picks a slot's variant: action_step only for the action expert, as the
  * reference deployment's ACTION_CTX_SUFFIX (action_context is one small context, kept as is) */
-static const char *slot_env(int slot) {
-    if (slot == 0) return "MOLMOACT_VISION_CTX_SUFFIX";
-    if (slot >= 2 && slot <= 5) return "MOLMOACT_LLM_CTX_SUFFIX";
-    if (slot == 7) return "MOLMOACT_ACTION_CTX_SUFFIX";
-    return NULL;
+static const char *slot_suffix(const ma_settings *st, int slot) {
+    if (!st) return "";
+    if (slot == 0) return st->suffix[MA_SUFFIX_VISION];
+    if (slot >= 2 && slot <= 5) return st->suffix[MA_SUFFIX_LLM];
+    if (slot == 7) return st->suffix[MA_SUFFIX_ACTION];
+    return "";
 }
 
 void ma_context_name(int slot, const char *suffix, char *out, size_t cap) {
-    const char *env = slot_env(slot);
-    const char *sfx = suffix ? suffix : (env && ma_env(env) ? ma_env(env) : "");
+    const char *sfx = suffix ? suffix : "";
     if (slot == 1 || slot == 6) sfx = "";
     snprintf(out, cap, "%s%s.gguf", SLOT_BASE[slot], sfx);
 }
 
-int ma_is_context_dir(const char *dir) {
+void ma_model_context_name(const ma_model *m, int slot, char *out, size_t cap) {
+    ma_context_name(slot, slot_suffix(&m->set, slot), out, cap);
+}
+
+int ma_is_context_dir(const char *dir) { return ma_is_context_dir_with(dir, NULL); }
+
+int ma_is_context_dir_with(const char *dir, const ma_settings *st) {
     char name[128];
-    ma_context_name(0, NULL, name, sizeof name);
+    ma_context_name(0, slot_suffix(st, 0), name, sizeof name);
     char *p = ma_path_join(dir, name);
     int ok = p && ma_is_file(p);
     free(p);
@@ -169,16 +175,6 @@ static unsigned slot_parts(int slot) {
     static const unsigned parts[8] = {MA_PART_VISION, MA_PART_EMBED, MA_PART_LLM(0), MA_PART_LLM(1), MA_PART_LLM(2),
                                       MA_PART_LLM(3), MA_PART_ACTION_CONTEXT, MA_PART_ACTION_STEP};
     return parts[slot];
-}
-
-/* the prompt length asked for by the environment (MOLMOACT_PROMPT_SEQ or MOLMOACT2_PROMPT_SEQ):
- * 0 when unset, -1 when not an integer in range */
-static int env_prompt_seq(void) {
-    const char *e = ma_env("MOLMOACT_PROMPT_SEQ");
-    if (!e || !*e) return 0;
-    char *end;
-    long v = strtol(e, &end, 10);
-    return (*end || v < 1 || v > MA_MAX_PROMPT_SEQ) ? -1 : (int)v;
 }
 
 /* a context's recorded prompt length (llm and action contexts; the llm contexts of an older
@@ -306,19 +302,19 @@ static ma_status context_compute(const ma_gguf *g, const char *label, ma_compute
     return MA_OK;
 }
 
-/* MOLMOACT_COMPUTE: -1 (unset or "context": each matrix's own plan), or the plan every matrix
- * gets; -2 for a value that is none of these */
-static int env_compute(void) {
-    const char *e = ma_env("MOLMOACT_COMPUTE");
-    if (!e || !*e || !strcmp(e, "context")) return -1;
-    return !strcmp(e, "fp32") ? MA_COMPUTE_F32 : !strcmp(e, "bf16") ? MA_COMPUTE_BF16 : -2;
+/* settings.compute: -1 ("" or "context": each matrix's own plan), or the plan every matrix gets
+ * (ma_settings_set allows no other value) */
+static int settings_compute(const ma_settings *st) {
+    const char *e = st->compute;
+    if (!*e || !strcmp(e, "context")) return -1;
+    return !strcmp(e, "bf16") ? MA_COMPUTE_BF16 : MA_COMPUTE_F32;
 }
 
 /* each matrix's compute: its context's plan, except the tensors it lists in
- * molmoact.compute_fp32_tensors (compile --compute-keep); MOLMOACT_COMPUTE overrides all */
+ * molmoact.compute_fp32_tensors (compile --compute-keep); settings.compute overrides all */
 static ma_status apply_compute(ma_model *m, ma_error *err) {
-    const int force = env_compute();
-    if (force == -2) return ma_fail(err, MA_ERR_ARG, "MOLMOACT_COMPUTE=%s: the compute plan is context, fp32 or bf16", ma_env("MOLMOACT_COMPUTE"));
+    (void)err;
+    const int force = settings_compute(&m->set);
     m->ws.compute_force = force;
     if (force >= 0) /* what every matrix gets, for the reports and the parity gate */
         for (int i = 0; i < 3; i++) snprintf(m->compute[i], sizeof m->compute[i], "%s", force == MA_COMPUTE_BF16 ? "bf16" : "fp32");
@@ -334,7 +330,7 @@ static ma_status apply_compute(ma_model *m, ma_error *err) {
 
 static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *err) {
     char name[160], label[64], comp[64], prec[16];
-    ma_context_name(slot, NULL, name, sizeof name);
+    ma_model_context_name(m, slot, name, sizeof name);
     char *path = ma_path_join(m->dir, name);
     if (!path) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
     ma_gguf *g = &m->ctx[slot];
@@ -370,8 +366,7 @@ static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *er
     if ((s = check_fingerprint(sc, g, label, err))) return s;
     note_compile_id(sc, slot, g, label);
     /* --preload: this process's own contexts read in at open (the others it only checks) */
-    const char *pre = getenv("MOLMOACT_PRELOAD");
-    if (pre && *pre && strcmp(pre, "0")) ma_mapfile_preload(&g->map);
+    if (m->set.preload) ma_mapfile_preload(&g->map);
     const ma_gguf_kv *cj = ma_gguf_find_kv(g, "molmoact.config_json");
     if (!cj || cj->type != MA_GGUF_STRING) return ma_fail(err, MA_ERR_FORMAT, "%s: metadata key molmoact.config_json is missing", label);
     if (!sc->config_json) {
@@ -387,7 +382,7 @@ static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *er
 
 static ma_status check_context_ranges(ma_model *m, int slot, ma_error *err) {
     char name[160];
-    ma_context_name(slot, NULL, name, sizeof name);
+    ma_model_context_name(m, slot, name, sizeof name);
     const ma_gguf *g = &m->ctx[slot];
     ma_status s;
     if (slot >= 2 && slot <= 5) {
@@ -429,11 +424,18 @@ static ma_status weightset_from_contexts(ma_model *m, ma_error *err) {
 }
 
 ma_status ma_model_open(const char *dir, const char *norm_tag, ma_model *m, ma_error *err) {
-    return ma_model_open_parts(dir, norm_tag, MA_PART_ALL, m, err);
+    return ma_model_open_with(dir, norm_tag, MA_PART_ALL, NULL, m, err);
 }
 
 ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned parts, ma_model *m, ma_error *err) {
+    return ma_model_open_with(dir, norm_tag, parts, NULL, m, err);
+}
+
+ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned parts, const ma_settings *st, ma_model *m,
+                             ma_error *err) {
     memset(m, 0, sizeof *m);
+    if (st) m->set = *st;
+    else ma_settings_init(&m->set);
     ma_status s;
     set_check sc;
     memset(&sc, 0, sizeof sc);
@@ -441,7 +443,7 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
     m->dir = strdup(dir);
     m->parts = parts;
     if (!m->dir) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
-    m->from_contexts = ma_is_context_dir(dir);
+    m->from_contexts = ma_is_context_dir_with(dir, &m->set);
     if (m->from_contexts) {
         if ((s = ma_manifest_load(dir, &sc.mf, err))) {
             if (s == MA_ERR_IO)
@@ -459,7 +461,7 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
             int which = slot == 0 ? 0 : (slot <= 5 ? 1 : 2);
             if (parts & slot_parts(slot)) continue;
             char name[160];
-            ma_context_name(slot, NULL, name, sizeof name);
+            ma_model_context_name(m, slot, name, sizeof name);
             char *path = ma_path_join(dir, name);
             ma_gguf g;
             if (path && ma_gguf_open(&g, path, NULL) == MA_OK) {
@@ -485,7 +487,7 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
          * of its processor pipelines, its base's tokenizer and processor config */
         lr = calloc(1, sizeof *lr);
         if (!lr) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
-        if ((s = ma_lerobot_open(dir, getenv("MOLMOACT_BASE_DIR"), lr, err))) goto fail;
+        if ((s = ma_lerobot_open(dir, m->set.base_dir, m->set.hub_cache, lr, err))) goto fail;
         char *cj = NULL, label[PATH_MAX + 64];
         if ((s = ma_lerobot_config_json(lr, &cj, err))) goto fail;
         snprintf(label, sizeof label, "%s/config.json (the base of %s)", lr->base_dir, dir);
@@ -506,13 +508,12 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
     if (m->from_contexts)
         for (int slot = 0; slot < 8; slot++)
             if ((parts & slot_parts(slot)) && (s = check_context_ranges(m, slot, err))) goto fail;
-    if (m->from_contexts) { /* a static prompt length asked for by the environment must be the compiled one */
-        const int want = env_prompt_seq();
-        const char *var = ma_env_source("MOLMOACT_PROMPT_SEQ");
-        if (want < 0) { s = ma_fail(err, MA_ERR_ARG, "%s=%s is not an integer in [1, %d]", var, ma_env("MOLMOACT_PROMPT_SEQ"), MA_MAX_PROMPT_SEQ); goto fail; }
+    if (m->from_contexts) { /* a static prompt length asked for must be the compiled one */
+        const int want = m->set.prompt_seq;
         if (want && m->prompt_seq && want != m->prompt_seq) {
-            s = ma_fail(err, MA_ERR_ARG, "%s: compiled for prompt length %d, %s is %d (unset it: the length is read from the contexts)",
-                        m->prompt_seq_file, m->prompt_seq, var, want);
+            s = ma_fail(err, MA_ERR_ARG, "%s: compiled for prompt length %d, the prompt length asked for (MOLMOACT_PROMPT_SEQ, "
+                        "options.prompt_seq) is %d (leave it unset: the length is read from the contexts)",
+                        m->prompt_seq_file, m->prompt_seq, want);
             goto fail;
         }
     }
@@ -532,7 +533,7 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
         if (!(parts & MA_PART_LORA_OK)) {
             s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: %zu matrices carry unmerged LoRA adapters (%s, ...): compile the directory first, which merges "
                         "them (molmoact compile %s%s%s -o CTX_DIR), then run CTX_DIR", dir, m->ws.n_lora, m->ws.lora_first, dir,
-                        getenv("MOLMOACT_BASE_DIR") ? " --base " : "", getenv("MOLMOACT_BASE_DIR") ? getenv("MOLMOACT_BASE_DIR") : "");
+                        m->set.base_dir[0] ? " --base " : "", m->set.base_dir);
             goto fail;
         }
         if (!lr || !lr->lora) {

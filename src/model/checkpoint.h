@@ -6,6 +6,7 @@
 #ifndef MA_CHECKPOINT_H
 #define MA_CHECKPOINT_H
 
+#include "core/settings.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "model/hostglue.h"
@@ -33,6 +34,7 @@ enum {
 #define MA_CONTEXT_FORMAT 4
 
 typedef struct ma_model {
+    ma_settings set;    /* the settings it was opened with (suffixes, prompt length, compute, base, ...) */
     char *dir;
     char *host_dir;     /* config.json, tokenizer.json, processor_config.json: dir, or a LeRobot policy's base */
     int lerobot;        /* dir is a LeRobot policy directory */
@@ -59,15 +61,20 @@ typedef struct ma_model {
 } ma_model;
 
 /* norm_tag: the norm_stats.json tag ("libero"). dir is a Hugging Face checkpoint directory or a
- * context directory written by `molmoact compile` (MOLMOACT_VISION_CTX_SUFFIX, _LLM_ and _ACTION_
- * pick context variants, see core/env.h; MOLMOACT_PROMPT_SEQ, when set, must be the length the
- * contexts were compiled for). ma_model_open binds everything; ma_model_open_parts only the given parts. */
+ * context directory written by `molmoact compile`. The settings (core/settings.h; NULL: the
+ * defaults) choose context variants (the suffixes), the compute plan, --preload, a LeRobot
+ * policy's base; their prompt_seq, when set, must be the length the contexts were compiled for.
+ * ma_model_open binds everything with the defaults; ma_model_open_parts only the given parts. */
+ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned parts, const ma_settings *st, ma_model *m,
+                             ma_error *err);
 ma_status ma_model_open(const char *dir, const char *norm_tag, ma_model *m, ma_error *err);
 ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned parts, ma_model *m, ma_error *err);
 /* the context file name of slot i (0 vision, 1 embed, 2..5 llm_split0..3, 6 action_context,
- * 7 action_step) with the suffix from the environment (or `suffix` when not NULL) */
+ * 7 action_step) with `suffix` (NULL: none); ma_model_context_name with the model's settings */
 void ma_context_name(int slot, const char *suffix, char *out, size_t cap);
+void ma_model_context_name(const struct ma_model *m, int slot, char *out, size_t cap);
 int ma_is_context_dir(const char *dir);
+int ma_is_context_dir_with(const char *dir, const ma_settings *st);
 void ma_model_close(ma_model *m);
 
 /* The fingerprint of a checkpoint: 16 hex digits over every tensor's name, dtype, shape and data

@@ -130,18 +130,6 @@ static ma_status base_file(const char *dir, const char *name, const char *from, 
     return s;
 }
 
-/* the hub cache's directory, as huggingface_hub resolves it (constants.py); 0 if too long */
-static int hub_cache(char *out, size_t cap) {
-    const char *e;
-    int n;
-    if ((e = getenv("HF_HUB_CACHE")) && *e) n = snprintf(out, cap, "%s", e);
-    else if ((e = getenv("HUGGINGFACE_HUB_CACHE")) && *e) n = snprintf(out, cap, "%s", e);
-    else if ((e = getenv("HF_HOME")) && *e) n = snprintf(out, cap, "%s/hub", e);
-    else if ((e = getenv("XDG_CACHE_HOME")) && *e) n = snprintf(out, cap, "%s/huggingface/hub", e);
-    else n = snprintf(out, cap, "%s/.cache/huggingface/hub", getenv("HOME") ? getenv("HOME") : "");
-    return n >= 0 && (size_t)n < cap;
-}
-
 static int hex40(const char *s) {
     if (strlen(s) != 40) return 0;
     for (int i = 0; i < 40; i++)
@@ -193,9 +181,11 @@ static ma_status from_cache(ma_lerobot *lr, const char *revision, ma_error *err)
     static const char NEED[] = "config.json, tokenizer.json, tokenizer_config.json, processor_config.json";
     const char *repo = lr->repo_id; /* checked by repo_id_problem: at most 193 bytes, one '/' */
     char cache[PATH_MAX], flat[2 * sizeof lr->repo_id], folder[PATH_MAX], ref[PATH_MAX], snap[PATH_MAX], rv[300];
-    if (!hub_cache(cache, sizeof cache))
-        return ma_fail(err, MA_ERR_ARG, "the Hugging Face cache directory ($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub) is longer "
-                       "than %d bytes", PATH_MAX - 1);
+    /* the cache's directory: settings.hub_cache, which core/env.c resolves from the environment
+     * as huggingface_hub does */
+    if (!lr->hub_cache[0])
+        return ma_fail(err, MA_ERR_ARG, "no Hugging Face cache directory is known (set HF_HUB_CACHE or HOME, or give --base)");
+    snprintf(cache, sizeof cache, "%s", lr->hub_cache);
     size_t k = 0;
     for (const char *p = repo; *p; p++) { /* '/' becomes "--"; bounded by flat's size */
         if (k + 3 > sizeof flat) return ma_fail(err, MA_ERR_RANGE, "checkpoint_path: the repo id is too long");
@@ -447,10 +437,13 @@ static ma_status read_pack_step(ma_lerobot *lr, cJSON *stats_meta, ma_error *err
 
 /* ------------------------------------------------------------------------------ open */
 
-ma_status ma_lerobot_open(const char *dir, const char *base, ma_lerobot *lr, ma_error *err) {
+ma_status ma_lerobot_open(const char *dir, const char *base, const char *hub_cache, ma_lerobot *lr, ma_error *err) {
     memset(lr, 0, sizeof *lr);
     if (strlen(dir) >= sizeof lr->dir) return ma_fail(err, MA_ERR_RANGE, "%.64s...: the path is longer than %d bytes", dir, PATH_MAX - 1);
+    if (hub_cache && strlen(hub_cache) >= sizeof lr->hub_cache)
+        return ma_fail(err, MA_ERR_RANGE, "the Hugging Face cache directory %.64s... is longer than %d bytes", hub_cache, PATH_MAX - 1);
     snprintf(lr->dir, sizeof lr->dir, "%s", dir);
+    snprintf(lr->hub_cache, sizeof lr->hub_cache, "%s", hub_cache ? hub_cache : "");
     cJSON *cfg = NULL, *ns = NULL;
     ma_status s = read_json(dir, "config.json", &cfg, err);
     if (s) return s;

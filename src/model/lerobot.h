@@ -34,6 +34,7 @@ typedef struct ma_lerobot {
     char dir[PATH_MAX];
     char base_dir[PATH_MAX];    /* the HF files: config.json, tokenizer.json, processor_config.json */
     char base_from[64];         /* "--base", "checkpoint_path", "the Hugging Face cache" */
+    char hub_cache[PATH_MAX];   /* the Hugging Face hub cache (settings.hub_cache) */
     char repo_id[256];          /* checkpoint_path as written */
     int chunk_size, n_action_steps, num_inference_steps; /* 0: not set */
     char action_mode[16];       /* the saved training mode: continuous, discrete, both */
@@ -52,8 +53,8 @@ typedef struct ma_lerobot {
 /* is dir a LeRobot policy directory (its config.json has "type": "molmoact2")? */
 int ma_is_lerobot_dir(const char *dir);
 /* read the policy: config, pipelines, statistics, base directory (base: NULL or "" to resolve
- * checkpoint_path) */
-ma_status ma_lerobot_open(const char *dir, const char *base, ma_lerobot *lr, ma_error *err);
+ * checkpoint_path, as a directory or in the hub cache hub_cache: NULL or "" for none) */
+ma_status ma_lerobot_open(const char *dir, const char *base, const char *hub_cache, ma_lerobot *lr, ma_error *err);
 /* the base's config.json with what LeRobot changes at load applied (max_action_horizon =
  * chunk_size, flow_matching_num_steps = num_inference_steps, the expert's encoder mask), as the
  * JSON text a context embeds (malloc'd) */

@@ -586,7 +586,8 @@ static void derive_compile_id(const char *fingerprint, const char *config_json, 
     char num[64];
     id_field(&h, "molmoact compile " MOLMOACT_VERSION);
     id_field(&h, ma_gemm_kernels());
-    id_field(&h, getenv("MOLMOACT_KERNELS")); /* scalar, and the vector math's set, follow it too */
+    /* a kernel set asked for by name: scalar, and the vector math's set, follow it too */
+    id_field(&h, o->settings && o->settings->kernels[0] ? o->settings->kernels : NULL);
     snprintf(num, sizeof num, "format %d prompt_seq %d suffixed %u keep %d compute_keep %d", MA_CONTEXT_FORMAT, o->prompt_seq,
              o->suffixed, o->n_keep, o->n_compute_keep);
     id_field(&h, num);
@@ -634,7 +635,7 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
     const int exists = stat(out_dir, &st) == 0;
     if (exists && !S_ISDIR(st.st_mode)) return ma_fail(err, MA_ERR_IO, "%s: exists and is not a directory", out_dir);
     ma_model m;
-    s = ma_model_open_parts(hf_dir, "libero", MA_PART_ALL | MA_PART_LORA_OK, &m, err);
+    s = ma_model_open_with(hf_dir, "libero", MA_PART_ALL | MA_PART_LORA_OK, o->settings, &m, err);
     if (s) return s;
     /* a LeRobot policy's base is a source too: its config and tokenizer are read */
     if (m.host_dir && (s = check_not_within(out_dir, m.host_dir, "the policy's base directory", err))) {
@@ -666,7 +667,7 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
     free(cfg_path);
     if (!s && m.lerobot) {
         lr = calloc(1, sizeof *lr);
-        s = lr ? ma_lerobot_open(hf_dir, getenv("MOLMOACT_BASE_DIR"), lr, err) : ma_fail(err, MA_ERR_NOMEM, "out of memory");
+        s = lr ? ma_lerobot_open(hf_dir, m.set.base_dir, m.set.hub_cache, lr, err) : ma_fail(err, MA_ERR_NOMEM, "out of memory");
         if (!s) s = ma_lerobot_config_json(lr, &config_json, err);
         if (!s) s = ma_lerobot_norm_stats_json(lr, "lerobot", &lr_stats, err);
     } else if (!s && !(config_json = strdup(src_config)))

@@ -23,6 +23,7 @@
 #define MA_COMPILE_H
 
 #include "core/error.h"
+#include "core/settings.h"
 
 #define MA_COMPILE_MAX_KEEP 16
 #define MA_COMPILE_SUFFIX_VISION 1u
@@ -31,6 +32,7 @@
 #define MA_COMPILE_SUFFIX_ALL 7u
 
 typedef struct ma_compile_opts {
+    const ma_settings *settings;       /* the base directory, hub cache, kernels (NULL: the defaults) */
     const char *vision, *llm, *action; /* precisions */
     const char *suffix;                /* appended to the context names of the components in suffixed */
     unsigned suffixed;                 /* MA_COMPILE_SUFFIX_*: the components --suffix names (0: all) */

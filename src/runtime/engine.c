@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "runtime/engine.h"
 
-#include "core/env.h"
 #include "kernels/gemm.h"
 
 #include <errno.h>
@@ -10,67 +9,25 @@
 #include <string.h>
 #include <sys/resource.h>
 
-/* an environment variable that must be a positive integer up to max, when set */
-static ma_status env_positive(const char *name, long max, ma_error *err) {
-    const char *e = getenv(name);
-    if (!e) return MA_OK;
-    char *end;
-    errno = 0;
-    long v = strtol(e, &end, 10);
-    if (!ma_plain_decimal(e, 0) || *end || errno || v < 1 || v > max) /* strtol alone takes " 2" and "+1" */
-        return ma_fail(err, MA_ERR_ARG, "%s=%s: must be an integer in [1, %ld]", name, e, max);
-    return MA_OK;
-}
-
-ma_status ma_env_check(ma_error *err) {
-    static const char *known[] = {"portable", "avx2", "avx512", "vnni", "amx", "neon", "neon_dot", "scalar", NULL};
-    const char *k = getenv("MOLMOACT_KERNELS");
-    if (k) {
-        int available = !strcmp(k, "scalar"), is_known = 0;
-        char list[128] = "scalar";
-        for (int i = 0; i < ma_gemm_kernel_count(); i++) {
-            const char *n = ma_gemm_kernel_name(i);
-            available |= !strcmp(k, n);
-            snprintf(list + strlen(list), sizeof list - strlen(list), ", %s", n);
-        }
-        for (int i = 0; known[i]; i++) is_known |= !strcmp(k, known[i]);
-        if (!available)
-            return ma_fail(err, MA_ERR_ARG, "MOLMOACT_KERNELS=%s: %s (this CPU and build have: %s)", k,
-                           is_known ? "not supported by this CPU or build" : "unknown kernel set", list);
-    }
-    ma_backend backend;
-    ma_status bs = ma_backend_current(&backend, err);
-    if (bs) return bs;
-    const char *p = getenv("MOLMOACT_GEMM_PANELS");
-    if (p && strcmp(p, "in_place") && strcmp(p, "convert"))
-        return ma_fail(err, MA_ERR_ARG, "MOLMOACT_GEMM_PANELS=%s: must be in_place or convert", p);
-    ma_status s;
-    if ((s = env_positive("MOLMOACT_THREADS", 64, err)) || (s = env_positive("MOLMOACT_WORKER_DEADLINE_MS", 86400000L, err)) ||
-        (s = env_positive("MOLMOACT_PROMPT_SEQ", MA_MAX_PROMPT_SEQ, err)) ||
-        (s = env_positive("MOLMOACT2_PROMPT_SEQ", MA_MAX_PROMPT_SEQ, err)) || (s = ma_env_check_aliases(err)) ||
-        (s = ma_env_check_suffixes(err)))
-        return s;
-    return MA_OK;
-}
-
-ma_status ma_engine_open(const char *dir, const char *norm_tag, int inproc, const ma_resident_opts *ropts, ma_engine *e,
-                         ma_error *err) {
+ma_status ma_engine_open(const char *dir, const char *norm_tag, int inproc, const ma_settings *st, const ma_backend *be,
+                         const ma_resident_opts *ropts, ma_engine *e, ma_error *err) {
     memset(e, 0, sizeof *e);
+    ma_settings defaults;
+    if (!st) { ma_settings_init(&defaults); st = &defaults; }
     e->inproc = inproc;
-    ma_status s = ma_env_check(err);
-    if (s) return s;
-    ma_backend backend;
-    if ((s = ma_backend_current(&backend, err))) return s;
-    if ((s = ma_backend_prepare(backend, err))) return s;
-    /* in process on the cpu backend, the host holds every weight; otherwise only the embedding */
-    s = inproc && backend == MA_BACKEND_CPU ? ma_model_open(dir, norm_tag, &e->host, err)
-                                            : ma_model_open_parts(dir, norm_tag, MA_PART_EMBED, &e->host, err);
+    e->backend = be;
+    ma_status s;
+    if ((s = ma_kernels_configure(st, err))) return s;
+    if (be->prepare && (s = be->prepare(st, err))) return s;
+    /* in process on a backend that computes from the weights, the host holds every weight;
+     * otherwise only the embedding */
+    s = ma_model_open_with(dir, norm_tag, inproc && be->needs_weights ? MA_PART_ALL : MA_PART_EMBED, st, &e->host, err);
     if (s) return s;
     if (inproc) {
-        s = ma_runner_open(&e->host, &e->local, err);
+        s = ma_runner_open(be, &e->host, &e->local, err);
         e->runner = &e->local;
     } else {
-        s = ma_resident_open(&e->host, dir, norm_tag, ropts, &e->resident, err);
+        s = ma_resident_open(&e->host, be, dir, norm_tag, ropts, &e->resident, err);
         if (!s) e->runner = &e->resident->runner;
     }
     if (s) {

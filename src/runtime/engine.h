@@ -12,15 +12,16 @@ typedef struct ma_engine {
     ma_runner local;      /* inproc */
     ma_resident *resident;
     ma_runner *runner;    /* the active one */
+    const ma_backend *backend;
     int inproc;
 } ma_engine;
 
-/* the MOLMOACT_* environment variables, checked (unknown or unavailable kernel sets, thread
- * counts and deadlines that are not positive integers are refused by name); ma_engine_open calls it */
-ma_status ma_env_check(ma_error *err);
-
-ma_status ma_engine_open(const char *dir, const char *norm_tag, int inproc, const ma_resident_opts *ropts, ma_engine *e,
-                         ma_error *err);
+/* the model in dir with settings st on backend be (the caller's choice, from the registry in
+ * src/backend/backends.h): the process's kernels configured from st, the backend's checks made,
+ * then the sessions opened here (inproc) or in the resident workers, which get st in their start
+ * message */
+ma_status ma_engine_open(const char *dir, const char *norm_tag, int inproc, const ma_settings *st, const ma_backend *be,
+                         const ma_resident_opts *ropts, ma_engine *e, ma_error *err);
 ma_status ma_engine_run(ma_engine *e, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err);
 /* peak resident memory in KiB: this process, and the live workers together (0 inproc) */
 void ma_engine_peak_rss(const ma_engine *e, long *self_kb, long *workers_kb);

@@ -101,14 +101,14 @@ double ma_parity_default_gate(const ma_model *m, int *end_to_end_only) {
     return g;
 }
 
-static ma_status parity_run(const ma_model *m, const char *dir, double gate, int e2e_only, ma_parity_report *rep, ma_error *err);
+static ma_status parity_run(const ma_backend *be, const ma_model *m, const char *dir, double gate, int e2e_only, ma_parity_report *rep, ma_error *err);
 
-ma_status ma_parity_run(const ma_model *m, const char *dir, double gate, ma_parity_report *rep, ma_error *err) {
-    return parity_run(m, dir, gate, 0, rep, err);
+ma_status ma_parity_run(const ma_backend *be, const ma_model *m, const char *dir, double gate, ma_parity_report *rep, ma_error *err) {
+    return parity_run(be, m, dir, gate, 0, rep, err);
 }
 
-ma_status ma_parity_run_e2e(const ma_model *m, const char *dir, double gate, ma_parity_report *rep, ma_error *err) {
-    return parity_run(m, dir, gate, 1, rep, err);
+ma_status ma_parity_run_e2e(const ma_backend *be, const ma_model *m, const char *dir, double gate, ma_parity_report *rep, ma_error *err) {
+    return parity_run(be, m, dir, gate, 1, rep, err);
 }
 
 /* one session call through the runner's link */
@@ -120,9 +120,9 @@ static ma_status call(ma_runner *r, int which, const ma_tensor *in, int n_in, ma
 
 static ma_status parity_with(ma_runner *rp, const char *dir, double gate, int e2e_only, ma_parity_report *rep, ma_error *err);
 
-static ma_status parity_run(const ma_model *m, const char *dir, double gate, int e2e_only, ma_parity_report *rep, ma_error *err) {
+static ma_status parity_run(const ma_backend *be, const ma_model *m, const char *dir, double gate, int e2e_only, ma_parity_report *rep, ma_error *err) {
     ma_runner r;
-    ma_status s = ma_runner_open(m, &r, err);
+    ma_status s = ma_runner_open(be, m, &r, err);
     if (s) { memset(rep, 0, sizeof *rep); return s; }
     s = parity_with(&r, dir, gate, e2e_only, rep, err);
     ma_runner_close(&r);

@@ -31,11 +31,12 @@ static ma_status local_run(void *ctx, int which, int debug, unsigned kept, const
     return st;
 }
 
-ma_status ma_runner_open(const ma_model *m, ma_runner *r, ma_error *err) {
+ma_status ma_runner_open(const ma_backend *be, const ma_model *m, ma_runner *r, ma_error *err) {
     memset(r, 0, sizeof *r);
     r->model = m;
+    r->static_seq = ma_settings_prompt_seq(&m->set, be->static_prompt, m->prompt_seq);
     for (int i = 0; i < 7; i++) {
-        ma_status s = ma_session_open(m, MA_SESSION_NAMES[i], &r->sess[i], err);
+        ma_status s = ma_session_open(be, m, MA_SESSION_NAMES[i], &r->sess[i], err);
         if (s) { ma_runner_close(r); return s; }
     }
     r->link.run = local_run;
@@ -43,9 +44,10 @@ ma_status ma_runner_open(const ma_model *m, ma_runner *r, ma_error *err) {
     return MA_OK;
 }
 
-void ma_runner_open_link(const ma_model *m, const ma_session_link *link, ma_runner *r) {
+void ma_runner_open_link(const ma_backend *be, const ma_model *m, const ma_session_link *link, ma_runner *r) {
     memset(r, 0, sizeof *r);
     r->model = m;
+    r->static_seq = ma_settings_prompt_seq(&m->set, be->static_prompt, m->prompt_seq);
     r->link = *link;
 }
 
@@ -74,18 +76,6 @@ ma_status ma_action_plan(const ma_model *m, int *action_dim, int *horizon, int *
     return MA_OK;
 }
 
-int64_t ma_static_prompt_seq(const ma_model *m) {
-    const char *e = ma_env("MOLMOACT_PROMPT_SEQ");
-    if (e && *e) {
-        char *end;
-        long v = strtol(e, &end, 10);
-        return *end || v < 1 || v > MA_MAX_PROMPT_SEQ ? 0 : v; /* ma_env_check refuses a bad value first */
-    }
-    ma_backend b;
-    if (ma_backend_current(&b, NULL) != MA_OK || b != MA_BACKEND_QNN) return 0;
-    return m && m->prompt_seq > 0 ? m->prompt_seq : 128; /* the compiled length, else the reference's */
-}
-
 #define TRACE(name, t) do { if (trace && !s) s = ma_trace_add(trace, name, t, err); } while (0)
 
 ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err) {
@@ -103,7 +93,7 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
      * masks treat as padding (no image token, no cross-attention), so the causal prefill leaves
      * the real tokens' K/V as they are */
     int64_t S = obs->seq_len;
-    const int64_t static_seq = ma_static_prompt_seq(m);
+    const int64_t static_seq = r->static_seq;
     if (static_seq > 0 && S > static_seq)
         return ma_fail(err, MA_ERR_SHAPE, "the prompt has %lld tokens, the contexts take %lld (MOLMOACT_PROMPT_SEQ, or compile --prompt-seq)", (long long)S,
                        (long long)static_seq);

@@ -53,6 +53,7 @@ typedef struct ma_session_link {
 
 typedef struct ma_runner {
     const ma_model *model;
+    int64_t static_seq;  /* the prompt length observations are padded to (0: none) */
     ma_session *sess[7]; /* vision, llm_split0..3, action_context, action_step (local link) */
     ma_session_link link;
     ma_timing last;
@@ -61,19 +62,15 @@ typedef struct ma_runner {
     ma_tensor kv[2];
 } ma_runner;
 
-/* sessions opened in this process */
-ma_status ma_runner_open(const ma_model *m, ma_runner *r, ma_error *err);
-/* sessions reached through a link (the model supplies the host part: config, embedding, stats) */
-void ma_runner_open_link(const ma_model *m, const ma_session_link *link, ma_runner *r);
+/* sessions opened in this process, on backend be */
+ma_status ma_runner_open(const ma_backend *be, const ma_model *m, ma_runner *r, ma_error *err);
+/* sessions reached through a link, on backend be (the model supplies the host part: config,
+ * embedding, stats) */
+void ma_runner_open_link(const ma_backend *be, const ma_model *m, const ma_session_link *link, ma_runner *r);
 void ma_runner_close(ma_runner *r);
 /* trace (optional) receives every intermediate under the golden's names */
 ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err);
 void ma_result_free(ma_result *res);
-
-/* the prompt length every observation is padded to: MOLMOACT_PROMPT_SEQ (or MOLMOACT2_PROMPT_SEQ)
- * when set; on the qnn backend the length the contexts were compiled for, 128 (the reference
- * deployment's) when none is recorded; else 0 (each prompt at its own length) */
-int64_t ma_static_prompt_seq(const ma_model *m);
 
 /* (action_dim, horizon, n_action_steps) from norm_stats and the config */
 ma_status ma_action_plan(const ma_model *m, int *action_dim, int *horizon, int *n_steps, ma_error *err);

@@ -2,7 +2,6 @@
 #define _GNU_SOURCE /* memfd_create */
 #include "runtime/resident.h"
 #include "core/progress.h"
-#include "core/env.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,10 +20,25 @@
 #include <time.h>
 #include <unistd.h>
 
+extern char **environ;
+
 /* ------------------------------------------------------------------------------ wire format */
 
 #define WIRE_MAGIC 0x4d414354u
 enum { OP_READY = 1, OP_RUN, OP_REPLY, OP_NEED, OP_ERROR, OP_QUIT, OP_SHM };
+
+/* the start message: the first packet on a worker's socket, this prefix and the engine's settings
+ * (ma_settings_encode). The worker's OP_READY answers with what it applied and a hash of the
+ * packet, which the orchestrator checks. */
+#define START_PREFIX "molmoact-settings 1\n"
+#define START_MAX (64 * 1024)
+
+/* FNV-1a, 64 bits: the start message's echo */
+static uint64_t fnv64(const char *p, size_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ULL;
+    return h;
+}
 
 typedef struct {
     uint32_t dtype, ndim;
@@ -162,6 +176,7 @@ struct ma_spawner {
     int have_req, quit;
     const char *exe;
     char *const *argv;
+    char *const *envp;
     int keep_fd;
     pid_t pid;
     int err_no;
@@ -189,7 +204,7 @@ static void *spawner_main(void *arg) {
             sigaction(SIGINT, &ign, NULL);
             sigaction(SIGTERM, &ign, NULL);
             sigaction(SIGHUP, &ign, NULL);
-            execv(sp->exe, sp->argv);
+            execve(sp->exe, sp->argv, sp->envp);
             _exit(127);
         }
         sp->pid = pid;
@@ -228,11 +243,12 @@ static void spawner_stop(ma_spawner *sp) {
 }
 
 /* fork + exec through the spawner; -1 with errno set on failure */
-static pid_t spawner_run(ma_spawner *sp, const char *exe, char *const *argv, int keep_fd) {
+static pid_t spawner_run(ma_spawner *sp, const char *exe, char *const *argv, char *const *envp, int keep_fd) {
     pthread_mutex_lock(&sp->mu);
     while (sp->have_req) pthread_cond_wait(&sp->cv, &sp->mu);
     sp->exe = exe;
     sp->argv = argv;
+    sp->envp = envp;
     sp->keep_fd = keep_fd;
     sp->have_req = 1;
     pthread_cond_broadcast(&sp->cv);
@@ -260,7 +276,7 @@ static ma_status spawn(ma_resident *r, int wi, ma_error *err) {
     char argv0[32];
     snprintf(argv0, sizeof argv0, "molmoact:%s", w->name);
     char *argv[] = {argv0, "__worker", fdarg, r->dir, r->tag, parts, delay, NULL};
-    pid_t pid = spawner_run(r->spawner, r->exe, argv, sv[1]);
+    pid_t pid = spawner_run(r->spawner, r->exe, argv, r->envp, sv[1]);
     if (pid < 0) {
         const int e = errno;
         close(sv[0]);
@@ -273,10 +289,23 @@ static ma_status spawn(ma_resident *r, int wi, ma_error *err) {
     w->shm_fd = -1;
     wire_msg m;
     char how[64];
-    int ready = wait_readable(w->sock, r->opts.startup_ms);
+    /* its settings: the start message (a worker never reads them from the environment) */
+    ssize_t sent;
+    do sent = send(w->sock, r->start, r->start_len, MSG_NOSIGNAL); while (sent < 0 && errno == EINTR);
+    int ready = sent == (ssize_t)r->start_len ? wait_readable(w->sock, r->opts.startup_ms) : -1;
     int got = ready > 0 ? recv_msg(w->sock, &m, NULL) : -1;
-    if (got == 1 && m.op == OP_READY) return MA_OK;
+    char echo[32];
+    snprintf(echo, sizeof echo, " settings=%016llx", (unsigned long long)fnv64(r->start, r->start_len));
+    if (got == 1 && m.op == OP_READY && strstr(m.msg, echo)) {
+        snprintf(w->ready, sizeof w->ready, "%s", m.msg);
+        return MA_OK;
+    }
     ma_status s;
+    if (got == 1 && m.op == OP_READY) { /* it started with settings other than those sent */
+        s = ma_fail(err, MA_ERR_WORKER, "worker %s started with other settings than it was sent (%s)", w->name, m.msg);
+        drop_worker(w, how, sizeof how);
+        return s;
+    }
     const int told = got == 1 && m.op == OP_ERROR; /* the worker's own error, whatever its code */
     if (told) s = ma_fail(err, (ma_status)m.status, "worker %s: %s", w->name, m.msg);
     else if (ready == 0) s = ma_fail(err, MA_ERR_IO, "worker %s did not start within %d ms", w->name, r->opts.startup_ms);
@@ -440,19 +469,65 @@ static ma_status remote_run(void *ctx, int which, int debug, unsigned kept, cons
     }
 }
 
-ma_status ma_resident_open(const ma_model *host, const char *dir, const char *tag, const ma_resident_opts *opts,
+/* the workers' environment: this process's, with the backend's variables set (a ':'-list
+ * prepended to); built before any fork, as nothing may be allocated between fork and exec */
+static ma_status worker_envp(ma_resident *r, ma_error *err) {
+    ma_worker_var vars[MA_MAX_WORKER_VARS];
+    const int nv = r->backend->worker_env ? r->backend->worker_env(&r->model->set, vars, MA_MAX_WORKER_VARS) : 0;
+    size_t n = 0;
+    while (environ[n]) n++;
+    r->envp = calloc(n + (size_t)nv + 1, sizeof *r->envp);
+    if (!r->envp) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    size_t k = 0;
+    int done[MA_MAX_WORKER_VARS] = {0};
+    for (size_t i = 0; i < n; i++) {
+        const char *e = environ[i];
+        int v = -1;
+        for (int j = 0; j < nv && v < 0; j++) {
+            const size_t l = strlen(vars[j].name);
+            if (!strncmp(e, vars[j].name, l) && e[l] == '=') v = j;
+        }
+        if (v < 0) { r->envp[k++] = strdup(e); }
+        else {
+            const char *old = strchr(e, '=') + 1;
+            const size_t len = strlen(vars[v].name) + strlen(vars[v].value) + strlen(old) + 3;
+            if ((r->envp[k] = malloc(len)))
+                snprintf(r->envp[k], len, "%s=%s%s%s", vars[v].name, vars[v].value, vars[v].prepend && *old ? ":" : "",
+                         vars[v].prepend ? old : "");
+            k++;
+            done[v] = 1;
+        }
+        if (!r->envp[k - 1]) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    }
+    for (int j = 0; j < nv; j++)
+        if (!done[j]) {
+            const size_t len = strlen(vars[j].name) + strlen(vars[j].value) + 2;
+            if (!(r->envp[k] = malloc(len))) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+            snprintf(r->envp[k++], len, "%s=%s", vars[j].name, vars[j].value);
+        }
+    return MA_OK;
+}
+
+ma_status ma_resident_open(const ma_model *host, const ma_backend *be, const char *dir, const char *tag, const ma_resident_opts *opts,
                            ma_resident **out, ma_error *err) {
     *out = NULL;
     signal(SIGPIPE, SIG_IGN);
     ma_resident *r = calloc(1, sizeof *r);
     if (!r) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < MA_NUM_WORKERS; i++) r->w[i].sock = r->w[i].shm_fd = -1;
     if (opts) r->opts = *opts;
-    if (r->opts.deadline_ms <= 0) {
-        const char *e = getenv("MOLMOACT_WORKER_DEADLINE_MS");
-        r->opts.deadline_ms = e && atoi(e) > 0 ? atoi(e) : 60000;
-    }
-    if (r->opts.startup_ms <= 0) r->opts.startup_ms = 300000;
+    r->backend = be;
     r->model = host;
+    if (r->opts.deadline_ms <= 0) r->opts.deadline_ms = host->set.worker_deadline_ms > 0 ? host->set.worker_deadline_ms : 60000;
+    r->start = malloc(START_MAX);
+    const size_t pl = strlen(START_PREFIX);
+    const size_t sl = r->start ? ma_settings_encode(&host->set, r->start + pl, START_MAX - pl) : 0;
+    if (!sl) { ma_resident_close(r); return ma_fail(err, MA_ERR_NOMEM, "the workers' settings do not fit their start message"); }
+    memcpy(r->start, START_PREFIX, pl);
+    r->start_len = pl + sl;
+    ma_status es = worker_envp(r, err);
+    if (es) { ma_resident_close(r); return es; }
+    if (r->opts.startup_ms <= 0) r->opts.startup_ms = 300000;
     r->dir = strdup(dir);
     r->tag = strdup(tag ? tag : "libero");
     r->exe = strdup(r->opts.exe ? r->opts.exe : "/proc/self/exe");
@@ -467,10 +542,10 @@ ma_status ma_resident_open(const ma_model *host, const char *dir, const char *ta
         forget_sent(&r->w[i]);
     }
     /* with --preload (each worker reads its contexts in) and at serve's start-up, the workers'
-     * start shows progress (MOLMOACT_OPEN_PROGRESS: set by serve) */
+     * start shows progress (settings.progress: set by serve) */
     ma_progress pg;
-    const int show = ma_env_flag("MOLMOACT_PRELOAD") || getenv("MOLMOACT_OPEN_PROGRESS");
-    if (show) ma_progress_begin(&pg, ma_env_flag("MOLMOACT_PRELOAD") ? "open (--preload)" : "open", 0, MA_NUM_WORKERS, "workers ready");
+    const int show = host->set.preload || host->set.progress;
+    if (show) ma_progress_begin(&pg, host->set.preload ? "open (--preload)" : "open", 0, MA_NUM_WORKERS, "workers ready");
     for (int i = 0; i < MA_NUM_WORKERS; i++) {
         ma_status s = spawn(r, i, err);
         if (s) {
@@ -482,7 +557,7 @@ ma_status ma_resident_open(const ma_model *host, const char *dir, const char *ta
     }
     if (show) ma_progress_end(&pg, 1);
     ma_session_link link = {remote_run, r};
-    ma_runner_open_link(host, &link, &r->runner);
+    ma_runner_open_link(be, host, &link, &r->runner);
     *out = r;
     return MA_OK;
 }
@@ -527,6 +602,9 @@ int ma_resident_close(ma_resident *r) {
     }
     spawner_stop(r->spawner); /* after the workers: its end would kill them (PR_SET_PDEATHSIG) */
     ma_runner_close(&r->runner); /* the buffers it keeps between requests (no sessions of its own) */
+    for (size_t i = 0; r->envp && r->envp[i]; i++) free(r->envp[i]);
+    free(r->envp);
+    free(r->start);
     free(r->dir);
     free(r->tag);
     free(r->exe);
@@ -565,7 +643,24 @@ static void sleep_ms(int ms) {
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
-int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int delay_ms) {
+/* the start message: the settings this worker runs with */
+static ma_status read_start(int fd, ma_settings *st, uint64_t *hash, ma_error *err) {
+    char *buf = malloc(START_MAX);
+    if (!buf) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    ssize_t n;
+    do n = recv(fd, buf, START_MAX, 0); while (n < 0 && errno == EINTR);
+    const size_t pl = strlen(START_PREFIX);
+    ma_status s = MA_OK;
+    if (n < (ssize_t)pl || memcmp(buf, START_PREFIX, pl)) s = ma_fail(err, MA_ERR_FORMAT, "the start message is not one (%zd bytes)", n);
+    else {
+        *hash = fnv64(buf, (size_t)n);
+        s = ma_settings_decode(st, buf + pl, (size_t)n - pl, err);
+    }
+    free(buf);
+    return s;
+}
+
+int ma_worker_main(int fd, ma_backend_finder find, const char *dir, const char *tag, unsigned parts, int delay_ms) {
     signal(SIGPIPE, SIG_IGN);
 #ifdef __linux__
     /* the name top and ps -o comm show (15 bytes: llm_splitN becomes llmN) */
@@ -585,13 +680,17 @@ int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int
     ma_model model;
     memset(&model, 0, sizeof model);
     ma_session *sess[7] = {0};
-    /* a qnn worker runs context binaries: of the model it needs only the config (read with the
-     * host part) */
-    ma_backend backend;
-    ma_status s = ma_backend_current(&backend, &err);
-    if (!s) s = ma_model_open_parts(dir, tag, backend == MA_BACKEND_QNN ? MA_PART_EMBED : parts, &model, &err);
+    ma_settings *st = malloc(sizeof *st);
+    uint64_t hash = 0;
+    const ma_backend *be = NULL;
+    ma_status s = st ? read_start(fd, st, &hash, &err) : ma_fail(&err, MA_ERR_NOMEM, "out of memory");
+    if (!s) s = ma_kernels_configure(st, &err);
+    if (!s && !(be = find(st->backend))) s = ma_fail(&err, MA_ERR_ARG, "backend %s: not in this build", st->backend);
+    /* a backend that runs its own files (qnn: context binaries) needs of the model only the
+     * config (read with the host part) */
+    if (!s) s = ma_model_open_with(dir, tag, be->needs_weights ? parts : MA_PART_EMBED, st, &model, &err);
     for (int i = 0; i < 7 && !s; i++)
-        if (worker_parts(worker_of(i)) == parts) s = ma_session_open(&model, MA_SESSION_NAMES[i], &sess[i], &err);
+        if (worker_parts(worker_of(i)) == parts) s = ma_session_open(be, &model, MA_SESSION_NAMES[i], &sess[i], &err);
     if (s) {
         m.op = OP_ERROR;
         m.status = (int32_t)s;
@@ -599,10 +698,14 @@ int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int
         send_msg(fd, &m, -1);
         for (int i = 0; i < 7; i++) ma_session_close(sess[i]);
         if (model.dir) ma_model_close(&model);
+        free(st);
         close(fd);
         return 1;
     }
     m.op = OP_READY;
+    snprintf(m.msg, sizeof m.msg, "backend=%s threads=%d kernels=%s settings=%016llx", be->name, ma_kernel_threads(), ma_gemm_kernels(),
+             (unsigned long long)hash);
+    free(st);
     if (send_msg(fd, &m, -1) != 0) { ma_model_close(&model); return 1; }
     void *shm = NULL;
     size_t shm_size = 0;
@@ -674,7 +777,7 @@ int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int
             for (int i = 0; i < MA_SESSION_MAX_IO; i++) ma_tensor_free(&out[i]);
         }
         if (send_msg(fd, &rep, -1) != 0) break;
-        if (s && ma_backend_process_lost()) { /* answered; a new process recovers (the next request restarts it) */
+        if (s && be->process_lost && be->process_lost()) { /* answered; a new process recovers (the next request restarts it) */
             fprintf(stderr, "molmoact: worker %s: its backend cannot recover in this process; exiting to be started afresh\n", se ? se->name : "?");
             status = 3;
             break;

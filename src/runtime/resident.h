@@ -25,7 +25,7 @@
 
 typedef struct ma_resident_opts {
     const char *exe;       /* the molmoact binary for workers; NULL = /proc/self/exe */
-    int deadline_ms;       /* per request and worker; 0 = MOLMOACT_WORKER_DEADLINE_MS or 60000 */
+    int deadline_ms;       /* per request and worker; 0 = settings.worker_deadline_ms or 60000 */
     int startup_ms;        /* a worker's time to open its contexts; 0 = 300000 */
     int worker_delay_ms;   /* tests: workers sleep this long before answering */
     /* tests: called when a request has been sent to worker wi (pid) and before its answer is
@@ -43,6 +43,7 @@ typedef struct ma_worker {
     void *shm;
     size_t shm_size;
     int restarts;
+    char ready[256]; /* its OP_READY: the backend, threads and kernels it applied, its settings' hash */
     /* what the last request left in its shared memory: per input, the host data copied there and
      * where (an input the next request keeps, the same buffer at the same place, is not copied) */
     const void *sent[MA_SESSION_MAX_IO];
@@ -56,7 +57,11 @@ typedef struct ma_worker {
 typedef struct ma_spawner ma_spawner;
 
 typedef struct ma_resident {
-    const ma_model *model; /* the host part (borrowed) */
+    const ma_model *model; /* the host part (borrowed); its settings are the workers' */
+    const ma_backend *backend;
+    char *start;           /* the workers' start message (their settings) */
+    size_t start_len;
+    char **envp;           /* the workers' environment */
     ma_spawner *spawner;
     char *dir, *tag, *exe;
     ma_resident_opts opts;
@@ -66,15 +71,18 @@ typedef struct ma_resident {
     int idle_restarts; /* workers found dead between requests and restarted before the next */
 } ma_resident;
 
-/* start the workers for the model in dir (host = the orchestrator's own ma_model of that dir) */
-ma_status ma_resident_open(const ma_model *host, const char *dir, const char *tag, const ma_resident_opts *opts,
+/* start the workers for the model in dir on backend be (host = the orchestrator's own ma_model of
+ * that dir, opened with the settings the workers are sent) */
+ma_status ma_resident_open(const ma_model *host, const ma_backend *be, const char *dir, const char *tag, const ma_resident_opts *opts,
                            ma_resident **out, ma_error *err);
 ma_status ma_resident_run(ma_resident *r, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err);
 /* ask every worker to quit, reap them, close every descriptor; returns how many workers did not
  * exit cleanly (status 0) and had to be killed or reported an error (e.g. a sanitizer finding) */
 int ma_resident_close(ma_resident *r);
 
-/* the worker side: serve requests on fd until told to quit (returns the exit status) */
-int ma_worker_main(int fd, const char *dir, const char *tag, unsigned parts, int delay_ms);
+/* the worker side: read the start message on fd (the settings), open the parts on the backend
+ * find(settings.backend) names, serve requests until told to quit (returns the exit status) */
+typedef const ma_backend *(*ma_backend_finder)(const char *name);
+int ma_worker_main(int fd, ma_backend_finder find, const char *dir, const char *tag, unsigned parts, int delay_ms);
 
 #endif

@@ -21,30 +21,15 @@ static void io_set(ma_io *io, const char *name, ma_dtype dt, int ndim, int64_t d
     for (int i = 0; i < ndim; i++) io->shape[i] = d[i];
 }
 
-ma_status ma_backend_current(ma_backend *b, ma_error *err) {
-    const char *e = getenv("MOLMOACT_BACKEND");
-    *b = MA_BACKEND_CPU;
-    if (!e || !*e || !strcmp(e, "cpu")) return MA_OK;
-    if (!strcmp(e, "qnn")) { *b = MA_BACKEND_QNN; return MA_OK; }
-    return ma_fail(err, MA_ERR_ARG, "MOLMOACT_BACKEND=%s: must be cpu or qnn", e);
-}
-
-const char *ma_backend_name(ma_backend b) { return b == MA_BACKEND_QNN ? "qnn" : "cpu"; }
-
-
-ma_status ma_session_open(const ma_model *m, const char *name, ma_session **out, ma_error *err) {
-    ma_backend b;
-    ma_status st = ma_backend_current(&b, err);
-    if (st) { *out = NULL; return st; }
-    return ma_session_open_on(b, m, name, out, err);
-}
-
-ma_status ma_session_open_on(ma_backend backend, const ma_model *m, const char *name, ma_session **out, ma_error *err) {
+ma_status ma_session_open(const ma_backend *be, const ma_model *m, const char *name, ma_session **out, ma_error *err) {
     *out = NULL;
+    if (!be) return ma_fail(err, MA_ERR_ARG, "session %s: no backend", name);
     ma_session *s = calloc(1, sizeof *s);
     if (!s) return ma_fail(err, MA_ERR_NOMEM, "session %s: out of memory", name);
     snprintf(s->name, sizeof s->name, "%s", name);
     s->model = m;
+    s->backend = be;
+    s->static_seq = ma_settings_prompt_seq(&m->set, be->static_prompt, m->prompt_seq);
     ma_kctx_init(&s->kc);
     const ma_config *c = &m->cfg;
     const int P = c->patch_h * c->patch_w, pp = 3 * c->patch * c->patch;
@@ -85,14 +70,14 @@ ma_status ma_session_open_on(ma_backend backend, const ma_model *m, const char *
         return ma_fail(err, MA_ERR_ARG, "unknown session %s (vision, llm_split0..3, action_context, action_step)", name);
     }
     /* the backend (src/backend/) binds the session: runtime/ knows only this interface */
-    ma_status st = ma_backend_attach(backend, s, err);
+    ma_status st = be->attach(s, err);
     if (st) { ma_session_close(s); return st; }
     *out = s;
     return MA_OK;
 }
 
 void ma_session_set_debug(ma_session *s, int on) {
-    if (s->kind != MA_SESS_VISION || !s->ops || strcmp(s->ops->name, "cpu")) return; /* the debugging outputs are the cpu backend's */
+    if (s->kind != MA_SESS_VISION || !s->ops || !s->backend->debug_outputs) return; /* a backend that has them */
     const ma_config *c = &s->model->cfg;
     const int T = c->pooled_h * c->pooled_w;
     s->debug = on;

@@ -41,20 +41,35 @@ typedef struct ma_session_ops {
     void (*close)(ma_session *s); /* the backend's part (impl) */
 } ma_session_ops;
 
-typedef enum { MA_BACKEND_CPU, MA_BACKEND_QNN } ma_backend;
+/* One environment variable a backend's worker process needs (qnn: LD_LIBRARY_PATH, for the
+ * libraries QNN loads by name; ADSP_LIBRARY_PATH, for FastRPC): set in the worker's environment
+ * at its start, never in this process's. prepend: a ':'-list the value goes in front of. */
+typedef struct ma_worker_var {
+    char name[32];
+    char value[MA_SETTINGS_PATH];
+    int prepend;
+} ma_worker_var;
+#define MA_MAX_WORKER_VARS 4
 
-/* MOLMOACT_BACKEND (cpu, qnn; default cpu), set by `--backend` and inherited by the workers */
-ma_status ma_backend_current(ma_backend *b, ma_error *err);
-const char *ma_backend_name(ma_backend b);
-
-/* implemented by the backends (src/backend/backends.c): bind a session whose io spec is filled
- * (its ops, impl, and the spec's dynamic dimensions where the backend fixes them); and what a
- * backend needs done before any worker process starts */
-ma_status ma_backend_attach(ma_backend b, ma_session *s, ma_error *err);
-ma_status ma_backend_prepare(ma_backend b, ma_error *err);
-/* 1 when a backend's state in this process is lost beyond repair (qnn: error 1011, the DSP
- * restart did not recover): a resident worker then exits after answering, to be started afresh */
-int ma_backend_process_lost(void);
+/* A backend, as the runtime sees it: chosen at the top (the API, a command, a worker's start
+ * message) from the registry in src/backend/backends.h and handed down; runtime/ names none. */
+typedef struct ma_backend {
+    const char *name;  /* "cpu", "qnn" */
+    int static_prompt; /* its graphs have a fixed prompt length: observations are padded to it */
+    int needs_weights; /* its sessions compute from the model's weights (cpu); else from their own
+                        * files (qnn: context binaries), and a worker opens the host part only */
+    int debug_outputs; /* vision's debugging outputs (pooled, projected, sample_coords) */
+    /* checks of the settings before anything opens (qnn: the DSP search paths, the power vote) */
+    ma_status (*prepare)(const ma_settings *st, ma_error *err);
+    /* bind a session whose io spec is filled: its ops, impl, and the spec's dynamic dimensions
+     * where the backend fixes them */
+    ma_status (*attach)(ma_session *s, ma_error *err);
+    /* 1 when its state in this process is lost beyond repair (qnn: error 1011, the DSP restart did
+     * not recover): a resident worker then exits after answering, to be started afresh */
+    int (*process_lost)(void);
+    /* the variables its worker processes need (out[cap]); returns how many */
+    int (*worker_env)(const ma_settings *st, ma_worker_var *out, int cap);
+} ma_backend;
 
 struct ma_session {
     const ma_session_ops *ops;
@@ -63,6 +78,8 @@ struct ma_session {
     char name[32];
     int split;
     const ma_model *model;
+    const ma_backend *backend;
+    int64_t static_seq; /* the prompt length a fixed-shape backend's graphs take (0: dynamic) */
     ma_kctx kc;
     int n_in, n_out;
     ma_io in[MA_SESSION_MAX_IO], out[MA_SESSION_MAX_IO];
@@ -72,13 +89,11 @@ struct ma_session {
     int debug;      /* vision: also output pooled, projected (and sample_coords with a sampler) */
 };
 
-/* name: vision, llm_split0..3, action_context, action_step; on the backend MOLMOACT_BACKEND names
- * (fixed-shape backends replace the io spec's -1 dimensions by their graphs' sizes) */
-ma_status ma_session_open(const ma_model *m, const char *name, ma_session **out, ma_error *err);
-/* the same on a given backend */
+/* name: vision, llm_split0..3, action_context, action_step, on backend be (fixed-shape backends
+ * replace the io spec's -1 dimensions by their graphs' sizes) */
+ma_status ma_session_open(const ma_backend *be, const ma_model *m, const char *name, ma_session **out, ma_error *err);
 /* for the backends: two dimensions that must agree across a session's inputs */
 ma_status ma_session_dims_agree(const ma_session *s, const char *what, int64_t a, int64_t b, ma_error *err);
-ma_status ma_session_open_on(ma_backend b, const ma_model *m, const char *name, ma_session **out, ma_error *err);
 /* inputs in io-spec order; outputs[n_out] receive owned tensors */
 ma_status ma_session_run(ma_session *s, const ma_tensor *inputs, ma_tensor *outputs, ma_error *err);
 /* the same, where bit i of `kept` says input i holds the data of this session's previous call,

@@ -63,7 +63,7 @@ void ma_component_weights_read(molmoact *engine, const molmoact_info *info, ma_c
     if (m->from_contexts) {
         for (int slot = 0; slot < MA_N_COMPONENTS; slot++) {
             char name[160];
-            ma_context_name(slot, NULL, name, sizeof name);
+            ma_model_context_name(m, slot, name, sizeof name);
             char *path = ma_path_join(m->dir, name);
             ma_gguf g;
             if (path && ma_gguf_open(&g, path, NULL) == MA_OK) {

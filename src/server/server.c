@@ -150,6 +150,7 @@ static struct {
     const ma_serve_opts *o;
     molmoact *engine;
     molmoact_info info;
+    char backend[16]; /* the engine's (molmoact_get_setting) */
     char model_name[256];
     uint8_t api_key[256];
     size_t api_key_len;
@@ -545,8 +546,7 @@ static cJSON *health_json(void) {
     cJSON_AddStringToObject(j, "status", S.stopping ? "stopping" : "ok");
     cJSON_AddStringToObject(j, "model", S.model_name);
     cJSON_AddStringToObject(j, "repo_id", S.model_name);
-    const char *be = getenv("MOLMOACT_BACKEND");
-    cJSON_AddStringToObject(j, "device", be && !strcmp(be, "qnn") ? "qnn" : "cpu");
+    cJSON_AddStringToObject(j, "device", S.backend);
     char dt[64];
     snprintf(dt, sizeof dt, "%s/%s/%s", S.info.precision[0], S.info.precision[1], S.info.precision[2]);
     cJSON_AddStringToObject(j, "dtype", dt);
@@ -644,7 +644,6 @@ static cJSON *status_json(void) {
 /* GET /metrics: Prometheus' text format 0.0.4. Counters and histograms over the server's life. */
 static char *metrics_text(size_t *len) {
     ma_textbuf t = {0};
-    const char *be = getenv("MOLMOACT_BACKEND");
     ma_tb_family(&t, "molmoact_info", "gauge", "The server: molmoact's version, the model's name and variant, the backend and the mode (always 1).");
     ma_tb_printf(&t, "molmoact_info{version=\"");
     ma_tb_label_value(&t, molmoact_version());
@@ -652,7 +651,9 @@ static char *metrics_text(size_t *len) {
     ma_tb_label_value(&t, S.model_name);
     ma_tb_printf(&t, "\",variant=\"");
     ma_tb_label_value(&t, S.info.variant);
-    ma_tb_printf(&t, "\",backend=\"%s\",mode=\"%s\"} 1\n", be && !strcmp(be, "qnn") ? "qnn" : "cpu", S.info.inproc ? "inproc" : "resident");
+    ma_tb_printf(&t, "\",backend=\"");
+    ma_tb_label_value(&t, S.backend);
+    ma_tb_printf(&t, "\",mode=\"%s\"} 1\n", S.info.inproc ? "inproc" : "resident");
     ma_tb_family(&t, "molmoact_component_precision_info", "gauge",
                  "Each component's precision (its context's, or checkpoint) and the dtype most of its weights are stored in (always 1).");
     for (int i = 0; i < MA_N_COMPONENTS; i++) {
@@ -1583,7 +1584,7 @@ int ma_serve(const ma_serve_opts *o) {
     if (o->api_key_file && read_key(o->api_key_file)) return 1;
     /* the model's name: its directory's (the parent's for .../NAME/model), never the path */
     char full[PATH_MAX];
-    if (!realpath(o->model_dir, full)) snprintf(full, sizeof full, "%s", o->model_dir);
+    if (!realpath(o->engine.model_dir, full)) snprintf(full, sizeof full, "%s", o->engine.model_dir);
     char *last = strrchr(full, '/');
     if (last && !strcmp(last + 1, "model") && last != full) {
         *last = '\0';
@@ -1602,16 +1603,15 @@ int ma_serve(const ma_serve_opts *o) {
 
     /* the engine next; the port opens (listen) only once every session is loaded */
     molmoact_options opt;
-    molmoact_options_init(&opt);
-    opt.model_dir = o->model_dir;
-    opt.inproc = o->inproc;
-    opt.threads = o->threads;
-    opt.norm_tag = o->norm_tag;
-    opt.worker_exe = o->worker_exe;
+    opt = o->engine;
     molmoact_error err;
     int rc = 1;
     if (molmoact_open(&opt, &S.engine, &err)) { fprintf(stderr, "molmoact serve: %s\n", err.message); goto out; }
-    if (molmoact_get_info(S.engine, &S.info, &err)) { fprintf(stderr, "molmoact serve: %s\n", err.message); goto out; }
+    if (molmoact_get_info(S.engine, &S.info, &err) || molmoact_get_setting(S.engine, "backend", S.backend, sizeof S.backend, &err)) {
+        fprintf(stderr, "molmoact serve: %s\n", err.message);
+        goto out;
+    }
+    if (!S.backend[0]) snprintf(S.backend, sizeof S.backend, "cpu");
     ma_component_weights_read(S.engine, &S.info, S.weights);
 
     struct sigaction sa;

@@ -7,6 +7,7 @@
 #include "core/half.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
+#include "backend/cpu/cpu.h"
 #include "runtime/parity.h"
 
 #define SRC MA_SOURCE_DIR "/assets/tiny-grid/model"
@@ -95,7 +96,7 @@ static void expect_parity(const char *dir) {
     ma_error err = {0};
     if (ma_model_open(dir, "libero", &m, &err)) fail_msg("%s: %s", dir, err.msg);
     ma_parity_report rep;
-    if (ma_parity_run(&m, GOLDEN, 0.9999, &rep, &err)) fail_msg("%s", err.msg);
+    if (ma_parity_run(&ma_cpu_backend, &m, GOLDEN, 0.9999, &rep, &err)) fail_msg("%s", err.msg);
     if (!rep.pass) { ma_parity_print(&rep, stderr, 0); fail_msg("%s: parity failed", dir); }
     assert_true(rep.action_cosine > 0.99999);
     ma_parity_free(&rep);

@@ -96,6 +96,7 @@
 
 #include "core/half.h"
 #include "kernels/threads.h"
+#include "backend/cpu/cpu.h"
 #include "runtime/session.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -1486,7 +1487,7 @@ static q_status context_create(q_handle backend, q_handle device, const void **c
             if (!strcmp(c->file.graphs[k].session, g->session)) s = c->graphs[k].sess;
         if (!s) {
             if (session_slot(g->session) < 0 || c->n_sessions >= (int)COUNT(c->sessions) ||
-                ma_session_open_on(MA_BACKEND_CPU, &c->model, g->session, &s, &err)) {
+                ma_session_open(&ma_cpu_backend, &c->model, g->session, &s, &err)) {
                 ctx_destroy(c);
                 return fail(E_CTX_CREATE_FROM_BINARY, "cannot open session %s behind graph %s: %s", g->session, g->name,
                             session_slot(g->session) < 0 ? "no such session" : err.msg);

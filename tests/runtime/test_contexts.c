@@ -13,6 +13,7 @@
 #include "kernels/gemm.h"
 
 #include "io/npz.h"
+#include "backend/cpu/cpu.h"
 #include "runtime/compile.h"
 #include "runtime/parity.h"
 #include "runtime/pipeline.h"
@@ -36,7 +37,7 @@ static void actions_of(const char *model_dir, float *out70) {
     assert_int_equal(ma_npz_read(TINY_GOLDEN "/step0_boundary.npz", &st, &err), MA_OK);
     const ma_tensor *px = ma_npz_get(&v, "pixels"), *ids = ma_npz_get(&st, "input_ids"), *nz = ma_npz_get(&st, "noise");
     ma_runner r;
-    assert_int_equal(ma_runner_open(&m, &r, &err), MA_OK);
+    assert_int_equal(ma_runner_open(&ma_cpu_backend, &m, &r, &err), MA_OK);
     ma_obs obs = {px->data, 2, ids->data, ids->shape[0], nz->data, 0, 0};
     ma_result res;
     if (ma_runner_run(&r, &obs, &res, NULL, &err)) fail_msg("%s", err.msg);
@@ -84,7 +85,7 @@ static void test_f16_contexts_equal_checkpoint(void **state) {
     assert_true(m.from_contexts);
     assert_string_equal(m.precision[1], "f16");
     ma_parity_report rep;
-    assert_int_equal(ma_parity_run(&m, TINY_GOLDEN, 0.9999, &rep, &err), MA_OK);
+    assert_int_equal(ma_parity_run(&ma_cpu_backend, &m, TINY_GOLDEN, 0.9999, &rep, &err), MA_OK);
     assert_true(rep.pass);
     ma_parity_free(&rep);
     ma_model_close(&m);
@@ -102,7 +103,7 @@ static void gate(const char *src, const char *golden, const char *prec, double t
     double g = ma_parity_default_gate(&m, &e2e);
     assert_true(e2e && g == threshold);
     ma_parity_report rep;
-    assert_int_equal(ma_parity_run_e2e(&m, golden, g, &rep, &err), MA_OK);
+    assert_int_equal(ma_parity_run_e2e(&ma_cpu_backend, &m, golden, g, &rep, &err), MA_OK);
     printf("  %-52s %-5s end-to-end action cosine %.6f (gate %.3g)\n", src, prec, rep.action_cosine, g);
     if (!rep.pass) { ma_parity_print(&rep, stderr, 0); fail_msg("%s %s below its gate", src, prec); }
     ma_parity_free(&rep);
@@ -172,7 +173,8 @@ static void test_compute_plan(void **state) {
     ma_error err = {0};
     if (ma_compile(TINY, dir, &o, &err)) fail_msg("compile: %s", err.msg);
     ma_model m;
-    unsetenv("MOLMOACT_COMPUTE");
+    ma_settings st;
+    ma_settings_init(&st);
     if (ma_model_open(dir, "libero", &m, &err)) fail_msg("%s", err.msg);
     assert_string_equal(m.compute[0], "bf16");
     assert_string_equal(m.compute[1], "fp32");
@@ -183,13 +185,13 @@ static void test_compute_plan(void **state) {
     assert_int_equal(m.llm[0].layers[0].ff_out.compute, MA_COMPUTE_F32);
     assert_int_equal(m.expert.blocks[0].qkv.compute, MA_COMPUTE_BF16);
     ma_model_close(&m);
-    /* the environment overrides every matrix, and a value it does not know is refused */
-    setenv("MOLMOACT_COMPUTE", "fp32", 1);
-    if (ma_model_open(dir, "libero", &m, &err)) fail_msg("%s", err.msg);
+    /* the settings' plan overrides every matrix, and a value it does not know is refused */
+    assert_int_equal(ma_settings_set(&st, "compute", "fp32", "MOLMOACT_COMPUTE", &err), MA_OK);
+    if (ma_model_open_with(dir, "libero", MA_PART_ALL, &st, &m, &err)) fail_msg("%s", err.msg);
     assert_int_equal(m.vision.blocks[0].attn.wq.compute, MA_COMPUTE_F32);
     ma_model_close(&m);
-    setenv("MOLMOACT_COMPUTE", "bf16", 1);
-    if (ma_model_open(dir, "libero", &m, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(ma_settings_set(&st, "compute", "bf16", "MOLMOACT_COMPUTE", &err), MA_OK);
+    if (ma_model_open_with(dir, "libero", MA_PART_ALL, &st, &m, &err)) fail_msg("%s", err.msg);
     assert_int_equal(m.llm[0].layers[0].ff_out.compute, MA_COMPUTE_BF16);
     assert_int_equal(m.vision.sampler.scout0.compute, MA_COMPUTE_BF16);
     /* bf16 everywhere (where this CPU has a bf16 unit): the gate it gets, held */
@@ -203,7 +205,7 @@ static void test_compute_plan(void **state) {
      * Grid Sampler's steep coordinates can take the vision row below 0.999 on one bf16 unit and
      * not on another: 0.99897 on VDPBF16PS, above 0.999 on AMX) */
     ma_parity_report rep;
-    if ((e2e ? ma_parity_run_e2e : ma_parity_run)(&m, TINY_GOLDEN, g, &rep, &err)) fail_msg("%s", err.msg);
+    if ((e2e ? ma_parity_run_e2e : ma_parity_run)(&ma_cpu_backend, &m, TINY_GOLDEN, g, &rep, &err)) fail_msg("%s", err.msg);
     if (!rep.pass) {
         for (size_t i = 0; i < rep.n; i++)
             if (!rep.rows[i].pass) printf("  below the gate: %s %s %.9f\n", rep.rows[i].session, rep.rows[i].tensor, rep.rows[i].c.cosine);
@@ -212,9 +214,7 @@ static void test_compute_plan(void **state) {
     }
     ma_parity_free(&rep);
     ma_model_close(&m);
-    setenv("MOLMOACT_COMPUTE", "fp16", 1);
-    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "MOLMOACT_COMPUTE=fp16");
-    unsetenv("MOLMOACT_COMPUTE");
+    assert_fails_naming(ma_settings_set(&st, "compute", "fp16", "MOLMOACT_COMPUTE", &err), err, "MOLMOACT_COMPUTE=fp16");
     /* a bad plan to compile, and a context whose plan this build does not know */
     o.compute[1] = "int4";
     char dir2[1024];
@@ -251,32 +251,31 @@ static void test_suffixes_and_prompt_length(void **state) {
     compile(TINY, dir, "f16", "q4_0", "q8_0", "_w4a16");
     ma_model m;
     ma_error err = {0};
-    setenv("LLM_CTX_SUFFIX", "_w4a16", 1);
-    assert_int_equal(ma_model_open(dir, "libero", &m, &err), MA_OK);
+    ma_settings st;
+    ma_settings_init(&st);
+    assert_int_equal(ma_settings_set(&st, "llm_suffix", "_w4a16", "LLM_CTX_SUFFIX", &err), MA_OK);
+    assert_int_equal(ma_model_open_with(dir, "libero", MA_PART_ALL, &st, &m, &err), MA_OK);
     assert_string_equal(m.precision[0], "f16");
     assert_string_equal(m.precision[1], "q4_0");
     assert_string_equal(m.precision[2], "f16");
     ma_model_close(&m);
-    setenv("ACTION_CTX_SUFFIX", "_w4a16", 1);
-    assert_int_equal(ma_model_open(dir, "libero", &m, &err), MA_OK);
+    assert_int_equal(ma_settings_set(&st, "action_suffix", "_w4a16", "ACTION_CTX_SUFFIX", &err), MA_OK);
+    assert_int_equal(ma_model_open_with(dir, "libero", MA_PART_ALL, &st, &m, &err), MA_OK);
     assert_string_equal(m.precision[2], "q8_0");
     ma_model_close(&m);
-    unsetenv("LLM_CTX_SUFFIX");
-    unsetenv("ACTION_CTX_SUFFIX");
-    setenv("VISION_CTX_SUFFIX", "_nope", 1);
-    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "vision_nope.gguf");
-    unsetenv("VISION_CTX_SUFFIX");
-    setenv("MOLMOACT2_PROMPT_SEQ", "488", 1);
-    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "prompt length 128");
-    setenv("MOLMOACT2_PROMPT_SEQ", "abc", 1);
-    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "MOLMOACT2_PROMPT_SEQ");
-    unsetenv("MOLMOACT2_PROMPT_SEQ");
+    ma_settings_init(&st);
+    assert_int_equal(ma_settings_set(&st, "vision_suffix", "_nope", "VISION_CTX_SUFFIX", &err), MA_OK);
+    assert_fails_naming(ma_model_open_with(dir, "libero", MA_PART_ALL, &st, &m, &err), err, "vision_nope.gguf");
+    ma_settings_init(&st);
+    assert_int_equal(ma_settings_set(&st, "prompt_seq", "488", "MOLMOACT2_PROMPT_SEQ", &err), MA_OK);
+    assert_fails_naming(ma_model_open_with(dir, "libero", MA_PART_ALL, &st, &m, &err), err, "prompt length 128");
+    assert_fails_naming(ma_settings_set(&st, "prompt_seq", "abc", "MOLMOACT2_PROMPT_SEQ", &err), err, "MOLMOACT2_PROMPT_SEQ");
     /* a worker opens only its part */
     assert_int_equal(ma_model_open_parts(dir, "libero", MA_PART_LLM(2), &m, &err), MA_OK);
     ma_session *s;
-    assert_int_equal(ma_session_open(&m, "llm_split2", &s, &err), MA_OK);
+    assert_int_equal(ma_session_open(&ma_cpu_backend, &m, "llm_split2", &s, &err), MA_OK);
     ma_session_close(s);
-    assert_fails_naming(ma_session_open(&m, "vision", &s, &err), err, "not loaded");
+    assert_fails_naming(ma_session_open(&ma_cpu_backend, &m, "vision", &s, &err), err, "not loaded");
     ma_model_close(&m);
     tu_rmdir(dir);
 }
@@ -380,16 +379,17 @@ static void test_fingerprint_refuses_mixed_checkpoints(void **state) {
     /* contexts of one checkpoint in several precisions agree */
     compile(TINY, dir, "f16", "f16", "f16", "");
     compile(TINY, dir, "f16", "q4_0", "f16", "_w4a16");
-    setenv("LLM_CTX_SUFFIX", "_w4a16", 1);
-    assert_int_equal(ma_model_open(dir, "libero", &m, &err), MA_OK);
+    ma_settings st;
+    ma_settings_init(&st);
+    assert_int_equal(ma_settings_set(&st, "llm_suffix", "_w4a16", "LLM_CTX_SUFFIX", &err), MA_OK);
+    assert_int_equal(ma_model_open_with(dir, "libero", MA_PART_ALL, &st, &m, &err), MA_OK);
     ma_model_close(&m);
     /* ... but a quantised split of the fine-tune does not */
     compile(tuned, tuned_ctx, "f16", "q4_0", "f16", "_w4a16");
     snprintf(q, sizeof q, "%s/llm_split1_w4a16.gguf", tuned_ctx);
     snprintf(p, sizeof p, "%s/llm_split1_w4a16.gguf", dir);
     copy(q, p);
-    assert_fails_naming(ma_model_open(dir, "libero", &m, &err), err, "llm_split1_w4a16.gguf");
-    unsetenv("LLM_CTX_SUFFIX");
+    assert_fails_naming(ma_model_open_with(dir, "libero", MA_PART_ALL, &st, &m, &err), err, "llm_split1_w4a16.gguf");
     tu_rmdir(dir);
     tu_rmdir(tuned);
     tu_rmdir(tuned_ctx);

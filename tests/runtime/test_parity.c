@@ -6,6 +6,7 @@
 #include <dirent.h>
 
 #include "io/npz.h"
+#include "backend/cpu/cpu.h"
 #include "runtime/parity.h"
 #include "runtime/pipeline.h"
 
@@ -14,7 +15,7 @@ static void check_golden(const char *model_dir, const char *golden_dir) {
     ma_error err = {0};
     if (ma_model_open(model_dir, "libero", &m, &err)) fail_msg("%s", err.msg);
     ma_parity_report rep;
-    if (ma_parity_run(&m, golden_dir, 0.9999, &rep, &err)) fail_msg("%s: %s", golden_dir, err.msg);
+    if (ma_parity_run(&ma_cpu_backend, &m, golden_dir, 0.9999, &rep, &err)) fail_msg("%s: %s", golden_dir, err.msg);
     int tight = 1;
     for (size_t i = 0; i < rep.n; i++) tight &= rep.rows[i].c.max_rel <= 1e-3;
     if (!rep.pass || !tight) { ma_parity_print(&rep, stderr, 0); fail_msg("%s: parity failed", golden_dir); }
@@ -90,7 +91,7 @@ static void run_upstream(const char *obs_name) {
     assert_true(px && ids && noise);
     assert_true(ids->shape[0] > 700); /* the prompt length is the input's */
     ma_runner r;
-    assert_int_equal(ma_runner_open(&m, &r, &err), MA_OK);
+    assert_int_equal(ma_runner_open(&ma_cpu_backend, &m, &r, &err), MA_OK);
     ma_obs obs = {px->data, (int)px->shape[0], ids->data, ids->shape[0], noise->data, 0, 0};
     ma_result res;
     ma_trace tr;
@@ -144,7 +145,7 @@ static void test_bad_inputs_refused(void **state) {
     ma_tensor *px = (ma_tensor *)ma_npz_get(&vis, "pixels");
     ma_tensor *ids = (ma_tensor *)ma_npz_get(&st, "input_ids");
     ma_runner r;
-    assert_int_equal(ma_runner_open(&m, &r, &err), MA_OK);
+    assert_int_equal(ma_runner_open(&ma_cpu_backend, &m, &r, &err), MA_OK);
     ma_result res;
     float *p = px->data;
     int64_t *id = ids->data;

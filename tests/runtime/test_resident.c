@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "io/npz.h"
+#include "backend/cpu/cpu.h"
 #include "runtime/compile.h"
 #include "runtime/engine.h"
 #include "runtime/parity.h"
@@ -56,7 +57,7 @@ static void open_engine(const char *dir, int inproc, const ma_resident_opts *ro,
     memset(&o, 0, sizeof o);
     if (ro) o = *ro;
     o.exe = WORKER_EXE;
-    if (ma_engine_open(dir, "libero", inproc, &o, e, &err)) fail_msg("open %s: %s", dir, err.msg);
+    if (ma_engine_open(dir, "libero", inproc, NULL, &ma_cpu_backend, &o, e, &err)) fail_msg("open %s: %s", dir, err.msg);
 }
 
 static void golden_request(const ma_engine *e, const char *golden, ma_request *q) {
@@ -469,7 +470,7 @@ static void test_bad_context_stops_start(void **state) {
     ma_resident_opts ro;
     memset(&ro, 0, sizeof ro);
     ro.exe = WORKER_EXE;
-    assert_int_not_equal(ma_engine_open(dir, "libero", 0, &ro, &e, &err), MA_OK);
+    assert_int_not_equal(ma_engine_open(dir, "libero", 0, NULL, &ma_cpu_backend, &ro, &e, &err), MA_OK);
     if (!strstr(err.msg, "worker llm_split2") || !strstr(err.msg, "llm_split2.gguf"))
         fail_msg("error does not name the worker and its file: %s", err.msg);
     assert_int_equal(count_children(), 0);

@@ -71,3 +71,11 @@ ma_status ma_cpu_session_attach(ma_session *s, ma_error *err) {
     s->ops = &cpu_ops;
     return MA_OK;
 }
+
+const ma_backend ma_cpu_backend = {
+    .name = "cpu",
+    .static_prompt = 0,
+    .needs_weights = 1,
+    .debug_outputs = 1,
+    .attach = ma_cpu_session_attach,
+};

@@ -8,4 +8,7 @@
 /* s: a session whose io spec is filled; its weights must be loaded in this process */
 ma_status ma_cpu_session_attach(ma_session *s, ma_error *err);
 
+/* the cpu backend: this engine's kernels on the opened model's weights */
+extern const ma_backend ma_cpu_backend;
+
 #endif

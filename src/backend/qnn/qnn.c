@@ -53,6 +53,10 @@ static struct {
     rpcmem_alloc_fn rpc_alloc;
     rpcmem_free_fn rpc_free;
     rpcmem_to_fd_fn rpc_to_fd;
+    /* the settings the libraries were loaded with (the first session's; one process, one set) */
+    char lib_dir[MA_SETTINGS_PATH];
+    char perf[MA_SETTINGS_WORD];
+    long soc, arch;
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* the published error codes, by name (the low 16 bits of an error handle; several components
@@ -143,7 +147,7 @@ static ma_status check_elf(const char *path, ma_error *err) {
 }
 
 static void *open_lib(const char *name, char *path, size_t cap, ma_error *err, ma_status *st) {
-    const char *dir = getenv("MOLMOACT_QNN_LIB_DIR");
+    const char *dir = G.lib_dir;
     if (dir && *dir) snprintf(path, cap, "%s/%s", dir, name);
     else snprintf(path, cap, "%s", name);
     if (strchr(path, '/') && (*st = check_elf(path, err))) return NULL;
@@ -179,28 +183,16 @@ static void global_release_locked(void) {
     G.mu = mu;
 }
 
-static int env_u32(const char *name, uint32_t *v) {
-    const char *e = getenv(name);
-    if (!e || !*e) return 0;
-    char *end;
-    if (!ma_plain_decimal(e, 0) || *e == '-') return -1; /* no " 2", "+2" or hex (F23) */
-    unsigned long x = strtoul(e, &end, 10);
-    if (*end || x > 0xffffffffUL) return -1;
-    *v = (uint32_t)x;
-    return 1;
-}
-
 /* The HTP stub (libQnnHtpV73Stub.so) is opened by libQnnHtp.so by its bare name, which the loader
  * looks up in the LD_LIBRARY_PATH this process started with: --qnn-lib-dir set later would not
  * reach it. So the stub of the device's architecture is opened here first, by its full path
  * (the later lookup by name finds the library already loaded); and ma_qnn_prepare_env puts the
  * directory on LD_LIBRARY_PATH for the workers, which are started after. */
 static ma_status preload_stub(ma_error *err) {
-    const char *dir = getenv("MOLMOACT_QNN_LIB_DIR");
-    if (!dir || !*dir) return MA_OK;
-    uint32_t arch = 73;
-    if (env_u32("MOLMOACT_QNN_ARCH", &arch) < 0) return ma_fail(err, MA_ERR_ARG, "MOLMOACT_QNN_ARCH must be an unsigned integer");
-    char path[1024];
+    const char *dir = G.lib_dir;
+    if (!*dir) return MA_OK;
+    const unsigned arch = G.arch >= 0 ? (unsigned)G.arch : 73u;
+    char path[MA_SETTINGS_PATH + 64];
     snprintf(path, sizeof path, "%s/libQnnHtpV%uStub.so", dir, arch);
     if (access(path, F_OK) != 0) return MA_OK; /* not every installation has one (and the stand-in none) */
     ma_status st = check_elf(path, err);
@@ -279,11 +271,10 @@ static ma_status libs_open_locked(ma_error *err) {
     return MA_OK;
 }
 
-/* MOLMOACT_QNN_PERF: 0 no vote (unset or default), 1 high, 2 burst, -1 none of these */
+/* settings.qnn_perf: 0 no vote ("" or default), 1 high, 2 burst (ma_settings_set allows no other) */
 static int perf_mode(void) {
-    const char *mode = getenv("MOLMOACT_QNN_PERF");
-    if (!mode || !*mode || !strcmp(mode, "default")) return 0;
-    return !strcmp(mode, "high") ? 1 : !strcmp(mode, "burst") ? 2 : -1;
+    const char *mode = G.perf;
+    return !strcmp(mode, "high") ? 1 : !strcmp(mode, "burst") ? 2 : 0;
 }
 
 /* --qnn-perf high / burst: the HTP power vote, as onnxruntime's QNN provider makes it
@@ -360,12 +351,26 @@ warn:
             when, why.msg);
 }
 
-static ma_status global_acquire(ma_error *err) {
+static ma_status global_acquire(const ma_settings *set, ma_error *err) {
     pthread_mutex_lock(&G.mu);
-    if (G.refs++ > 0) { pthread_mutex_unlock(&G.mu); return MA_OK; }
+    if (G.refs > 0) {
+        /* one process loads one set of QNN libraries: an engine asking for another needs its own
+         * process (resident workers have one each) */
+        const int same = !strcmp(G.lib_dir, set->qnn_lib_dir) && G.soc == set->qnn_soc && G.arch == set->qnn_arch;
+        if (same) G.refs++;
+        pthread_mutex_unlock(&G.mu);
+        return same ? MA_OK
+                    : ma_fail(err, MA_ERR_ARG, "qnn: this process already runs the QNN libraries of --qnn-lib-dir \"%.200s\" (soc %ld, arch %ld): "
+                              "an engine with other QNN settings needs its own process (the resident workers have one each)",
+                              G.lib_dir, G.soc, G.arch);
+    }
+    G.refs++;
+    snprintf(G.lib_dir, sizeof G.lib_dir, "%s", set->qnn_lib_dir);
+    snprintf(G.perf, sizeof G.perf, "%s", set->qnn_perf);
+    G.soc = set->qnn_soc;
+    G.arch = set->qnn_arch;
     ma_status st = MA_OK;
     qnn_err_t e;
-    if (perf_mode() < 0) { st = ma_fail(err, MA_ERR_ARG, "--qnn-perf %s: must be default, high or burst", getenv("MOLMOACT_QNN_PERF")); goto fail; }
     if ((st = preload_stub(err)) || (st = libs_open_locked(err))) goto fail;
     const qnn_interface_table *t = &G.qi->t;
     if (t->log_create && (e = t->log_create(log_cb, 2, &G.log)) != QNN_OK) { st = qfail(err, "QnnLog_create", G.htp_path, e); goto fail; }
@@ -379,9 +384,8 @@ static ma_status global_acquire(ma_error *err) {
          * qnn_inference.cpp @ 039cade0eae9cdada5da1c9799b615ff2d047756 creates its device with no
          * config), the binary names its SoC and arch itself. Their layout follows the loaded
          * library's HTP API version (qnn_abi.h). */
-        uint32_t soc = 0, arch = 0;
-        int has_soc = env_u32("MOLMOACT_QNN_SOC", &soc), has_arch = env_u32("MOLMOACT_QNN_ARCH", &arch);
-        if (has_soc < 0 || has_arch < 0) { st = ma_fail(err, MA_ERR_ARG, "MOLMOACT_QNN_SOC / MOLMOACT_QNN_ARCH must be unsigned integers"); goto fail; }
+        const int has_soc = G.soc >= 0, has_arch = G.arch >= 0;
+        const uint32_t soc = has_soc ? (uint32_t)G.soc : 0, arch = has_arch ? (uint32_t)G.arch : 0;
         const qnn_version *hv = &G.api.backend;
         const int wide = hv->major > 5 || (hv->major == 5 && hv->minor >= MA_QNN_HTP_DEVICE_CONFIG_PTR_MINOR);
         qnn_htp_device_config hs = {QNN_HTP_DEVICE_CONFIG_SOC, {.soc_model = soc}};
@@ -397,10 +401,10 @@ static ma_status global_acquire(ma_error *err) {
         if ((e = t->device_create(G.log, k ? cfg : NULL, &G.device)) != QNN_OK) { st = qfail(err, "QnnDevice_create", G.htp_path, e); goto fail; }
     }
     /* no power vote yet: it follows the first context (ma_qnn_session_attach) */
-    if (!getenv("ADSP_LIBRARY_PATH") && !getenv("DSP_LIBRARY_PATH") && getenv("MOLMOACT_QNN_LIB_DIR") && *getenv("MOLMOACT_QNN_LIB_DIR"))
-        fprintf(stderr, "molmoact: qnn: note: ADSP_LIBRARY_PATH is not set: the DSP side looks for libQnnHtpV%sSkel.so only in its default "
+    if (!set->adsp_library_path[0] && !set->dsp_library_path[0] && set->qnn_lib_dir[0])
+        fprintf(stderr, "molmoact: qnn: note: ADSP_LIBRARY_PATH is not set: the DSP side looks for libQnnHtpV%ldSkel.so only in its default "
                 "directories (resident workers get --qnn-lib-dir; in this process set ADSP_LIBRARY_PATH=%s yourself)\n",
-                getenv("MOLMOACT_QNN_ARCH") && *getenv("MOLMOACT_QNN_ARCH") ? getenv("MOLMOACT_QNN_ARCH") : "73", getenv("MOLMOACT_QNN_LIB_DIR"));
+                set->qnn_arch >= 0 ? set->qnn_arch : 73L, set->qnn_lib_dir);
     pthread_mutex_unlock(&G.mu);
     return MA_OK;
 fail:
@@ -557,10 +561,9 @@ static int shape_fits(const ma_io *io, const qtensor *q) {
 }
 
 /* the io map's graph name for (session, tensor), NULL when the map does not name it */
-static ma_status io_map(const char *session, cJSON **root, ma_error *err) {
+static ma_status io_map(const char *path, cJSON **root, ma_error *err) {
     *root = NULL;
-    const char *path = getenv("MOLMOACT_QNN_IO_MAP");
-    if (!path || !*path) return MA_OK;
+    if (!*path) return MA_OK;
     char *text = NULL;
     size_t len = 0;
     ma_status st = ma_read_file(path, 1 << 20, &text, &len, err);
@@ -578,7 +581,6 @@ static ma_status io_map(const char *session, cJSON **root, ma_error *err) {
         for (cJSON *e = s->child; e && !st; e = e->next)
             if (!cJSON_IsString(e)) st = ma_fail(err, MA_ERR_FORMAT, "%s: %s.%s must be a string (the graph's tensor name)", path, s->string, e->string);
     }
-    (void)session;
     if (st) { cJSON_Delete(*root); *root = NULL; }
     return st;
 }
@@ -621,10 +623,10 @@ static ma_status bind(const char *session, const char *file, const ma_io *ours, 
     return MA_OK;
 }
 
-/* the prompt length the graphs must be built for: the pipeline's static length (the environment,
- * else the length the directory's contexts were compiled for, else 128) */
-static int expected_seq(const ma_model *m) {
-    const int64_t v = ma_static_prompt_seq(m);
+/* the prompt length the graphs must be built for: the session's static length (settings.prompt_seq,
+ * else the length the directory's contexts were compiled for, else 128), handed down by the runtime */
+static int expected_seq(const ma_session *s) {
+    const int64_t v = s->static_seq;
     return v > 0 && v <= MA_MAX_PROMPT_SEQ ? (int)v : -1;
 }
 
@@ -650,7 +652,7 @@ static ma_status fix_dims(ma_session *s, qnn_sess *q, ma_error *err) {
             }
     }
     if (S >= 0) {
-        int want = expected_seq(s->model);
+        int want = expected_seq(s);
         if (S != want)
             return ma_fail(err, MA_ERR_SHAPE, "%s (%s): built for prompt length %lld, the run pads to %d (MOLMOACT_PROMPT_SEQ, or the "
                            "length the directory was compiled for)", q->file, s->name, (long long)S, want);
@@ -858,9 +860,9 @@ static void print_tensor(FILE *f, const qnn_tensor *t) {
     else if (v->quant.definition == QNN_DEF_DEFINED && v->quant.encoding != QNN_QENC_UNDEFINED) fprintf(f, " encoding %s", encoding_name(v->quant.encoding));
 }
 
-ma_status ma_qnn_inspect(const char *path, FILE *f, ma_error *err) {
+ma_status ma_qnn_inspect(const ma_settings *set, const char *path, FILE *f, ma_error *err) {
     pthread_mutex_lock(&G.mu);
-    G.refs++;
+    if (G.refs++ == 0) snprintf(G.lib_dir, sizeof G.lib_dir, "%s", set->qnn_lib_dir);
     ma_status st = libs_open_locked(err);
     ma_mapfile mf = {0};
     ma_mapfile wmf = {0};
@@ -893,79 +895,59 @@ ma_status ma_qnn_inspect(const char *path, FILE *f, ma_error *err) {
     return st;
 }
 
-/* the environment a qnn run needs before any worker starts: the library directory on
- * LD_LIBRARY_PATH (the workers' loader reads it at their start), ADSP_LIBRARY_PATH checked */
-ma_status ma_qnn_prepare_env(ma_error *err) {
-    const char *dir = getenv("MOLMOACT_QNN_LIB_DIR");
-    if (dir && *dir) {
-        const char *old = getenv("LD_LIBRARY_PATH");
-        int present = 0;
-        if (old) { /* already listed */
-            const size_t dl = strlen(dir);
-            for (const char *p = old; *p;) {
-                const char *c = strchr(p, ':');
-                const size_t l = c ? (size_t)(c - p) : strlen(p);
-                present |= l == dl && !strncmp(p, dir, dl);
-                p += l + (c ? 1 : 0);
-            }
-        }
-        if (!present) {
-            const size_t n = strlen(dir) + (old ? strlen(old) + 1 : 0) + 1;
-            char *v = malloc(n);
-            if (!v) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
-            snprintf(v, n, "%s%s%s", dir, old && *old ? ":" : "", old ? old : "");
-            setenv("LD_LIBRARY_PATH", v, 1);
-            free(v);
-        }
-    }
-    const char *adsp = getenv("ADSP_LIBRARY_PATH"), *dsp = getenv("DSP_LIBRARY_PATH");
-    if (adsp && strchr(adsp, ':'))
+/* before anything opens: the DSP search paths (';' separates their directories) */
+static ma_status qnn_prepare(const ma_settings *set, ma_error *err) {
+    const char *adsp = set->adsp_library_path, *dsp = set->dsp_library_path;
+    if (strchr(adsp, ':'))
         return ma_fail(err, MA_ERR_ARG, "ADSP_LIBRARY_PATH=%s: the DSP loader separates directories with ';', not ':' "
                        "(e.g. ADSP_LIBRARY_PATH=\"$PWD/dsp_libs;/usr/lib/rfsa/adsp;/dsp\")", adsp);
-    if (dsp && strchr(dsp, ':'))
+    if (strchr(dsp, ':'))
         return ma_fail(err, MA_ERR_ARG, "DSP_LIBRARY_PATH=%s: the DSP loader separates directories with ';', not ':'", dsp);
     /* FastRPC looks the DSP libraries up in DSP_LIBRARY_PATH instead of ADSP_LIBRARY_PATH when
      * the former is set (qualcomm/fastrpc src/apps_std_imp.c @ 29851fde11d4e2a4ce221536485d0f7d46ffca30,
      * apps_std_fopen_with_env): say so, a value in ADSP_LIBRARY_PATH then counts for nothing */
-    if (dsp && *dsp)
+    if (*dsp)
         fprintf(stderr, "molmoact: qnn: warning: DSP_LIBRARY_PATH=%s is set: FastRPC looks for the HTP skel there and ignores "
-                "ADSP_LIBRARY_PATH%s%s%s\n", dsp, adsp && *adsp ? " (" : "", adsp && *adsp ? adsp : "", adsp && *adsp ? ")" : "");
-    const char *perf = getenv("MOLMOACT_QNN_PERF");
-    if (perf && *perf && strcmp(perf, "default") && strcmp(perf, "high") && strcmp(perf, "burst"))
-        return ma_fail(err, MA_ERR_ARG, "MOLMOACT_QNN_PERF=%s: must be default, high or burst", perf);
+                "ADSP_LIBRARY_PATH%s%s%s\n", dsp, *adsp ? " (" : "", adsp, *adsp ? ")" : "");
     return MA_OK;
 }
 
-/* ADSP_LIBRARY_PATH for a qnn worker process. FastRPC (libcdsprpc.so, under libQnnHtp.so) reads
- * it with getenv when the HTP's DSP session opens, to find libQnnHtpV<arch>Skel.so; when it is
- * unset onnxruntime's QNN provider sets it to its own library directory before loading the
- * backend (QnnBackendManager::LoadBackend, microsoft/onnxruntime qnn_backend_manager.cc @
- * 015f13cb6ae89a676f5f8fc5b92f27eb02c6e983), and newer FastRPC appends its default search path
- * to whatever the variable holds (get_dirlist_from_env, qualcomm/fastrpc src/apps_std_imp.c @
- * 29851fde11d4e2a4ce221536485d0f7d46ffca30). The library never sets the environment (another
- * thread of the caller may be reading it): this returns the value, and the worker program's main
- * sets it (tools/molmoact.c, `__worker`), while that process is still single-threaded and before
- * anything is loaded. So the variable belongs to the worker's own environment only, as
- * onnxruntime's does to its process. */
-int ma_qnn_worker_adsp_path(char *out, size_t cap) {
-    ma_backend b;
-    if (ma_backend_current(&b, NULL) != MA_OK || b != MA_BACKEND_QNN) return 0;
-    const char *dir = getenv("MOLMOACT_QNN_LIB_DIR"), *adsp = getenv("ADSP_LIBRARY_PATH"), *dsp = getenv("DSP_LIBRARY_PATH");
-    if (!dir || !*dir || (adsp && *adsp) || (dsp && *dsp)) return 0; /* nothing to go by, or the user's choice stands */
-    char abs[4096];
+/* A qnn worker's environment, set at its start (never in this process):
+ * - LD_LIBRARY_PATH with --qnn-lib-dir in front: libQnnHtp.so opens the HTP stub
+ *   (libQnnHtpV73Stub.so) by its bare name, which the loader looks up in the LD_LIBRARY_PATH the
+ *   process started with;
+ * - ADSP_LIBRARY_PATH, when neither it nor DSP_LIBRARY_PATH is set: --qnn-lib-dir's directory.
+ *   FastRPC (libcdsprpc.so, under libQnnHtp.so) reads it with getenv when the HTP's DSP session
+ *   opens, to find libQnnHtpV<arch>Skel.so; when it is unset onnxruntime's QNN provider sets it
+ *   to its own library directory before loading the backend (QnnBackendManager::LoadBackend,
+ *   microsoft/onnxruntime qnn_backend_manager.cc @ 015f13cb6ae89a676f5f8fc5b92f27eb02c6e983), and
+ *   newer FastRPC appends its default search path to whatever the variable holds
+ *   (get_dirlist_from_env, qualcomm/fastrpc src/apps_std_imp.c @ 29851fde11d4e2a4ce221536485d0f7d46ffca30). */
+static int qnn_worker_env(const ma_settings *set, ma_worker_var *out, int cap) {
+    const char *dir = set->qnn_lib_dir;
+    if (!*dir || cap < 2) return 0;
+    char abs[MA_SETTINGS_PATH];
     const char *d = realpath(dir, abs) ? abs : dir; /* absolute: whatever directory the lookup runs in */
-    const int n = snprintf(out, cap, "%s", d);
-    return n > 0 && (size_t)n < cap;
+    int n = 0;
+    snprintf(out[n].name, sizeof out[n].name, "LD_LIBRARY_PATH");
+    snprintf(out[n].value, sizeof out[n].value, "%s", d);
+    out[n++].prepend = 1;
+    if (!set->adsp_library_path[0] && !set->dsp_library_path[0]) { /* else the user's choice stands */
+        snprintf(out[n].name, sizeof out[n].name, "ADSP_LIBRARY_PATH");
+        snprintf(out[n].value, sizeof out[n].value, "%s", d);
+        out[n++].prepend = 0;
+    }
+    return n;
 }
 
 /* ------------------------------------------------------------------ zero-copy */
 
 static ma_status rpc_open_locked(ma_error *err) {
     if (G.rpc_alloc) return MA_OK;
-    char path[1024];
-    const char *dir = getenv("MOLMOACT_QNN_LIB_DIR");
+    char path[MA_SETTINGS_PATH + 32];
+    const char *dir = G.lib_dir;
     G.lib_rpc = NULL;
-    if (dir && *dir) { /* the directory first (a stand-in for tests), then the system's */
+    if (*dir) { /* the directory first (a stand-in for tests), then the system's */
         snprintf(path, sizeof path, "%s/libcdsprpc.so", dir);
         if (access(path, F_OK) == 0) {
             ma_status st = check_elf(path, err);
@@ -1174,12 +1156,11 @@ static ma_status qnn_run(ma_session *s, const ma_tensor *in, ma_tensor *out, ma_
 
 static const ma_session_ops qnn_ops = {"qnn", qnn_run, qnn_close};
 
-void ma_qnn_context_name(const char *session, char *out, size_t cap) {
-    const char *var = !strcmp(session, "vision") ? "MOLMOACT_VISION_CTX_SUFFIX"
-                      : !strncmp(session, "llm_split", 9) ? "MOLMOACT_LLM_CTX_SUFFIX"
-                      : !strcmp(session, "action_step") ? "MOLMOACT_ACTION_CTX_SUFFIX" : NULL;
-    const char *suffix = var ? ma_env(var) : NULL;
-    snprintf(out, cap, "ctx/%s%s_socid77_archv73.bin", session, suffix ? suffix : "");
+void ma_qnn_context_name(const ma_settings *set, const char *session, char *out, size_t cap) {
+    const int which = !strcmp(session, "vision") ? MA_SUFFIX_VISION
+                      : !strncmp(session, "llm_split", 9) ? MA_SUFFIX_LLM
+                      : !strcmp(session, "action_step") ? MA_SUFFIX_ACTION : -1;
+    snprintf(out, cap, "ctx/%s%s_socid77_archv73.bin", session, which >= 0 ? set->suffix[which] : "");
 }
 
 /* the session's graph: the only one, or (several) the one named as the session or by the io
@@ -1201,11 +1182,11 @@ static ma_status pick_graph(const ma_session *s, const char *file, const graph_v
 ma_status ma_qnn_session_attach(ma_session *s, ma_error *err) {
     qnn_sess *q = calloc(1, sizeof *q);
     if (!q) return ma_fail(err, MA_ERR_NOMEM, "session %s: out of memory", s->name);
-    ma_qnn_context_name(s->name, q->file, sizeof q->file);
-    if (expected_seq(s->model) < 0) { free(q); return ma_fail(err, MA_ERR_ARG, "%s=%s is not a positive integer", ma_env_source("MOLMOACT_PROMPT_SEQ"), ma_env("MOLMOACT_PROMPT_SEQ")); }
-    const char *zc = getenv("MOLMOACT_QNN_ZERO_COPY");
-    q->zero_copy = zc && *zc && strcmp(zc, "0");
-    ma_status st = global_acquire(err);
+    const ma_settings *set = &s->model->set;
+    ma_qnn_context_name(set, s->name, q->file, sizeof q->file);
+    if (expected_seq(s) < 0) { free(q); return ma_fail(err, MA_ERR_ARG, "session %s: the prompt length %lld is not in [1, %d]", s->name, (long long)s->static_seq, MA_MAX_PROMPT_SEQ); }
+    q->zero_copy = set->qnn_zero_copy;
+    ma_status st = global_acquire(set, err);
     if (st) { free(q); return st; }
     s->impl = q;
     s->ops = &qnn_ops; /* from here qnn_close undoes everything */
@@ -1223,7 +1204,7 @@ ma_status ma_qnn_session_attach(ma_session *s, ma_error *err) {
     }
     if ((st = ma_map_file(&mf, q->path, err))) { st = ma_error_wrap(err, st, "qnn context for %s", s->name); goto done; }
     if (!mf.size) { st = ma_fail(err, MA_ERR_FORMAT, "%s: empty context binary", q->file); goto done; }
-    if ((st = io_map(s->name, &map, err))) goto done;
+    if ((st = io_map(set->qnn_io_map, &map, err))) goto done;
     if ((e = G.sys.context_create(&sys)) != QNN_OK) { st = qfail(err, "QnnSystemContext_create", q->file, e); goto done; }
     const qnn_binary_info *info = NULL;
     const char *how = NULL;
@@ -1232,7 +1213,7 @@ ma_status ma_qnn_session_attach(ma_session *s, ma_error *err) {
     uint32_t n_graphs = 0, k = 0;
     char about[256];
     if ((st = list_graphs(info, q->file, gv, &n_graphs, about, sizeof about, err))) goto done;
-    if (getenv("MOLMOACT_VERBOSE")) {
+    if (set->verbose) {
         fprintf(stderr, "molmoact: qnn: %s: %u graph%s:", q->file, n_graphs, n_graphs == 1 ? "" : "s");
         for (uint32_t i = 0; i < n_graphs; i++) fprintf(stderr, "%s %s", i ? "," : "", gv[i].name);
         fprintf(stderr, " (%s; read with %s)\n", about, how);
@@ -1294,3 +1275,14 @@ done:
     ma_unmap_file(&mf);
     return st; /* on failure the caller's ma_session_close runs qnn_close */
 }
+
+const ma_backend ma_qnn_backend = {
+    .name = "qnn",
+    .static_prompt = 1,
+    .needs_weights = 0,
+    .debug_outputs = 0,
+    .prepare = qnn_prepare,
+    .attach = ma_qnn_session_attach,
+    .process_lost = ma_qnn_process_lost,
+    .worker_env = qnn_worker_env,
+};
