@@ -19,10 +19,11 @@ It fails, naming file:line, when
   - a document's part is cited by its number ("section 12", "sections 2-5", "sec. 3", "§4",
     "architecture doc 6"): numbers change when a part is added. A number in an external standard
     (RFC 6455 section 1.3) is allowed when the standard is named just before it;
-  - CONTRIBUTING.md names, in `backticks`, a repository path that does not exist, or a C or CMake
-    identifier (`choose_kernels`, `ma_gemm_install_avx2`, `set_source_files_properties`) that no
-    source file holds: its recipes name the real files and functions. Spans with a placeholder
-    (`gemm_<isa>.c`) are not checked.
+  - CONTRIBUTING.md names, in `backticks` outside code blocks, a repository path that does not
+    exist (`src/kernels/gemm.c`), a file name no file has (`gemm_impl.h`), or a C or CMake name
+    (`choose_kernels()`, `ma_kctx.scalar`, `set_source_files_properties`) that no source file
+    holds: its recipes name the real files and functions. Spans with a placeholder
+    (`gemm_<isa>.c`) and other code (`sets[n_sets] = ...`) are not checked.
 
     /usr/bin/python3 tests/docs/check_doc_refs.py [SOURCE_DIR]      (exit 1 on a failure)
 """
@@ -57,7 +58,9 @@ FENCE = re.compile(r"^[ \t]*(```|~~~)")
 # CONTRIBUTING.md's names
 PATH_SPAN = re.compile(r"^(?:src|tests|bench|scripts|cmake|docs|include|python|tools|reference|fuzz|examples|assets|\.ci)/[\w./-]*$|"
                        r"^[\w-]+\.(?:txt|md|json)$")
-IDENT_SPAN = re.compile(r"^([A-Za-z_][A-Za-z0-9]*_[A-Za-z0-9_]*)(?:\(\))?$")
+BARE_FILE = re.compile(r"^[\w-]+\.(?:c|h|py|sh|cmake)$")  # a file named without its directory: it exists somewhere
+# a C or CMake name, a member (ma_kctx.scalar, k->name), a call (choose()) or an element (sets[0])
+IDENT_SPAN = re.compile(r"^([A-Za-z_]\w*)(?:(?:\.|->)([A-Za-z_]\w*))?(?:\(\)|\[\d*\])?$")
 CODE_EXT = {".c", ".h", ".cmake", ".txt", ".sh", ".py"}
 
 
@@ -150,7 +153,7 @@ def check_numbers(rel, text, problems):
                         f'cite it by its heading, as docs/ARCHITECTURE.md "Sessions" ({line[:120]})')
 
 
-def check_names(root, doc, code_text, problems):
+def check_names(root, doc, code_text, file_names, problems):
     path = os.path.join(root, doc)
     if not os.path.isfile(path):
         return
@@ -171,14 +174,20 @@ def check_names(root, doc, code_text, problems):
                 if not os.path.exists(os.path.join(root, span.rstrip("/"))):
                     problems.append(f"{doc}:{i}: `{span}`: no such file or directory in the repository")
                 continue
+            if BARE_FILE.match(span):
+                if span not in file_names:
+                    problems.append(f"{doc}:{i}: `{span}`: no file of the repository has this name")
+                continue
             m = IDENT_SPAN.match(span)
-            if m and not re.search(r"\b" + re.escape(m.group(1)) + r"\b", code_text):
-                problems.append(f"{doc}:{i}: `{span}`: no source file has this name")
+            for name in (m.groups() if m else ()):
+                if name and not re.search(r"\b" + re.escape(name) + r"\b", code_text):
+                    problems.append(f"{doc}:{i}: `{span}`: no source file has the name {name}")
 
 
 def check(root):
-    problems, cache, code = [], {}, []
+    problems, cache, code, file_names = [], {}, [], set()
     for rel in text_files(root):
+        file_names.add(os.path.basename(rel))
         text = read(root, rel)
         if text is None:
             continue
@@ -188,7 +197,7 @@ def check(root):
             continue
         check_refs(root, rel, text, cache, problems)
         check_numbers(rel, text, problems)
-    check_names(root, "CONTRIBUTING.md", "\n".join(code), problems)
+    check_names(root, "CONTRIBUTING.md", "\n".join(code), file_names, problems)
     return problems
 
 
@@ -198,7 +207,7 @@ def main(argv):
     for p in problems:
         print(p)
     if problems:
-        print(f"check_doc_refs: {len(problems)} reference(s) to fix (the form: docs/<FILE>.md \"<Heading>\", see {SELF}check_doc_refs.py)")
+        print(f"check_doc_refs: {len(problems)} problem(s); a reference takes the form docs/<FILE>.md \"<Heading>\" (see {SELF}check_doc_refs.py)")
         return 1
     print("check_doc_refs: every reference into the docs names an existing heading")
     return 0

@@ -92,12 +92,14 @@ def test_every_scanned_kind_of_file(tmp_path):
 
 
 def test_contributing_names_real_files_and_functions(tmp_path):
-    root = _tree(tmp_path, {"src/kernels/gemm.c": "static void choose_kernels(void) {}\n"})
+    root = _tree(tmp_path, {"src/kernels/gemm.c": "static void choose_kernels(void) {}\ntypedef struct ma_kctx { int scalar; } ma_kctx;\n"})
     (root / "CONTRIBUTING.md").write_text(
         "# Contributing\n\n## Adding a kernel\n\n"
-        "1. In `src/kernels/gemm.c`, `choose_kernels()` calls `ma_gemm_install_<isa>`.\n"
-        "2. Then `src/kernels/gemm_nope.c` and `choose_kernel_sets()`.\n"
+        "1. In `src/kernels/gemm.c` (`gemm.c`), `choose_kernels()` calls `ma_gemm_install_<isa>`; `ma_kctx.scalar`.\n"
+        "2. Then `src/kernels/gemm_nope.c`, `choose_kernel_sets()`, `gemm_nope.c` and `ma_kctx.scalr`.\n"
         "```sh\nnot_checked_in_a_code_block src/none.c\n```\n", encoding="utf-8")
     problems = check_doc_refs.check(str(root))
-    assert [p.split(": ", 1)[0] for p in problems] == ["CONTRIBUTING.md:6", "CONTRIBUTING.md:6"], problems
-    assert "`src/kernels/gemm_nope.c`: no such file" in problems[0] and "`choose_kernel_sets()`: no source file" in problems[1]
+    assert [p.split(": ", 1)[0] for p in problems] == ["CONTRIBUTING.md:6"] * 4, problems
+    for p, words in zip(problems, ["`src/kernels/gemm_nope.c`: no such file", "`choose_kernel_sets()`: no source file",
+                                   "`gemm_nope.c`: no file of the repository", "`ma_kctx.scalr`: no source file has the name scalr"]):
+        assert words in p, problems
