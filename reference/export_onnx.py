@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 """ONNX graphs of the seven sessions, the input of the QNN toolchain (qairt-converter, then
-qnn-context-binary-generator; README "Run on the NPU"), laid out as the reference deployment's
+qnn-context-binary-generator; README.md "Run on the NPU"), laid out as the reference deployment's
 onnx/ folder: one folder per component, opset 20, large weights as external data beside the graph.
 Static shapes; input and output names exactly those of src/runtime/session.h.
 

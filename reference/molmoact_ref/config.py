@@ -389,7 +389,7 @@ def padded_vocab(n_tokens, multiple=PAD_MULTIPLE):
     return -(-n_tokens // multiple) * multiple
 
 
-# Real MolmoAct2 special-token ids (architecture doc section 6.1).
+# Real MolmoAct2 special-token ids (docs/ARCHITECTURE.md "The prompt").
 REAL_IDS = dict(
     pad=151643, im_start_chat=151644, eos=151645, setup_start=151669, setup_end=151670,
     control_start=151671, control_end=151672, state_start=151673, state_end=151674,

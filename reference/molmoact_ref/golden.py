@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Golden directories (docs/ARCHITECTURE.md section 10): each session's inputs and expected outputs in fp32,
+"""Golden directories (docs/ARCHITECTURE.md "Sessions"): each session's inputs and expected outputs in fp32,
 the host-glue state before the first Euler step, a trace, norm_stats.json, and every debugging
 intermediate."""
 

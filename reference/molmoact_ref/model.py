@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """MolmoAct2 inference in PyTorch fp32, module by module, with the parameter names of the released
-checkpoints (architecture doc section 12). Written from the upstream HF remote code
+checkpoints (docs/ARCHITECTURE.md "Weight names"). Written from the upstream HF remote code
 (modeling_molmoact2.py) and the Grid Sampler's ActiveTokenSampler; every session of the C engine
 has a method here with the same inputs and outputs.
 

@@ -20,9 +20,11 @@
  *
  * The micro-kernel and panel loaders have a portable C version and, on x86-64 CPUs with
  * AVX2 + FMA + F16C, SIMD ones (AVX2 6 x 16 tiles; AVX-512F 12 x 16 / 12 x 32 tiles; "vnni":
- * int8 dot products for q8_0 / q4_0 with at most 12 rows; "amx": split-bf16 tiles), chosen at
- * run time; MOLMOACT_KERNELS=portable|avx2|avx512|vnni|amx picks one. The fp32 ones use the same
- * K blocking, so they differ only by FMA rounding. */
+ * int8 dot products for q8_0 / q4_0 with at most 12 rows; "amx": split-bf16 tiles) and, on
+ * aarch64, NEON ones ("neon"; "neon_dot": SDOT int8 dot products), chosen at run time;
+ * MOLMOACT_KERNELS=portable|avx2|avx512|vnni|amx|neon|neon_dot picks one. The fp32 ones use the
+ * same K blocking, so they differ only by FMA rounding. CONTRIBUTING.md "Adding a kernel" says
+ * how a set is added. */
 #ifndef MA_GEMM_H
 #define MA_GEMM_H
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Flow-matching action expert: action_context (project the LLM K/V once per observation) and
- * action_step (one Euler step's velocity). Architecture doc section 9. */
+ * action_step (one Euler step's velocity). docs/ARCHITECTURE.md "Action expert". */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

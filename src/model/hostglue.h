@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Host glue between the sessions (architecture doc sections 6.4, 8, 10): embedding lookup, the
- * image-feature scatter, the LLM image-token mask, the expert's cross-attention mask, LLM split
- * ranges, torch-compatible initial noise, and the Euler-loop padding mask. */
+/* Host glue between the sessions (docs/ARCHITECTURE.md "LLM", "Action expert", "Flow matching" and
+ * "Sessions"): embedding lookup, the image-feature scatter, the LLM image-token mask, the expert's
+ * cross-attention mask, LLM split ranges, torch-compatible initial noise, and the Euler-loop
+ * padding mask. */
 #ifndef MA_HOSTGLUE_H
 #define MA_HOSTGLUE_H
 

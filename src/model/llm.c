@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* LLM split session: a contiguous range of Qwen3-style decoder layers over the whole prompt
- * (one prefill), returning each layer's K (post qk-norm, post RoPE) and V. Architecture doc
- * sections 6.4 and 7. */
+ * (one prefill), returning each layer's K (post qk-norm, post RoPE) and V.
+ * docs/ARCHITECTURE.md "LLM". */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The MolmoAct2 robot prompt (architecture doc section 6; upstream _build_robot_text and the
+/* The MolmoAct2 robot prompt (docs/ARCHITECTURE.md "The prompt"; upstream _build_robot_text and the
  * processor): task normalisation, quantile-normalised 256-bin state tokens, the LIBERO template
  * with the setup/control strings from norm_stats, <|image|> expansion (K patches per image for
  * the Grid Sampler, the pooled rows otherwise), tokenisation and BOS insertion. */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Vision session: SigLIP ViT with two feature taps -> 2x2 attention pooling -> SwiGLU projector,
  * with the Grid Sampler (ActiveTokenSampler) after the pooling or after the projector.
- * Architecture doc sections 2-5. */
+ * docs/ARCHITECTURE.md "Vision". */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

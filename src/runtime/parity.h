@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The parity gate (docs/ARCHITECTURE.md section 10): every session fed its golden inputs, each output
+/* The parity gate (docs/ARCHITECTURE.md "Sessions"): every session fed its golden inputs, each output
  * compared with the golden (cosine, max |diff|, share within 1e-3 x rms), then the end-to-end
  * actions. Gate: cosine >= threshold for every row. */
 #ifndef MA_PARITY_H

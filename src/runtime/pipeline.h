@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The host pipeline of one observation (docs/ARCHITECTURE.md section 1), written against sessions only:
+/* The host pipeline of one observation (docs/ARCHITECTURE.md "One observation, end to end"), written against sessions only:
  * vision -> embed + scatter -> llm_split0..3 (K/V collected) -> action_context -> 10 x
  * action_step with the Euler update and padding mask -> slice and de-normalise. */
 #ifndef MA_PIPELINE_H

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The resident runtime (docs/ARCHITECTURE.md section 12): six worker processes (vision, llm_split0..3, and
+/* The resident runtime (docs/ARCHITECTURE.md "The resident runtime"): six worker processes (vision, llm_split0..3, and
  * action holding action_context + action_step), each opening only its own sessions once; the
  * orchestrator does the host glue and passes tensors through shared memory.
  *

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Sessions: one loaded component with named, shaped inputs and outputs (docs/ARCHITECTURE.md section 10).
+/* Sessions: one loaded component with named, shaped inputs and outputs (docs/ARCHITECTURE.md "Sessions").
  *
  *   vision          in  pixels f32 [n, P, 3*patch^2]            out image_features f32 [n*K, D]
  *   llm_split0..3   in  hidden_in f32 [S, D], image_token_mask u8 [S], position_ids i64 [S]
@@ -31,7 +31,7 @@ typedef struct ma_io {
 
 typedef struct ma_session ma_session;
 
-/* A backend behind the sessions (docs/ARCHITECTURE.md section 10): the session's io spec is the same for
+/* A backend behind the sessions (docs/ARCHITECTURE.md "Sessions"): the session's io spec is the same for
  * every backend; run() gets inputs already checked against it (dtype, shape, finite values) and
  * fills the outputs as owned fp32 / u8 tensors. cpu: this engine's kernels on the opened model's
  * weights; qnn: a QNN HTP context binary per session (src/backend/qnn). */
