@@ -18,7 +18,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/env.h"
 #include "kernels/gemm.h"
+#include "kernels/kernels.h"
 #include <stdint.h>
 #include "kernels/quant.h"
 #include "kernels/threads.h"
@@ -272,6 +274,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--peaks")) peaks_only = 1;
         else if (!strcmp(argv[i], "--openblas-core")) { printf("%s\n", openblas_get_corename()); return 0; }
         else { fprintf(stderr, "usage: gemm_bench [--quick] [--json] [--bandwidth | --peaks | --openblas-core]\n"); return 2; }
+    }
+    {   /* MOLMOACT_THREADS, MOLMOACT_KERNELS, ... through the one table (molmoact help env) */
+        ma_settings st;
+        ma_error err = {0};
+        if (ma_settings_from_env(&st, &err) || ma_kernels_configure(&st, &err)) { fprintf(stderr, "gemm_bench: %s\n", err.msg); return 2; }
     }
     if (bw_only) { /* only the read bandwidth (bench/compare.sh's stream times) */
         const double bw = read_bandwidth_gbs();

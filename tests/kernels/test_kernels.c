@@ -5,6 +5,7 @@
 #include "kernels/gemm.h"
 
 #include "core/half.h"
+#include "core/env.h"
 #include "kernels/kernels.h"
 
 static void test_f16_bf16_conversions(void **state) {
@@ -314,6 +315,10 @@ static void test_norms_many_rows(void **state) {
 }
 
 int main(void) {
+    /* MOLMOACT_KERNELS=<set> holds that set to the scalar twin (read through the one table) */
+    ma_settings st;
+    ma_error err = {0};
+    if (ma_settings_from_env(&st, &err) || ma_kernels_configure(&st, &err)) { fprintf(stderr, "test_kernels: %s\n", err.msg); return 2; }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16_bf16_conversions),
         cmocka_unit_test(test_linear_all_types),
