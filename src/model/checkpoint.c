@@ -132,9 +132,6 @@ ma_status ma_checkpoint_fingerprint(const ma_safetensors *st, char out[17], ma_e
     return MA_OK;
 }
 
-static const char *SLOT_BASE[8] = {"vision", "embed", "llm_split0", "llm_split1", "llm_split2", "llm_split3",
-                                   "action_context", "action_step"};
-static const char *SLOT_COMPONENT[8] = {"vision", "embed", "llm", "llm", "llm", "llm", "action_context", "action_step"};
 
 /* the variable that picks a slot's variant: action_step only for the action expert, as the
  * reference deployment's ACTION_CTX_SUFFIX (action_context is one small context, kept as is) */
@@ -149,7 +146,7 @@ static const char *slot_suffix(const ma_settings *st, int slot) {
 void ma_context_name(int slot, const char *suffix, char *out, size_t cap) {
     const char *sfx = suffix ? suffix : "";
     if (slot == 1 || slot == 6) sfx = "";
-    snprintf(out, cap, "%s%s.gguf", SLOT_BASE[slot], sfx);
+    snprintf(out, cap, "%s%s.gguf", MA_CONTEXT_NAMES[slot], sfx);
 }
 
 void ma_model_context_name(const ma_model *m, int slot, char *out, size_t cap) {
@@ -171,11 +168,6 @@ int ma_is_context_dir_with(const char *dir, const ma_settings *st) {
     return ok;
 }
 
-static unsigned slot_parts(int slot) {
-    static const unsigned parts[8] = {MA_PART_VISION, MA_PART_EMBED, MA_PART_LLM(0), MA_PART_LLM(1), MA_PART_LLM(2),
-                                      MA_PART_LLM(3), MA_PART_ACTION_CONTEXT, MA_PART_ACTION_STEP};
-    return parts[slot];
-}
 
 /* a context's recorded prompt length (llm and action contexts; the llm contexts of an older
  * compile have none): every context of the set must agree */
@@ -342,7 +334,7 @@ static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *er
     if ((s = ma_gguf_get_i64(g, "molmoact.format", &fmt, err)) || (s = ma_gguf_get_str(g, "molmoact.component", comp, sizeof comp, err)))
         return ma_error_wrap(err, s, "%s", label);
     if (fmt != MA_CONTEXT_FORMAT) return ma_fail(err, MA_ERR_FORMAT, "%s: context format %lld (this build reads %d)", label, (long long)fmt, MA_CONTEXT_FORMAT);
-    if (strcmp(comp, SLOT_COMPONENT[slot])) return ma_fail(err, MA_ERR_FORMAT, "%s: holds component %s, expected %s", label, comp, SLOT_COMPONENT[slot]);
+    if (strcmp(comp, ma_context_component(slot))) return ma_fail(err, MA_ERR_FORMAT, "%s: holds component %s, expected %s", label, comp, ma_context_component(slot));
     ma_dtype want;
     if ((s = ma_gguf_get_str(g, "molmoact.precision", prec, sizeof prec, err))) return ma_error_wrap(err, s, "%s", label);
     if (!precision_type(prec, &want)) return ma_fail(err, MA_ERR_FORMAT, "%s: unknown precision tag %s", label, prec);
@@ -359,7 +351,7 @@ static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *er
                  (want == MA_DT_Q8_0 && (t->dtype == MA_DT_F16 || t->dtype == MA_DT_BF16));
         if (!ok) return ma_fail(err, MA_ERR_FORMAT, "%s: precision tag %s but tensor %s is %s", label, prec, t->name, ma_dtype_name(t->dtype));
     }
-    int which = slot == 0 ? 0 : (slot <= 5 ? 1 : 2);
+    int which = ma_context_group(slot);
     if (slot != 1) snprintf(m->precision[which], sizeof m->precision[which], "%s", prec);
     if ((s = context_compute(g, label, &m->ctx_compute[slot], err))) return s;
     if (slot != 1) snprintf(m->compute[which], sizeof m->compute[which], "%s", m->ctx_compute[slot] == MA_COMPUTE_BF16 ? "bf16" : "fp32");
@@ -452,14 +444,14 @@ ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned par
             goto fail;
         }
         for (int slot = 0; slot < 8; slot++)
-            if ((parts & slot_parts(slot)) && (s = open_context(m, slot, &sc, err))) goto fail;
+            if ((parts & ma_context_part(slot)) && (s = open_context(m, slot, &sc, err))) goto fail;
         if (!sc.config_json) { s = ma_fail(err, MA_ERR_ARG, "%s: no context requested", dir); goto fail; }
         /* the contexts this process does not open: their precision tags (for parity gates,
          * reports) and their fingerprints, so that every process refuses a mixed set (a file
          * that cannot be read is left to the process that opens it) */
         for (int slot = 0; slot < 8; slot++) {
-            int which = slot == 0 ? 0 : (slot <= 5 ? 1 : 2);
-            if (parts & slot_parts(slot)) continue;
+            int which = ma_context_group(slot);
+            if (parts & ma_context_part(slot)) continue;
             char name[160];
             ma_model_context_name(m, slot, name, sizeof name);
             char *path = ma_path_join(dir, name);
@@ -507,7 +499,7 @@ ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned par
     ma_split_ranges(c->layers, m->split_first, m->split_last);
     if (m->from_contexts)
         for (int slot = 0; slot < 8; slot++)
-            if ((parts & slot_parts(slot)) && (s = check_context_ranges(m, slot, err))) goto fail;
+            if ((parts & ma_context_part(slot)) && (s = check_context_ranges(m, slot, err))) goto fail;
     if (m->from_contexts) { /* a static prompt length asked for must be the compiled one */
         const int want = m->set.prompt_seq;
         if (want && m->prompt_seq && want != m->prompt_seq) {

@@ -9,22 +9,12 @@
 #include "core/settings.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
+#include "model/components.h"
 #include "model/hostglue.h"
 #include "model/model.h"
 #include "model/normstats.h"
 #include "model/tokenizer.h"
 
-/* components a process binds (a worker opens only its own) */
-enum {
-    MA_PART_VISION = 1u << 0,
-    MA_PART_EMBED = 1u << 1,
-    MA_PART_LLM0 = 1u << 2, /* LLM1..3 follow */
-    MA_PART_ACTION_CONTEXT = 1u << 6,
-    MA_PART_ACTION_STEP = 1u << 7,
-    MA_PART_ALL = 0xffu,
-    MA_PART_LORA_OK = 1u << 16, /* unmerged LoRA adapters are accepted (compile merges them) */
-};
-#define MA_PART_LLM(i) (MA_PART_LLM0 << (i))
 
 #define MA_MAX_PROMPT_SEQ 65536 /* the longest prompt a context may be shaped for */
 #define MA_LORA_MAX_SCALING 1024.0 /* the largest LoRA scaling lora_alpha / r taken (compile merges) */

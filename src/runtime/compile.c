@@ -254,14 +254,13 @@ static ma_status append_line(char **buf, size_t *len, const char *name, ma_error
 
 static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, const char *config_json, const char *fingerprint,
                             const char *compile_id, const char *prec, ma_dtype mat_type, const ma_compile_opts *o, ma_error *err) {
-    static const char *COMPONENT[8] = {"vision", "embed", "llm", "llm", "llm", "llm", "action_context", "action_step"};
     ma_gguf_writer *w = ma_gguf_writer_new();
     if (!w) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
     fill_job *fills = calloc(m->ws.count + 1, sizeof *fills);
     ma_status s = fills ? MA_OK : ma_fail(err, MA_ERR_NOMEM, "out of memory");
     if (!s) s = ma_gguf_set_str(w, "general.architecture", "molmoact2", err);
     if (!s) s = ma_gguf_set_i64(w, "molmoact.format", MA_CONTEXT_FORMAT, err);
-    if (!s) s = ma_gguf_set_str(w, "molmoact.component", COMPONENT[slot], err);
+    if (!s) s = ma_gguf_set_str(w, "molmoact.component", ma_context_component(slot), err);
     if (!s) s = ma_gguf_set_str(w, "molmoact.precision", prec, err);
     if (!s) s = ma_gguf_set_str(w, "molmoact.config_json", config_json, err);
     if (!s) s = ma_gguf_set_str(w, "molmoact.source_fingerprint", fingerprint, err);
@@ -317,7 +316,7 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
     if (!s && kept) s = ma_gguf_set_str(w, "molmoact.kept_tensors", kept, err);
     free(kept);
     /* the compute plan (the embedding table's file has no products) */
-    const int comp = slot == 0 ? 0 : slot <= 5 ? 1 : 2;
+    const int comp = ma_context_group(slot);
     const int bf16 = slot != 1 && o->compute[comp] && !strcmp(o->compute[comp], "bf16");
     if (!s && slot != 1) s = ma_gguf_set_str(w, "molmoact.compute", bf16 ? "bf16" : "fp32", err);
     char *fp32 = NULL; /* --compute-keep: matrices of a bf16 component computed in fp32, one per line */
@@ -552,7 +551,7 @@ static ma_status check_patterns(const ma_model *m, const ma_compile_opts *o, con
             if (r->ndim != 2 || fnmatch(pat, r->name, 0)) continue;
             for (int slot = 0; slot < 8 && !hit; slot++) {
                 if (!slot_takes(m, slot, r)) continue;
-                const int comp = slot == 0 ? 0 : slot <= 5 ? 1 : 2;
+                const int comp = ma_context_group(slot);
                 hit = is_keep || (slot != 1 && o->compute[comp] && !strcmp(o->compute[comp], "bf16"));
             }
         }

@@ -62,8 +62,7 @@ static int rows(const ma_latency *l, int flow_steps, row *out) {
     const ma_timing *mn = &l->min, *mx = &l->max;
     int n = 0;
     out[n++] = (row){"vision", m.vision, mn->vision, mx->vision};
-    static const char *llm[4] = {"llm_split0", "llm_split1", "llm_split2", "llm_split3"};
-    for (int i = 0; i < 4; i++) out[n++] = (row){llm[i], m.llm[i], mn->llm[i], mx->llm[i]};
+    for (int i = 0; i < 4; i++) out[n++] = (row){MA_SESSION_NAMES[1 + i], m.llm[i], mn->llm[i], mx->llm[i]};
     out[n++] = (row){"action_context", m.action_context, mn->action_context, mx->action_context};
     out[n++] = (row){step_name, m.action_step, mn->action_step, mx->action_step};
     /* min/max of a sum are not the sum of the minima: only the mean is shown for the inference total */

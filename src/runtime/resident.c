@@ -56,15 +56,6 @@ typedef struct {
     char msg[1024];
 } wire_msg;
 
-static const char *WORKER_NAMES[MA_NUM_WORKERS] = {"vision", "llm_split0", "llm_split1", "llm_split2", "llm_split3", "action"};
-
-static int worker_of(int which) { return which == 0 ? 0 : which <= 4 ? which : 5; }
-
-static unsigned worker_parts(int wi) {
-    if (wi == 0) return MA_PART_VISION;
-    if (wi <= 4) return MA_PART_LLM(wi - 1);
-    return MA_PART_ACTION_CONTEXT | MA_PART_ACTION_STEP;
-}
 
 static double now_ms(void) {
     struct timespec ts;
@@ -372,7 +363,7 @@ static int idle_dead(const ma_worker *w) {
 static ma_status remote_run(void *ctx, int which, int debug, unsigned kept, const ma_tensor *in, int n_in, ma_tensor *out,
                             int *n_out, double *compute_ms, double *transfer_ms, ma_error *err) {
     ma_resident *r = ctx;
-    const int wi = worker_of(which);
+    const int wi = ma_session_worker(which);
     ma_worker *w = &r->w[wi];
     const double t0 = now_ms();
     *n_out = 0;
@@ -535,8 +526,8 @@ ma_status ma_resident_open(const ma_model *host, const ma_backend *be, const cha
     r->spawner = spawner_start();
     if (!r->dir || !r->tag || !r->exe || !r->spawner) { ma_resident_close(r); return ma_fail(err, MA_ERR_NOMEM, "out of memory"); }
     for (int i = 0; i < MA_NUM_WORKERS; i++) {
-        r->w[i].name = WORKER_NAMES[i];
-        r->w[i].parts = worker_parts(i);
+        r->w[i].name = MA_WORKER_NAMES[i];
+        r->w[i].parts = ma_worker_parts(i);
         r->w[i].sock = -1;
         r->w[i].shm_fd = -1;
         forget_sent(&r->w[i]);
@@ -665,9 +656,9 @@ int ma_worker_main(int fd, ma_backend_finder find, const char *dir, const char *
 #ifdef __linux__
     /* the name top and ps -o comm show (15 bytes: llm_splitN becomes llmN) */
     for (int i = 0; i < MA_NUM_WORKERS; i++)
-        if (worker_parts(i) == parts) {
+        if (ma_worker_parts(i) == parts) {
             char comm[16];
-            const char *n = WORKER_NAMES[i];
+            const char *n = MA_WORKER_NAMES[i];
             if (!strncmp(n, "llm_split", 9)) snprintf(comm, sizeof comm, "molmoact:llm%s", n + 9);
             else snprintf(comm, sizeof comm, "molmoact:%s", n);
             prctl(PR_SET_NAME, comm, 0, 0, 0);
@@ -690,7 +681,7 @@ int ma_worker_main(int fd, ma_backend_finder find, const char *dir, const char *
      * config (read with the host part) */
     if (!s) s = ma_model_open_with(dir, tag, be->needs_weights ? parts : MA_PART_EMBED, st, &model, &err);
     for (int i = 0; i < 7 && !s; i++)
-        if (worker_parts(worker_of(i)) == parts) s = ma_session_open(be, &model, MA_SESSION_NAMES[i], &sess[i], &err);
+        if (ma_worker_parts(ma_session_worker(i)) == parts) s = ma_session_open(be, &model, MA_SESSION_NAMES[i], &sess[i], &err);
     if (s) {
         m.op = OP_ERROR;
         m.status = (int32_t)s;

@@ -21,7 +21,6 @@
 
 #include "runtime/pipeline.h"
 
-#define MA_NUM_WORKERS 6
 
 typedef struct ma_resident_opts {
     const char *exe;       /* the molmoact binary for workers; NULL = /proc/self/exe */

@@ -10,8 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-const char *const MA_SESSION_NAMES[7] = {"vision", "llm_split0", "llm_split1", "llm_split2", "llm_split3",
-                                         "action_context", "action_step"};
 
 static void io_set(ma_io *io, const char *name, ma_dtype dt, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
     io->name = name;

@@ -110,6 +110,5 @@ void ma_session_set_debug(ma_session *s, int on);
 int ma_session_input_index(const ma_session *s, const char *name);
 int ma_session_output_index(const ma_session *s, const char *name);
 
-extern const char *const MA_SESSION_NAMES[7];
 
 #endif

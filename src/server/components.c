@@ -11,8 +11,6 @@
 #include "io/mapfile.h"
 #include "model/checkpoint.h"
 
-static const char *const NAMES[MA_N_COMPONENTS] = {"vision", "embed", "llm_split0", "llm_split1", "llm_split2", "llm_split3",
-                                                   "action_context", "action_step"};
 
 static void add_bytes(ma_component_weights *c, ma_dtype dt, uint64_t bytes) {
     const char *name = ma_dtype_name(dt);
@@ -52,9 +50,9 @@ static int slot_of(const ma_model *m, const char *name) {
 void ma_component_weights_read(molmoact *engine, const molmoact_info *info, ma_component_weights *out) {
     memset(out, 0, sizeof *out * MA_N_COMPONENTS);
     for (int i = 0; i < MA_N_COMPONENTS; i++) {
-        out[i].name = NAMES[i];
+        out[i].name = MA_CONTEXT_NAMES[i];
         /* the API's three: vision, llm, action (the embedding table is the llm's input) */
-        const int which = i == 0 ? 0 : i <= 5 ? 1 : 2;
+        const int which = ma_context_group(i);
         snprintf(out[i].precision, sizeof out[i].precision, "%s", info->precision[which]);
     }
     ma_engine *e = molmoact_internal_engine(engine);

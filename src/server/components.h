@@ -10,9 +10,10 @@
 
 #include <stdint.h>
 
+#include "model/components.h"
 #include "molmoact.h"
 
-#define MA_N_COMPONENTS 8 /* vision, embed, llm_split0..3, action_context, action_step */
+#define MA_N_COMPONENTS MA_N_CONTEXTS /* model/components.h: vision, embed, llm_split0..3, action_context, action_step */
 #define MA_COMPONENT_MAX_DTYPES 6
 
 typedef struct ma_component_weights {

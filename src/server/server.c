@@ -199,7 +199,6 @@ static void on_signal(int sig) {
 
 /* ------------------------------------------------------------------------------ messages and log */
 
-static const char *const WORKERS[] = {"vision", "llm_split0", "llm_split1", "llm_split2", "llm_split3", "action"};
 
 /* printable ASCII only (a client's key may be any bytes; a text frame must be UTF-8) */
 static void printable(char *s) {
@@ -219,9 +218,9 @@ static void client_error(int status, const char *msg, char *out, size_t cap) {
         return;
     }
     if (status == MOLMOACT_ERR_WORKER) {
-        for (size_t i = 0; i < sizeof WORKERS / sizeof WORKERS[0]; i++) {
+        for (size_t i = 0; i < MA_NUM_WORKERS; i++) {
             char pre[40];
-            snprintf(pre, sizeof pre, "worker %s (pid ", WORKERS[i]);
+            snprintf(pre, sizeof pre, "worker %s (pid ", MA_WORKER_NAMES[i]);
             if (strncmp(msg, pre, strlen(pre))) continue;
             const char *what = strchr(msg + strlen(pre), ')'); /* ") died during the request (signal); ..." */
             const char *semi = what ? strchr(what, ';') : NULL;
@@ -229,7 +228,7 @@ static void client_error(int status, const char *msg, char *out, size_t cap) {
             const int restarted = strstr(msg, "; it was restarted") != NULL;
             if (n && n < 200)
                 snprintf(out, cap, "%.*s; %s", (int)n, msg, restarted ? "it was restarted" : "restarting it failed (see the server log)");
-            else snprintf(out, cap, "worker %s failed during the request (see the server log)", WORKERS[i]);
+            else snprintf(out, cap, "worker %s failed during the request (see the server log)", MA_WORKER_NAMES[i]);
             printable(out);
             return;
         }
