@@ -237,6 +237,24 @@ typedef struct molmoact_info {
 
 MOLMOACT_API molmoact_status molmoact_get_info(molmoact *engine, molmoact_info *info, molmoact_error *err);
 
+/* since 0.11: the weights of each component (vision, embed, llm_split0..3, action_context,
+ * action_step), for reports and status pages: the precision its context was compiled in
+ * ("checkpoint" for a Hugging Face or LeRobot checkpoint) and the dtypes its tensors are stored
+ * in, the largest share first, with their bytes (a q4_0 context also holds f16 rows and f32
+ * vectors). index 0 .. molmoact_component_count() - 1; out->struct_size set by the caller. */
+#define MOLMOACT_MAX_DTYPES 6
+typedef struct molmoact_component {
+    uint32_t struct_size;                 /* sizeof(molmoact_component) */
+    char name[32];
+    char precision[16];
+    int n_dtypes;                         /* 0: its weights could not be read */
+    char dtype[MOLMOACT_MAX_DTYPES][8];
+    uint64_t bytes[MOLMOACT_MAX_DTYPES];
+} molmoact_component;
+
+MOLMOACT_API int molmoact_component_count(void);
+MOLMOACT_API molmoact_status molmoact_get_component(molmoact *engine, int index, molmoact_component *out, molmoact_error *err);
+
 /* since 0.11: one of the engine's settings as text, by the name of its options field or of its
  * row in `molmoact help env` ("backend", "threads", "kernels", "prompt_seq", "qnn_lib_dir", ...):
  * what the engine and its workers run with. An unknown name is MOLMOACT_ERR_ARG; a value longer

@@ -76,7 +76,7 @@ static molmoact_status to_public(ma_status s) {
 }
 
 /* fill the public error from an internal one; returns the public status */
-static molmoact_status report(molmoact_error *out, ma_status s, const ma_error *e) {
+molmoact_status molmoact_internal_report(molmoact_error *out, ma_status s, const ma_error *e) {
     const molmoact_status p = to_public(s);
     if (out) {
         out->code = p;
@@ -186,7 +186,7 @@ molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmo
     ma_settings *st = malloc(sizeof *st);
     if (!st) return fail(err, MOLMOACT_ERR_NOMEM, "out of memory");
     ma_status ss = settings_from_options(opt, st, &me);
-    if (ss) { free(st); return report(err, ss, &me); }
+    if (ss) { free(st); return molmoact_internal_report(err, ss, &me); }
     if (!ma_is_dir(opt->model_dir)) { free(st); return fail(err, MOLMOACT_ERR_IO, "options.model_dir %s is not a directory", opt->model_dir); }
     if (HAS(opt, base_dir) && opt->base_dir && (!*opt->base_dir || !ma_is_dir(opt->base_dir))) {
         free(st);
@@ -221,7 +221,7 @@ molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmo
     if (s) {
         e->engine.runner = NULL;
         molmoact_close(&e);
-        return report(err, s, &me);
+        return molmoact_internal_report(err, s, &me);
     }
     /* --preload: the contexts were read in as they were mapped; one untimed request on blank
      * frames now faults in what only a request touches (every process's activations and scratch,
@@ -469,7 +469,7 @@ molmoact_status molmoact_infer(molmoact *engine, const molmoact_observation *obs
     ma_status s = molmoact_internal_run(engine, obs, res, NULL, &me);
     pthread_mutex_unlock(&engine->lock);
     if (s) memset(res, 0, sizeof *res);
-    return report(err, s, &me);
+    return molmoact_internal_report(err, s, &me);
 }
 
 molmoact_status molmoact_get_info(molmoact *engine, molmoact_info *info, molmoact_error *err) {
@@ -497,7 +497,7 @@ molmoact_status molmoact_get_info(molmoact *engine, molmoact_info *info, molmoac
     info->inproc = engine->engine.inproc;
     ma_engine_peak_rss(&engine->engine, &info->peak_rss_kib, &info->workers_peak_rss_kib);
     pthread_mutex_unlock(&engine->lock);
-    return report(err, s, &me);
+    return molmoact_internal_report(err, s, &me);
 }
 
 ma_engine *molmoact_internal_engine(molmoact *e) { return e ? &e->engine : NULL; }

@@ -35,8 +35,8 @@
 
 #include "io/jsonline.h"
 #include "io/mapfile.h"
+#include "model/components.h" /* the workers' names, for the messages a client may see */
 #include "molmoact.h"
-#include "server/components.h"
 #include "server/http.h"
 #include "server/metrics.h"
 #include "server/wire.h"
@@ -178,7 +178,8 @@ static struct {
     ma_histogram req_hist, comp_hist[C_N];
     history_entry hist[HISTORY];
     int hist_n, hist_at;
-    ma_component_weights weights[MA_N_COMPONENTS];
+    molmoact_component weights[16]; /* molmoact_get_component: each component's weights */
+    int n_components;
 } S;
 
 static volatile sig_atomic_t g_stop;
@@ -597,8 +598,8 @@ static cJSON *status_json(void) {
     cJSON_AddNumberToObject(j, "clients", S.n_conns);
     /* each component's precision and the dtypes its weights are stored in (bytes) */
     cJSON *comps = cJSON_AddArrayToObject(j, "components");
-    for (int i = 0; i < MA_N_COMPONENTS; i++) {
-        const ma_component_weights *w = &S.weights[i];
+    for (int i = 0; i < S.n_components; i++) {
+        const molmoact_component *w = &S.weights[i];
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "name", w->name);
         cJSON_AddStringToObject(e, "precision", w->precision);
@@ -655,8 +656,8 @@ static char *metrics_text(size_t *len) {
     ma_tb_printf(&t, "\",mode=\"%s\"} 1\n", S.info.inproc ? "inproc" : "resident");
     ma_tb_family(&t, "molmoact_component_precision_info", "gauge",
                  "Each component's precision (its context's, or checkpoint) and the dtype most of its weights are stored in (always 1).");
-    for (int i = 0; i < MA_N_COMPONENTS; i++) {
-        const ma_component_weights *w = &S.weights[i];
+    for (int i = 0; i < S.n_components; i++) {
+        const molmoact_component *w = &S.weights[i];
         ma_tb_printf(&t, "molmoact_component_precision_info{component=\"%s\",precision=\"", w->name);
         ma_tb_label_value(&t, w->precision);
         ma_tb_printf(&t, "\",dtype=\"%s\"} 1\n", w->n_dtypes ? w->dtype[0] : "unknown");
@@ -1611,7 +1612,12 @@ int ma_serve(const ma_serve_opts *o) {
         goto out;
     }
     if (!S.backend[0]) snprintf(S.backend, sizeof S.backend, "cpu");
-    ma_component_weights_read(S.engine, &S.info, S.weights);
+    S.n_components = molmoact_component_count();
+    if (S.n_components > (int)(sizeof S.weights / sizeof S.weights[0])) S.n_components = (int)(sizeof S.weights / sizeof S.weights[0]);
+    for (int i = 0; i < S.n_components; i++) {
+        S.weights[i].struct_size = sizeof S.weights[i];
+        if (molmoact_get_component(S.engine, i, &S.weights[i], &err)) { fprintf(stderr, "molmoact serve: %s\n", err.message); goto out; }
+    }
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

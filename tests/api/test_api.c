@@ -237,6 +237,24 @@ static void test_failures_named(void **state) {
     assert_null(e);
 
     e = open_engine(MA_SOURCE_DIR "/assets/tiny-grid/model", 0); /* resident: errors cross the processes too */
+    /* its settings and components, through the public API */
+    char val[64];
+    assert_int_equal(molmoact_get_setting(e, "backend", val, sizeof val, &err), MOLMOACT_OK);
+    assert_true(!strcmp(val, "") || !strcmp(val, "cpu"));
+    assert_int_equal(molmoact_get_setting(e, "qnn_soc", val, sizeof val, &err), MOLMOACT_OK);
+    assert_string_equal(val, "-1");
+    EXPECT_FAIL(molmoact_get_setting(e, "no_such", val, sizeof val, &err), MOLMOACT_ERR_ARG, "no_such");
+    EXPECT_FAIL(molmoact_get_setting(e, "threads", val, 1, &err), MOLMOACT_ERR_RANGE, "threads");
+    assert_int_equal(molmoact_component_count(), 8);
+    molmoact_component comp;
+    memset(&comp, 0, sizeof comp);
+    EXPECT_FAIL(molmoact_get_component(e, 0, &comp, &err), MOLMOACT_ERR_ARG, "struct_size");
+    comp.struct_size = sizeof comp;
+    EXPECT_FAIL(molmoact_get_component(e, 8, &comp, &err), MOLMOACT_ERR_RANGE, "index 8");
+    assert_int_equal(molmoact_get_component(e, 2, &comp, &err), MOLMOACT_OK);
+    assert_string_equal(comp.name, "llm_split0");
+    assert_string_equal(comp.precision, "checkpoint");
+    assert_true(comp.n_dtypes >= 1 && comp.bytes[0] > 0);
     molmoact_observation obs;
     molmoact_result res;
     static unsigned char px[16 * 16 * 3];
