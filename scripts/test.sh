@@ -35,26 +35,22 @@ echo "== reference: pytest"
 MOLMOACT_TEST_GOLDENS="$goldens" /usr/bin/python3 -m pytest -q reference/tests
 
 echo "== C: release build + ctest"
+t0=$(date +%s)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMA_TESTS=ON -DMA_WERROR=ON -DMA_TEST_GOLDENS="$goldens" -DMA_TEST_BENCH=$([ $quick = 1 ] && echo OFF || echo ON) > /dev/null
 cmake --build build -j"$jobs" > /dev/null
 scratch build
 (cd build && ctest --output-on-failure)
 scratch build
 disk
+echo "   ($(( $(date +%s) - t0 )) s)"
 
 [ $quick = 1 ] && { echo "== quick run: done"; exit 0; }
 
-echo "== C: ASan + UBSan build + ctest"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMA_SANITIZE=ON -DMA_TESTS=ON -DMA_WERROR=ON -DMA_TEST_GOLDENS="$goldens" > /dev/null
-cmake --build build-asan -j"$jobs" > /dev/null
-(cd build-asan && MOLMOACT_SKIP_BENCH_CONTEXTS=1 MOLMOACT_RESIDENT_REQUESTS=40 MOLMOACT_SOAK_REQUESTS=200 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure)
-scratch build-asan
-disk
-
 # The device build and its tests under qemu (13 minutes alone, about 1.3 of the 2 cores) run
-# beside the clang UBSan pass and the fuzzers, which leave a core idle much of the time (the
-# server tests wait on sockets, each fuzzer is one process); its output is printed when it ends.
+# beside the sanitizer passes and the fuzzers, which leave a core idle much of the time (ctest
+# runs one test at a time, the server tests wait on sockets, each fuzzer is one process); its
+# output is printed when it ends. Started before the ASan pass (it was the last phase's tail,
+# 13 of CI's 35 minutes, when it started after it).
 echo "== the device build (aarch64): tarball, glibc check, tests under qemu (in the background; its output below)"
 dev_log=$(mktemp)
 # its own process group (setsid), so a failure here stops it and everything it started
@@ -62,6 +58,16 @@ dev_log=$(mktemp)
 setsid bash -c 't0=$(date +%s); rc=0; scripts/test_device.sh || rc=$?; echo "   ($(( $(date +%s) - t0 )) s)"; echo $rc > "$0.rc"; exit $rc' "$dev_log" > "$dev_log" 2>&1 &
 dev_pid=$!
 trap 'kill -- -$dev_pid 2> /dev/null || true' EXIT
+
+echo "== C: ASan + UBSan build + ctest"
+t0=$(date +%s)
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMA_SANITIZE=ON -DMA_TESTS=ON -DMA_WERROR=ON -DMA_TEST_GOLDENS="$goldens" > /dev/null
+cmake --build build-asan -j"$jobs" > /dev/null
+(cd build-asan && MOLMOACT_SKIP_BENCH_CONTEXTS=1 MOLMOACT_RESIDENT_REQUESTS=40 MOLMOACT_SOAK_REQUESTS=200 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure)
+scratch build-asan
+disk
+echo "   ($(( $(date +%s) - t0 )) s)"
 
 echo "== C: clang UBSan build + ctest (clang also checks pointer arithmetic on NULL, which GCC's UBSan does not)"
 t0=$(date +%s)
