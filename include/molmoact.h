@@ -196,6 +196,9 @@ typedef struct molmoact_observation {
      * divisor of that count is accepted, another is refused). */
     const char *norm_tag;
     int flow_steps;
+    /* since 0.11: 1 rotates both frames by 180 degrees after decoding (LIBERO renders upside
+     * down; `molmoact serve --flip180`) */
+    int rotate180;
 } molmoact_observation;
 
 MOLMOACT_API void molmoact_observation_init(molmoact_observation *obs);

@@ -69,7 +69,7 @@ class _Observation(ctypes.Structure):
                 ("noise_len", ctypes.c_size_t), ("have_seed", ctypes.c_int), ("seed", ctypes.c_uint64),
                 ("pixels", ctypes.POINTER(ctypes.c_float)), ("n_pixel_images", ctypes.c_int),
                 ("input_ids", ctypes.POINTER(ctypes.c_int64)), ("seq_len", ctypes.c_int64),
-                ("norm_tag", ctypes.c_char_p), ("flow_steps", ctypes.c_int)]
+                ("norm_tag", ctypes.c_char_p), ("flow_steps", ctypes.c_int), ("rotate180", ctypes.c_int)]
 
 
 class _Timing(ctypes.Structure):

@@ -278,11 +278,21 @@ void molmoact_result_free(molmoact_result *res) {
 }
 
 /* one camera frame -> an owned contiguous RGB image (runtime/observation.c checks and decodes it) */
-static ma_status take_image(const molmoact_image *im, int i, ma_image *out, ma_error *err) {
+static ma_status take_image(const molmoact_image *im, int i, int rotate180, ma_image *out, ma_error *err) {
     char label[48];
     snprintf(label, sizeof label, "observation.images[%d]", i);
     const ma_frame f = {im->data, im->height, im->width, im->stride, im->encoded, im->encoded_len};
-    return ma_frame_image(&f, label, out, err);
+    ma_status s = ma_frame_image(&f, label, out, err);
+    if (!s && rotate180) { /* pixel i and pixel n-1-i trade places */
+        const size_t n = (size_t)out->h * (size_t)out->w;
+        for (size_t k = 0; k < n / 2; k++) {
+            uint8_t *a = out->rgb + 3 * k, *b = out->rgb + 3 * (n - 1 - k), t[3];
+            memcpy(t, a, 3);
+            memcpy(a, b, 3);
+            memcpy(b, t, 3);
+        }
+    }
+    return s;
 }
 
 /* the observation, checked field by field, as the pipeline's inputs (frames and prompt prepared
@@ -307,6 +317,8 @@ static ma_status prepare(const ma_engine *eng, const molmoact_observation *o, pr
         return ma_fail(err, MA_ERR_ARG, "observation.struct_size is %u (call molmoact_observation_init)", o->struct_size);
     ma_status s;
     const int need_prompt = !o->input_ids, need_frames = !o->pixels;
+    const int rotate = o->struct_size >= offsetof(molmoact_observation, rotate180) + sizeof(int) ? o->rotate180 : 0;
+    if (rotate != 0 && rotate != 1) return ma_fail(err, MA_ERR_ARG, "observation.rotate180 is %d: 0 or 1", rotate);
     if (o->input_ids) {
         if (o->seq_len < 1 || o->seq_len > (1 << 20)) return ma_fail(err, MA_ERR_SHAPE, "observation.seq_len %lld: 1..%d", (long long)o->seq_len, 1 << 20);
         p->obs.input_ids = o->input_ids;
@@ -335,7 +347,7 @@ static ma_status prepare(const ma_engine *eng, const molmoact_observation *o, pr
     }
     if (need_frames || need_prompt) {
         for (int i = 0; i < 2; i++)
-            if ((s = take_image(&o->images[i], i, &p->imgs[i], err))) return s;
+            if ((s = take_image(&o->images[i], i, rotate, &p->imgs[i], err))) return s;
         if (need_prompt) {
             const size_t ok = ma_utf8_valid_prefix((const uint8_t *)o->task, strlen(o->task));
             if (ok != strlen(o->task)) return ma_fail(err, MA_ERR_FORMAT, "observation.task is not valid UTF-8 (at byte %zu)", ok);

@@ -230,16 +230,6 @@ static void note_ignored(ma_wire_request *r, const char *key, size_t kl) {
         if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e) *p = '?';
 }
 
-static void rotate180(uint8_t *rgb, int h, int w) {
-    const size_t n = (size_t)h * w;
-    for (size_t i = 0; i < n / 2; i++) {
-        uint8_t *a = rgb + 3 * i, *b = rgb + 3 * (n - 1 - i), t[3];
-        memcpy(t, a, 3);
-        memcpy(a, b, 3);
-        memcpy(b, t, 3);
-    }
-}
-
 /* a frame given as an array: uint8 or float ([0, 1] or [0, 255]) or integer, [H, W, C],
  * [C, H, W] or [H, W] with C in {1, 3, 4}, with or without a batch dimension of 1: converted as
  * the CLI converts an .npz frame (ma_image_from_tensor), so both give the same pixels */
@@ -284,15 +274,6 @@ static ma_status take_image(const wvalue *v, int slot, int flip, ma_wire_request
     molmoact_image *im = &r->obs.images[slot];
     if (v->kind == 2) {
         if (!v->nbytes) return ma_fail(err, MA_ERR_FORMAT, "%s: empty image bytes", v->key);
-        if (flip) { /* rotate: decode here */
-            ma_image d;
-            ma_status s = ma_image_decode(v->bytes, v->nbytes, v->key, &d, err);
-            if (s) return s;
-            rotate180(d.rgb, d.h, d.w);
-            r->img[slot] = d.rgb;
-            *im = (molmoact_image){d.rgb, d.h, d.w, 0, NULL, 0};
-            return MA_OK;
-        }
         r->img[slot] = malloc(v->nbytes);
         if (!r->img[slot]) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", v->key);
         memcpy(r->img[slot], v->bytes, v->nbytes);
@@ -315,14 +296,12 @@ static ma_status take_image(const wvalue *v, int slot, int flip, ma_wire_request
         r->img[slot] = malloc(a->nbytes);
         if (!r->img[slot]) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", v->key);
         memcpy(r->img[slot], a->data, a->nbytes);
-        if (flip) rotate180(r->img[slot], (int)a->shape[0], (int)a->shape[1]);
         *im = (molmoact_image){r->img[slot], (int)a->shape[0], (int)a->shape[1], 0, NULL, 0};
         return MA_OK;
     }
     ma_image d;
     const ma_status s = array_image(a, v->key, &d, err);
     if (s) return s;
-    if (flip) rotate180(d.rgb, d.h, d.w);
     r->img[slot] = d.rgb;
     *im = (molmoact_image){d.rgb, d.h, d.w, 0, NULL, 0};
     return MA_OK;
@@ -414,6 +393,7 @@ static ma_status build(wvalue *v, int flip, const ma_wire_model *m, ma_wire_requ
         r->obs.seed = v[R_SEED].u;
     }
     r->flip180 = flip;
+    r->obs.rotate180 = flip; /* the API rotates the frames it decodes */
     return MA_OK;
 }
 

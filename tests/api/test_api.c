@@ -193,8 +193,27 @@ static void test_raw_frames_with_stride(void **state) {
     obs.images[0].stride = obs.images[1].stride = pad;
     assert_int_equal(molmoact_infer(e, &obs, &b, &err), MOLMOACT_OK);
     assert_memory_equal(a.actions, b.actions, sizeof(float) * 70);
+    molmoact_result_free(&b);
+    /* rotate180: the frames turned by 180 degrees before the model sees them, so the tight frame
+     * turned by hand gives the same actions as the tight frame with the flag (and not the same as
+     * the tight frame without it) */
+    unsigned char *turned = malloc((size_t)h * w * 3);
+    for (size_t k = 0, n = (size_t)h * w; k < n; k++) memcpy(turned + 3 * (n - 1 - k), tight + 3 * k, 3);
+    obs.images[0] = obs.images[1] = (molmoact_image){turned, h, w, 0, NULL, 0};
+    assert_int_equal(molmoact_infer(e, &obs, &b, &err), MOLMOACT_OK);
+    molmoact_result c;
+    obs.images[0] = obs.images[1] = (molmoact_image){tight, h, w, 0, NULL, 0};
+    obs.rotate180 = 1;
+    assert_int_equal(molmoact_infer(e, &obs, &c, &err), MOLMOACT_OK);
+    assert_memory_equal(b.actions, c.actions, sizeof(float) * 70);
+    assert_memory_not_equal(a.actions, c.actions, sizeof(float) * 70);
+    molmoact_result_free(&c);
+    obs.rotate180 = 2;
+    assert_int_equal(molmoact_infer(e, &obs, &c, &err), MOLMOACT_ERR_ARG);
+    assert_non_null(strstr(err.message, "rotate180"));
     molmoact_result_free(&a);
     molmoact_result_free(&b);
+    free(turned);
     free(tight);
     free(padded);
     molmoact_close(&e);
