@@ -61,6 +61,34 @@ static void flush_weights(const void *p, unsigned long n) {
  * inputs bench/compare.sh writes): one warm-up, then --runs timed calls; median, min, mean.
  * action_step runs as steps 1..9 of the pipeline's Euler loop do: its context kept from the
  * warm-up (not sent or scanned again, so not brought back into the caches by the scan either) */
+/* bench --session's line (or JSON object): median, min, mean and p90 of the timed runs' ms (sorted
+ * here), the weights, peak memory and the GEMM products per run */
+static void print_session_bench(const opts *o, const ma_engine *e, double *ms, size_t weight_bytes) {
+    ma_gemm_counts fl;
+    ma_gemm_counts_get(&fl);
+    const double gflop = (fl.fp32 + fl.bf16 + fl.int8) / o->runs / 1e9;
+    double mean = 0;
+    for (int i = 0; i < o->runs; i++) mean += ms[i] / o->runs;
+    qsort(ms, (size_t)o->runs, sizeof *ms, cmp_double);
+    double median = o->runs % 2 ? ms[o->runs / 2] : 0.5 * (ms[o->runs / 2 - 1] + ms[o->runs / 2]);
+    int k90 = (int)(0.9 * o->runs + 0.999999) - 1; /* nearest rank */
+    const double p90 = ms[k90 < 0 ? 0 : k90 >= o->runs ? o->runs - 1 : k90];
+    long self_kb, workers_kb;
+    ma_engine_peak_rss(e, &self_kb, &workers_kb);
+    if (o->json)
+        printf("{\"session\": \"%s\", \"runs\": %d, \"threads\": %d, \"kernels\": \"%s\", \"cold\": %s, \"median_ms\": %.4f, \"min_ms\": %.4f, "
+               "\"mean_ms\": %.4f, \"p90_ms\": %.4f, \"weight_bytes\": %zu, \"peak_rss_kib\": %ld, "
+               "\"gemm_gflop\": {\"fp32\": %.4f, \"bf16\": %.4f, \"int8\": %.4f}}\n", o->session, o->runs, ma_kernel_threads(),
+               ma_gemm_kernels(), o->cold ? "true" : "false", median, ms[0], mean, p90, weight_bytes, self_kb, fl.fp32 / o->runs / 1e9,
+               fl.bf16 / o->runs / 1e9, fl.int8 / o->runs / 1e9);
+    else
+        printf("%s: median %.3f ms, min %.3f ms, mean %.3f ms, p90 %.3f ms over %d runs (%d threads, %s kernels%s), weights %.1f MiB, "
+               "peak RSS %.1f MiB; GEMM products %.2f GFLOP per run (fp32 %.2f, bf16 %.2f, int8 %.2f), %.1f GFLOP/s at the median\n",
+               o->session, median, ms[0], mean, p90, o->runs, ma_kernel_threads(), ma_gemm_kernels(), o->cold ? ", cold caches" : "",
+               weight_bytes / 1048576.0, self_kb / 1024.0, gflop, fl.fp32 / o->runs / 1e9, fl.bf16 / o->runs / 1e9, fl.int8 / o->runs / 1e9,
+               median > 0 ? gflop / (median / 1e3) : 0.0);
+}
+
 static int cmd_bench_session(opts *o) {
     ma_error err = {0};
     if (!o->model || !o->inputs) { fprintf(stderr, "molmoact: bench --session needs --model DIR and --inputs IO.npz\n"); return 2; }
@@ -97,31 +125,7 @@ static int cmd_bench_session(opts *o) {
         if (i > 0) ms[i - 1] = compute;
         else ma_gemm_counts_reset(); /* the timed runs' products only */
     }
-    ma_gemm_counts fl;
-    ma_gemm_counts_get(&fl);
-    const double gflop = (fl.fp32 + fl.bf16 + fl.int8) / o->runs / 1e9;
-    if (!rc) {
-        double mean = 0;
-        for (int i = 0; i < o->runs; i++) mean += ms[i] / o->runs;
-        qsort(ms, (size_t)o->runs, sizeof *ms, cmp_double);
-        double median = o->runs % 2 ? ms[o->runs / 2] : 0.5 * (ms[o->runs / 2 - 1] + ms[o->runs / 2]);
-        int k90 = (int)(0.9 * o->runs + 0.999999) - 1; /* nearest rank */
-        const double p90 = ms[k90 < 0 ? 0 : k90 >= o->runs ? o->runs - 1 : k90];
-        long self_kb, workers_kb;
-        ma_engine_peak_rss(&e, &self_kb, &workers_kb);
-        if (o->json)
-            printf("{\"session\": \"%s\", \"runs\": %d, \"threads\": %d, \"kernels\": \"%s\", \"cold\": %s, \"median_ms\": %.4f, \"min_ms\": %.4f, "
-                   "\"mean_ms\": %.4f, \"p90_ms\": %.4f, \"weight_bytes\": %zu, \"peak_rss_kib\": %ld, "
-                   "\"gemm_gflop\": {\"fp32\": %.4f, \"bf16\": %.4f, \"int8\": %.4f}}\n", o->session, o->runs, ma_kernel_threads(),
-                   ma_gemm_kernels(), o->cold ? "true" : "false", median, ms[0], mean, p90, weight_bytes, self_kb, fl.fp32 / o->runs / 1e9,
-                   fl.bf16 / o->runs / 1e9, fl.int8 / o->runs / 1e9);
-        else
-            printf("%s: median %.3f ms, min %.3f ms, mean %.3f ms, p90 %.3f ms over %d runs (%d threads, %s kernels%s), weights %.1f MiB, "
-                   "peak RSS %.1f MiB; GEMM products %.2f GFLOP per run (fp32 %.2f, bf16 %.2f, int8 %.2f), %.1f GFLOP/s at the median\n",
-                   o->session, median, ms[0], mean, p90, o->runs, ma_kernel_threads(), ma_gemm_kernels(), o->cold ? ", cold caches" : "",
-                   weight_bytes / 1048576.0, self_kb / 1024.0, gflop, fl.fp32 / o->runs / 1e9, fl.bf16 / o->runs / 1e9, fl.int8 / o->runs / 1e9,
-                   median > 0 ? gflop / (median / 1e3) : 0.0);
-    }
+    if (!rc) print_session_bench(o, &e, ms, weight_bytes);
     free(ms);
     ma_npz_free(&z);
     ma_engine_close(&e);

@@ -98,13 +98,51 @@ static void stream_error(long index, const char *input, size_t input_len, const 
     fflush(stdout);
 }
 
+/* one observation of --stream: IN.npz (line) through the sessions, the result written to out_path
+ * (NULL: none); its JSON line, or an error line. Returns 0, or 1 when it failed. */
+static int stream_one(molmoact *api, const opts *o, long index, const char *line, const char *out_path) {
+    ma_engine *e = molmoact_internal_engine(api);
+    ma_request_src src;
+    request_src_of(o, &src);
+    src.inputs = line;
+    src.image0 = src.image1 = NULL;
+    ma_error err = {0};
+    ma_request q;
+    ma_result res;
+    memset(&res, 0, sizeof res);
+    ma_status s = out_path && !*out_path ? ma_fail(&err, MA_ERR_ARG, "empty output path after the tab") : MA_OK;
+    ma_timing tm;
+    if (!s) s = ma_request_load(&e->host, &src, &q, &err);
+    if (!s) {
+        s = api_run(api, &q, &res, &tm, NULL, &err);
+        ma_request_free(&q);
+    }
+    if (!s && out_path) s = write_result(out_path, &res, &err);
+    if (s) {
+        stream_error(index, line, strlen(line), err.msg);
+        ma_result_free(&res);
+        return 1;
+    }
+    printf("{\"index\": %ld, \"input\": ", index);
+    ma_json_write_string(stdout, line, strlen(line));
+    const ma_timing *t = &tm;
+    printf(", ");
+    print_actions_json(&res);
+    printf(", \"latency_ms\": {\"inference\": %.4f, \"transfer\": %.4f, \"host\": %.4f, \"total\": %.4f}",
+           t->vision + t->llm[0] + t->llm[1] + t->llm[2] + t->llm[3] + t->action_context + t->action_step,
+           t->transfer, t->host, t->total);
+    printf("}\n");
+    fflush(stdout);
+    ma_result_free(&res);
+    return 0;
+}
+
 /* --stream: one IN.npz path per line on stdin (optionally a tab and an OUT.npz path); one JSON
  * line per observation on stdout. A bad observation gets an error line; the stream goes on.
  * Lines are at most 2 x PATH_MAX bytes: a longer one is refused (its first 64 bytes echoed).
  * SIGINT or SIGTERM (to this process or its whole group: the workers ignore them) finishes the
  * observation in progress, writes its line, stops the workers and exits 128 + the signal. */
 static int run_stream(molmoact *api, const opts *o) {
-    ma_engine *e = molmoact_internal_engine(api);
     static char line[MA_STREAM_LINE_MAX];
     long n;
     int failures = 0;
@@ -132,39 +170,7 @@ static int run_stream(molmoact *api, const opts *o) {
             failures++;
             continue;
         }
-        ma_request_src src;
-        request_src_of(o, &src);
-        src.inputs = line;
-        src.image0 = src.image1 = NULL;
-        ma_error err = {0};
-        ma_request q;
-        ma_result res;
-        memset(&res, 0, sizeof res);
-        ma_status s = out_path && !*out_path ? ma_fail(&err, MA_ERR_ARG, "empty output path after the tab") : MA_OK;
-        ma_timing tm;
-        if (!s) s = ma_request_load(&e->host, &src, &q, &err);
-        if (!s) {
-            s = api_run(api, &q, &res, &tm, NULL, &err);
-            ma_request_free(&q);
-        }
-        if (!s && out_path) s = write_result(out_path, &res, &err);
-        if (s) {
-            stream_error(index++, line, strlen(line), err.msg);
-            failures++;
-            ma_result_free(&res);
-            continue;
-        }
-        printf("{\"index\": %ld, \"input\": ", index++);
-        ma_json_write_string(stdout, line, strlen(line));
-        const ma_timing *t = &tm;
-        printf(", ");
-        print_actions_json(&res);
-        printf(", \"latency_ms\": {\"inference\": %.4f, \"transfer\": %.4f, \"host\": %.4f, \"total\": %.4f}",
-               t->vision + t->llm[0] + t->llm[1] + t->llm[2] + t->llm[3] + t->action_context + t->action_step,
-               t->transfer, t->host, t->total);
-        printf("}\n");
-        fflush(stdout);
-        ma_result_free(&res);
+        failures += stream_one(api, o, index++, line, out_path);
     }
     if (g_stream_stop) return 128 + g_stream_stop;
     return failures ? 3 : 0;
@@ -241,6 +247,49 @@ static ma_status write_outputs(const opts *o, const ma_result *res, const ma_tra
     return s;
 }
 
+/* --dump: the request's preparation (the resized frames, the state's bins and normalised values)
+ * beside the first run's intermediates */
+static ma_status trace_add_prep(ma_trace *trace, const ma_engine *ep, const ma_request *q, ma_error *err) {
+    int64_t rs[4] = {q->obs.n_images, ep->host.cfg.image_h, ep->host.cfg.image_w, 3}, bs[1] = {q->prep.prompt.state_dim};
+    ma_tensor rt = ma_tensor_view(MA_DT_U8, 4, rs, q->prep.resized);
+    int64_t bins[MA_NORM_MAX_DIM];
+    for (int i = 0; i < q->prep.prompt.state_dim; i++) bins[i] = q->prep.prompt.state_bins[i];
+    ma_tensor bt = ma_tensor_view(MA_DT_I64, 1, bs, bins);
+    ma_status s = ma_trace_add(trace, "resized_u8", &rt, err);
+    if (!s) s = ma_trace_add(trace, "state_bins", &bt, err);
+    if (!s) s = ma_trace_add_f32(trace, "state_normalized", 1, bs, q->prep.prompt.state_norm, err);
+    return s;
+}
+
+/* the action chunk, the latency table, what ran, peak memory, the open and the first request:
+ * tables, or (--json) the object's opening "{" and these members (the caller adds the parity
+ * and closes it) */
+static void print_run_report(const opts *o, const ma_engine *ep, const ma_result *first, const ma_latency *lat, double open_ms,
+                             double first_ms, double warm_sum) {
+    if (o->json) { printf("{"); print_actions_json(first); }
+    else print_actions(first);
+    if (o->json) { printf(", \"latency\": "); ma_latency_print_json(lat, ep->inproc ? "inproc" : "resident", ep->host.cfg.flow_steps, stdout); }
+    else {
+        printf("\n");
+        char mode[96];
+        if (o->runs > 1) snprintf(mode, sizeof mode, "%s; the warm runs 2-%d, the first on its own below", mode_name(ep), o->runs);
+        else snprintf(mode, sizeof mode, "%s", mode_name(ep));
+        ma_latency_print(lat, mode, ep->host.cfg.flow_steps, stdout);
+    }
+    print_plan(ep, o->json);
+    print_memory(ep, o->json);
+    /* the open (sessions started, contexts mapped; with --preload also read in) and the first
+     * request after it, which pays the page faults --preload moves into the open */
+    if (o->json) {
+        printf(", \"open_ms\": %.3f, \"first_request_ms\": %.3f", open_ms, first_ms);
+        if (o->runs > 1) printf(", \"warm_total_ms\": %.3f", warm_sum / (o->runs - 1));
+    } else {
+        printf("open %.1f ms, first request %.1f ms%s", open_ms, first_ms, SET.preload ? " (--preload)" : "");
+        if (o->runs > 1) printf(", warm (runs 2-%d) %.1f ms", o->runs, warm_sum / (o->runs - 1));
+        printf("\n");
+    }
+}
+
 static int cmd_run(opts *o) {
     ma_error err = {0};
     ma_request_src src;
@@ -285,38 +334,9 @@ static int cmd_run(opts *o) {
             goto out;
         }
     }
-    if (o->dump && q.prep.resized) {
-        int64_t rs[4] = {q.obs.n_images, ep->host.cfg.image_h, ep->host.cfg.image_w, 3}, bs[1] = {q.prep.prompt.state_dim};
-        ma_tensor rt = ma_tensor_view(MA_DT_U8, 4, rs, q.prep.resized);
-        int64_t bins[MA_NORM_MAX_DIM];
-        for (int i = 0; i < q.prep.prompt.state_dim; i++) bins[i] = q.prep.prompt.state_bins[i];
-        ma_tensor bt = ma_tensor_view(MA_DT_I64, 1, bs, bins);
-        if (ma_trace_add(&trace, "resized_u8", &rt, &err) || ma_trace_add(&trace, "state_bins", &bt, &err) ||
-            ma_trace_add_f32(&trace, "state_normalized", 1, bs, q.prep.prompt.state_norm, &err)) { fail(&err); goto out; }
-    }
+    if (o->dump && q.prep.resized && trace_add_prep(&trace, ep, &q, &err)) { fail(&err); goto out; }
     if ((o->out || o->dump) && write_outputs(o, &first, &trace, &err)) { fail(&err); goto out; }
-    if (o->json) { printf("{"); print_actions_json(&first); }
-    else print_actions(&first);
-    if (o->json) { printf(", \"latency\": "); ma_latency_print_json(&lat, ep->inproc ? "inproc" : "resident", ep->host.cfg.flow_steps, stdout); }
-    else {
-        printf("\n");
-        char mode[96];
-        if (o->runs > 1) snprintf(mode, sizeof mode, "%s; the warm runs 2-%d, the first on its own below", mode_name(ep), o->runs);
-        else snprintf(mode, sizeof mode, "%s", mode_name(ep));
-        ma_latency_print(&lat, mode, ep->host.cfg.flow_steps, stdout);
-    }
-    print_plan(ep, o->json);
-    print_memory(ep, o->json);
-    /* the open (sessions started, contexts mapped; with --preload also read in) and the first
-     * request after it, which pays the page faults --preload moves into the open */
-    if (o->json) {
-        printf(", \"open_ms\": %.3f, \"first_request_ms\": %.3f", open_ms, first_ms);
-        if (o->runs > 1) printf(", \"warm_total_ms\": %.3f", warm_sum / (o->runs - 1));
-    } else {
-        printf("open %.1f ms, first request %.1f ms%s", open_ms, first_ms, SET.preload ? " (--preload)" : "");
-        if (o->runs > 1) printf(", warm (runs 2-%d) %.1f ms", o->runs, warm_sum / (o->runs - 1));
-        printf("\n");
-    }
+    print_run_report(o, ep, &first, &lat, open_ms, first_ms, warm_sum);
     rc = o->golden ? run_parity(ep, o) : 0;
     if (o->json) printf("}\n");
 out:
