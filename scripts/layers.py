@@ -3,7 +3,8 @@
 """Which folder of src/ (and tools/) calls into which: from the object files of a build, every
 undefined symbol of an object resolved to the folder whose objects define it. Prints the matrix
 with counts (distinct symbols) and the calls that go against the layer order
-core < io < kernels < model < runtime < backend < api < server < tools.
+core < io < kernels < model < runtime < backend < api < server < common < tools
+(common: src/common/, the CLI's static library molmoact_common).
 
     scripts/layers.py build            (a configured and built tree)
 """
@@ -12,7 +13,7 @@ import subprocess
 import sys
 from collections import defaultdict
 
-ORDER = ["core", "io", "kernels", "model", "runtime", "backend", "api", "server", "tools"]
+ORDER = ["core", "io", "kernels", "model", "runtime", "backend", "api", "server", "common", "tools"]
 
 
 def layer_of(obj):

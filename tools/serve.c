@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* molmoact serve: robots on one port (src/server). */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "options.h"
+#include "io/mapfile.h"
+#include "server/server.h"
+
+int cmd_serve_a(cli_args *a) {
+    ma_serve_opts so;
+    memset(&so, 0, sizeof so);
+    so.host = "127.0.0.1";
+    so.port = 8000;
+    so.max_message_mb = 32.0;
+    so.max_clients = 512;
+    so.recv_timeout_s = 30;
+    so.idle_timeout_s = 300;
+    if (session_settings(a)) return 1;
+    if (!a->given[O_QUIET]) SET.progress = 1; /* the workers' start, as progress lines */
+    molmoact_options_init(&so.engine);
+    options_from_settings(&SET, &so.engine);
+    so.engine.model_dir = a->str[O_MODEL];
+    so.engine.norm_tag = a->given[O_NORM_TAG] ? a->str[O_NORM_TAG] : "libero";
+    so.engine.inproc = a->given[O_INPROC];
+    if (a->given[O_HOST]) so.host = a->str[O_HOST];
+    if (a->given[O_PORT]) so.port = (int)a->i[O_PORT];
+    so.api_key_file = a->str[O_API_KEY_FILE];
+    if (a->given[O_MAX_MESSAGE_MB]) so.max_message_mb = a->r[O_MAX_MESSAGE_MB];
+    if (a->given[O_MAX_CLIENTS]) so.max_clients = (int)a->i[O_MAX_CLIENTS];
+    if (a->given[O_RECV_TIMEOUT]) so.recv_timeout_s = (int)a->i[O_RECV_TIMEOUT];
+    if (a->given[O_IDLE_TIMEOUT]) so.idle_timeout_s = (int)a->i[O_IDLE_TIMEOUT];
+    so.have_seed = a->given[O_SEED];
+    so.seed = a->u[O_SEED];
+    so.flip180 = a->given[O_FLIP180];
+    const char *model = so.engine.model_dir;
+    if (!model) { fprintf(stderr, "molmoact serve: give the model with --model DIR\n"); return 1; }
+    if (!*model || !ma_is_dir(model)) { fprintf(stderr, "molmoact serve: --model %s is not a directory\n", model); return 1; }
+    return ma_serve(&so);
+}
