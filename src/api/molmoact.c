@@ -194,7 +194,11 @@ molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmo
     }
     /* the backend, from the registry (runtime/ is handed it) */
     const ma_backend *be = ma_backend_find(st->backend);
-    if (!be) { free(st); return fail(err, MOLMOACT_ERR_ARG, "backend %s: not in this build", st->backend); }
+    if (!be) {
+        fail(err, MOLMOACT_ERR_ARG, "backend %s: not in this build", st->backend);
+        free(st);
+        return MOLMOACT_ERR_ARG;
+    }
     molmoact *e = calloc(1, sizeof *e);
     if (!e) { free(st); return fail(err, MOLMOACT_ERR_NOMEM, "out of memory"); }
     pthread_mutex_init(&e->lock, NULL);
