@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
 #include "io/mapfile.h"
 #include "io/npz.h"
 
@@ -40,13 +41,7 @@ static int row_gated(const ma_parity_report *rep, const ma_parity_row *r) {
 
 static ma_status add_row_info(ma_parity_report *rep, const char *session, const char *tensor, const float *got,
                               const ma_tensor *ref, int info, ma_error *err) {
-    if (rep->n == rep->cap) {
-        size_t cap = rep->cap ? 2 * rep->cap : 32;
-        ma_parity_row *r = realloc(rep->rows, cap * sizeof *r);
-        if (!r) return ma_fail(err, MA_ERR_NOMEM, "parity: out of memory");
-        rep->rows = r;
-        rep->cap = cap;
-    }
+    if (ma_grow_array(&rep->rows, &rep->cap, rep->n, 1, sizeof *rep->rows)) return ma_fail(err, MA_ERR_NOMEM, "parity: out of memory");
     ma_parity_row *row = &rep->rows[rep->n++];
     memset(row, 0, sizeof *row);
     snprintf(row->session, sizeof row->session, "%s", session);

@@ -3,6 +3,7 @@
 #include "runtime/resident.h"
 #include "core/progress.h"
 #include "core/env.h"
+#include "core/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -50,12 +51,6 @@ static unsigned worker_parts(int wi) {
     if (wi == 0) return MA_PART_VISION;
     if (wi <= 4) return MA_PART_LLM(wi - 1);
     return MA_PART_ACTION_CONTEXT | MA_PART_ACTION_STEP;
-}
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -345,7 +340,7 @@ static ma_status remote_run(void *ctx, int which, int debug, unsigned kept, cons
     ma_resident *r = ctx;
     const int wi = worker_of(which);
     ma_worker *w = &r->w[wi];
-    const double t0 = now_ms();
+    const double t0 = ma_now_ms();
     *n_out = 0;
     for (int i = 0; i < MA_SESSION_MAX_IO; i++) memset(&out[i], 0, sizeof out[i]);
     if (w->pid > 0 && idle_dead(w)) {
@@ -434,7 +429,7 @@ static ma_status remote_run(void *ctx, int which, int debug, unsigned kept, cons
         }
         *n_out = m.n;
         *compute_ms = m.compute_ms;
-        *transfer_ms = now_ms() - t0 - m.compute_ms;
+        *transfer_ms = ma_now_ms() - t0 - m.compute_ms;
         if (*transfer_ms < 0) *transfer_ms = 0;
         return MA_OK;
     }
