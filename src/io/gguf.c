@@ -83,7 +83,7 @@ static int dtype_of_ggml(uint32_t t, ma_dtype *dt) {
     }
 }
 
-int ma_ggml_type_of(ma_dtype dt, uint32_t *out) {
+static int ggml_type_of(ma_dtype dt, uint32_t *out) {
     switch (dt) {
     case MA_DT_F32: *out = MA_GGML_F32; return 1;
     case MA_DT_F16: *out = MA_GGML_F16; return 1;
@@ -406,7 +406,7 @@ ma_status ma_gguf_set_i64_array(ma_gguf_writer *w, const char *key, const int64_
 ma_status ma_gguf_add_tensor(ma_gguf_writer *w, const char *name, ma_dtype dt, int ndim, const int64_t *shape,
                              const void *data, ma_error *err) {
     uint32_t gt;
-    if (!ma_ggml_type_of(dt, &gt)) return ma_fail(err, MA_ERR_UNSUPPORTED, "gguf writer: tensor %s: dtype %s", name, ma_dtype_name(dt));
+    if (!ggml_type_of(dt, &gt)) return ma_fail(err, MA_ERR_UNSUPPORTED, "gguf writer: tensor %s: dtype %s", name, ma_dtype_name(dt));
     if (ndim < 1 || ndim > MA_GGUF_MAX_DIMS) return ma_fail(err, MA_ERR_SHAPE, "gguf writer: tensor %s: %d dims", name, ndim);
     for (size_t i = 0; i < w->n_t; i++)
         if (strcmp(w->t[i].name, name) == 0) return ma_fail(err, MA_ERR_ARG, "gguf writer: tensor %s added twice", name);
@@ -461,7 +461,7 @@ ma_status ma_gguf_write(ma_gguf_writer *w, const char *path, ma_error *err) {
         wtensor *t = &w->t[i];
         size_t nl = strlen(t->name);
         uint32_t gt = 0;
-        ma_ggml_type_of(t->dt, &gt);
+        ggml_type_of(t->dt, &gt);
         put_le(b, nl, 8); W(b, 8); W(t->name, nl);
         put_le(b, (uint64_t)t->ndim, 4); W(b, 4);
         for (int d = t->ndim - 1; d >= 0; d--) { put_le(b, (uint64_t)t->shape[d], 8); W(b, 8); }

@@ -270,7 +270,8 @@ const ma_tensor *ma_npz_get(const ma_npz *z, const char *name) {
 
 /* ------------------------------------------------------------------------------ writing */
 
-ma_status ma_npy_serialize(const ma_tensor *t, uint8_t **out, size_t *len, ma_error *err) {
+/* one tensor as .npy (malloc'd) */
+static ma_status npy_serialize(const ma_tensor *t, uint8_t **out, size_t *len, ma_error *err) {
     const char *descr = NULL;
     char ubuf[16];
     for (size_t i = 0; i < sizeof NPY_TYPES / sizeof NPY_TYPES[0]; i++)
@@ -323,7 +324,7 @@ ma_status ma_npz_add(ma_npz_writer *w, const char *name, const ma_tensor *t, ma_
     if (!grown) return ma_fail(err, MA_ERR_NOMEM, "npz writer: out of memory");
     uint8_t *blob;
     size_t len;
-    ma_status s = ma_npy_serialize(t, &blob, &len, err);
+    ma_status s = npy_serialize(t, &blob, &len, err);
     if (s) return ma_error_wrap(err, s, "npz entry %s", name);
     char *nm = strdup(name);
     if (!nm) { free(blob); return ma_fail(err, MA_ERR_NOMEM, "npz writer: out of memory"); }

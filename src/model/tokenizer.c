@@ -458,8 +458,6 @@ int64_t ma_tokenizer_token_id(const ma_tokenizer *t, const char *token) {
     return strmap_get(&t->vocab, token, strlen(token));
 }
 
-size_t ma_tokenizer_vocab_size(const ma_tokenizer *t) { return t->n_ids; }
-
 /* ------------------------------------------------------------------------------ encoding */
 
 typedef struct { int64_t *v; size_t n, cap; } idvec;

@@ -155,7 +155,8 @@ ma_status ma_ws_mat(ma_weightset *ws, const char *name, int64_t rows, int64_t co
     return MA_OK;
 }
 
-ma_status ma_ws_vec_opt(ma_weightset *ws, const char *name, int64_t n, float **out, ma_error *err) {
+/* an optional vector: *out = NULL when absent */
+static ma_status vec_opt(ma_weightset *ws, const char *name, int64_t n, float **out, ma_error *err) {
     *out = NULL;
     ma_wref *r = ma_ws_find(ws, name);
     if (!r) return MA_OK;
@@ -176,7 +177,7 @@ ma_status ma_ws_vec_opt(ma_weightset *ws, const char *name, int64_t n, float **o
 }
 
 ma_status ma_ws_vec(ma_weightset *ws, const char *name, int64_t n, float **out, ma_error *err) {
-    ma_status s = ma_ws_vec_opt(ws, name, n, out, err);
+    ma_status s = vec_opt(ws, name, n, out, err);
     if (s) return s;
     if (!*out) return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s is missing", ws->label, name);
     return MA_OK;

@@ -11,7 +11,7 @@
 #include "io/mapfile.h"
 #include "io/npz.h"
 
-ma_cmp ma_compare(const float *got, const float *ref, int64_t n) {
+static ma_cmp compare(const float *got, const float *ref, int64_t n) {
     ma_cmp c = {0};
     double dot = 0, ng = 0, nr = 0, mx = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -46,7 +46,7 @@ static ma_status add_row_info(ma_parity_report *rep, const char *session, const 
     memset(row, 0, sizeof *row);
     snprintf(row->session, sizeof row->session, "%s", session);
     snprintf(row->tensor, sizeof row->tensor, "%s", tensor);
-    row->c = ma_compare(got, ref->data, ma_tensor_numel(ref));
+    row->c = compare(got, ref->data, ma_tensor_numel(ref));
     row->pass = row->c.cosine >= rep->gate;
     row->info = info;
     if (!row->pass && row_gated(rep, row)) rep->pass = 0;

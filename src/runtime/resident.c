@@ -482,10 +482,6 @@ ma_status ma_resident_open(const ma_model *host, const char *dir, const char *ta
     return MA_OK;
 }
 
-ma_status ma_resident_run(ma_resident *r, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err) {
-    return ma_runner_run(&r->runner, obs, res, trace, err);
-}
-
 int ma_resident_close(ma_resident *r) {
     if (!r) return 0;
     int unclean = 0;

@@ -30,8 +30,6 @@ ma_status ma_backend_current(ma_backend *b, ma_error *err) {
     return ma_fail(err, MA_ERR_ARG, "MOLMOACT_BACKEND=%s: must be cpu or qnn", e);
 }
 
-const char *ma_backend_name(ma_backend b) { return b == MA_BACKEND_QNN ? "qnn" : "cpu"; }
-
 
 ma_status ma_session_open(const ma_model *m, const char *name, ma_session **out, ma_error *err) {
     ma_backend b;

@@ -45,7 +45,6 @@ typedef enum { MA_BACKEND_CPU, MA_BACKEND_QNN } ma_backend;
 
 /* MOLMOACT_BACKEND (cpu, qnn; default cpu), set by `--backend` and inherited by the workers */
 ma_status ma_backend_current(ma_backend *b, ma_error *err);
-const char *ma_backend_name(ma_backend b);
 
 /* implemented by the backends (src/backend/backends.c): bind a session whose io spec is filled
  * (its ops, impl, and the spec's dynamic dimensions where the backend fixes them); and what a

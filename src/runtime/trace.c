@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "io/npz.h"
 
 void ma_trace_init(ma_trace *t) { memset(t, 0, sizeof *t); }
 
@@ -45,14 +44,4 @@ const ma_tensor *ma_trace_get(const ma_trace *t, const char *name) {
     for (size_t i = 0; i < t->count; i++)
         if (!strcmp(t->names[i], name)) return &t->tensors[i];
     return NULL;
-}
-
-ma_status ma_trace_write_npz(const ma_trace *t, const char *path, ma_error *err) {
-    ma_npz_writer w;
-    ma_npz_writer_init(&w);
-    ma_status s = MA_OK;
-    for (size_t i = 0; i < t->count && !s; i++) s = ma_npz_add(&w, t->names[i], &t->tensors[i], err);
-    if (!s) s = ma_npz_write(&w, path, 1, err);
-    ma_npz_writer_free(&w);
-    return s;
 }

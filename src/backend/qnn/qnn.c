@@ -83,7 +83,8 @@ static const struct { unsigned code; const char *name; } QNN_ERRORS[] = {
     {30002, "SYSTEM_CONTEXT_OPERATION_FAILED"}, {30010, "SYSTEM_CONTEXT_MALFORMED_BINARY"},
 };
 
-const char *ma_qnn_error_name(unsigned code) {
+/* a published QNN error code's name (e.g. 5005 CONTEXT_CREATE_FROM_BINARY), NULL when unknown */
+static const char *ma_qnn_error_name(unsigned code) {
     for (size_t i = 0; i < sizeof QNN_ERRORS / sizeof QNN_ERRORS[0]; i++)
         if (QNN_ERRORS[i].code == code) return QNN_ERRORS[i].name;
     return NULL;
@@ -1174,7 +1175,8 @@ static ma_status qnn_run(ma_session *s, const ma_tensor *in, ma_tensor *out, ma_
 
 static const ma_session_ops qnn_ops = {"qnn", qnn_run, qnn_close};
 
-void ma_qnn_context_name(const char *session, char *out, size_t cap) {
+/* the context file of a session: ctx/<name><suffix>_socid77_archv73.bin */
+static void ma_qnn_context_name(const char *session, char *out, size_t cap) {
     const char *var = !strcmp(session, "vision") ? "MOLMOACT_VISION_CTX_SUFFIX"
                       : !strncmp(session, "llm_split", 9) ? "MOLMOACT_LLM_CTX_SUFFIX"
                       : !strcmp(session, "action_step") ? "MOLMOACT_ACTION_CTX_SUFFIX" : NULL;

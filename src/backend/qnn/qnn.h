@@ -33,9 +33,6 @@
  * graph's tensors and fixes the spec's -1 dimensions to the graph's */
 ma_status ma_qnn_session_attach(ma_session *s, ma_error *err);
 
-/* the context file of a session: ctx/<name><suffix>_socid77_archv73.bin */
-void ma_qnn_context_name(const char *session, char *out, size_t cap);
-
 /* before any qnn worker starts: --qnn-lib-dir onto LD_LIBRARY_PATH (the HTP stub is loaded by its
  * bare name), ADSP_LIBRARY_PATH checked (';' separates its directories), --qnn-perf checked */
 ma_status ma_qnn_prepare_env(ma_error *err);
@@ -53,8 +50,5 @@ int ma_qnn_process_lost(void);
  * DSP_LIBRARY_PATH is set: --qnn-lib-dir's directory. Fills out and returns 1, else 0. The library
  * sets nothing: the worker program's main sets it, before anything is loaded. */
 int ma_qnn_worker_adsp_path(char *out, size_t cap);
-
-/* a published QNN error code's name (e.g. 5005 CONTEXT_CREATE_FROM_BINARY), NULL when unknown */
-const char *ma_qnn_error_name(unsigned code);
 
 #endif
