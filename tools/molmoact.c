@@ -2,7 +2,9 @@
 /* molmoact: MolmoAct2-LIBERO inference from the command line.
  *
  * Commands: run (resident sessions, or --inproc), bench, parity, compile, inspect, tokenize,
- * prompt, preprocess; `usage()` lists their options. `__worker` is the resident worker process.
+ * prompt, preprocess, serve, help, version; the tables OPTS and CMDS below hold their options and
+ * synopses, from which tools/cli.c parses the command line and prints `molmoact help`.
+ * `__worker` is the resident worker process.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <sys/types.h>
@@ -40,9 +42,9 @@
 #include "kernels/threads.h"
 #include "core/env.h"
 #include "core/progress.h"
+#include "core/util.h"
 #include "cli.h"
 #include "model/manifest.h"
-#include "core/util.h"
 #include "backend/qnn/qnn.h"
 
 /* ------------------------------------------------------------------------- the command line */
