@@ -11,7 +11,7 @@
 
 /* the allocator's refusal is part of what is tested: under AddressSanitizer a request past its
  * largest size returns NULL, as glibc's malloc does, instead of ending the program */
-const char *__asan_default_options(void);
+__attribute__((visibility("default"))) const char *__asan_default_options(void);
 const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
 
 /* ------------------------------------------------------------------------------ growth */
@@ -277,6 +277,12 @@ static void test_json_unescape(void **state) {
         {"abc\xe2\x82", 3, "not valid UTF-8"},              /* truncated */
         {"\xff", 0, "not valid UTF-8"},
     };
+    /* the literal ends where len says, not at a NUL: an escape cut there is refused, not read on */
+    assert_non_null(ma_json_unescape("ab\\n", 3, o, &n, &at));
+    assert_int_equal(at, 2);
+    assert_non_null(ma_json_unescape("\\u0041", 5, o, &n, &at));
+    assert_non_null(ma_json_unescape("\\ud83d\\ude00", 11, o, &n, &at));
+    assert_non_null(ma_json_unescape("\xc3\xa9", 1, o, &n, &at));
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         const char *why = unescape(BAD[i].lit, o, &n, &at);
         if (!why || !strstr(why, BAD[i].why) || at != BAD[i].at)
@@ -343,6 +349,9 @@ static void test_percentile(void **state) {
     assert_true(ma_percentile(one, 1, 50) == 7 && ma_percentile(one, 1, 99) == 7 && ma_percentile(one, 1, 100) == 7);
     double ten[10] = {10, 9, 8, 7, 6, 5, 4, 3, 2, 1};
     assert_true(ma_percentile(ten, 10, 90) == 9);  /* not the 10th: 90% of 10 is exactly 9 */
+    double hundred[100];
+    for (int i = 0; i < 100; i++) hundred[i] = 100 - i;
+    assert_true(ma_percentile(hundred, 100, 0.07 * 100) == 7); /* p 7.000000000000001: p * n rounded first */
     assert_true(ma_percentile(ten, 10, 0.001) == 1); /* a rank below 1: the smallest */
     assert_true(ma_percentile(ten, 10, 100) == 10);
 }
