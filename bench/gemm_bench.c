@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "core/env.h"
+#include "core/util.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include <stdint.h>
@@ -27,12 +28,6 @@
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
 #include <immintrin.h>
 #endif
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 /* ---- FMA peak: independent FMA chains on every thread */
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
@@ -133,9 +128,9 @@ static double fma_peak_gflops_n(long iters) {
     const int wide = !strcmp(ks, "avx512") || !strcmp(ks, "vnni") || !strcmp(ks, "amx");
     peak_job j = {iters, wide, 0};
     ma_parallel(peak_task, &j); /* warm */
-    double t0 = now_s();
+    double t0 = ma_now_s();
     ma_parallel(peak_task, &j);
-    double dt = now_s() - t0;
+    double dt = ma_now_s() - t0;
     return (double)ma_threads() * j.iters * 12 * (wide ? 32 : 16) / dt / 1e9;
 #else
     (void)iters;
@@ -147,9 +142,9 @@ static double fma_peak_gflops(void) { return fma_peak_gflops_n(50000000); }
 /* seconds for one call of task on every thread, after a warm-up call */
 static double time_on_threads(ma_task_fn task, peak_job *j) {
     ma_parallel(task, j);
-    double t0 = now_s();
+    double t0 = ma_now_s();
     ma_parallel(task, j);
-    return now_s() - t0;
+    return ma_now_s() - t0;
 }
 
 #if defined(__x86_64__) && defined(MA_HAVE_VNNI)
@@ -216,9 +211,9 @@ static double read_bandwidth_gbs(void) {
     ma_parallel(bw_task, &j);
     double best = 0;
     for (int r = 0; r < 5; r++) {
-        double t0 = now_s();
+        double t0 = ma_now_s();
         ma_parallel(bw_task, &j);
-        double g = n * sizeof *buf / (now_s() - t0) / 1e9;
+        double g = n * sizeof *buf / (ma_now_s() - t0) / 1e9;
         if (g > best) best = g;
     }
     free(buf);
@@ -235,8 +230,8 @@ static double time_it(void (*fn)(void *), void *ctx, double min_s) {
     double best = 1e30;
     for (int b = 0; b < 5; b++) {
         int reps = 0;
-        double t0 = now_s(), dt;
-        do { fn(ctx); reps++; dt = now_s() - t0; } while (dt < min_s / 5);
+        double t0 = ma_now_s(), dt;
+        do { fn(ctx); reps++; dt = ma_now_s() - t0; } while (dt < min_s / 5);
         if (dt / reps < best) best = dt / reps;
     }
     return best;
@@ -251,9 +246,9 @@ static void int8_phases(call *c, double out[2]) {
     ma_gemm_phases_reset();
     ma_gemm_phase_timing(1);
     const int reps = 5;
-    const double t0 = now_s();
+    const double t0 = ma_now_s();
     for (int i = 0; i < reps; i++) run_ours(c);
-    const double wall = (now_s() - t0) * ma_threads();
+    const double wall = (ma_now_s() - t0) * ma_threads();
     ma_gemm_phase_timing(0);
     ma_gemm_phases ph;
     ma_gemm_phases_get(&ph);

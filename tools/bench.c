@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/util.h"
 #include "commands.h"
 #include "options.h"
 #include "api/internal.h"
@@ -18,11 +19,6 @@
 #include "kernels/threads.h"
 #include "model/components.h"
 #include "runtime/latency.h"
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* The weights session `which` reads in one run: the bytes of its context's tensors, less the
  * per-timestep modulation tables (one row of them per step). With --cold their mapping is flushed
@@ -69,10 +65,8 @@ static void print_session_bench(const opts *o, const ma_engine *e, double *ms, s
     const double gflop = (fl.fp32 + fl.bf16 + fl.int8) / o->runs / 1e9;
     double mean = 0;
     for (int i = 0; i < o->runs; i++) mean += ms[i] / o->runs;
-    qsort(ms, (size_t)o->runs, sizeof *ms, cmp_double);
-    double median = o->runs % 2 ? ms[o->runs / 2] : 0.5 * (ms[o->runs / 2 - 1] + ms[o->runs / 2]);
-    int k90 = (int)(0.9 * o->runs + 0.999999) - 1; /* nearest rank */
-    const double p90 = ms[k90 < 0 ? 0 : k90 >= o->runs ? o->runs - 1 : k90];
+    const double median = ma_median(ms, (size_t)o->runs); /* sorts ms: ms[0] is the minimum */
+    const double p90 = ma_percentile(ms, (size_t)o->runs, 90);
     long self_kb, workers_kb;
     ma_engine_peak_rss(e, &self_kb, &workers_kb);
     if (o->json)
@@ -140,14 +134,13 @@ static int cmd_bench(opts *o) {
     if (request_setup(o, &src, 0) < 0) return 1; /* the demo model, but a synthetic observation */
     if (o->runs < 1) o->runs = 5;
     molmoact *api;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = ma_now_ms();
     if (api_open(o, &api)) return 1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double t1 = ma_now_ms();
     ma_engine *ep = molmoact_internal_engine(api);
     /* opening: workers started, contexts mapped and checked (files already in the page cache
      * after the first run, so this is the cost beyond reading them) */
-    const double open_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    const double open_ms = t1 - t0;
     ma_request q;
     ma_status s = src.inputs || src.image0 ? ma_request_load(&ep->host, &src, &q, &err) : ma_request_synthetic(&ep->host, o->seed, &q, &err);
     if (s) { api_close(&api); return fail(&err); }

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/util.h"
 #include "commands.h"
 #include "options.h"
 #include "api/internal.h"
@@ -299,11 +300,9 @@ static int cmd_run(opts *o) {
     if (demo && !o->json && !o->stream) printf("demo: model %s\n", o->model);
     if (o->runs < 1) o->runs = 1;
     molmoact *api;
-    struct timespec t_open0, t_open1;
-    clock_gettime(CLOCK_MONOTONIC, &t_open0);
+    const double t_open0 = ma_now_ms();
     if (api_open(o, &api)) return 1;
-    clock_gettime(CLOCK_MONOTONIC, &t_open1);
-    const double open_ms = (t_open1.tv_sec - t_open0.tv_sec) * 1e3 + (t_open1.tv_nsec - t_open0.tv_nsec) / 1e6;
+    const double open_ms = ma_now_ms() - t_open0;
     double first_ms = 0.0, warm_sum = 0.0; /* warm: the runs after the first */
     if (o->stream) {
         int rc = run_stream(api, o);

@@ -23,6 +23,7 @@
 #include "api/internal.h"
 #include "backend/backends.h"
 #include "core/env.h"
+#include "core/util.h"
 #include "kernels/kernels.h"
 #include "model/normstats.h"
 #include "model/tokenizer.h"
@@ -435,8 +436,7 @@ static void copy_timing(const ma_timing *t, molmoact_timing *out) {
 ma_status molmoact_internal_run(molmoact *e, const molmoact_observation *obs, molmoact_result *res, ma_trace *trace,
                                 ma_error *err) {
     prepared_obs p;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = ma_now_ms();
     /* another norm tag for this request: its statistics stand in for the engine's while it runs
      * (calls are serialised by the engine's lock) */
     /* the size first: an observation never initialised has any struct_size, and none of its
@@ -455,7 +455,7 @@ ma_status molmoact_internal_run(molmoact *e, const molmoact_observation *obs, mo
         swapped = 1;
     }
     ma_status s = prepare(&e->engine, obs, &p, err);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double t1 = ma_now_ms();
     if (!s) {
         ma_result r;
         s = ma_engine_run(&e->engine, &p.obs, &r, trace, err);
@@ -467,7 +467,7 @@ ma_status molmoact_internal_run(molmoact *e, const molmoact_observation *obs, mo
             res->horizon = r.horizon;
             res->max_action_dim = r.max_action_dim;
             copy_timing(&e->engine.runner->last, &res->timing);
-            res->timing.preprocess = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+            res->timing.preprocess = t1 - t0;
         }
     }
     prepared_free(&p);

@@ -36,22 +36,6 @@ ma_status ma_error_wrap(ma_error *err, ma_status code, const char *fmt, ...) {
     return err->code;
 }
 
-const char *ma_status_name(ma_status s) {
-    switch (s) {
-    case MA_OK: return "ok";
-    case MA_ERR_ARG: return "invalid argument";
-    case MA_ERR_IO: return "i/o error";
-    case MA_ERR_FORMAT: return "format error";
-    case MA_ERR_SHAPE: return "shape error";
-    case MA_ERR_NOMEM: return "out of memory";
-    case MA_ERR_UNSUPPORTED: return "unsupported";
-    case MA_ERR_RANGE: return "out of range";
-    case MA_ERR_PARITY: return "parity failure";
-    case MA_ERR_WORKER: return "worker failure";
-    }
-    return "unknown error";
-}
-
 int ma_mul_size(size_t a, size_t b, size_t *out) {
     if (a != 0 && b > SIZE_MAX / a) return 0;
     *out = a * b;

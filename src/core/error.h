@@ -36,8 +36,6 @@ ma_status ma_fail(ma_error *err, ma_status code, const char *fmt, ...)
 ma_status ma_error_wrap(ma_error *err, ma_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-const char *ma_status_name(ma_status s);
-
 /* untrusted text for a message (a file's or a client's): control characters as \xNN, at most
  * `shown` bytes of it, then "..."; written into buf (cap bytes), returned */
 const char *ma_escape_text(const char *s, size_t shown, char *buf, size_t cap);

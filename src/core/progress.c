@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #define _POSIX_C_SOURCE 200809L
 #include "core/progress.h"
+#include "core/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,13 +12,6 @@
 static int g_quiet;
 
 void ma_progress_set_quiet(int quiet) { g_quiet = quiet; }
-int ma_progress_quiet(void) { return g_quiet; }
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static void fmt_bytes(char *out, size_t cap, uint64_t b) {
     if (b >= (1ull << 30)) snprintf(out, cap, "%.2f GiB", (double)b / (1ull << 30));
@@ -39,7 +33,7 @@ static double fraction(const ma_progress *p) {
 }
 
 static void line(const ma_progress *p, char *out, size_t cap, int final) {
-    const double f = fraction(p), el = now_s() - p->t0;
+    const double f = fraction(p), el = ma_now_s() - p->t0;
     char b1[32], b2[32], te[32], tr[32];
     size_t n = (size_t)snprintf(out, cap, "%s: ", p->what);
 #define ADD(...) do { if (n < cap) n += (size_t)snprintf(out + n, cap - n, __VA_ARGS__); } while (0)
@@ -84,7 +78,7 @@ void ma_progress_begin(ma_progress *p, const char *what, uint64_t total_bytes, u
     p->total_bytes = total_bytes;
     p->total_items = total_items;
     p->mode = g_quiet ? 0 : isatty(STDERR_FILENO) ? 2 : 1;
-    p->t0 = p->last_draw = now_s();
+    p->t0 = p->last_draw = ma_now_s();
     p->last_tenth = 0;
     if (p->mode) draw(p, 0);
 }
@@ -93,7 +87,7 @@ void ma_progress_add(ma_progress *p, uint64_t bytes, uint64_t items) {
     p->bytes += bytes;
     p->items += items;
     if (!p->mode) return;
-    const double t = now_s();
+    const double t = ma_now_s();
     const int tenth = (int)(fraction(p) * 10.0), known = p->total_bytes || p->total_items;
     if (p->mode == 2 ? t - p->last_draw >= 0.1 : (known && tenth > p->last_tenth && tenth < 10) || t - p->last_draw >= (known ? 30.0 : 10.0)) {
         p->last_draw = t;

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
+
 /* ------------------------------------------------------------------------------ reading */
 
 typedef struct { const uint8_t *p, *end; } cursor;
@@ -81,7 +83,7 @@ static int dtype_of_ggml(uint32_t t, ma_dtype *dt) {
     }
 }
 
-int ma_ggml_type_of(ma_dtype dt, uint32_t *out) {
+static int ggml_type_of(ma_dtype dt, uint32_t *out) {
     switch (dt) {
     case MA_DT_F32: *out = MA_GGML_F32; return 1;
     case MA_DT_F16: *out = MA_GGML_F16; return 1;
@@ -353,13 +355,7 @@ static void put_le(uint8_t *p, uint64_t v, size_t n) {
 static ma_status add_kv(ma_gguf_writer *w, const char *key, uint32_t type, const void *payload, size_t len, ma_error *err) {
     for (size_t i = 0; i < w->n_kv; i++)
         if (strcmp(w->kv[i].key, key) == 0) return ma_fail(err, MA_ERR_ARG, "gguf writer: key %s set twice", key);
-    if (w->n_kv == w->cap_kv) {
-        size_t cap = w->cap_kv ? 2 * w->cap_kv : 32;
-        wkv *n = realloc(w->kv, cap * sizeof *n);
-        if (!n) return ma_fail(err, MA_ERR_NOMEM, "gguf writer: out of memory");
-        w->kv = n;
-        w->cap_kv = cap;
-    }
+    if (ma_grow_array(&w->kv, &w->cap_kv, w->n_kv, 1, sizeof *w->kv)) return ma_fail(err, MA_ERR_NOMEM, "gguf writer: out of memory");
     wkv *kv = &w->kv[w->n_kv];
     kv->key = strdup(key);
     kv->payload = malloc(len ? len : 1);
@@ -410,20 +406,14 @@ ma_status ma_gguf_set_i64_array(ma_gguf_writer *w, const char *key, const int64_
 ma_status ma_gguf_add_tensor(ma_gguf_writer *w, const char *name, ma_dtype dt, int ndim, const int64_t *shape,
                              const void *data, ma_error *err) {
     uint32_t gt;
-    if (!ma_ggml_type_of(dt, &gt)) return ma_fail(err, MA_ERR_UNSUPPORTED, "gguf writer: tensor %s: dtype %s", name, ma_dtype_name(dt));
+    if (!ggml_type_of(dt, &gt)) return ma_fail(err, MA_ERR_UNSUPPORTED, "gguf writer: tensor %s: dtype %s", name, ma_dtype_name(dt));
     if (ndim < 1 || ndim > MA_GGUF_MAX_DIMS) return ma_fail(err, MA_ERR_SHAPE, "gguf writer: tensor %s: %d dims", name, ndim);
     for (size_t i = 0; i < w->n_t; i++)
         if (strcmp(w->t[i].name, name) == 0) return ma_fail(err, MA_ERR_ARG, "gguf writer: tensor %s added twice", name);
     size_t nb;
     ma_status s = ma_shape_nbytes(dt, ndim, shape, &nb, err);
     if (s) return ma_error_wrap(err, s, "gguf writer: tensor %s", name);
-    if (w->n_t == w->cap_t) {
-        size_t cap = w->cap_t ? 2 * w->cap_t : 64;
-        wtensor *n = realloc(w->t, cap * sizeof *n);
-        if (!n) return ma_fail(err, MA_ERR_NOMEM, "gguf writer: out of memory");
-        w->t = n;
-        w->cap_t = cap;
-    }
+    if (ma_grow_array(&w->t, &w->cap_t, w->n_t, 1, sizeof *w->t)) return ma_fail(err, MA_ERR_NOMEM, "gguf writer: out of memory");
     wtensor *t = &w->t[w->n_t];
     memset(t, 0, sizeof *t);
     if (!(t->name = strdup(name))) return ma_fail(err, MA_ERR_NOMEM, "gguf writer: out of memory");
@@ -471,7 +461,7 @@ ma_status ma_gguf_write(ma_gguf_writer *w, const char *path, ma_error *err) {
         wtensor *t = &w->t[i];
         size_t nl = strlen(t->name);
         uint32_t gt = 0;
-        ma_ggml_type_of(t->dt, &gt);
+        ggml_type_of(t->dt, &gt);
         put_le(b, nl, 8); W(b, 8); W(t->name, nl);
         put_le(b, (uint64_t)t->ndim, 4); W(b, 4);
         for (int d = t->ndim - 1; d >= 0; d--) { put_le(b, (uint64_t)t->shape[d], 8); W(b, 8); }

@@ -85,8 +85,6 @@ ma_status ma_gguf_get_bool(const ma_gguf *g, const char *key, int *out, ma_error
 /* an array of integers into out[cap]; *n receives the count */
 ma_status ma_gguf_get_i64_array(const ma_gguf *g, const char *key, int64_t *out, size_t cap, size_t *n, ma_error *err);
 
-int ma_ggml_type_of(ma_dtype dt, uint32_t *out);
-
 /* ---- writer: collect metadata and tensors (data pointers must stay valid until write) */
 typedef struct ma_gguf_writer ma_gguf_writer;
 ma_gguf_writer *ma_gguf_writer_new(void);

@@ -6,69 +6,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
+
 static size_t skip_ws(const char *s, size_t len, size_t i) {
     while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n')) i++;
     return i;
-}
-
-static int hex4(const char *s, size_t len, size_t i, uint32_t *v) {
-    if (i + 4 > len) return 0;
-    *v = 0;
-    for (int k = 0; k < 4; k++) {
-        char c = s[i + k];
-        int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
-        if (d < 0) return 0;
-        *v = (*v << 4) | (uint32_t)d;
-    }
-    return 1;
 }
 
 ma_status ma_json_parse_string(const char *s, size_t len, char **out, size_t *out_len, ma_error *err) {
     *out = NULL;
     size_t i = skip_ws(s, len, 0);
     if (i >= len || s[i] != '"') return ma_fail(err, MA_ERR_FORMAT, "expected a JSON string");
-    char *o = malloc(len * 2 + 4);
+    const size_t start = i + 1, end = start + ma_json_string_end(s + start, len - start);
+    if (end >= len) return ma_fail(err, MA_ERR_FORMAT, "unterminated JSON string");
+    char *o = malloc(end - start + 1);
     if (!o) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
-    size_t n = 0;
-    for (i++;; i++) {
-        if (i >= len) { free(o); return ma_fail(err, MA_ERR_FORMAT, "unterminated JSON string"); }
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"') break;
-        if (c < 0x20) { free(o); return ma_fail(err, MA_ERR_FORMAT, "control character in JSON string"); }
-        if (c != '\\') { o[n++] = (char)c; continue; }
-        if (++i >= len) { free(o); return ma_fail(err, MA_ERR_FORMAT, "bad escape"); }
-        switch (s[i]) {
-        case '"': o[n++] = '"'; break;
-        case '\\': o[n++] = '\\'; break;
-        case '/': o[n++] = '/'; break;
-        case 'b': o[n++] = '\b'; break;
-        case 'f': o[n++] = '\f'; break;
-        case 'n': o[n++] = '\n'; break;
-        case 'r': o[n++] = '\r'; break;
-        case 't': o[n++] = '\t'; break;
-        case 'u': {
-            uint32_t cp;
-            if (!hex4(s, len, i + 1, &cp)) { free(o); return ma_fail(err, MA_ERR_FORMAT, "bad \\u escape"); }
-            i += 4;
-            if (cp >= 0xd800 && cp <= 0xdbff) {
-                uint32_t lo;
-                if (i + 2 < len && s[i + 1] == '\\' && s[i + 2] == 'u' && hex4(s, len, i + 3, &lo) && lo >= 0xdc00 && lo <= 0xdfff) {
-                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                    i += 6;
-                } else { free(o); return ma_fail(err, MA_ERR_FORMAT, "lone surrogate in JSON string"); }
-            } else if (cp >= 0xdc00 && cp <= 0xdfff) { free(o); return ma_fail(err, MA_ERR_FORMAT, "lone surrogate in JSON string"); }
-            if (cp < 0x80) o[n++] = (char)cp;
-            else if (cp < 0x800) { o[n++] = (char)(0xc0 | (cp >> 6)); o[n++] = (char)(0x80 | (cp & 0x3f)); }
-            else if (cp < 0x10000) { o[n++] = (char)(0xe0 | (cp >> 12)); o[n++] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[n++] = (char)(0x80 | (cp & 0x3f)); }
-            else { o[n++] = (char)(0xf0 | (cp >> 18)); o[n++] = (char)(0x80 | ((cp >> 12) & 0x3f)); o[n++] = (char)(0x80 | ((cp >> 6) & 0x3f)); o[n++] = (char)(0x80 | (cp & 0x3f)); }
-        } break;
-        default: free(o); return ma_fail(err, MA_ERR_FORMAT, "bad escape \\%c", s[i]);
-        }
+    size_t at;
+    const char *why = ma_json_unescape(s + start, end - start, o, out_len, &at);
+    if (why) {
+        free(o);
+        return ma_fail(err, MA_ERR_FORMAT, "not a valid JSON string at byte %zu: %s", start + at, why);
     }
-    if (skip_ws(s, len, i + 1) != len) { free(o); return ma_fail(err, MA_ERR_FORMAT, "trailing characters after the JSON string"); }
-    o[n] = '\0';
+    if (skip_ws(s, len, end + 1) != len) { free(o); return ma_fail(err, MA_ERR_FORMAT, "trailing characters after the JSON string"); }
     *out = o;
-    *out_len = n;
     return MA_OK;
 }
 

@@ -11,7 +11,8 @@
 
 #include "core/error.h"
 
-/* parse one JSON string (surrounding whitespace allowed) into malloc'd bytes */
+/* parse one JSON string (surrounding whitespace allowed) into malloc'd bytes (ma_json_unescape:
+ * its raw bytes valid UTF-8, no lone surrogates) */
 ma_status ma_json_parse_string(const char *s, size_t len, char **out, size_t *out_len, ma_error *err);
 /* parse a JSON array of integers into malloc'd int64 */
 ma_status ma_json_parse_int_array(const char *s, size_t len, int64_t **out, size_t *n, ma_error *err);

@@ -85,8 +85,6 @@ static void unregister_map(const ma_mapfile *m) {
     pthread_mutex_unlock(&g_maps_lock);
 }
 
-unsigned long ma_mapfile_faults(void) { return atomic_load(&g_faults); }
-
 void ma_mapfile_preload(const ma_mapfile *m) {
     if (!m->data || !m->size) return;
     madvise((void *)m->data, m->size, MADV_WILLNEED);

@@ -22,8 +22,7 @@ void ma_unmap_file(ma_mapfile *m);
 /* Mapped files truncated or changed on disk while in use: accesses past the new end fault
  * (SIGBUS); a process-wide handler turns the faulting pages of a mapping made here into zeros
  * and marks it. ma_mapfile_check() fails, naming the file, once any mapping still open has
- * faulted: call it after each request so the request's (partly zero) result is refused.
- * ma_mapfile_faults() counts faults so far (cheap: compare before and after a request). */
+ * faulted: call it after each request so the request's (partly zero) result is refused. */
 ma_status ma_mapfile_check(ma_error *err);
 /* read every page of the mapping in now and map it into this process (--preload: the first
  * request then does not pay the page faults) */
@@ -31,7 +30,6 @@ void ma_mapfile_preload(const ma_mapfile *m);
 /* drop the whole pages inside [p, p + n) of a read-only file mapping from this process's
  * resident set (they stay in the page cache and are read again if touched) */
 void ma_mapfile_release(const void *p, size_t n);
-unsigned long ma_mapfile_faults(void);
 
 /* read a whole file into a NUL-terminated malloc'd buffer; refuses files larger than max_bytes */
 ma_status ma_read_file(const char *path, size_t max_bytes, char **out, size_t *len, ma_error *err);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "core/util.h"
 #include "io/mapfile.h"
 
 /* ------------------------------------------------------------------------------ npy header */
@@ -269,7 +270,8 @@ const ma_tensor *ma_npz_get(const ma_npz *z, const char *name) {
 
 /* ------------------------------------------------------------------------------ writing */
 
-ma_status ma_npy_serialize(const ma_tensor *t, uint8_t **out, size_t *len, ma_error *err) {
+/* one tensor as .npy (malloc'd) */
+static ma_status npy_serialize(const ma_tensor *t, uint8_t **out, size_t *len, ma_error *err) {
     const char *descr = NULL;
     char ubuf[16];
     for (size_t i = 0; i < sizeof NPY_TYPES / sizeof NPY_TYPES[0]; i++)
@@ -312,20 +314,17 @@ void ma_npz_writer_free(ma_npz_writer *w) {
 }
 
 ma_status ma_npz_add(ma_npz_writer *w, const char *name, const ma_tensor *t, ma_error *err) {
-    if (w->count == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 16;
-        char **nn = realloc(w->names, cap * sizeof *nn);
-        if (nn) w->names = nn;
-        uint8_t **nb = realloc(w->blobs, cap * sizeof *nb);
-        if (nb) w->blobs = nb;
-        size_t *ns = realloc(w->sizes, cap * sizeof *ns);
-        if (ns) w->sizes = ns;
-        if (!nn || !nb || !ns) return ma_fail(err, MA_ERR_NOMEM, "npz writer: out of memory");
-        w->cap = cap;
-    }
+    /* three arrays of one capacity: each grown on its own, the smallest capacity kept */
+    size_t c_names = w->cap, c_blobs = w->cap, c_sizes = w->cap;
+    const int grown = !ma_grow_array(&w->names, &c_names, w->count, 1, sizeof *w->names) &&
+                      !ma_grow_array(&w->blobs, &c_blobs, w->count, 1, sizeof *w->blobs) &&
+                      !ma_grow_array(&w->sizes, &c_sizes, w->count, 1, sizeof *w->sizes);
+    w->cap = c_names < c_blobs ? c_names : c_blobs;
+    if (c_sizes < w->cap) w->cap = c_sizes;
+    if (!grown) return ma_fail(err, MA_ERR_NOMEM, "npz writer: out of memory");
     uint8_t *blob;
     size_t len;
-    ma_status s = ma_npy_serialize(t, &blob, &len, err);
+    ma_status s = npy_serialize(t, &blob, &len, err);
     if (s) return ma_error_wrap(err, s, "npz entry %s", name);
     char *nm = strdup(name);
     if (!nm) { free(blob); return ma_fail(err, MA_ERR_NOMEM, "npz writer: out of memory"); }
@@ -471,10 +470,7 @@ ma_status ma_str32_to_utf8(const ma_tensor *t, int64_t index, char **out, ma_err
         uint32_t c = rd32(p + 4 * i);
         if (c == 0) break;   /* numpy pads with NUL */
         if (c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) { free(s); return ma_fail(err, MA_ERR_FORMAT, "string has invalid code point U+%X", c); }
-        if (c < 0x80) s[k++] = (char)c;
-        else if (c < 0x800) { s[k++] = (char)(0xc0 | (c >> 6)); s[k++] = (char)(0x80 | (c & 0x3f)); }
-        else if (c < 0x10000) { s[k++] = (char)(0xe0 | (c >> 12)); s[k++] = (char)(0x80 | ((c >> 6) & 0x3f)); s[k++] = (char)(0x80 | (c & 0x3f)); }
-        else { s[k++] = (char)(0xf0 | (c >> 18)); s[k++] = (char)(0x80 | ((c >> 12) & 0x3f)); s[k++] = (char)(0x80 | ((c >> 6) & 0x3f)); s[k++] = (char)(0x80 | (c & 0x3f)); }
+        k += ma_utf8_put(c, s + k);
     }
     s[k] = '\0';
     *out = s;

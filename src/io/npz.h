@@ -56,9 +56,6 @@ ma_status ma_npz_write(ma_npz_writer *w, const char *path, int compress, ma_erro
 ma_status ma_npz_render(ma_npz_writer *w, int compress, uint8_t **out, size_t *out_len, ma_error *err);
 void ma_npz_writer_free(ma_npz_writer *w);
 
-/* serialise one tensor as .npy (malloc'd) */
-ma_status ma_npy_serialize(const ma_tensor *t, uint8_t **out, size_t *len, ma_error *err);
-
 /* UTF-32 numpy string element i of a STR32 tensor as UTF-8 (malloc'd); invalid code points refused */
 ma_status ma_str32_to_utf8(const ma_tensor *t, int64_t index, char **out, ma_error *err);
 

@@ -82,12 +82,10 @@ int ma_cpu_avx512_bf16(void) { return 0; }
 
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
-/* the kernel's HWCAP bits (asm/hwcap.h): asimdhp 1 << 10, asimddp 1 << 20 */
+/* the kernel's HWCAP bits (asm/hwcap.h): asimddp 1 << 20 */
 int ma_cpu_arm_dotprod(void) { return (getauxval(AT_HWCAP) >> 20) & 1; }
-int ma_cpu_arm_fp16(void) { return (getauxval(AT_HWCAP) >> 10) & 1; }
 #else
 int ma_cpu_arm_dotprod(void) { return 0; }
-int ma_cpu_arm_fp16(void) { return 0; }
 #endif
 
 int ma_cache_flush(const void *p, unsigned long n) {

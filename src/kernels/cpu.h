@@ -14,10 +14,9 @@ int ma_cpu_avx512_bf16(void); /* AVX512-BF16 (VDPBF16PS) + AVX512BW */
 /* the vendor is Intel: its cores convert f16 -> f32 (VCVTPH2PS) on the two FMA ports (2 uops for
  * 16 lanes), AMD's Zen 4 / Zen 5 beside them; the GEMM uses it to pick where panels are converted */
 int ma_cpu_intel(void);
-/* aarch64 (Linux, from getauxval(AT_HWCAP)): the dot-product instructions (asimddp: SDOT/UDOT)
- * and fp16 arithmetic (asimdhp); Advanced SIMD itself is part of every aarch64 CPU */
+/* aarch64 (Linux, from getauxval(AT_HWCAP)): the dot-product instructions (asimddp: SDOT/UDOT);
+ * Advanced SIMD itself is part of every aarch64 CPU */
 int ma_cpu_arm_dotprod(void);
-int ma_cpu_arm_fp16(void);
 /* write back and drop [p, p + n) from every cache level (x86-64 CLFLUSH, aarch64 DC CIVAC), so a
  * benchmark can time a pass over weights that come from memory, as they do in the full model;
  * 0 where the CPU has no such instruction (nothing is done; n = 0 only asks) */

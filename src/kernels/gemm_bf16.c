@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/util.h"
 #include "kernels/gemm_impl.h"
 
 #define TILE_U16 512 /* uint16 values in one tile */
@@ -174,21 +175,15 @@ static void bf16_tile(int nb, const uint16_t *A, const uint16_t *B, size_t ts, f
  * plan goes to the AMX tiles instead). Timed once per process, 16 independent accumulators
  * each, about 0.2 ms: the tile is used where the bf16 product rate is at least 4/3 of the fp32
  * one (an instruction no slower than 1.5 FMAs). Read, not assumed from a CPU model. */
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 __attribute__((noinline)) static double time_fma(int n) {
     __m512 a[16], x = _mm512_set1_ps(1.0f), y = _mm512_set1_ps(0.0f);
     for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i);
-    const double t = now_s();
+    const double t = ma_now_s();
     for (int i = 0; i < n; i++) {
         for (int j = 0; j < 16; j++) a[j] = _mm512_fmadd_ps(a[j], x, y);
         __asm__ volatile("" : "+v"(x));
     }
-    const double e = now_s() - t;
+    const double e = ma_now_s() - t;
     for (int i = 1; i < 16; i++) a[0] = _mm512_add_ps(a[0], a[i]);
     __asm__ volatile("" ::"v"(a[0]));
     return e;
@@ -198,12 +193,12 @@ __attribute__((noinline)) static double time_dp(int n) {
     __m512 a[16];
     __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80), y = (__m512bh)_mm512_setzero_si512();
     for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i);
-    const double t = now_s();
+    const double t = ma_now_s();
     for (int i = 0; i < n; i++) {
         for (int j = 0; j < 16; j++) a[j] = _mm512_dpbf16_ps(a[j], x, y);
         __asm__ volatile("" : "+v"(x));
     }
-    const double e = now_s() - t;
+    const double e = ma_now_s() - t;
     for (int i = 1; i < 16; i++) a[0] = _mm512_add_ps(a[0], a[i]);
     __asm__ volatile("" ::"v"(a[0]));
     return e;

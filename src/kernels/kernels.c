@@ -56,7 +56,8 @@ void ma_kctx_free(ma_kctx *c) {
     memset(c, 0, sizeof *c);
 }
 
-float *ma_kctx_scratch(ma_kctx *c, size_t n, ma_error *err) {
+/* ensure n floats of scratch; returns NULL (and sets err) on failure */
+static float *ma_kctx_scratch(ma_kctx *c, size_t n, ma_error *err) {
     if (n <= c->scratch_cap) return c->scratch;
     float *p = ma_malloc(n, sizeof(float), err, "kernel scratch");
     if (!p) return NULL;
@@ -393,7 +394,7 @@ static void activate_scalar(float *x, int64_t n, ma_act act) {
     }
 }
 
-void ma_softmax_row(float *x, int64_t n) {
+static void ma_softmax_row(float *x, int64_t n) {
     float mx = -INFINITY;
     for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
     double sum = 0.0;

@@ -47,8 +47,6 @@ int ma_kernel_threads(void);
 
 void ma_kctx_init(ma_kctx *c);
 void ma_kctx_free(ma_kctx *c);
-/* ensure n floats of scratch; returns NULL (and sets err) on failure */
-float *ma_kctx_scratch(ma_kctx *c, size_t n, ma_error *err);
 
 /* dequantise/convert n consecutive elements starting at element `first` of a row-major buffer */
 void ma_convert_to_f32(ma_dtype dt, const void *src, int64_t first, int64_t n, float *dst);
@@ -90,7 +88,6 @@ int64_t ma_first_nonfinite(const float *x, int64_t n);
  * ldg, ldu; out may be gate), on the thread pool for large inputs, honouring c->scalar */
 void ma_glu(const ma_kctx *c, float *out, int64_t ldo, const float *gate, int64_t ldg, const float *up, int64_t ldu,
             int64_t rows, int64_t n, ma_act act);
-void ma_softmax_row(float *x, int64_t n);
 
 /* ---- attention. allowed(q, k) = key_valid[k] (if given) and (!causal or k <= q or both
  * bidir[q] and bidir[k]). A row with no allowed key becomes uniform over all keys, as adding

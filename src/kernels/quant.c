@@ -24,7 +24,9 @@ void ma_quantize_q8_0(const float *x, int64_t n, uint8_t *out) {
     }
 }
 
-void ma_quantize_q4_0(const float *x, int64_t n, uint8_t *out) {
+/* x[n] -> 18-byte Q4_0 blocks (ggml layout, value = d * (nibble - 8)); the scale is chosen by a
+ * small least-squares search around ggml's max/-8 instead of taking it as is */
+static void quantize_q4_0(const float *x, int64_t n, uint8_t *out) {
     for (int64_t b = 0; b < n / 32; b++) {
         const float *v = x + b * 32;
         float amax = 0.0f, max = 0.0f;
@@ -62,7 +64,7 @@ void ma_convert_from_f32(ma_dtype dt, const float *x, int64_t n, void *out) {
     case MA_DT_F16: for (int64_t i = 0; i < n; i++) ((uint16_t *)out)[i] = ma_f32_to_f16(x[i]); break;
     case MA_DT_BF16: for (int64_t i = 0; i < n; i++) ((uint16_t *)out)[i] = ma_f32_to_bf16(x[i]); break;
     case MA_DT_Q8_0: ma_quantize_q8_0(x, n, out); break;
-    case MA_DT_Q4_0: ma_quantize_q4_0(x, n, out); break;
+    case MA_DT_Q4_0: quantize_q4_0(x, n, out); break;
     default: break;
     }
 }

@@ -11,9 +11,6 @@
 
 /* x[n] -> 34-byte Q8_0 blocks (n % 32 == 0): d = max|x| / 127, q = round(x / d) */
 void ma_quantize_q8_0(const float *x, int64_t n, uint8_t *out);
-/* x[n] -> 18-byte Q4_0 blocks (ggml layout, value = d * (nibble - 8)); the scale is chosen by a
- * small least-squares search around ggml's max/-8 instead of taking it as is */
-void ma_quantize_q4_0(const float *x, int64_t n, uint8_t *out);
 /* convert n f32 values into dtype dt (F32, F16, BF16, Q8_0, Q4_0) at out */
 void ma_convert_from_f32(ma_dtype dt, const float *x, int64_t n, void *out);
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #define _GNU_SOURCE /* sched_getaffinity */
 #include "kernels/threads.h"
+#include "core/util.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -125,12 +126,6 @@ void ma_threads_set(int n) {
     if (n > 0) pool.requested = n; /* takes effect if the pool has not started yet */
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* Sharing pays when the helpers run beside the caller. When another process keeps them off the
  * cores, a helper that claimed a part and was then descheduled holds the caller at the join for
  * a whole time slice, which costs small jobs (the action expert's: tens of microseconds each)
@@ -175,11 +170,11 @@ void ma_parallel_parts(ma_task_fn fn, void *ctx, int parts) {
     }
     double *last = last_of(fn, parts);
     const int small = *last < SMALL_S;
-    const double t0 = now_s();
+    const double t0 = ma_now_s();
     if (small && pool.serial_left > 0) { /* sharing did not pay lately (above) */
         pool.serial_left--;
         for (int p = 0; p < parts; p++) fn(ctx, p, parts);
-        *last = (now_s() - t0) / 2.0; /* as if shared: comparable with a shared run's time */
+        *last = (ma_now_s() - t0) / 2.0; /* as if shared: comparable with a shared run's time */
         atomic_flag_clear(&pool.busy);
         return;
     }
@@ -198,7 +193,7 @@ void ma_parallel_parts(ma_task_fn fn, void *ctx, int parts) {
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.mu);
     const int mine = work(j);
-    const double t1 = now_s();
+    const double t1 = ma_now_s();
     /* every part claimed: wait for those other threads are still running (spin a little, as
      * they usually finish together, then sleep) */
     int spins = 0;
@@ -213,7 +208,7 @@ void ma_parallel_parts(ma_task_fn fn, void *ctx, int parts) {
         atomic_store_explicit(&pool.sleepers_wait, 0, memory_order_release);
         pthread_mutex_unlock(&pool.mu);
     }
-    const double t2 = now_s();
+    const double t2 = ma_now_s();
     *last = t2 - t0;
     if (small) account(t2 - t0, t1 - t0, mine, parts);
     atomic_flag_clear(&pool.busy);

@@ -59,10 +59,6 @@ typedef struct ma_vision_trace {
 ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx *kc, const float *pixels, int n,
                             float *features, const ma_vision_trace *trace, ma_error *err);
 
-/* the ActiveTokenSampler alone: tokens [H*W, C] row-major over an HxW grid -> out [K, C] */
-ma_status ma_sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float *tokens, int H, int W, float *out,
-                             float *coords, ma_error *err);
-
 /* ------------------------------------------------------------------------------ LLM */
 typedef struct ma_llm_layer_w {
     float *attn_norm, *ff_norm, *q_norm, *k_norm, *att_bias;

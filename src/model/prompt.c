@@ -8,18 +8,14 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "core/util.h"
+
 /* ------------------------------------------------------------------------------ code points */
 
 typedef struct { uint32_t *c; size_t n, cap; } cps;
 
 static int cps_push(cps *v, uint32_t c) {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? 2 * v->cap : 64;
-        uint32_t *p = realloc(v->c, cap * sizeof *p);
-        if (!p) return 0;
-        v->c = p;
-        v->cap = cap;
-    }
+    if (ma_grow_array(&v->c, &v->cap, v->n, 1, sizeof *v->c)) return 0;
     v->c[v->n++] = c;
     return 1;
 }
@@ -233,25 +229,11 @@ void ma_prompt_free(ma_prompt *p) {
     memset(p, 0, sizeof *p);
 }
 
-typedef struct { char *s; size_t n, cap; } sbuf;
+/* 1 when appended (the prompt's pieces are chained with &&) */
+static int sb_add(ma_buf *b, const char *s, size_t n) { return ma_buf_append(b, s, n) == MA_OK; }
+static int sb_str(ma_buf *b, const char *s) { return ma_buf_puts(b, s) == MA_OK; }
 
-static int sb_add(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) return 0;
-        b->s = p;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = '\0';
-    return 1;
-}
-static int sb_str(sbuf *b, const char *s) { return sb_add(b, s, strlen(s)); }
-
-static int wrap(sbuf *b, const char *text, const char *start, const char *end, int enabled) {
+static int wrap(ma_buf *b, const char *text, const char *start, const char *end, int enabled) {
     size_t tl = strlen(text), sl = strlen(start), el = strlen(end);
     if (tl >= sl + el && !strncmp(text, start, sl) && !strcmp(text + tl - el, end)) return sb_str(b, text);
     if (!tl || !enabled) return sb_str(b, text);
@@ -283,7 +265,7 @@ ma_status ma_build_prompt(const ma_config *cfg, const ma_normstats *ns, const ma
         out->task[task_len] = '\0';
     }
     size_t tl = o->normalize_language ? strlen(out->task) : task_len;
-    sbuf b = {0};
+    ma_buf b = {0};
     int ok = 1;
     if (o->n_images == 1) ok = sb_str(&b, "<|image|>");
     else
@@ -303,10 +285,10 @@ ma_status ma_build_prompt(const ma_config *cfg, const ma_normstats *ns, const ma
     ok = ok && sb_str(&b, "<state_end>. The expected control mode is ") &&
          wrap(&b, ns->control_mode, "<control_start>", "<control_end>", cfg->add_control_tokens) &&
          sb_str(&b, ". Given these, what action should the robot take to complete the task?<|im_end|>\n<|im_start|>assistant\n<action_output>");
-    if (!ok) { free(b.s); ma_prompt_free(out); return ma_fail(err, MA_ERR_NOMEM, "prompt: out of memory"); }
-    out->text = b.s;
+    if (!ok) { ma_buf_free(&b); ma_prompt_free(out); return ma_fail(err, MA_ERR_NOMEM, "prompt: out of memory"); }
+    out->text = b.data;
     /* expand <|image|>: <im_start> + patches (+ <im_col> per row) + <im_end> */
-    sbuf img = {0};
+    ma_buf img = {0};
     ok = sb_str(&img, "<im_start>");
     int grid = cfg->pooled_h * cfg->pooled_w;
     if (o->tokens_per_image != grid || !o->col_tokens)
@@ -317,19 +299,19 @@ ma_status ma_build_prompt(const ma_config *cfg, const ma_normstats *ns, const ma
             ok = ok && sb_str(&img, "<im_col>");
         }
     ok = ok && sb_str(&img, "<im_end>");
-    sbuf full = {0};
+    ma_buf full = {0};
     const char *p = out->text, *hit;
     while (ok && (hit = strstr(p, "<|image|>"))) {
-        ok = sb_add(&full, p, (size_t)(hit - p)) && sb_add(&full, img.s, img.n);
+        ok = sb_add(&full, p, (size_t)(hit - p)) && sb_add(&full, img.data, img.len);
         p = hit + strlen("<|image|>");
     }
     ok = ok && sb_str(&full, p);
-    free(img.s);
-    if (!ok) { free(full.s); ma_prompt_free(out); return ma_fail(err, MA_ERR_NOMEM, "prompt: out of memory"); }
+    ma_buf_free(&img);
+    if (!ok) { ma_buf_free(&full); ma_prompt_free(out); return ma_fail(err, MA_ERR_NOMEM, "prompt: out of memory"); }
     int64_t *ids;
     size_t n;
-    s = ma_tokenizer_encode(tok, full.s, full.n, &ids, &n, err);
-    free(full.s);
+    s = ma_tokenizer_encode(tok, full.data, full.len, &ids, &n, err);
+    ma_buf_free(&full);
     if (s) { ma_prompt_free(out); return s; }
     int64_t bos = cfg->bos_id >= 0 ? cfg->bos_id : cfg->eos_id;
     if (n == 0 || ids[0] != bos) {

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "core/util.h"
 #include "io/mapfile.h"
 
 /* ------------------------------------------------------------------------------ UTF-8 */
@@ -22,41 +23,6 @@ static int utf8_next(const uint8_t *s, size_t len, size_t i, uint32_t *cp) {
     if (i + 3 < len) { *cp = ((uint32_t)(c & 0x07) << 18) | ((uint32_t)(s[i + 1] & 0x3f) << 12) | ((uint32_t)(s[i + 2] & 0x3f) << 6) | (s[i + 3] & 0x3f); return 4; }
     *cp = 0xfffd;
     return 1;
-}
-
-static int utf8_put(uint32_t cp, uint8_t *o) {
-    if (cp < 0x80) { o[0] = (uint8_t)cp; return 1; }
-    if (cp < 0x800) { o[0] = (uint8_t)(0xc0 | (cp >> 6)); o[1] = (uint8_t)(0x80 | (cp & 0x3f)); return 2; }
-    if (cp < 0x10000) { o[0] = (uint8_t)(0xe0 | (cp >> 12)); o[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f)); o[2] = (uint8_t)(0x80 | (cp & 0x3f)); return 3; }
-    o[0] = (uint8_t)(0xf0 | (cp >> 18)); o[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3f)); o[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f)); o[3] = (uint8_t)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
-/* length of a valid UTF-8 sequence starting at s[i], or 0 when invalid (overlongs, surrogates,
- * > U+10FFFF and truncations are invalid) */
-static size_t utf8_seq(const uint8_t *s, size_t len, size_t i) {
-    uint8_t c = s[i];
-    if (c < 0x80) return 1;
-    size_t n;
-    uint8_t lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) n = 2;
-    else if (c >= 0xe0 && c <= 0xef) { n = 3; if (c == 0xe0) lo = 0xa0; if (c == 0xed) hi = 0x9f; }
-    else if (c >= 0xf0 && c <= 0xf4) { n = 4; if (c == 0xf0) lo = 0x90; if (c == 0xf4) hi = 0x8f; }
-    else return 0;
-    if (i + 1 >= len || s[i + 1] < lo || s[i + 1] > hi) return 0;
-    for (size_t k = 2; k < n; k++)
-        if (i + k >= len || (s[i + k] & 0xc0) != 0x80) return 0;
-    return n;
-}
-
-size_t ma_utf8_valid_prefix(const uint8_t *s, size_t len) {
-    size_t i = 0;
-    while (i < len) {
-        size_t n = utf8_seq(s, len, i);
-        if (!n) return i;
-        i += n;
-    }
-    return len;
 }
 
 /* ------------------------------------------------------------------------------ hash maps */
@@ -249,7 +215,7 @@ static void byte_alphabet(ma_tokenizer *t) {
     for (int b = 0; b < 256; b++) {
         int keep = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
         uint32_t cp = keep ? (uint32_t)b : 256u + (uint32_t)n++;
-        t->byte_sym_len[b] = utf8_put(cp, (uint8_t *)t->byte_sym[b]);
+        t->byte_sym_len[b] = ma_utf8_put(cp, t->byte_sym[b]);
         t->sym_to_byte[cp] = b;
     }
 }
@@ -492,20 +458,12 @@ int64_t ma_tokenizer_token_id(const ma_tokenizer *t, const char *token) {
     return strmap_get(&t->vocab, token, strlen(token));
 }
 
-size_t ma_tokenizer_vocab_size(const ma_tokenizer *t) { return t->n_ids; }
-
 /* ------------------------------------------------------------------------------ encoding */
 
 typedef struct { int64_t *v; size_t n, cap; } idvec;
 
 static int push(idvec *o, int64_t id) {
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? 2 * o->cap : 64;
-        int64_t *p = realloc(o->v, cap * sizeof *p);
-        if (!p) return 0;
-        o->v = p;
-        o->cap = cap;
-    }
+    if (ma_grow_array(&o->v, &o->cap, o->n, 1, sizeof *o->v)) return 0;
     o->v[o->n++] = id;
     return 1;
 }
@@ -837,7 +795,7 @@ ma_status ma_tokenizer_decode(const ma_tokenizer *t, const int64_t *ids, size_t 
     if (!o) { free(bytes); return ma_fail(err, MA_ERR_NOMEM, "tokenizer: out of memory"); }
     size_t ol = 0;
     for (size_t i = 0; i < bl;) {
-        size_t k = utf8_seq(bytes, bl, i);
+        size_t k = ma_utf8_seq(bytes + i, bl - i);
         if (k) { memcpy(o + ol, bytes + i, k); ol += k; i += k; continue; }
         /* length of the maximal prefix of a valid sequence starting here (at least 1) */
         size_t m = 1;

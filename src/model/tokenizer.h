@@ -33,9 +33,5 @@ ma_status ma_tokenizer_decode(const ma_tokenizer *t, const int64_t *ids, size_t 
                               ma_error *err);
 /* id of a token string (vocabulary or added), -1 if absent */
 int64_t ma_tokenizer_token_id(const ma_tokenizer *t, const char *token);
-size_t ma_tokenizer_vocab_size(const ma_tokenizer *t);
-
-/* UTF-8 validation: returns the byte offset of the first invalid sequence, or len if valid */
-size_t ma_utf8_valid_prefix(const uint8_t *s, size_t len);
 
 #endif

@@ -437,11 +437,6 @@ done:
     return s;
 }
 
-ma_status ma_sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float *tokens, int H, int W, float *out,
-                             float *coords_out, ma_error *err) {
-    return sampler_forward(w, kc, tokens, 1, w->channels, NULL, H, W, out, coords_out, err);
-}
-
 /* the projector's SwiGLU hidden activations: silu(x W1^T) * (x W3^T), [rows, proj_inter] */
 static ma_status projector_hidden(const ma_config *cfg, const ma_vision_w *w, ma_kctx *kc, const float *x, int64_t rows,
                                   float *g, ma_error *err) {

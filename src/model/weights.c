@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
+
 static int ref_cmp(const void *a, const void *b) { return strcmp(((const ma_wref *)a)->name, ((const ma_wref *)b)->name); }
 
 /* name with `from` replaced by `to` at its end (NULL when it does not end so) */
@@ -153,7 +155,8 @@ ma_status ma_ws_mat(ma_weightset *ws, const char *name, int64_t rows, int64_t co
     return MA_OK;
 }
 
-ma_status ma_ws_vec_opt(ma_weightset *ws, const char *name, int64_t n, float **out, ma_error *err) {
+/* an optional vector: *out = NULL when absent */
+static ma_status vec_opt(ma_weightset *ws, const char *name, int64_t n, float **out, ma_error *err) {
     *out = NULL;
     ma_wref *r = ma_ws_find(ws, name);
     if (!r) return MA_OK;
@@ -162,13 +165,8 @@ ma_status ma_ws_vec_opt(ma_weightset *ws, const char *name, int64_t n, float **o
     if (r->ndim != 1 || r->shape[0] != n) return shape_err(ws, r, want, err);
     if (!float_type(r->dtype) || r->dtype == MA_DT_Q8_0 || r->dtype == MA_DT_Q4_0)
         return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s has dtype %s", ws->label, name, ma_dtype_name(r->dtype));
-    if (ws->n_owned == ws->cap_owned) {
-        size_t cap = ws->cap_owned ? 2 * ws->cap_owned : 64;
-        void **p = realloc(ws->owned, cap * sizeof *p);
-        if (!p) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", ws->label);
-        ws->owned = p;
-        ws->cap_owned = cap;
-    }
+    if (ma_grow_array(&ws->owned, &ws->cap_owned, ws->n_owned, 1, sizeof *ws->owned))
+        return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", ws->label);
     float *v = ma_malloc((size_t)(n ? n : 1), sizeof(float), err, name);
     if (!v) return MA_ERR_NOMEM;
     ma_convert_to_f32(r->dtype, r->data, 0, n, v);
@@ -179,7 +177,7 @@ ma_status ma_ws_vec_opt(ma_weightset *ws, const char *name, int64_t n, float **o
 }
 
 ma_status ma_ws_vec(ma_weightset *ws, const char *name, int64_t n, float **out, ma_error *err) {
-    ma_status s = ma_ws_vec_opt(ws, name, n, out, err);
+    ma_status s = vec_opt(ws, name, n, out, err);
     if (s) return s;
     if (!*out) return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s is missing", ws->label, name);
     return MA_OK;

@@ -61,8 +61,6 @@ int ma_ws_packed(const ma_weightset *ws, const ma_wref *r);
 ma_status ma_ws_mat(ma_weightset *ws, const char *name, int64_t rows, int64_t cols, ma_mat *out, ma_error *err);
 /* a [n] vector converted to fp32 */
 ma_status ma_ws_vec(ma_weightset *ws, const char *name, int64_t n, float **out, ma_error *err);
-/* optional vector: *out = NULL when absent */
-ma_status ma_ws_vec_opt(ma_weightset *ws, const char *name, int64_t n, float **out, ma_error *err);
 /* mark names starting with prefix as known-but-unused (e.g. lm_head) */
 void ma_ws_ignore(ma_weightset *ws, const char *name);
 /* fail naming the first tensor no bind call used */

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/progress.h"
+#include "core/util.h"
 #include "io/gguf.h"
 #include "io/mapfile.h"
 #include "kernels/gemm.h"
@@ -239,16 +240,9 @@ static int keep_existing(const char *out_dir, int slot, const ma_compile_opts *o
     return keep;
 }
 
-/* name and a newline appended to the list *buf of *len bytes (a GGUF string of names, one per line) */
-static ma_status append_line(char **buf, size_t *len, const char *name, ma_error *err) {
-    const size_t l = strlen(name);
-    char *nb = realloc(*buf, *len + l + 2);
-    if (!nb) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
-    memcpy(nb + *len, name, l);
-    nb[*len + l] = '\n';
-    *len += l + 1;
-    nb[*len] = '\0';
-    *buf = nb;
+/* name and a newline appended to the list b (a GGUF string of names, one per line) */
+static ma_status append_line(ma_buf *b, const char *name, ma_error *err) {
+    if (ma_buf_puts(b, name) || ma_buf_append(b, "\n", 1)) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
     return MA_OK;
 }
 
@@ -293,8 +287,7 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
         if (!s) s = ma_gguf_add_tensor(w, "molmoact.final_modulations", MA_DT_F32, 2, fs, fins, err);
     }
     size_t n_fill = 0;
-    char *kept = NULL; /* names stored more precisely than the tag (--keep), one per line */
-    size_t kept_len = 0;
+    ma_buf kept = {0}; /* names stored more precisely than the tag (--keep), one per line */
     for (size_t i = 0; i < m->ws.count && !s; i++) {
         const ma_wref *r = &m->ws.refs[i];
         if (!slot_takes(m, slot, r)) continue;
@@ -307,29 +300,28 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
         int64_t cols = r->ndim == 1 ? r->shape[0] : r->shape[1];
         if ((dt == MA_DT_Q8_0 || dt == MA_DT_Q4_0) && cols % 32) dt = MA_DT_F16;
         if (r->ndim > 2) { s = ma_fail(err, MA_ERR_UNSUPPORTED, "tensor %s has %d dims", r->name, r->ndim); break; }
-        if (r->ndim == 2 && dt != mat_type && !(dt == MA_DT_F16 && cols % 32) && (s = append_line(&kept, &kept_len, r->name, err))) break;
+        if (r->ndim == 2 && dt != mat_type && !(dt == MA_DT_F16 && cols % 32) && (s = append_line(&kept, r->name, err))) break;
         /* converted when the file is written, one tensor in memory at a time */
         fills[n_fill] = (fill_job){r, dt};
         s = ma_gguf_add_tensor_fill(w, r->name, dt, r->ndim, r->shape, fill_tensor, &fills[n_fill], err);
         n_fill++;
     }
-    if (!s && kept) s = ma_gguf_set_str(w, "molmoact.kept_tensors", kept, err);
-    free(kept);
+    if (!s && kept.data) s = ma_gguf_set_str(w, "molmoact.kept_tensors", kept.data, err);
+    ma_buf_free(&kept);
     /* the compute plan (the embedding table's file has no products) */
     const int comp = ma_context_group(slot);
     const int bf16 = slot != 1 && o->compute[comp] && !strcmp(o->compute[comp], "bf16");
     if (!s && slot != 1) s = ma_gguf_set_str(w, "molmoact.compute", bf16 ? "bf16" : "fp32", err);
-    char *fp32 = NULL; /* --compute-keep: matrices of a bf16 component computed in fp32, one per line */
-    size_t fp32_len = 0;
+    ma_buf fp32 = {0}; /* --compute-keep: matrices of a bf16 component computed in fp32, one per line */
     for (size_t i = 0; i < m->ws.count && !s && bf16; i++) {
         const ma_wref *r = &m->ws.refs[i];
         if (!slot_takes(m, slot, r) || r->ndim != 2) continue;
         int keep = 0;
         for (int k = 0; k < o->n_compute_keep && !keep; k++) keep = !fnmatch(o->compute_keep[k], r->name, 0);
-        if (keep) s = append_line(&fp32, &fp32_len, r->name, err);
+        if (keep) s = append_line(&fp32, r->name, err);
     }
-    if (!s && fp32) s = ma_gguf_set_str(w, "molmoact.compute_fp32_tensors", fp32, err);
-    free(fp32);
+    if (!s && fp32.data) s = ma_gguf_set_str(w, "molmoact.compute_fp32_tensors", fp32.data, err);
+    ma_buf_free(&fp32);
     if (!s) {
         char name[160];
         ma_context_name(slot, slot_suffix(o, slot), name, sizeof name);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
+
 #define N_FIELDS ((int)(sizeof(ma_timing) / sizeof(double)))
 
 static double *field(ma_timing *t, int i) { return (double *)t + i; }
@@ -26,23 +28,16 @@ void ma_latency_add(ma_latency *l, const ma_timing *t) {
     l->n++;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double ma_latency_total_quantile(const ma_latency *l, double q) {
+/* the nearest-rank percentile p of the kept totals (0 when there are none) */
+static double total_percentile(const ma_latency *l, double p) {
     const int n = l->n < MA_LATENCY_KEEP ? l->n : MA_LATENCY_KEEP;
     if (n < 1) return 0.0;
     double s[MA_LATENCY_KEEP];
     memcpy(s, l->totals, sizeof(double) * (size_t)n);
-    qsort(s, (size_t)n, sizeof s[0], cmp_double);
-    int k = (int)(q * n + 0.999999) - 1; /* nearest rank */
-    k = k < 0 ? 0 : k >= n ? n - 1 : k;
-    return s[k];
+    return ma_percentile(s, (size_t)n, p);
 }
 
-ma_timing ma_latency_mean(const ma_latency *l) {
+static ma_timing latency_mean(const ma_latency *l) {
     ma_timing m;
     memset(&m, 0, sizeof m);
     for (int i = 0; i < N_FIELDS && l->n; i++) *field(&m, i) = cfield(&l->sum, i) / l->n;
@@ -56,7 +51,7 @@ static double inference(const ma_timing *t) {
 typedef struct { const char *name; double mean, min, max; } row;
 
 static int rows(const ma_latency *l, int flow_steps, row *out) {
-    ma_timing m = ma_latency_mean(l);
+    ma_timing m = latency_mean(l);
     static char step_name[32];
     snprintf(step_name, sizeof step_name, "action_step x%d", flow_steps);
     const ma_timing *mn = &l->min, *mx = &l->max;
@@ -86,12 +81,12 @@ void ma_latency_print(const ma_latency *l, const char *mode, int flow_steps, FIL
 }
 
 void ma_latency_print_json(const ma_latency *l, const char *mode, int flow_steps, FILE *f) {
-    ma_timing m = ma_latency_mean(l);
+    ma_timing m = latency_mean(l);
     fprintf(f, "{\"runs\": %d, \"mode\": \"%s\", \"mean_ms\": {\"vision\": %.4f, \"llm_split0\": %.4f, \"llm_split1\": %.4f, "
                "\"llm_split2\": %.4f, \"llm_split3\": %.4f, \"action_context\": %.4f, \"action_step\": %.4f, "
                "\"action_step_calls\": %d, \"inference\": %.4f, \"transfer\": %.4f, \"host\": %.4f, \"total\": %.4f}, "
                "\"min_total_ms\": %.4f, \"max_total_ms\": %.4f, \"median_total_ms\": %.4f, \"p90_total_ms\": %.4f}",
             l->n, mode, m.vision, m.llm[0], m.llm[1], m.llm[2], m.llm[3], m.action_context, m.action_step, flow_steps,
-            inference(&m), m.transfer, m.host, m.total, l->n ? l->min.total : 0.0, l->max.total, ma_latency_total_quantile(l, 0.5),
-            ma_latency_total_quantile(l, 0.9));
+            inference(&m), m.transfer, m.host, m.total, l->n ? l->min.total : 0.0, l->max.total, total_percentile(l, 50),
+            total_percentile(l, 90));
 }

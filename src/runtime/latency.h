@@ -16,12 +16,8 @@ typedef struct ma_latency {
     double totals[MA_LATENCY_KEEP];
 } ma_latency;
 
-/* the q-quantile (0..1, nearest rank) of the kept totals */
-double ma_latency_total_quantile(const ma_latency *l, double q);
-
 void ma_latency_init(ma_latency *l);
 void ma_latency_add(ma_latency *l, const ma_timing *t);
-ma_timing ma_latency_mean(const ma_latency *l);
 /* mode: "resident" or "inproc"; flow_steps: action_step calls per request */
 void ma_latency_print(const ma_latency *l, const char *mode, int flow_steps, FILE *f);
 void ma_latency_print_json(const ma_latency *l, const char *mode, int flow_steps, FILE *f);

@@ -7,10 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
 #include "io/mapfile.h"
 #include "io/npz.h"
 
-ma_cmp ma_compare(const float *got, const float *ref, int64_t n) {
+static ma_cmp compare(const float *got, const float *ref, int64_t n) {
     ma_cmp c = {0};
     double dot = 0, ng = 0, nr = 0, mx = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -40,18 +41,12 @@ static int row_gated(const ma_parity_report *rep, const ma_parity_row *r) {
 
 static ma_status add_row_info(ma_parity_report *rep, const char *session, const char *tensor, const float *got,
                               const ma_tensor *ref, int info, ma_error *err) {
-    if (rep->n == rep->cap) {
-        size_t cap = rep->cap ? 2 * rep->cap : 32;
-        ma_parity_row *r = realloc(rep->rows, cap * sizeof *r);
-        if (!r) return ma_fail(err, MA_ERR_NOMEM, "parity: out of memory");
-        rep->rows = r;
-        rep->cap = cap;
-    }
+    if (ma_grow_array(&rep->rows, &rep->cap, rep->n, 1, sizeof *rep->rows)) return ma_fail(err, MA_ERR_NOMEM, "parity: out of memory");
     ma_parity_row *row = &rep->rows[rep->n++];
     memset(row, 0, sizeof *row);
     snprintf(row->session, sizeof row->session, "%s", session);
     snprintf(row->tensor, sizeof row->tensor, "%s", tensor);
-    row->c = ma_compare(got, ref->data, ma_tensor_numel(ref));
+    row->c = compare(got, ref->data, ma_tensor_numel(ref));
     row->pass = row->c.cosine >= rep->gate;
     row->info = info;
     if (!row->pass && row_gated(rep, row)) rep->pass = 0;

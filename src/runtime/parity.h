@@ -13,8 +13,6 @@ typedef struct ma_cmp {
     double cosine, max_abs, rms, within, max_rel; /* max_rel = max_abs / rms(reference) */
 } ma_cmp;
 
-ma_cmp ma_compare(const float *got, const float *ref, int64_t n);
-
 typedef struct ma_parity_row {
     char session[32], tensor[32];
     ma_cmp c;

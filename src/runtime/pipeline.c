@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/pipeline.h"
 #include "core/env.h"
+#include "core/util.h"
 #include "io/mapfile.h"
 
 #include <math.h>
@@ -11,12 +12,6 @@
 #include <time.h>
 
 #include "model/hostglue.h"
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static ma_status local_run(void *ctx, int which, int debug, unsigned kept, const ma_tensor *in, int n_in, ma_tensor *out,
                            int *n_out, double *compute_ms, double *transfer_ms, ma_error *err) {
@@ -107,7 +102,7 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
         S = static_seq;
     }
     if (obs->n_images < 1 || obs->n_images > 64) return ma_fail(err, MA_ERR_SHAPE, "pixels: %d images", obs->n_images);
-    double t_start = now_ms(), t_sessions = 0.0;
+    double t_start = ma_now_ms(), t_sessions = 0.0;
     ma_tensor vout[MA_SESSION_MAX_IO] = {0}, lout[MA_SESSION_MAX_IO] = {0}, cout[MA_SESSION_MAX_IO] = {0},
               sout[MA_SESSION_MAX_IO] = {0};
     ma_tensor hidden = {0}, enc = {0}, img = {0}, pos = {0}, x = {0}, tt = {0}, ctx[2] = {{0}};
@@ -260,7 +255,7 @@ done:
     ma_tensor_free(&img); ma_tensor_free(&pos); ma_tensor_free(&x); ma_tensor_free(&tt);
     free(vel);
     free(padded);
-    r->last.total = now_ms() - t_start;
+    r->last.total = ma_now_ms() - t_start;
     r->last.host = r->last.total - t_sessions;
     if (r->last.host < 0) r->last.host = 0;
     /* the host's own mappings (embed.gguf) truncated during the request: refuse its result */

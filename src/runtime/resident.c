@@ -2,6 +2,7 @@
 #define _GNU_SOURCE /* memfd_create */
 #include "runtime/resident.h"
 #include "core/progress.h"
+#include "core/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -56,12 +57,6 @@ typedef struct {
     char msg[1024];
 } wire_msg;
 
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -365,7 +360,7 @@ static ma_status remote_run(void *ctx, int which, int debug, unsigned kept, cons
     ma_resident *r = ctx;
     const int wi = ma_session_worker(which);
     ma_worker *w = &r->w[wi];
-    const double t0 = now_ms();
+    const double t0 = ma_now_ms();
     *n_out = 0;
     for (int i = 0; i < MA_SESSION_MAX_IO; i++) memset(&out[i], 0, sizeof out[i]);
     if (w->pid > 0 && idle_dead(w)) {
@@ -454,7 +449,7 @@ static ma_status remote_run(void *ctx, int which, int debug, unsigned kept, cons
         }
         *n_out = m.n;
         *compute_ms = m.compute_ms;
-        *transfer_ms = now_ms() - t0 - m.compute_ms;
+        *transfer_ms = ma_now_ms() - t0 - m.compute_ms;
         if (*transfer_ms < 0) *transfer_ms = 0;
         return MA_OK;
     }
@@ -551,10 +546,6 @@ ma_status ma_resident_open(const ma_model *host, const ma_backend *be, const cha
     ma_runner_open_link(be, host, &link, &r->runner);
     *out = r;
     return MA_OK;
-}
-
-ma_status ma_resident_run(ma_resident *r, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err) {
-    return ma_runner_run(&r->runner, obs, res, trace, err);
 }
 
 int ma_resident_close(ma_resident *r) {

@@ -74,7 +74,6 @@ typedef struct ma_resident {
  * that dir, opened with the settings the workers are sent) */
 ma_status ma_resident_open(const ma_model *host, const ma_backend *be, const char *dir, const char *tag, const ma_resident_opts *opts,
                            ma_resident **out, ma_error *err);
-ma_status ma_resident_run(ma_resident *r, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err);
 /* ask every worker to quit, reap them, close every descriptor; returns how many workers did not
  * exit cleanly (status 0) and had to be killed or reported an error (e.g. a sanitizer finding) */
 int ma_resident_close(ma_resident *r);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/session.h"
+#include "core/util.h"
 #include "io/mapfile.h"
 
 #include <math.h>
@@ -111,12 +112,6 @@ int ma_session_output_index(const ma_session *s, const char *name) {
     return -1;
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 /* dtype, rank, fixed dims, finite floats (unless kept: the same data, already found finite) */
 static ma_status check_input(ma_session *s, int i, const ma_tensor *t, int kept, ma_error *err) {
     const ma_io *io = &s->in[i];
@@ -156,9 +151,9 @@ ma_status ma_session_run_kept(ma_session *s, const ma_tensor *in, ma_tensor *out
     for (int i = 0; i < s->n_out; i++) memset(&out[i], 0, sizeof out[i]);
     for (int i = 0; i < s->n_in; i++)
         if ((st = check_input(s, i, &in[i], (int)((kept >> i) & 1u), err))) return st;
-    double t0 = now_ms();
+    double t0 = ma_now_ms();
     st = s->ops->run(s, in, out, err);
-    s->last_ms = now_ms() - t0;
+    s->last_ms = ma_now_ms() - t0;
     /* a weight file truncated under us (now or before): its pages read as zeros, so every
      * result from then on is refused */
     if (!st) st = ma_mapfile_check(err);

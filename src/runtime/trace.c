@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/npz.h"
+#include "core/util.h"
 
 void ma_trace_init(ma_trace *t) { memset(t, 0, sizeof *t); }
 
@@ -23,15 +23,12 @@ ma_status ma_trace_add(ma_trace *t, const char *name, const ma_tensor *x, ma_err
     memcpy(copy.data, x->data, copy.nbytes);
     for (size_t i = 0; i < t->count; i++)
         if (!strcmp(t->names[i], name)) { ma_tensor_free(&t->tensors[i]); t->tensors[i] = copy; return MA_OK; }
-    if (t->count == t->cap) {
-        size_t cap = t->cap ? 2 * t->cap : 32;
-        char **n = realloc(t->names, cap * sizeof *n);
-        if (n) t->names = n;
-        ma_tensor *ts = realloc(t->tensors, cap * sizeof *ts);
-        if (ts) t->tensors = ts;
-        if (!n || !ts) { ma_tensor_free(&copy); return ma_fail(err, MA_ERR_NOMEM, "trace: out of memory"); }
-        t->cap = cap;
-    }
+    /* two arrays of one capacity: each grown on its own, the smaller capacity kept */
+    size_t cap_names = t->cap, cap_tensors = t->cap;
+    const int grown = !ma_grow_array(&t->names, &cap_names, t->count, 1, sizeof *t->names) &&
+                      !ma_grow_array(&t->tensors, &cap_tensors, t->count, 1, sizeof *t->tensors);
+    t->cap = cap_names < cap_tensors ? cap_names : cap_tensors;
+    if (!grown) { ma_tensor_free(&copy); return ma_fail(err, MA_ERR_NOMEM, "trace: out of memory"); }
     t->names[t->count] = strdup(name);
     if (!t->names[t->count]) { ma_tensor_free(&copy); return ma_fail(err, MA_ERR_NOMEM, "trace: out of memory"); }
     t->tensors[t->count++] = copy;
@@ -47,14 +44,4 @@ const ma_tensor *ma_trace_get(const ma_trace *t, const char *name) {
     for (size_t i = 0; i < t->count; i++)
         if (!strcmp(t->names[i], name)) return &t->tensors[i];
     return NULL;
-}
-
-ma_status ma_trace_write_npz(const ma_trace *t, const char *path, ma_error *err) {
-    ma_npz_writer w;
-    ma_npz_writer_init(&w);
-    ma_status s = MA_OK;
-    for (size_t i = 0; i < t->count && !s; i++) s = ma_npz_add(&w, t->names[i], &t->tensors[i], err);
-    if (!s) s = ma_npz_write(&w, path, 1, err);
-    ma_npz_writer_free(&w);
-    return s;
 }

@@ -17,6 +17,5 @@ void ma_trace_free(ma_trace *t);
 ma_status ma_trace_add(ma_trace *t, const char *name, const ma_tensor *x, ma_error *err);
 ma_status ma_trace_add_f32(ma_trace *t, const char *name, int ndim, const int64_t *shape, const float *data, ma_error *err);
 const ma_tensor *ma_trace_get(const ma_trace *t, const char *name);
-ma_status ma_trace_write_npz(const ma_trace *t, const char *path, ma_error *err);
 
 #endif

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
+
 #define MAX_DEPTH 32
 #define CHUNK 65536
 
@@ -125,104 +127,19 @@ static double number(parser *p, int *ok) {
     return v;
 }
 
-static int hex4(const char *s, unsigned *v) {
-    *v = 0;
-    for (int i = 0; i < 4; i++) {
-        const char c = s[i];
-        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0) return -1;
-        *v = *v << 4 | (unsigned)d;
-    }
-    return 0;
-}
-
-/* the length of a valid UTF-8 sequence at s (at most n bytes), 0 if invalid */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    const unsigned c = s[0];
-    size_t k;
-    unsigned min;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) k = 2, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef) k = 3, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4) k = 4, min = 0x10000;
-    else return 0;
-    if (n < k) return 0;
-    unsigned v = c & (0x7f >> k);
-    for (size_t i = 1; i < k; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        v = v << 6 | (s[i] & 0x3f);
-    }
-    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff)) return 0;
-    return k;
-}
-
-static size_t put_utf8(char *o, unsigned v) {
-    if (v < 0x80) { o[0] = (char)v; return 1; }
-    if (v < 0x800) { o[0] = (char)(0xc0 | v >> 6); o[1] = (char)(0x80 | (v & 63)); return 2; }
-    if (v < 0x10000) { o[0] = (char)(0xe0 | v >> 12); o[1] = (char)(0x80 | (v >> 6 & 63)); o[2] = (char)(0x80 | (v & 63)); return 3; }
-    o[0] = (char)(0xf0 | v >> 18);
-    o[1] = (char)(0x80 | (v >> 12 & 63));
-    o[2] = (char)(0x80 | (v >> 6 & 63));
-    o[3] = (char)(0x80 | (v & 63));
-    return 4;
-}
-
 /* a string at p->pos (the opening quote): decoded into the arena */
 static ma_status string(parser *p, const char **out, size_t *out_len) {
     const size_t start = ++p->pos;
     /* find the end first: the decoded string is never longer than the literal */
-    size_t e = start;
-    while (e < p->len && p->b[e] != '"') {
-        if (p->b[e] == '\\') e++;
-        e++;
-    }
+    const size_t e = start + ma_json_string_end(p->b + start, p->len - start);
     if (e >= p->len) return fail_at(p, start - 1, "unterminated string");
     char *o = arena(p, e - start + 1);
     if (!o) return fail_budget(p);
-    size_t k = 0, i = start;
-    while (i < e) {
-        const unsigned char c = (unsigned char)p->b[i];
-        if (c < 0x20) return fail_at(p, i, "a control character inside a string (escape it)");
-        if (c != '\\') {
-            const size_t n = utf8_len((const unsigned char *)p->b + i, e - i);
-            if (!n) return fail_at(p, i, "a string is not valid UTF-8");
-            memcpy(o + k, p->b + i, n);
-            k += n;
-            i += n;
-            continue;
-        }
-        const char x = p->b[i + 1];
-        i += 2;
-        switch (x) {
-        case '"': o[k++] = '"'; break;
-        case '\\': o[k++] = '\\'; break;
-        case '/': o[k++] = '/'; break;
-        case 'b': o[k++] = '\b'; break;
-        case 'f': o[k++] = '\f'; break;
-        case 'n': o[k++] = '\n'; break;
-        case 'r': o[k++] = '\r'; break;
-        case 't': o[k++] = '\t'; break;
-        case 'u': {
-            unsigned v, lo;
-            if (i + 4 > e || hex4(p->b + i, &v)) return fail_at(p, i - 2, "a malformed \\u escape");
-            i += 4;
-            if (v >= 0xdc00 && v <= 0xdfff) return fail_at(p, i - 6, "a lone low surrogate (\\udc00-\\udfff)");
-            if (v >= 0xd800 && v <= 0xdbff) {
-                if (i + 6 > e || p->b[i] != '\\' || p->b[i + 1] != 'u' || hex4(p->b + i + 2, &lo) || lo < 0xdc00 || lo > 0xdfff)
-                    return fail_at(p, i - 6, "a high surrogate without its low surrogate");
-                v = 0x10000 + ((v - 0xd800) << 10) + (lo - 0xdc00);
-                i += 6;
-            }
-            k += put_utf8(o + k, v);
-            break;
-        }
-        default: return fail_at(p, i - 2, "an unknown escape");
-        }
-    }
-    o[k] = '\0';
+    size_t at;
+    const char *why = ma_json_unescape(p->b + start, e - start, o, out_len, &at);
+    if (why) return fail_at(p, start + at, why);
     p->pos = e + 1;
     *out = o;
-    *out_len = k;
     return MA_OK;
 }
 
@@ -264,9 +181,8 @@ static int numarr_level(parser *p, numarr *a, int d) {
                 if (a->n == a->cap) {
                     /* doubling, but never past the numbers the rest of the text can hold (each
                      * takes two bytes at least) */
-                    size_t cap = a->cap ? a->cap * 2 : 64;
                     const size_t most = a->n + (p->len - p->pos) / 2 + 1;
-                    if (cap > most) cap = most;
+                    const size_t cap = ma_grow_cap(a->cap, a->n + 1, 64, most);
                     if (charge(p, (cap - a->cap) * sizeof(double))) return -1;
                     double *nv = realloc(a->v, cap * sizeof(double));
                     if (!nv) { p->over_budget = 1; return -1; }
@@ -307,16 +223,11 @@ static ma_status try_numarr(parser *p, ma_jv *v, int *done) {
         p->pos = start;
         return MA_OK;
     }
-    if (p->j->n_arrays == p->j->cap_arrays) {
-        const size_t cap = p->j->cap_arrays ? p->j->cap_arrays * 2 : 8;
-        double **na = realloc(p->j->arrays, cap * sizeof *na);
-        if (!na || charge(p, (cap - p->j->cap_arrays) * sizeof *na)) {
-            if (na) p->j->arrays = na;
-            free(a.v);
-            return fail_budget(p);
-        }
-        p->j->arrays = na;
-        p->j->cap_arrays = cap;
+    const size_t had = p->j->cap_arrays;
+    if (ma_grow_array(&p->j->arrays, &p->j->cap_arrays, p->j->n_arrays, 1, sizeof *p->j->arrays) ||
+        charge(p, (p->j->cap_arrays - had) * sizeof *p->j->arrays)) {
+        free(a.v);
+        return fail_budget(p);
     }
     p->j->arrays[p->j->n_arrays++] = a.v;
     v->kind = MA_JV_NUMARR;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Prometheus' text exposition format 0.0.4 and nearest-rank percentiles (server/metrics.h). */
+/* Prometheus' text exposition format 0.0.4 (server/metrics.h). */
 #include "server/metrics.h"
 
 #include <math.h>
@@ -33,48 +33,21 @@ void ma_hist_observe(ma_histogram *h, double v) {
 
 void ma_tb_printf(ma_textbuf *t, const char *fmt, ...) {
     if (t->failed) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        const size_t room = t->cap - t->len;
-        const int n = vsnprintf(t->p ? t->p + t->len : NULL, t->p ? room : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) { t->failed = 1; return; }
-        if (t->p && (size_t)n < room) { t->len += (size_t)n; return; }
-        size_t cap = t->cap ? t->cap : 4096;
-        while (cap < t->len + (size_t)n + 1) cap *= 2;
-        char *p = realloc(t->p, cap);
-        if (!p) { t->failed = 1; return; }
-        t->p = p;
-        t->cap = cap;
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    if (ma_buf_vprintf(&t->b, fmt, ap)) t->failed = 1;
+    va_end(ap);
 }
 
 void ma_tb_free(ma_textbuf *t) {
-    free(t->p);
+    ma_buf_free(&t->b);
     memset(t, 0, sizeof *t);
 }
 
-/* the length of the valid UTF-8 sequence at s (0: not one); no overlongs, surrogates or > U+10FFFF */
-static int utf8_len(const unsigned char *s) {
-    const unsigned c = s[0];
-    int n;
-    unsigned lo = 0x80, hi = 0xbf;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) n = 2;
-    else if (c >= 0xe0 && c <= 0xef) n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
-    else if (c >= 0xf0 && c <= 0xf4) n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
-    else return 0;
-    if (s[1] < lo || s[1] > hi) return 0;
-    for (int i = 2; i < n; i++)
-        if (s[i] < 0x80 || s[i] > 0xbf) return 0;
-    return n;
-}
-
 void ma_tb_label_value(ma_textbuf *t, const char *v) {
-    const unsigned char *s = (const unsigned char *)v;
+    const unsigned char *s = (const unsigned char *)v, *const end = s + strlen(v);
     while (*s) {
-        const int n = utf8_len(s);
+        const int n = (int)ma_utf8_seq(s, (size_t)(end - s)); /* 0: not UTF-8 */
         if (*s == '\\') ma_tb_printf(t, "\\\\");
         else if (*s == '"') ma_tb_printf(t, "\\\"");
         else if (*s == '\n') ma_tb_printf(t, "\\n");
@@ -113,17 +86,3 @@ void ma_tb_histogram(ma_textbuf *t, const char *name, const char *labels, const 
     ma_tb_printf(t, "\n%s_count%s%s%s %llu\n", name, *labels ? "{" : "", labels, *labels ? "}" : "", (unsigned long long)h->count);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-double ma_percentile(double *v, int n, double p) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    /* ceil(p / 100 * n) with the product rounded first, so that 90% of 10 is 9, not 9.000000000000002 */
-    double rank = ceil(round(p * n * 1e6) / 1e8);
-    int k = (int)rank;
-    if (k < 1) k = 1;
-    if (k > n) k = n;
-    return v[k - 1];
-}

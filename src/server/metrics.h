@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The server's statistics as Prometheus reads them (GET /metrics, the text exposition format
- * 0.0.4), and the percentiles of the status page.
+ * 0.0.4).
  *
  * A histogram keeps one count per bucket (not cumulative), the count and the sum; writing it
  * gives the cumulative _bucket{le=...} lines, +Inf equal to _count, then _sum and _count. Values
@@ -11,6 +11,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "core/util.h"
 
 #define MA_HIST_MAX_BUCKETS 24
 
@@ -35,8 +37,7 @@ void ma_hist_init(ma_histogram *h, const ma_buckets *b);
 void ma_hist_observe(ma_histogram *h, double seconds);
 
 typedef struct ma_textbuf {
-    char *p;
-    size_t len, cap;
+    ma_buf b;   /* the text: b.data, b.len */
     int failed; /* an allocation failed: the text is incomplete */
 } ma_textbuf;
 
@@ -49,10 +50,5 @@ void ma_tb_family(ma_textbuf *t, const char *name, const char *type, const char 
 /* name_bucket{labels,le="..."} (cumulative, +Inf last), name_sum{labels}, name_count{labels};
  * labels: NULL, or `key="value"` pairs already escaped, without braces */
 void ma_tb_histogram(ma_textbuf *t, const char *name, const char *labels, const ma_histogram *h);
-
-/* the nearest-rank percentile (p in (0, 100]) of n values: the smallest value with at least p% of
- * the values at or below it, i.e. the ceil(p / 100 * n)-th of them in ascending order. Sorts v in
- * place. n must be positive. */
-double ma_percentile(double *v, int n, double p);
 
 #endif

@@ -33,6 +33,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/util.h"
 #include "io/jsonline.h"
 #include "io/mapfile.h"
 #include "model/components.h" /* the workers' names, for the messages a client may see */
@@ -49,12 +50,6 @@
  * pipelines requests and reads no replies makes the server hold at most this much (plus the
  * one reply that crossed it), not a queue without end (issue 36 F3) */
 #define OUT_PAUSE_BYTES (256u << 10)
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
 
 /* ------------------------------------------------------------------------------ state */
 
@@ -276,7 +271,7 @@ static void log_event(const char *event, const char *client, const char *detail)
  * here: the counters and histograms of /metrics (over the server's life) and the status page's
  * history (the last HISTORY requests, failures included). t_first: its first byte (0: now). */
 static void account(int ws, int reason, double t_first, const job *j) {
-    const double now = now_ms();
+    const double now = ma_now_ms();
     const double ms = t_first > 0 && t_first < now ? now - t_first : 0;
     S.requests[ws ? 1 : 0]++;
     if (reason >= 0) S.failures[reason]++, S.failed++;
@@ -327,7 +322,7 @@ static uint64_t next_seed(void) {
 /* decoding (JSON, msgpack, base64, PNG/JPEG, the 180-degree flip) runs here, never on the
  * network loop: a large request delays the queue behind it, not health checks or pings */
 static void run_job(job *j) {
-    j->t_start = now_ms();
+    j->t_start = ma_now_ms();
     ma_error e = {0};
     const ma_wire_model wm = {S.info.action_horizon, S.info.max_action_dim, S.info.state_dim, S.info.n_steps};
     const ma_status s = j->json ? ma_wire_decode_json((const char *)j->body, j->bytes_in, S.o->flip180, &wm, &j->req, &e)
@@ -349,9 +344,9 @@ static void run_job(job *j) {
             j->server_seed = 1;
         }
         molmoact_error err;
-        j->t_infer = j->t_decoded = now_ms();
+        j->t_infer = j->t_decoded = ma_now_ms();
         j->status = molmoact_infer(S.engine, &j->req.obs, &j->res, &err);
-        j->t_infer = now_ms() - j->t_infer;
+        j->t_infer = ma_now_ms() - j->t_infer;
         /* n_action_steps: the first steps of the chunk */
         if (!j->status && j->req.n_action_steps > 0 && j->req.n_action_steps < j->res.n_steps) j->res.n_steps = j->req.n_action_steps;
         if (j->status) {
@@ -361,7 +356,7 @@ static void run_job(job *j) {
     }
     /* a large request's parse tree and frames are gone: give their pages back */
     if (j->bytes_in > (4u << 20)) malloc_trim(0);
-    j->t_done = now_ms();
+    j->t_done = ma_now_ms();
 }
 
 static void *infer_thread(void *arg) {
@@ -426,14 +421,9 @@ static int out_append(conn *c, const void *data, size_t len) {
             c->out_len -= c->out_off;
             c->out_off = 0;
         }
-        size_t cap = c->out_cap ? c->out_cap : 4096;
-        while (cap < c->out_len + len) cap *= 2;
-        uint8_t *p = realloc(c->out, cap);
-        if (!p) return -1;
-        c->out = p;
-        c->out_cap = cap;
+        if (ma_grow_array(&c->out, &c->out_cap, c->out_len, len, 1)) return -1;
     }
-    if (c->out_len == c->out_off) c->out_since = now_ms();
+    if (c->out_len == c->out_off) c->out_since = ma_now_ms();
     memcpy(c->out + c->out_len, data, len);
     c->out_len += len;
     return 0;
@@ -481,7 +471,7 @@ static void http_respond(conn *c, int code, const char *ctype, const void *body,
                            "X-Content-Type-Options: nosniff\r\n%s%s\r\n",
                            code, reason_phrase(code), ctype, len, extra ? extra : "", c->closing ? "Connection: close\r\n" : "");
     if (out_append(c, h, (size_t)n) || (!c->head_only && len && out_append(c, body, len))) c->closing = 1;
-    c->last_active = now_ms();
+    c->last_active = ma_now_ms();
 }
 
 static void http_json(conn *c, int code, cJSON *o, const char *extra, int close_after) {
@@ -589,7 +579,7 @@ static cJSON *status_json(void) {
     cJSON_AddStringToObject(j, "version", molmoact_version());
     add_precision(j);
     cJSON_AddStringToObject(j, "mode", S.info.inproc ? "inproc" : "resident, 6 worker processes");
-    cJSON_AddNumberToObject(j, "uptime_s", (now_ms() - S.t_start) / 1e3);
+    cJSON_AddNumberToObject(j, "uptime_s", (ma_now_ms() - S.t_start) / 1e3);
     cJSON_AddNumberToObject(j, "requests_served", (double)S.served);
     cJSON_AddNumberToObject(j, "requests_failed", (double)S.failed);
     cJSON *fr = cJSON_AddObjectToObject(j, "failures");
@@ -665,7 +655,7 @@ static char *metrics_text(size_t *len) {
     ma_tb_family(&t, "molmoact_start_time_seconds", "gauge", "When the server started listening, in seconds since the Unix epoch.");
     ma_tb_printf(&t, "molmoact_start_time_seconds %.3f\n", S.wall_start);
     ma_tb_family(&t, "molmoact_uptime_seconds", "gauge", "Seconds since the server started listening.");
-    ma_tb_printf(&t, "molmoact_uptime_seconds %.3f\n", (now_ms() - S.t_start) / 1e3);
+    ma_tb_printf(&t, "molmoact_uptime_seconds %.3f\n", (ma_now_ms() - S.t_start) / 1e3);
     ma_tb_family(&t, "molmoact_requests_total", "counter",
                  "Inference requests (POST /act bodies, websocket request messages) the server finished, answered or refused.");
     ma_tb_printf(&t, "molmoact_requests_total{protocol=\"http\"} %llu\n", (unsigned long long)S.requests[0]);
@@ -698,8 +688,8 @@ static char *metrics_text(size_t *len) {
     ma_tb_family(&t, "molmoact_requests_processing", "gauge", "Requests being decoded or run now (0 or 1).");
     ma_tb_printf(&t, "molmoact_requests_processing %d\n", running);
     if (t.failed) { ma_tb_free(&t); return NULL; }
-    *len = t.len;
-    return t.p;
+    *len = t.b.len;
+    return t.b.data;
 }
 
 /* The status page: static HTML, its script from /status.js (the Content-Security-Policy allows
@@ -790,9 +780,7 @@ static int authorised(const ma_http_req *r) {
 static int rx_reserve(conn *c, size_t need) {
     if (need <= c->rx_cap) return 0;
     if (need > S.max_bytes) return -1;
-    size_t cap = c->rx_cap ? c->rx_cap : 65536;
-    while (cap < need) cap *= 2;
-    if (cap > S.max_bytes) cap = S.max_bytes;
+    const size_t cap = ma_grow_cap(c->rx_cap, need, 65536, S.max_bytes);
     if (S.rx_total - c->rx_cap + cap > S.rx_total_max) return -3; /* every client's buffers together */
     uint8_t *p = realloc(c->rx, cap);
     if (!p) return -2;
@@ -845,7 +833,7 @@ static void start_request(conn *c, int json) {
     c->rx = NULL;
     c->rx_len = c->rx_cap = 0;
     if (!j->body) j->body = calloc(1, 1);
-    j->t_recv = c->msg_start ? c->msg_start : now_ms();
+    j->t_recv = c->msg_start ? c->msg_start : ma_now_ms();
     snprintf(j->peer, sizeof j->peer, "%s", c->peer);
     c->busy = 1;
     c->msg_start = 0;
@@ -884,7 +872,7 @@ static void finish_job(job *j) {
         return;
     }
     c->busy = 0;
-    c->last_active = now_ms();
+    c->last_active = ma_now_ms();
     if (!c->is_ws) c->hstate = H_HEAD;
     if (j->req.ignored[0] && !c->ignored_logged) { /* once per connection */
         c->ignored_logged = 1;
@@ -915,7 +903,7 @@ static void finish_job(job *j) {
         }
         free(b.data);
         c->n_replies++;
-        const double t_end = now_ms();
+        const double t_end = ma_now_ms();
         c->prev_total_ms = t_end - c->cycle_start;
         c->cycle_start = t_end;
     } else {
@@ -1030,7 +1018,7 @@ static void route(conn *c) {
                                             "Sec-WebSocket-Accept: %s\r\n\r\n", accept);
         out_append(c, h, (size_t)n);
         c->is_ws = 1;
-        c->last_active = c->cycle_start = now_ms();
+        c->last_active = c->cycle_start = ma_now_ms();
         ma_wire_buf b;
         ma_error err = {0};
         if (ma_wire_encode_metadata(&S.info, S.model_name, &b, &err)) { ws_close(c, 1011, "metadata"); return; }
@@ -1075,7 +1063,7 @@ static void route(conn *c) {
         c->body_left = r->chunked ? 0 : (uint64_t)r->content_length;
         memset(&c->chunk, 0, sizeof c->chunk);
         c->rx_len = 0;
-        if (!c->msg_start) c->msg_start = now_ms();
+        if (!c->msg_start) c->msg_start = ma_now_ms();
         return;
     }
     /* everything else has no body: one that comes anyway is not read, and the connection closes */
@@ -1111,7 +1099,7 @@ static void process_http(conn *c) {
         if (c->hstate == H_HEAD) {
             if (!c->in_len) return;
             if (out_full(c)) { c->paused = 1; return; } /* F3: replies first */
-            if (!c->msg_start) c->msg_start = now_ms();
+            if (!c->msg_start) c->msg_start = ma_now_ms();
             c->head_only = 0; /* HEAD is the request's, not the connection's (F15) */
             int status = 0;
             char msg[160];
@@ -1176,7 +1164,7 @@ static void process_ws(conn *c) {
         if (!c->in_frame) {
             if (!c->in_len) return;
             if (out_full(c)) { c->paused = 1; return; } /* pongs a client does not read (F3) */
-            if (!c->msg_start) c->msg_start = now_ms();
+            if (!c->msg_start) c->msg_start = ma_now_ms();
             char msg[128];
             const int r = ma_ws_parse_header(c->in, c->in_len, &c->frame, msg, sizeof msg);
             if (r == 0) return;
@@ -1307,7 +1295,7 @@ static void conn_write(conn *c) {
         const ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
         if (n > 0) {
             c->out_off += (size_t)n;
-            c->out_since = now_ms();
+            c->out_since = ma_now_ms();
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
@@ -1337,7 +1325,7 @@ static void accept_clients(void) {
         c->fd = fd;
         c->id = ++S.next_id;
         c->reserved = S.n_conns >= S.o->max_clients;
-        c->last_active = now_ms();
+        c->last_active = ma_now_ms();
         char ip[INET6_ADDRSTRLEN] = "?";
         int port = 0;
         if (sa.ss_family == AF_INET) {
@@ -1445,7 +1433,7 @@ static int loop_once(int timeout_ms) {
     free(pf);
     free(pc);
     collect_done();
-    const double now = now_ms();
+    const double now = ma_now_ms();
     for (conn *c = S.conns, *next; c; c = next) {
         next = c->next;
         if (out_pending(c) && !c->dead) conn_write(c);
@@ -1631,7 +1619,7 @@ int ma_serve(const ma_serve_opts *o) {
         else fprintf(stderr, "molmoact serve: cannot listen on %s port %d: %s\n", o->host, o->port, strerror(errno));
         goto out;
     }
-    S.t_start = now_ms();
+    S.t_start = ma_now_ms();
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
     S.wall_start = (double)wall.tv_sec + (double)wall.tv_nsec / 1e9;
@@ -1660,7 +1648,7 @@ int ma_serve(const ma_serve_opts *o) {
         const int idle = !S.queue && !S.running && !S.done;
         pthread_mutex_unlock(&S.mu);
         if (!idle) continue;
-        if (!deadline) deadline = now_ms() + 5000;
+        if (!deadline) deadline = ma_now_ms() + 5000;
         for (conn *c = S.conns; c; c = c->next) {
             if (c->busy || c->closing) continue;
             if (c->is_ws) ws_close(c, 1001, "server shutting down");
@@ -1671,7 +1659,7 @@ int ma_serve(const ma_serve_opts *o) {
                 http_error(c, 503, "server: shutting down; the request was not answered", 1);
             } else c->closing = 1; /* after the reply it may still be writing */
         }
-        if (!S.conns || now_ms() > deadline) break;
+        if (!S.conns || ma_now_ms() > deadline) break;
     }
     while (S.conns) conn_free(S.conns);
     pthread_mutex_lock(&S.mu);

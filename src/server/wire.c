@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
 #include "model/image.h"
 #include "server/http.h"
 #include "server/json.h"
@@ -777,14 +778,7 @@ ma_status ma_wire_decode_json(const char *buf, size_t len, int flip180, const ma
 
 static int buf_write(void *data, const char *p, size_t n) {
     ma_wire_buf *b = data;
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->len + n) cap *= 2;
-        uint8_t *d = realloc(b->data, cap);
-        if (!d) return -1;
-        b->data = d;
-        b->cap = cap;
-    }
+    if (ma_grow_array(&b->data, &b->cap, b->len, n, 1)) return -1;
     memcpy(b->data + b->len, p, n);
     b->len += n;
     return 0;

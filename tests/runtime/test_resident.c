@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "core/util.h"
 #include "io/npz.h"
 #include "backend/cpu/cpu.h"
 #include "runtime/compile.h"
@@ -335,12 +336,6 @@ static void test_kill_each_worker(void **state) {
     assert_int_equal(count_children(), 0);
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static void test_stopped_worker_hits_deadline(void **state) {
     (void)state;
     injector inj = {-1, 0, 0, 0};
@@ -350,17 +345,17 @@ static void test_stopped_worker_hits_deadline(void **state) {
     golden_request(&e, TINY_GOLDEN, &q);
     float base[70], got[70];
     ma_error err = {0};
-    const double t0 = now_ms();
+    const double t0 = ma_now_ms();
     if (run_once(&e, &q, base, NULL, &err)) fail_msg("%s", err.msg);
     /* a deadline well above a healthy request (sanitizer builds are slow) */
-    const int deadline = (int)(4 * (now_ms() - t0)) + 500;
+    const int deadline = (int)(4 * (ma_now_ms() - t0)) + 500;
     e.resident->opts.deadline_ms = deadline;
     for (int wi = 2; wi < MA_NUM_WORKERS; wi += 3) { /* llm_split1 and action */
         arm(&inj, wi, SIGSTOP);
         const pid_t before = e.resident->w[wi].pid;
-        const double t1 = now_ms();
+        const double t1 = ma_now_ms();
         assert_int_not_equal(run_once(&e, &q, got, NULL, &err), MA_OK);
-        const double waited = now_ms() - t1;
+        const double waited = ma_now_ms() - t1;
         char want[64];
         snprintf(want, sizeof want, "worker %s (pid %d) did not answer within", NAMES[wi], (int)before);
         if (!strstr(err.msg, want)) fail_msg("error does not name the stopped worker: %s", err.msg);

@@ -196,16 +196,16 @@ static void test_metrics_text(void **state) {
     ma_textbuf t = {0};
     ma_tb_histogram(&t, "x_seconds", "a=\"b\"", &h);
     assert_false(t.failed);
-    assert_non_null(strstr(t.p, "x_seconds_bucket{a=\"b\",le=\"0.01\"} 2\n"));
-    assert_non_null(strstr(t.p, "x_seconds_bucket{a=\"b\",le=\"0.25\"} 2\n"));
-    assert_non_null(strstr(t.p, "x_seconds_bucket{a=\"b\",le=\"0.5\"} 3\n"));
-    assert_non_null(strstr(t.p, "x_seconds_bucket{a=\"b\",le=\"60\"} 3\n"));
-    assert_non_null(strstr(t.p, "x_seconds_bucket{a=\"b\",le=\"+Inf\"} 4\n"));
-    assert_non_null(strstr(t.p, "x_seconds_count{a=\"b\"} 4\n"));
-    assert_non_null(strstr(t.p, "x_seconds_sum{a=\"b\"} 1000000000.31\n"));
+    assert_non_null(strstr(t.b.data, "x_seconds_bucket{a=\"b\",le=\"0.01\"} 2\n"));
+    assert_non_null(strstr(t.b.data, "x_seconds_bucket{a=\"b\",le=\"0.25\"} 2\n"));
+    assert_non_null(strstr(t.b.data, "x_seconds_bucket{a=\"b\",le=\"0.5\"} 3\n"));
+    assert_non_null(strstr(t.b.data, "x_seconds_bucket{a=\"b\",le=\"60\"} 3\n"));
+    assert_non_null(strstr(t.b.data, "x_seconds_bucket{a=\"b\",le=\"+Inf\"} 4\n"));
+    assert_non_null(strstr(t.b.data, "x_seconds_count{a=\"b\"} 4\n"));
+    assert_non_null(strstr(t.b.data, "x_seconds_sum{a=\"b\"} 1000000000.31\n"));
     ma_tb_free(&t);
     ma_tb_label_value(&t, "q\"b\\n\nl\x01\xff\xc3\xa9");
-    assert_string_equal(t.p, "q\\\"b\\\\n\\nl??\xc3\xa9");
+    assert_string_equal(t.b.data, "q\\\"b\\\\n\\nl??\xc3\xa9");
     ma_tb_free(&t);
 }
 

@@ -12,16 +12,13 @@
 
 #include <cmocka.h>
 
+#include "core/util.h"
 #include "server/wire.h"
 
 typedef struct { uint8_t *p; size_t n, cap; } mbuf;
 
 static void put(mbuf *b, const void *d, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2;
-        b->p = realloc(b->p, b->cap);
-        assert_non_null(b->p);
-    }
+    assert_int_equal(ma_grow_array(&b->p, &b->cap, b->n, n, 1), MA_OK);
     memcpy(b->p + b->n, d, n);
     b->n += n;
 }

@@ -87,7 +87,8 @@ static const struct { unsigned code; const char *name; } QNN_ERRORS[] = {
     {30002, "SYSTEM_CONTEXT_OPERATION_FAILED"}, {30010, "SYSTEM_CONTEXT_MALFORMED_BINARY"},
 };
 
-const char *ma_qnn_error_name(unsigned code) {
+/* a published QNN error code's name (e.g. 5005 CONTEXT_CREATE_FROM_BINARY), NULL when unknown */
+static const char *ma_qnn_error_name(unsigned code) {
     for (size_t i = 0; i < sizeof QNN_ERRORS / sizeof QNN_ERRORS[0]; i++)
         if (QNN_ERRORS[i].code == code) return QNN_ERRORS[i].name;
     return NULL;
@@ -1156,7 +1157,8 @@ static ma_status qnn_run(ma_session *s, const ma_tensor *in, ma_tensor *out, ma_
 
 static const ma_session_ops qnn_ops = {"qnn", qnn_run, qnn_close};
 
-void ma_qnn_context_name(const ma_settings *set, const char *session, char *out, size_t cap) {
+/* the context file of a session: ctx/<name><suffix>_socid77_archv73.bin (the settings' suffix) */
+static void ma_qnn_context_name(const ma_settings *set, const char *session, char *out, size_t cap) {
     const int which = !strcmp(session, "vision") ? MA_SUFFIX_VISION
                       : !strncmp(session, "llm_split", 9) ? MA_SUFFIX_LLM
                       : !strcmp(session, "action_step") ? MA_SUFFIX_ACTION : -1;

@@ -35,8 +35,6 @@ extern const ma_backend ma_qnn_backend;
  * graph's tensors and fixes the spec's -1 dimensions to the graph's */
 ma_status ma_qnn_session_attach(ma_session *s, ma_error *err);
 
-/* the context file of a session: ctx/<name><suffix>_socid77_archv73.bin (the settings' suffix) */
-void ma_qnn_context_name(const ma_settings *set, const char *session, char *out, size_t cap);
 
 /* `molmoact inspect FILE.bin`: the binary info (version, producer) and every graph with its
  * inputs and outputs, read through libQnnSystem.so (and libQnnHtp.so for its API version) of
@@ -48,7 +46,5 @@ ma_status ma_qnn_inspect(const ma_settings *set, const char *path, FILE *f, ma_e
  * so that its supervisor starts a new one) */
 int ma_qnn_process_lost(void);
 
-/* a published QNN error code's name (e.g. 5005 CONTEXT_CREATE_FROM_BINARY), NULL when unknown */
-const char *ma_qnn_error_name(unsigned code);
 
 #endif
