@@ -36,13 +36,24 @@ __attribute__((target("avx2,fma"))) static double fma_chains(long iters) {
     for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps(0.001f * (float)i);
     const __m256 b = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-4f);
     for (long it = 0; it < iters; it++) {
-        a[0] = _mm256_fmadd_ps(a[0], b, c); a[1] = _mm256_fmadd_ps(a[1], b, c); a[2] = _mm256_fmadd_ps(a[2], b, c);
-        a[3] = _mm256_fmadd_ps(a[3], b, c); a[4] = _mm256_fmadd_ps(a[4], b, c); a[5] = _mm256_fmadd_ps(a[5], b, c);
-        a[6] = _mm256_fmadd_ps(a[6], b, c); a[7] = _mm256_fmadd_ps(a[7], b, c); a[8] = _mm256_fmadd_ps(a[8], b, c);
-        a[9] = _mm256_fmadd_ps(a[9], b, c); a[10] = _mm256_fmadd_ps(a[10], b, c); a[11] = _mm256_fmadd_ps(a[11], b, c);
+        a[0] = _mm256_fmadd_ps(a[0], b, c);
+        a[1] = _mm256_fmadd_ps(a[1], b, c);
+        a[2] = _mm256_fmadd_ps(a[2], b, c);
+        a[3] = _mm256_fmadd_ps(a[3], b, c);
+        a[4] = _mm256_fmadd_ps(a[4], b, c);
+        a[5] = _mm256_fmadd_ps(a[5], b, c);
+        a[6] = _mm256_fmadd_ps(a[6], b, c);
+        a[7] = _mm256_fmadd_ps(a[7], b, c);
+        a[8] = _mm256_fmadd_ps(a[8], b, c);
+        a[9] = _mm256_fmadd_ps(a[9], b, c);
+        a[10] = _mm256_fmadd_ps(a[10], b, c);
+        a[11] = _mm256_fmadd_ps(a[11], b, c);
     }
     float s[8], acc = 0;
-    for (int i = 0; i < 12; i++) { _mm256_storeu_ps(s, a[i]); acc += s[0]; }
+    for (int i = 0; i < 12; i++) {
+        _mm256_storeu_ps(s, a[i]);
+        acc += s[0];
+    }
     return acc;
 }
 #endif
@@ -54,10 +65,18 @@ __attribute__((target("avx512f"))) static double fma_chains512(long iters) {
     for (int i = 0; i < 12; i++) a[i] = _mm512_set1_ps(0.001f * (float)i);
     const __m512 b = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-4f);
     for (long it = 0; it < iters; it++) {
-        a[0] = _mm512_fmadd_ps(a[0], b, c); a[1] = _mm512_fmadd_ps(a[1], b, c); a[2] = _mm512_fmadd_ps(a[2], b, c);
-        a[3] = _mm512_fmadd_ps(a[3], b, c); a[4] = _mm512_fmadd_ps(a[4], b, c); a[5] = _mm512_fmadd_ps(a[5], b, c);
-        a[6] = _mm512_fmadd_ps(a[6], b, c); a[7] = _mm512_fmadd_ps(a[7], b, c); a[8] = _mm512_fmadd_ps(a[8], b, c);
-        a[9] = _mm512_fmadd_ps(a[9], b, c); a[10] = _mm512_fmadd_ps(a[10], b, c); a[11] = _mm512_fmadd_ps(a[11], b, c);
+        a[0] = _mm512_fmadd_ps(a[0], b, c);
+        a[1] = _mm512_fmadd_ps(a[1], b, c);
+        a[2] = _mm512_fmadd_ps(a[2], b, c);
+        a[3] = _mm512_fmadd_ps(a[3], b, c);
+        a[4] = _mm512_fmadd_ps(a[4], b, c);
+        a[5] = _mm512_fmadd_ps(a[5], b, c);
+        a[6] = _mm512_fmadd_ps(a[6], b, c);
+        a[7] = _mm512_fmadd_ps(a[7], b, c);
+        a[8] = _mm512_fmadd_ps(a[8], b, c);
+        a[9] = _mm512_fmadd_ps(a[9], b, c);
+        a[10] = _mm512_fmadd_ps(a[10], b, c);
+        a[11] = _mm512_fmadd_ps(a[11], b, c);
     }
     float acc = 0;
     for (int i = 0; i < 12; i++) acc += _mm512_reduce_add_ps(a[i]);
@@ -67,16 +86,29 @@ __attribute__((target("avx512f"))) static double fma_chains512(long iters) {
 
 #if defined(__x86_64__) && defined(MA_HAVE_AMX)
 /* AMX bf16 peak: four independent accumulator tiles (the AMX kernels' 32 x 32 block) */
-typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } tile_config;
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
 static const tile_config amx_config = {1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
 __attribute__((target("amx-tile,amx-bf16"))) static double amx_chains(long iters) {
     _Alignas(64) static _Thread_local uint16_t src[512];
     _Alignas(64) float out[256];
     _tile_loadconfig(&amx_config);
-    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-    _tile_loadd(4, src, 64); _tile_loadd(5, src, 64); _tile_loadd(6, src, 64); _tile_loadd(7, src, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, src, 64);
+    _tile_loadd(5, src, 64);
+    _tile_loadd(6, src, 64);
+    _tile_loadd(7, src, 64);
     for (long i = 0; i < iters; i++) {
-        _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
     }
     _tile_stored(0, out, 64);
     _tile_release();
@@ -92,11 +124,21 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static double vnni_chains
     __m512i x = _mm512_set1_epi8(1);
     const __m512i y = _mm512_set1_epi8(2);
     for (long it = 0; it < iters; it++) {
-        a[0] = _mm512_dpbusd_epi32(a[0], x, y); a[1] = _mm512_dpbusd_epi32(a[1], x, y); a[2] = _mm512_dpbusd_epi32(a[2], x, y);
-        a[3] = _mm512_dpbusd_epi32(a[3], x, y); a[4] = _mm512_dpbusd_epi32(a[4], x, y); a[5] = _mm512_dpbusd_epi32(a[5], x, y);
-        a[6] = _mm512_dpbusd_epi32(a[6], x, y); a[7] = _mm512_dpbusd_epi32(a[7], x, y); a[8] = _mm512_dpbusd_epi32(a[8], x, y);
-        a[9] = _mm512_dpbusd_epi32(a[9], x, y); a[10] = _mm512_dpbusd_epi32(a[10], x, y); a[11] = _mm512_dpbusd_epi32(a[11], x, y);
-        a[12] = _mm512_dpbusd_epi32(a[12], x, y); a[13] = _mm512_dpbusd_epi32(a[13], x, y); a[14] = _mm512_dpbusd_epi32(a[14], x, y);
+        a[0] = _mm512_dpbusd_epi32(a[0], x, y);
+        a[1] = _mm512_dpbusd_epi32(a[1], x, y);
+        a[2] = _mm512_dpbusd_epi32(a[2], x, y);
+        a[3] = _mm512_dpbusd_epi32(a[3], x, y);
+        a[4] = _mm512_dpbusd_epi32(a[4], x, y);
+        a[5] = _mm512_dpbusd_epi32(a[5], x, y);
+        a[6] = _mm512_dpbusd_epi32(a[6], x, y);
+        a[7] = _mm512_dpbusd_epi32(a[7], x, y);
+        a[8] = _mm512_dpbusd_epi32(a[8], x, y);
+        a[9] = _mm512_dpbusd_epi32(a[9], x, y);
+        a[10] = _mm512_dpbusd_epi32(a[10], x, y);
+        a[11] = _mm512_dpbusd_epi32(a[11], x, y);
+        a[12] = _mm512_dpbusd_epi32(a[12], x, y);
+        a[13] = _mm512_dpbusd_epi32(a[13], x, y);
+        a[14] = _mm512_dpbusd_epi32(a[14], x, y);
         a[15] = _mm512_dpbusd_epi32(a[15], x, y);
         __asm__ volatile("" : "+v"(x));
     }
@@ -106,12 +148,20 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static double vnni_chains
 }
 #endif
 
-typedef struct { long iters; int wide; double sink; } peak_job;
+typedef struct {
+    long iters;
+    int wide;
+    double sink;
+} peak_job;
 static void peak_task(void *ctx, int t, int T) {
-    (void)t; (void)T;
+    (void)t;
+    (void)T;
     peak_job *j = ctx;
 #if defined(__x86_64__) && defined(MA_HAVE_AVX512)
-    if (j->wide) { j->sink += fma_chains512(j->iters); return; }
+    if (j->wide) {
+        j->sink += fma_chains512(j->iters);
+        return;
+    }
 #endif
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)
     j->sink += fma_chains(j->iters);
@@ -149,7 +199,8 @@ static double time_on_threads(ma_task_fn task, peak_job *j) {
 
 #if defined(__x86_64__) && defined(MA_HAVE_VNNI)
 static void vnni_task(void *ctx, int t, int T) {
-    (void)t; (void)T;
+    (void)t;
+    (void)T;
     peak_job *j = ctx;
     j->sink += vnni_chains(j->iters);
 }
@@ -169,7 +220,8 @@ static double vnni_peak_gops(long iters) {
 
 #if defined(__x86_64__) && defined(MA_HAVE_AMX)
 static void amx_task(void *ctx, int t, int T) {
-    (void)t; (void)T;
+    (void)t;
+    (void)T;
     peak_job *j = ctx;
     j->sink += amx_chains(j->iters);
 }
@@ -191,7 +243,11 @@ static double amx_split_peak_gflops(long iters) {
  * independent chains (one 64-byte line per iteration), so the loop issues loads faster than memory
  * delivers them: a chain of float adds is bound by the add latency instead (about 12 GB/s per
  * core at 3 GHz, below what one core can pull from memory). */
-typedef struct { const uint64_t *buf; size_t n; uint64_t sums[64]; } bw_job;
+typedef struct {
+    const uint64_t *buf;
+    size_t n;
+    uint64_t sums[64];
+} bw_job;
 static void bw_task(void *ctx, int t, int T) {
     bw_job *j = ctx;
     long lo, hi;
@@ -220,7 +276,10 @@ static double read_bandwidth_gbs(void) {
     return best;
 }
 
-typedef struct { const char *layer; int K, N; } shape;
+typedef struct {
+    const char *layer;
+    int K, N;
+} shape;
 
 /* seconds per call: the best of five batches of at least min_s / 5 each. These VMs' speed
  * drifts by 30 % and more within seconds; the best batch, like the peak it is compared with
@@ -231,14 +290,27 @@ static double time_it(void (*fn)(void *), void *ctx, double min_s) {
     for (int b = 0; b < 5; b++) {
         int reps = 0;
         double t0 = ma_now_s(), dt;
-        do { fn(ctx); reps++; dt = ma_now_s() - t0; } while (dt < min_s / 5);
+        do {
+            fn(ctx);
+            reps++;
+            dt = ma_now_s() - t0;
+        } while (dt < min_s / 5);
         if (dt / reps < best) best = dt / reps;
     }
     return best;
 }
 
-typedef struct { int M, N, K; const float *A; ma_bmat B; float *C; const float *W32; } call;
-static void run_ours(void *p) { call *c = p; ma_gemm(c->M, c->N, c->K, c->A, c->K, &c->B, NULL, 0, c->C, c->N); }
+typedef struct {
+    int M, N, K;
+    const float *A;
+    ma_bmat B;
+    float *C;
+    const float *W32;
+} call;
+static void run_ours(void *p) {
+    call *c = p;
+    ma_gemm(c->M, c->N, c->K, c->A, c->K, &c->B, NULL, 0, c->C, c->N);
+}
 
 /* the int8 kernels' time by phase over a few calls (ma_gemm_phase_timing): activation
  * quantisation and weight rearrangement as shares of the threads' time; out[0], out[1] */
@@ -267,13 +339,21 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--bandwidth")) bw_only = 1;
         else if (!strcmp(argv[i], "--peaks")) peaks_only = 1;
-        else if (!strcmp(argv[i], "--openblas-core")) { printf("%s\n", openblas_get_corename()); return 0; }
-        else { fprintf(stderr, "usage: gemm_bench [--quick] [--json] [--bandwidth | --peaks | --openblas-core]\n"); return 2; }
+        else if (!strcmp(argv[i], "--openblas-core")) {
+            printf("%s\n", openblas_get_corename());
+            return 0;
+        } else {
+            fprintf(stderr, "usage: gemm_bench [--quick] [--json] [--bandwidth | --peaks | --openblas-core]\n");
+            return 2;
+        }
     }
-    {   /* MOLMOACT_THREADS, MOLMOACT_KERNELS, ... through the one table (molmoact help env) */
+    { /* MOLMOACT_THREADS, MOLMOACT_KERNELS, ... through the one table (molmoact help env) */
         ma_settings st;
         ma_error err = {0};
-        if (ma_settings_from_env(&st, &err) || ma_kernels_configure(&st, &err)) { fprintf(stderr, "gemm_bench: %s\n", err.msg); return 2; }
+        if (ma_settings_from_env(&st, &err) || ma_kernels_configure(&st, &err)) {
+            fprintf(stderr, "gemm_bench: %s\n", err.msg);
+            return 2;
+        }
     }
     if (bw_only) { /* only the read bandwidth (bench/compare.sh's stream times) */
         const double bw = read_bandwidth_gbs();
@@ -292,26 +372,28 @@ int main(int argc, char **argv) {
     const double peak = fma_peak_gflops(), bw = read_bandwidth_gbs(), amx_peak = amx_split_peak_gflops(2000000),
                  vnni_peak = vnni_peak_gops(20000000);
     static const shape shapes[] = {
-        {"vit qkv (fused)", 1152, 3456}, {"vit out", 1152, 1152}, {"vit fc1", 1152, 4304}, {"vit fc2", 4304, 1152},
-        {"llm q", 2560, 4096}, {"llm kv (fused)", 2560, 2048}, {"llm o", 4096, 2560}, {"llm gate+up (fused)", 2560, 19456},
-        {"llm down", 9728, 2560}, {"expert qkv (fused)", 768, 2304}, {"expert o", 768, 768}, {"expert gate+up", 768, 6144},
+        {"vit qkv (fused)", 1152, 3456}, {"vit out", 1152, 1152},           {"vit fc1", 1152, 4304}, {"vit fc2", 4304, 1152},
+        {"llm q", 2560, 4096},           {"llm kv (fused)", 2560, 2048},    {"llm o", 4096, 2560},   {"llm gate+up (fused)", 2560, 19456},
+        {"llm down", 9728, 2560},        {"expert qkv (fused)", 768, 2304}, {"expert o", 768, 768},  {"expert gate+up", 768, 6144},
         {"expert down", 3072, 768}, /* the released expert's MLP: mlp_ratio 4.0, 3,072 wide (reference/molmoact_ref/config.py) */
     };
     static const int Ms[] = {10, 128, 729};
     static const ma_dtype types[] = {MA_DT_F32, MA_DT_F16, MA_DT_BF16, MA_DT_Q8_0, MA_DT_Q4_0};
     const double min_s = quick ? 0.05 : 0.3;
-    if (json) printf("{\"kernels\": \"%s\", \"threads\": %d, \"fma_peak_gflops\": %.1f, \"amx_split_peak_gflops\": %.1f, "
-                     "\"vnni_peak_gops\": %.1f, \"read_bandwidth_gbs\": %.2f, \"openblas_core\": \"%s\", \"rows\": [",
-                     ma_gemm_kernels(), ma_threads(), peak, amx_peak, vnni_peak, bw, openblas_get_corename());
+    if (json)
+        printf("{\"kernels\": \"%s\", \"threads\": %d, \"fma_peak_gflops\": %.1f, \"amx_split_peak_gflops\": %.1f, "
+               "\"vnni_peak_gops\": %.1f, \"read_bandwidth_gbs\": %.2f, \"openblas_core\": \"%s\", \"rows\": [",
+               ma_gemm_kernels(), ma_threads(), peak, amx_peak, vnni_peak, bw, openblas_get_corename());
     else {
-        printf("kernels %s, %d threads, OpenBLAS core %s; FMA peak %.1f GFLOP/s", ma_gemm_kernels(), ma_threads(),
-               openblas_get_corename(), peak);
+        printf("kernels %s, %d threads, OpenBLAS core %s; FMA peak %.1f GFLOP/s", ma_gemm_kernels(), ma_threads(), openblas_get_corename(),
+               peak);
         if (amx_peak > 0) printf(", AMX split peak %.1f GFLOP/s", amx_peak);
         if (vnni_peak > 0) printf(", VNNI peak %.1f GOP/s", vnni_peak);
         printf(", read bandwidth %.1f GB/s\n", bw);
         printf("bf16 compute on %s\n", ma_gemm_bf16_unit());
-        printf("%-20s %5s %5s %5s | %9s | %9s %9s %9s %9s %9s %9s | %6s %6s %6s %7s %6s %6s | %5s %5s\n", "layer", "M", "K", "N", "openblas", "f32", "f16",
-               "bf16", "q8_0", "q4_0", "f16*bf16", "f16/pk", "f16/ax", "f16/bl", "*bf16/1", "q8/vn", "q4/vn", "q8a/w", "q4a/u");
+        printf("%-20s %5s %5s %5s | %9s | %9s %9s %9s %9s %9s %9s | %6s %6s %6s %7s %6s %6s | %5s %5s\n", "layer", "M", "K", "N",
+               "openblas", "f32", "f16", "bf16", "q8_0", "q4_0", "f16*bf16", "f16/pk", "f16/ax", "f16/bl", "*bf16/1", "q8/vn", "q4/vn",
+               "q8a/w", "q4a/u");
     }
     /* ours for every shape first, then OpenBLAS: its threads spin for a while after each call
      * (up to 2^28 cycles by default), and timed between them our threads shared the cores with
@@ -377,11 +459,12 @@ int main(int argc, char **argv) {
             if (quick && M == 729 && N > 5000) continue;
             const double *g = g_ours[s][mi], pk = peaks[s][mi][0], ax = peaks[s][mi][1], gb = g_blas[s][mi];
             if (json) {
-                printf("%s{\"layer\": \"%s\", \"M\": %d, \"K\": %d, \"N\": %d, \"openblas_f32\": %.2f, \"f32\": %.2f, \"f16\": %.2f, "
-                       "\"bf16\": %.2f, \"q8_0\": %.2f, \"q4_0\": %.2f, \"f16_compute_bf16\": %.2f, \"fma_peak\": %.2f, \"amx_split_peak\": %.2f, "
-                       "\"q8_0_quantise_share\": %.4f, \"q8_0_rearrange_share\": %.4f, \"q4_0_quantise_share\": %.4f, \"q4_0_unpack_share\": %.4f}",
-                       first ? "" : ", ", shapes[s].layer, M, K, N, gb, g[0], g[1], g[2], g[3], g[4], g[5], pk, ax,
-                       phases[s][mi][0][0], phases[s][mi][0][1], phases[s][mi][1][0], phases[s][mi][1][1]);
+                printf(
+                    "%s{\"layer\": \"%s\", \"M\": %d, \"K\": %d, \"N\": %d, \"openblas_f32\": %.2f, \"f32\": %.2f, \"f16\": %.2f, "
+                    "\"bf16\": %.2f, \"q8_0\": %.2f, \"q4_0\": %.2f, \"f16_compute_bf16\": %.2f, \"fma_peak\": %.2f, \"amx_split_peak\": %.2f, "
+                    "\"q8_0_quantise_share\": %.4f, \"q8_0_rearrange_share\": %.4f, \"q4_0_quantise_share\": %.4f, \"q4_0_unpack_share\": %.4f}",
+                    first ? "" : ", ", shapes[s].layer, M, K, N, gb, g[0], g[1], g[2], g[3], g[4], g[5], pk, ax, phases[s][mi][0][0],
+                    phases[s][mi][0][1], phases[s][mi][1][0], phases[s][mi][1][1]);
                 first = 0;
             } else {
                 char axs[16] = "     -", ax1[16] = "      -";
@@ -397,8 +480,9 @@ int main(int argc, char **argv) {
                     snprintf(p8, sizeof p8, "%2.0f/%-2.0f", 100 * phases[s][mi][0][0], 100 * phases[s][mi][0][1]);
                     snprintf(p4, sizeof p4, "%2.0f/%-2.0f", 100 * phases[s][mi][1][0], 100 * phases[s][mi][1][1]);
                 }
-                printf("%-20s %5d %5d %5d | %9.1f | %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f | %5.0f%% %6s %5.2fx %7s %6s %6s | %5s %5s\n", shapes[s].layer, M, K,
-                       N, gb, g[0], g[1], g[2], g[3], g[4], g[5], pk > 0 ? 100 * g[1] / pk : 0, axs, g[1] / gb, ax1, v8, v4, p8, p4);
+                printf("%-20s %5d %5d %5d | %9.1f | %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f | %5.0f%% %6s %5.2fx %7s %6s %6s | %5s %5s\n",
+                       shapes[s].layer, M, K, N, gb, g[0], g[1], g[2], g[3], g[4], g[5], pk > 0 ? 100 * g[1] / pk : 0, axs, g[1] / gb, ax1,
+                       v8, v4, p8, p4);
             }
         }
     if (json) printf("]}\n");

@@ -19,7 +19,11 @@ static unsigned char *read_all(const char *path, size_t *len) {
     do {
         if (n == cap) {
             unsigned char *nb = realloc(buf, cap = cap ? 2 * cap : 65536);
-            if (!nb) { free(buf); fclose(f); return NULL; }
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
             buf = nb;
         }
         got = fread(buf + n, 1, cap - n, f);
@@ -39,8 +43,8 @@ int main(int argc, char **argv) {
     int inproc = 0;
     for (int i = 5; i < argc; i++) {
         if (!strcmp(argv[i], "--inproc")) inproc = 1;
-        else if (sscanf(argv[i], "%f,%f,%f,%f,%f,%f,%f,%f", &state[0], &state[1], &state[2], &state[3], &state[4], &state[5],
-                        &state[6], &state[7]) != 8) {
+        else if (sscanf(argv[i], "%f,%f,%f,%f,%f,%f,%f,%f", &state[0], &state[1], &state[2], &state[3], &state[4], &state[5], &state[6],
+                        &state[7]) != 8) {
             fprintf(stderr, "state must be 8 comma-separated numbers\n");
             return 2;
         }
@@ -48,7 +52,10 @@ int main(int argc, char **argv) {
     size_t len[2];
     unsigned char *img[2];
     for (int i = 0; i < 2; i++)
-        if (!(img[i] = read_all(argv[2 + i], &len[i]))) { fprintf(stderr, "cannot read %s\n", argv[2 + i]); return 1; }
+        if (!(img[i] = read_all(argv[2 + i], &len[i]))) {
+            fprintf(stderr, "cannot read %s\n", argv[2 + i]);
+            return 1;
+        }
 
     molmoact_options opt;
     molmoact_options_init(&opt);

@@ -12,7 +12,8 @@
 static ma_tokenizer *tok;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc; (void)argv;
+    (void)argc;
+    (void)argv;
     const char *p = getenv("MOLMOACT_FUZZ_TOKENIZER");
     ma_error err;
     if (ma_tokenizer_load(p ? p : "fuzz/corpus/bpe_tokenizer.json", &tok, &err) != MA_OK) {

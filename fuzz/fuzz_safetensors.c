@@ -11,7 +11,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ma_error err;
     if (ma_st_parse(data, size, "fuzz", &t, &n, &err) == MA_OK) {
         volatile uint8_t sink = 0;
-        for (size_t i = 0; i < n; i++)   /* touch every tensor's first and last byte */
+        for (size_t i = 0; i < n; i++) /* touch every tensor's first and last byte */
             if (t[i].nbytes) sink ^= ((const uint8_t *)t[i].data)[0] ^ ((const uint8_t *)t[i].data)[t[i].nbytes - 1];
         (void)sink;
         ma_st_free_tensors(t, n);

@@ -110,38 +110,38 @@ MOLMOACT_API const char *molmoact_status_name(molmoact_status s);
 /* ------------------------------------------------------------------------------------ open */
 
 typedef struct molmoact_options {
-    uint32_t struct_size;      /* sizeof(molmoact_options), set by molmoact_options_init */
-    const char *model_dir;     /* required */
-    const char *backend;       /* "cpu" or "qnn" (NULL = MOLMOACT_BACKEND, else "cpu") */
+    uint32_t struct_size;  /* sizeof(molmoact_options), set by molmoact_options_init */
+    const char *model_dir; /* required */
+    const char *backend;   /* "cpu" or "qnn" (NULL = MOLMOACT_BACKEND, else "cpu") */
     /* Every option left NULL or 0 takes the value of its environment variable (`molmoact help
      * env`) unless ignore_env, else its default. The environment is read once, at open; nothing
      * is ever written to it: each engine keeps its own settings, which its workers receive in
      * their start message (engines with different settings may live in one process) */
-    int inproc;                /* 0: six resident worker processes (default); 1: this process */
-    int threads;               /* kernel threads per process; 0 = MOLMOACT_THREADS or all CPUs */
-    const char *norm_tag;      /* norm_stats.json tag; NULL = "libero" */
+    int inproc;           /* 0: six resident worker processes (default); 1: this process */
+    int threads;          /* kernel threads per process; 0 = MOLMOACT_THREADS or all CPUs */
+    const char *norm_tag; /* norm_stats.json tag; NULL = "libero" */
     /* context variants (compile --suffix): NULL = the VISION_/LLM_/ACTION_CTX_SUFFIX variables */
     const char *vision_suffix, *llm_suffix, *action_suffix;
-    const char *worker_exe;    /* the molmoact program the workers run; NULL = found (above) */
-    int deadline_ms;           /* per request and worker; 0 = MOLMOACT_WORKER_DEADLINE_MS or 60000 */
+    const char *worker_exe; /* the molmoact program the workers run; NULL = found (above) */
+    int deadline_ms;        /* per request and worker; 0 = MOLMOACT_WORKER_DEADLINE_MS or 60000 */
     /* since 0.9: a LeRobot policy directory's base (the HF MolmoAct2 directory its config.json,
      * tokenizer and processor config come from); NULL = MOLMOACT_BASE_DIR, else the Hugging Face
      * cache entry of the policy's checkpoint_path */
     const char *base_dir;
     /* since 0.11: the other settings (each also read from its variable, above) */
-    const char *kernels;       /* a kernel set: "scalar", "portable", "avx2", "avx512", "vnni", "amx", "neon", "neon_dot" */
-    const char *compute;       /* every matrix's compute plan: "context", "fp32", "bf16" */
-    const char *gemm_panels;   /* "in_place" or "convert" */
-    int prompt_seq;            /* the static prompt length (contexts: must be the compiled one) */
-    int preload;               /* 1: read every context in at open and run one warm-up request */
-    int verbose;               /* 1: each QNN context's graphs at open, on stderr */
-    int progress;              /* 1: the workers' start as progress lines on stderr */
-    const char *qnn_lib_dir;   /* where libQnnHtp.so and libQnnSystem.so are */
-    const char *qnn_io_map;    /* a JSON file naming the graphs' tensors */
-    const char *qnn_perf;      /* the HTP power vote: "default", "high", "burst" */
-    long qnn_soc, qnn_arch;    /* HTP device configs (0: none sent) */
-    int qnn_zero_copy;         /* 1: tensors in registered rpcmem buffers */
-    int ignore_env;            /* 1: no environment variable is read */
+    const char *kernels;     /* a kernel set: "scalar", "portable", "avx2", "avx512", "vnni", "amx", "neon", "neon_dot" */
+    const char *compute;     /* every matrix's compute plan: "context", "fp32", "bf16" */
+    const char *gemm_panels; /* "in_place" or "convert" */
+    int prompt_seq;          /* the static prompt length (contexts: must be the compiled one) */
+    int preload;             /* 1: read every context in at open and run one warm-up request */
+    int verbose;             /* 1: each QNN context's graphs at open, on stderr */
+    int progress;            /* 1: the workers' start as progress lines on stderr */
+    const char *qnn_lib_dir; /* where libQnnHtp.so and libQnnSystem.so are */
+    const char *qnn_io_map;  /* a JSON file naming the graphs' tensors */
+    const char *qnn_perf;    /* the HTP power vote: "default", "high", "burst" */
+    long qnn_soc, qnn_arch;  /* HTP device configs (0: none sent) */
+    int qnn_zero_copy;       /* 1: tensors in registered rpcmem buffers */
+    int ignore_env;          /* 1: no environment variable is read */
 } molmoact_options;
 
 MOLMOACT_API void molmoact_options_init(molmoact_options *opt);
@@ -171,15 +171,15 @@ typedef struct molmoact_image {
 } molmoact_image;
 
 typedef struct molmoact_observation {
-    uint32_t struct_size;       /* sizeof(molmoact_observation), set by molmoact_observation_init */
-    molmoact_image images[2];   /* the agent view, then the wrist camera */
-    const float *state;         /* the robot state (8 values for LIBERO); finite */
+    uint32_t struct_size;     /* sizeof(molmoact_observation), set by molmoact_observation_init */
+    molmoact_image images[2]; /* the agent view, then the wrist camera */
+    const float *state;       /* the robot state (8 values for LIBERO); finite */
     int state_dim;
-    const char *task;           /* the task sentence, UTF-8, at most 65536 bytes */
+    const char *task; /* the task sentence, UTF-8, at most 65536 bytes */
     /* optional: the flow-matching noise, float [1, horizon, max_action_dim] ([1, 10, 32]) for a
      * reproducible run; else drawn as torch.randn from `seed` (0 unless have_seed) */
     const float *noise;
-    size_t noise_len;           /* number of floats in noise */
+    size_t noise_len; /* number of floats in noise */
     int have_seed;
     uint64_t seed;
     /* advanced (validation against goldens): already preprocessed inputs, used instead of the
@@ -212,27 +212,26 @@ typedef struct molmoact_timing {
 } molmoact_timing;
 
 typedef struct molmoact_result {
-    float *actions;         /* [n_steps][action_dim], de-normalised: what the robot executes */
+    float *actions; /* [n_steps][action_dim], de-normalised: what the robot executes */
     int n_steps, action_dim;
-    float *trajectory;      /* [horizon][max_action_dim]: x after the last Euler step, normalised */
+    float *trajectory; /* [horizon][max_action_dim]: x after the last Euler step, normalised */
     int horizon, max_action_dim;
     molmoact_timing timing;
 } molmoact_result;
 
 /* One observation -> one action chunk. On success res holds malloc'd arrays (release with
  * molmoact_result_free); on failure res is zeroed and err names the field, file or worker. */
-MOLMOACT_API molmoact_status molmoact_infer(molmoact *engine, const molmoact_observation *obs, molmoact_result *res,
-                                            molmoact_error *err);
+MOLMOACT_API molmoact_status molmoact_infer(molmoact *engine, const molmoact_observation *obs, molmoact_result *res, molmoact_error *err);
 
 MOLMOACT_API void molmoact_result_free(molmoact_result *res);
 
 /* ------------------------------------------------------------------------------------ info */
 
 typedef struct molmoact_info {
-    char variant[16];            /* "grid" (Grid Sampler) or "original" */
+    char variant[16]; /* "grid" (Grid Sampler) or "original" */
     int action_horizon, action_dim, max_action_dim, n_steps, state_dim, flow_steps;
-    int prompt_seq;              /* the contexts' prompt length (0 for a checkpoint) */
-    char precision[3][16];       /* vision, llm, action: "f16", "q4_0", ... or "checkpoint" */
+    int prompt_seq;        /* the contexts' prompt length (0 for a checkpoint) */
+    char precision[3][16]; /* vision, llm, action: "f16", "q4_0", ... or "checkpoint" */
     char norm_tag[64];
     int inproc;
     long peak_rss_kib, workers_peak_rss_kib; /* this process, the live workers together */
@@ -247,10 +246,10 @@ MOLMOACT_API molmoact_status molmoact_get_info(molmoact *engine, molmoact_info *
  * vectors). index 0 .. molmoact_component_count() - 1; out->struct_size set by the caller. */
 #define MOLMOACT_MAX_DTYPES 6
 typedef struct molmoact_component {
-    uint32_t struct_size;                 /* sizeof(molmoact_component) */
+    uint32_t struct_size; /* sizeof(molmoact_component) */
     char name[32];
     char precision[16];
-    int n_dtypes;                         /* 0: its weights could not be read */
+    int n_dtypes; /* 0: its weights could not be read */
     char dtype[MOLMOACT_MAX_DTYPES][8];
     uint64_t bytes[MOLMOACT_MAX_DTYPES];
 } molmoact_component;

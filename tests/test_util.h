@@ -37,13 +37,21 @@ static inline void tu_fill(float *x, size_t n, uint64_t seed) {
 
 static inline double tu_cosine(const float *a, const float *b, size_t n) {
     double d = 0, na = 0, nb = 0;
-    for (size_t i = 0; i < n; i++) { d += (double)a[i] * b[i]; na += (double)a[i] * a[i]; nb += (double)b[i] * b[i]; }
+    for (size_t i = 0; i < n; i++) {
+        d += (double)a[i] * b[i];
+        na += (double)a[i] * a[i];
+        nb += (double)b[i] * b[i];
+    }
     return (na == 0 && nb == 0) ? 1.0 : d / sqrt(na * nb);
 }
 
 static inline double tu_maxrel(const float *a, const float *b, size_t n) {
     double mx = 0, ss = 0;
-    for (size_t i = 0; i < n; i++) { double d = fabs((double)a[i] - b[i]); if (d > mx) mx = d; ss += (double)b[i] * b[i]; }
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > mx) mx = d;
+        ss += (double)b[i] * b[i];
+    }
     double rms = sqrt(ss / (double)(n ? n : 1));
     return rms > 0 ? mx / rms : mx;
 }
@@ -63,10 +71,10 @@ static inline void tu_rmdir(const char *path) {
 }
 
 /* assert a failing call's message mentions `needle` */
-#define assert_fails_naming(call, err, needle)                                                         \
-    do {                                                                                               \
-        ma_status _s = (call);                                                                         \
-        if (_s == MA_OK) fail_msg("%s succeeded, expected an error naming %s", #call, needle);       \
+#define assert_fails_naming(call, err, needle)                                                        \
+    do {                                                                                              \
+        ma_status _s = (call);                                                                        \
+        if (_s == MA_OK) fail_msg("%s succeeded, expected an error naming %s", #call, needle);        \
         if (!strstr((err).msg, needle)) fail_msg("error \"%s\" does not name %s", (err).msg, needle); \
     } while (0)
 

@@ -39,7 +39,10 @@ static size_t session_weight_bytes(const ma_model *m, int which, const ma_mapfil
 /* the flush of --cold, shared by the kernels' pool: its threads are then awake for the timed run,
  * as between the Euler steps of an observation (a serial flush of 20-70 MB left them asleep,
  * and waking one cost about 0.1 ms in each cold run) */
-typedef struct { const char *p; unsigned long n; } flush_job;
+typedef struct {
+    const char *p;
+    unsigned long n;
+} flush_job;
 
 static void flush_task(void *ctx, int t, int T) {
     const flush_job *f = ctx;
@@ -70,11 +73,12 @@ static void print_session_bench(const opts *o, const ma_engine *e, double *ms, s
     long self_kb, workers_kb;
     ma_engine_peak_rss(e, &self_kb, &workers_kb);
     if (o->json)
-        printf("{\"session\": \"%s\", \"runs\": %d, \"threads\": %d, \"kernels\": \"%s\", \"cold\": %s, \"median_ms\": %.4f, \"min_ms\": %.4f, "
-               "\"mean_ms\": %.4f, \"p90_ms\": %.4f, \"weight_bytes\": %zu, \"peak_rss_kib\": %ld, "
-               "\"gemm_gflop\": {\"fp32\": %.4f, \"bf16\": %.4f, \"int8\": %.4f}}\n", o->session, o->runs, ma_kernel_threads(),
-               ma_gemm_kernels(), o->cold ? "true" : "false", median, ms[0], mean, p90, weight_bytes, self_kb, fl.fp32 / o->runs / 1e9,
-               fl.bf16 / o->runs / 1e9, fl.int8 / o->runs / 1e9);
+        printf(
+            "{\"session\": \"%s\", \"runs\": %d, \"threads\": %d, \"kernels\": \"%s\", \"cold\": %s, \"median_ms\": %.4f, \"min_ms\": %.4f, "
+            "\"mean_ms\": %.4f, \"p90_ms\": %.4f, \"weight_bytes\": %zu, \"peak_rss_kib\": %ld, "
+            "\"gemm_gflop\": {\"fp32\": %.4f, \"bf16\": %.4f, \"int8\": %.4f}}\n",
+            o->session, o->runs, ma_kernel_threads(), ma_gemm_kernels(), o->cold ? "true" : "false", median, ms[0], mean, p90, weight_bytes,
+            self_kb, fl.fp32 / o->runs / 1e9, fl.bf16 / o->runs / 1e9, fl.int8 / o->runs / 1e9);
     else
         printf("%s: median %.3f ms, min %.3f ms, mean %.3f ms, p90 %.3f ms over %d runs (%d threads, %s kernels%s), weights %.1f MiB, "
                "peak RSS %.1f MiB; GEMM products %.2f GFLOP per run (fp32 %.2f, bf16 %.2f, int8 %.2f), %.1f GFLOP/s at the median\n",
@@ -85,28 +89,45 @@ static void print_session_bench(const opts *o, const ma_engine *e, double *ms, s
 
 static int cmd_bench_session(opts *o) {
     ma_error err = {0};
-    if (!o->model || !o->inputs) { fprintf(stderr, "molmoact: bench --session needs --model DIR and --inputs IO.npz\n"); return 2; }
+    if (!o->model || !o->inputs) {
+        fprintf(stderr, "molmoact: bench --session needs --model DIR and --inputs IO.npz\n");
+        return 2;
+    }
     int which = -1;
     for (int i = 0; i < 7; i++)
         if (!strcmp(o->session, MA_SESSION_NAMES[i])) which = i;
-    if (which < 0) { fprintf(stderr, "molmoact: unknown session %s (vision, llm_split0..3, action_context, action_step)\n", o->session); return 2; }
+    if (which < 0) {
+        fprintf(stderr, "molmoact: unknown session %s (vision, llm_split0..3, action_context, action_step)\n", o->session);
+        return 2;
+    }
     if (o->runs < 1) o->runs = 5;
     ma_npz z = {0};
     if (ma_npz_read(o->inputs, &z, &err)) return fail(&err);
     ma_engine e;
-    if (ma_engine_open(o->model, o->norm_tag, 1, &SET, settings_backend(), NULL, &e, &err)) { ma_npz_free(&z); return fail(&err); }
+    if (ma_engine_open(o->model, o->norm_tag, 1, &SET, settings_backend(), NULL, &e, &err)) {
+        ma_npz_free(&z);
+        return fail(&err);
+    }
     const ma_session *sess = e.runner->sess[which];
     ma_tensor in[MA_SESSION_MAX_IO], out[MA_SESSION_MAX_IO];
     int rc = 0;
     for (int i = 0; i < sess->n_in && !rc; i++) {
         const ma_tensor *t = ma_npz_get(&z, sess->in[i].name);
-        if (!t) { fprintf(stderr, "molmoact: %s: no array %s (input of %s)\n", o->inputs, sess->in[i].name, o->session); rc = 2; }
-        else in[i] = *t;
+        if (!t) {
+            fprintf(stderr, "molmoact: %s: no array %s (input of %s)\n", o->inputs, sess->in[i].name, o->session);
+            rc = 2;
+        } else in[i] = *t;
     }
     const ma_mapfile *map;
     const size_t weight_bytes = session_weight_bytes(sess->model, which, &map);
-    if (o->cold && !map) { fprintf(stderr, "molmoact: bench --cold needs a context directory (molmoact compile)\n"); rc = 2; }
-    if (o->cold && map && !ma_cache_flush(map->data, 0)) { fprintf(stderr, "molmoact: bench --cold: this CPU has no cache flush\n"); rc = 2; }
+    if (o->cold && !map) {
+        fprintf(stderr, "molmoact: bench --cold needs a context directory (molmoact compile)\n");
+        rc = 2;
+    }
+    if (o->cold && map && !ma_cache_flush(map->data, 0)) {
+        fprintf(stderr, "molmoact: bench --cold: this CPU has no cache flush\n");
+        rc = 2;
+    }
     double *ms = calloc((size_t)o->runs, sizeof *ms);
     if (!ms) rc = 1;
     for (int i = 0; i <= o->runs && !rc; i++) {
@@ -114,7 +135,10 @@ static int cmd_bench_session(opts *o) {
         double compute, transfer;
         if (o->cold) flush_weights(map->data, map->size);
         const unsigned kept = which == 6 && i > 0 ? MA_STEP_KEPT_INPUTS : 0u;
-        if (e.runner->link.run(e.runner->link.ctx, which, 0, kept, in, sess->n_in, out, &n_out, &compute, &transfer, &err)) { rc = fail(&err); break; }
+        if (e.runner->link.run(e.runner->link.ctx, which, 0, kept, in, sess->n_in, out, &n_out, &compute, &transfer, &err)) {
+            rc = fail(&err);
+            break;
+        }
         for (int k = 0; k < n_out; k++) ma_tensor_free(&out[k]);
         if (i > 0) ms[i - 1] = compute;
         else ma_gemm_counts_reset(); /* the timed runs' products only */
@@ -142,15 +166,22 @@ static int cmd_bench(opts *o) {
      * after the first run, so this is the cost beyond reading them) */
     const double open_ms = t1 - t0;
     ma_request q;
-    ma_status s = src.inputs || src.image0 ? ma_request_load(&ep->host, &src, &q, &err) : ma_request_synthetic(&ep->host, o->seed, &q, &err);
-    if (s) { api_close(&api); return fail(&err); }
+    ma_status s =
+        src.inputs || src.image0 ? ma_request_load(&ep->host, &src, &q, &err) : ma_request_synthetic(&ep->host, o->seed, &q, &err);
+    if (s) {
+        api_close(&api);
+        return fail(&err);
+    }
     ma_latency lat;
     ma_latency_init(&lat);
     int rc = 0;
     for (int i = 0; i <= o->runs && !rc; i++) {
         ma_result res;
         ma_timing tm;
-        if (api_run(api, &q, &res, &tm, NULL, &err)) { rc = fail(&err); break; }
+        if (api_run(api, &q, &res, &tm, NULL, &err)) {
+            rc = fail(&err);
+            break;
+        }
         if (i > 0) ma_latency_add(&lat, &tm); /* run 0 warms caches and page mappings */
         ma_result_free(&res);
     }
@@ -179,6 +210,9 @@ static int cmd_bench(opts *o) {
 int cmd_bench_a(cli_args *a) {
     opts o;
     if (opts_from(a, &o) || session_settings(a)) return 1;
-    if (o.cold && !o.session) { fprintf(stderr, "molmoact bench: --cold times one session: give --session NAME\n"); return 1; }
+    if (o.cold && !o.session) {
+        fprintf(stderr, "molmoact bench: --cold times one session: give --session NAME\n");
+        return 1;
+    }
     return cmd_bench(&o);
 }

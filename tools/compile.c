@@ -20,7 +20,10 @@ static int parse_compute(const char *v, ma_compile_opts *co) {
         for (int c = 0; c < 3; c++) co->compute[c] = !strcmp(v, "bf16") ? "bf16" : "fp32";
         return 0;
     }
-    if (strlen(v) >= sizeof buf) { fprintf(stderr, "molmoact compile: --compute %.40s...: too long\n", v); return 1; }
+    if (strlen(v) >= sizeof buf) {
+        fprintf(stderr, "molmoact compile: --compute %.40s...: too long\n", v);
+        return 1;
+    }
     snprintf(buf, sizeof buf, "%s", v);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(t, '=');
@@ -31,8 +34,10 @@ static int parse_compute(const char *v, ma_compile_opts *co) {
                 if (!strcmp(t, names[i])) c = i;
         }
         if (c < 0 || (strcmp(eq + 1, "fp32") && strcmp(eq + 1, "bf16"))) {
-            fprintf(stderr, "molmoact compile: --compute %s: must be fp32, bf16, or COMPONENT=PLAN[,...] with COMPONENT vision, llm or action and "
-                            "PLAN fp32 or bf16\n", v);
+            fprintf(stderr,
+                    "molmoact compile: --compute %s: must be fp32, bf16, or COMPONENT=PLAN[,...] with COMPONENT vision, llm or action and "
+                    "PLAN fp32 or bf16\n",
+                    v);
             return 1;
         }
         co->compute[c] = !strcmp(eq + 1, "bf16") ? "bf16" : "fp32";
@@ -47,13 +52,25 @@ int cmd_compile_a(cli_args *a) {
     co.settings = &SET;
     if (SET.prompt_seq > 0) co.prompt_seq = SET.prompt_seq; /* MOLMOACT_PROMPT_SEQ; --prompt-seq below wins */
     if (a->given[O_PROMPT_SEQ]) co.prompt_seq = (int)a->i[O_PROMPT_SEQ];
-    if (a->given[O_VISION]) { co.vision = a->str[O_VISION]; co.suffixed |= MA_COMPILE_SUFFIX_VISION; }
-    if (a->given[O_LLM]) { co.llm = a->str[O_LLM]; co.suffixed |= MA_COMPILE_SUFFIX_LLM; }
-    if (a->given[O_ACTION]) { co.action = a->str[O_ACTION]; co.suffixed |= MA_COMPILE_SUFFIX_ACTION; }
+    if (a->given[O_VISION]) {
+        co.vision = a->str[O_VISION];
+        co.suffixed |= MA_COMPILE_SUFFIX_VISION;
+    }
+    if (a->given[O_LLM]) {
+        co.llm = a->str[O_LLM];
+        co.suffixed |= MA_COMPILE_SUFFIX_LLM;
+    }
+    if (a->given[O_ACTION]) {
+        co.action = a->str[O_ACTION];
+        co.suffixed |= MA_COMPILE_SUFFIX_ACTION;
+    }
     if (a->given[O_SUFFIX]) {
         co.suffix = a->str[O_SUFFIX];
         if (!co.suffixed && co.suffix[0]) {
-            fprintf(stderr, "molmoact compile: --suffix %s names the files of the components given with --vision, --llm or --action: give at least one\n", co.suffix);
+            fprintf(
+                stderr,
+                "molmoact compile: --suffix %s names the files of the components given with --vision, --llm or --action: give at least one\n",
+                co.suffix);
             return 1;
         }
     }
@@ -79,8 +96,14 @@ int cmd_compile_a(cli_args *a) {
         co.compute_keep[co.n_compute_keep++] = a->list[O_COMPUTE_KEEP][k];
     }
     const char *src = a->pos[0], *out = a->str[O_OUT];
-    if (!out) { fprintf(stderr, "molmoact compile: give the output directory with -o CTX_DIR\n"); return 1; }
-    if (!ma_is_dir(src)) { fprintf(stderr, "molmoact compile: %s is not a directory\n", src); return 1; }
+    if (!out) {
+        fprintf(stderr, "molmoact compile: give the output directory with -o CTX_DIR\n");
+        return 1;
+    }
+    if (!ma_is_dir(src)) {
+        fprintf(stderr, "molmoact compile: %s is not a directory\n", src);
+        return 1;
+    }
     ma_error err = {0};
     if (ma_compile(src, out, &co, &err)) return fail(&err);
     printf("compiled %s -> %s (vision %s, llm %s, action %s, prompt length %d%s%s)\n", src, out, co.vision, co.llm, co.action,

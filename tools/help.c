@@ -20,7 +20,10 @@ int cmd_help_a(cli_args *a) {
         cli_print_markdown(stdout, OPTS, CMDS, N_CMDS, SESSION_OPTS, N_SESSION_OPTS);
         return 0;
     }
-    if (!a->npos) { cli_print_overview(stdout, CMDS, N_CMDS); return 0; }
+    if (!a->npos) {
+        cli_print_overview(stdout, CMDS, N_CMDS);
+        return 0;
+    }
     if (!strcmp(a->pos[0], "env") || !strcmp(a->pos[0], "environment")) {
         printf("environment variables (molmoact help COMMAND shows those a command reads):\n");
         cli_print_env(stdout, NULL);

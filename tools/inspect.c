@@ -39,7 +39,8 @@ static int inspect_context_dir(const char *path) {
     ma_manifest mf;
     if (ma_manifest_load(path, &mf, &err)) return fail(&err);
     printf("%s: a context directory (molmoact compile), %d files\n", path, mf.n);
-    printf("  %-28s %-15s %-9s %-7s %-8s %-10s %-17s %s\n", "file", "component", "precision", "compute", "prompt", "layers", "compile", "size");
+    printf("  %-28s %-15s %-9s %-7s %-8s %-10s %-17s %s\n", "file", "component", "precision", "compute", "prompt", "layers", "compile",
+           "size");
     char fingerprint[24] = "";
     double total = 0;
     for (int i = 0; i < mf.n; i++) {
@@ -48,8 +49,8 @@ static int inspect_context_dir(const char *path) {
         char *fp = ma_path_join(path, e->name);
         ma_gguf g;
         if (!e->compile_id[0] || !fp || ma_gguf_open(&g, fp, NULL) != MA_OK) {
-            printf("  %-28s %-15s %-9s %-7s %-8s %-10s %-17s %.1f MiB\n", e->name, e->compile_id[0] ? "(unreadable)" : "host file", "", "", "", "",
-                   e->compile_id[0] ? e->compile_id : "", (double)e->bytes / 1048576.0);
+            printf("  %-28s %-15s %-9s %-7s %-8s %-10s %-17s %.1f MiB\n", e->name, e->compile_id[0] ? "(unreadable)" : "host file", "", "",
+                   "", "", e->compile_id[0] ? e->compile_id : "", (double)e->bytes / 1048576.0);
             free(fp);
             continue;
         }
@@ -82,7 +83,10 @@ static int inspect_checkpoint_dir(const char *path) {
     if (ma_is_lerobot_dir(path)) {
         ma_lerobot *lr = calloc(1, sizeof *lr);
         if (!lr) return 1;
-        if (ma_lerobot_open(path, SET.base_dir, SET.hub_cache, lr, &err)) { free(lr); return fail(&err); }
+        if (ma_lerobot_open(path, SET.base_dir, SET.hub_cache, lr, &err)) {
+            free(lr);
+            return fail(&err);
+        }
         printf("%s: a LeRobot MolmoAct2 policy; base %s (from %s; checkpoint_path %s)\n", path, lr->base_dir, lr->base_from, lr->repo_id);
         printf("  action_mode %s (the expert attends to %s), chunk_size %d, n_action_steps %d, %s%s\n", lr->action_mode,
                lr->full_encoder_mask ? "every prompt token" : "the prompt less EOS and action spans", lr->chunk_size, lr->n_action_steps,
@@ -95,7 +99,8 @@ static int inspect_checkpoint_dir(const char *path) {
         free(lr);
     } else {
         char *cp = ma_path_join(path, "config.json");
-        if (cp && ma_is_file(cp) && !ma_config_load(cp, &cfg, NULL) && cfg.unknown[0]) printf("%s/config.json: fields this runtime ignores: %s\n", path, cfg.unknown);
+        if (cp && ma_is_file(cp) && !ma_config_load(cp, &cfg, NULL) && cfg.unknown[0])
+            printf("%s/config.json: fields this runtime ignores: %s\n", path, cfg.unknown);
         free(cp);
     }
     ma_safetensors st;
@@ -124,9 +129,13 @@ static int inspect_gguf(const char *path) {
         printf("  %-48s ", kv->key);
         switch (kv->type) {
         case MA_GGUF_STRING: printf("\"%.*s\"\n", (int)(kv->v.s.len > 200 ? 200 : kv->v.s.len), kv->v.s.p); break;
-        case MA_GGUF_F32: case MA_GGUF_F64: printf("%g\n", kv->v.f); break;
+        case MA_GGUF_F32:
+        case MA_GGUF_F64: printf("%g\n", kv->v.f); break;
         case MA_GGUF_BOOL: printf("%s\n", kv->v.b ? "true" : "false"); break;
-        case MA_GGUF_I8: case MA_GGUF_I16: case MA_GGUF_I32: case MA_GGUF_I64: printf("%lld\n", (long long)kv->v.i); break;
+        case MA_GGUF_I8:
+        case MA_GGUF_I16:
+        case MA_GGUF_I32:
+        case MA_GGUF_I64: printf("%lld\n", (long long)kv->v.i); break;
         case MA_GGUF_ARRAY: printf("array of %llu (type %u)\n", (unsigned long long)kv->arr_count, kv->arr_type); break;
         default: printf("%llu\n", (unsigned long long)kv->v.u); break;
         }
@@ -147,7 +156,10 @@ static int inspect_gguf(const char *path) {
 static int inspect_npz(ma_mapfile *mf, const char *path) {
     ma_error err = {0};
     ma_npz z;
-    if (ma_npz_parse(mf->data, mf->size, path, &z, &err)) { ma_unmap_file(mf); return fail(&err); }
+    if (ma_npz_parse(mf->data, mf->size, path, &z, &err)) {
+        ma_unmap_file(mf);
+        return fail(&err);
+    }
     printf("%s: %zu arrays\n", path, z.count);
     for (size_t i = 0; i < z.count; i++) {
         printf("  %-32s %-6s ", z.entries[i].name, ma_dtype_name(z.entries[i].t.dtype));
@@ -178,7 +190,10 @@ static int inspect_safetensors_file(ma_mapfile *mf, const char *path) {
     ma_error err = {0};
     ma_st_tensor *ts;
     size_t n;
-    if (ma_st_parse(mf->data, mf->size, path, &ts, &n, &err)) { ma_unmap_file(mf); return fail(&err); }
+    if (ma_st_parse(mf->data, mf->size, path, &ts, &n, &err)) {
+        ma_unmap_file(mf);
+        return fail(&err);
+    }
     printf("%s: safetensors, %zu tensors\n", path, n);
     for (size_t i = 0; i < n; i++) {
         printf("  %-72s %-5s ", ts[i].name, ma_dtype_name(ts[i].dtype));
@@ -208,8 +223,10 @@ static int cmd_inspect(const char *path) {
     const size_t nl = strlen(path);
     ma_unmap_file(&mf);
     if (nl > 4 && !strcmp(path + nl - 4, ".bin")) return inspect_qnn_binary(path);
-    fprintf(stderr, "molmoact inspect: %s is not a file inspect reads (GGUF, safetensors, .npz, .npy, a QNN context binary .bin, "
-                    "or a checkpoint or context directory)\n", path);
+    fprintf(stderr,
+            "molmoact inspect: %s is not a file inspect reads (GGUF, safetensors, .npz, .npy, a QNN context binary .bin, "
+            "or a checkpoint or context directory)\n",
+            path);
     return 1;
 }
 

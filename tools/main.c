@@ -19,15 +19,24 @@
 #include "runtime/resident.h"
 
 int main(int argc, char **argv) {
-    if (argc < 2) { cli_print_overview(stderr, CMDS, N_CMDS); return 1; }
+    if (argc < 2) {
+        cli_print_overview(stderr, CMDS, N_CMDS);
+        return 1;
+    }
     const char *name = argv[1];
     if (!strcmp(name, "__worker")) { /* a resident worker process, started by the orchestrator */
-        if (argc != 7) { fprintf(stderr, "molmoact: __worker is started by molmoact run, not by hand\n"); return 2; }
+        if (argc != 7) {
+            fprintf(stderr, "molmoact: __worker is started by molmoact run, not by hand\n");
+            return 2;
+        }
         /* its settings come in its start message; its environment (a qnn worker's LD_LIBRARY_PATH
          * and ADSP_LIBRARY_PATH) was set by the orchestrator at its exec */
         return ma_worker_main(atoi(argv[2]), ma_backend_find, argv[3], argv[4], (unsigned)strtoul(argv[5], NULL, 10), atoi(argv[6]));
     }
-    if (!strcmp(name, "--help") || !strcmp(name, "-h")) { cli_print_overview(stdout, CMDS, N_CMDS); return 0; }
+    if (!strcmp(name, "--help") || !strcmp(name, "-h")) {
+        cli_print_overview(stdout, CMDS, N_CMDS);
+        return 0;
+    }
     if (!strcmp(name, "--version") || !strcmp(name, "-V")) return cmd_version_a(NULL);
     const cli_cmd *c = find_cmd(name);
     if (!c) return unknown_command(name);

@@ -9,7 +9,10 @@
 #include "runtime/parity.h"
 
 static int cmd_parity(opts *o) {
-    if (!o->model || !o->golden) { fprintf(stderr, "molmoact: parity needs --model DIR and --golden DIR\n"); return 1; }
+    if (!o->model || !o->golden) {
+        fprintf(stderr, "molmoact: parity needs --model DIR and --golden DIR\n");
+        return 1;
+    }
     ma_error err = {0};
     ma_model m;
     if (ma_model_open_with(o->model, o->norm_tag, MA_PART_ALL, &SET, &m, &err)) return fail(&err);

@@ -13,7 +13,10 @@
 #include "model/image.h"
 
 static int cmd_preprocess(opts *o) {
-    if (!o->model || !o->image0) { fprintf(stderr, "molmoact: preprocess needs --model DIR and --image0 FILE\n"); return 1; }
+    if (!o->model || !o->image0) {
+        fprintf(stderr, "molmoact: preprocess needs --model DIR and --image0 FILE\n");
+        return 1;
+    }
     ma_error err = {0};
     ma_config cfg;
     char *cp = ma_path_join(o->model, "config.json");

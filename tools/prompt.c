@@ -16,13 +16,20 @@
 #include "model/prompt.h"
 
 static int cmd_prompt(opts *o) {
-    if (!o->model) { fprintf(stderr, "molmoact: prompt needs --model DIR\n"); return 1; }
+    if (!o->model) {
+        fprintf(stderr, "molmoact: prompt needs --model DIR\n");
+        return 1;
+    }
     ma_error err = {0};
     ma_model m;
     /* a prompt needs the configuration, the statistics and the tokenizer, not the weights: the
      * embedding part only (as the resident engine's host opens), unmerged LoRA adapters accepted */
     if (ma_model_open_with(o->model, o->norm_tag, MA_PART_EMBED | MA_PART_LORA_OK, &SET, &m, &err)) return fail(&err);
-    if (!m.tok) { fprintf(stderr, "molmoact: %s has no tokenizer.json\n", o->model); ma_model_close(&m); return 1; }
+    if (!m.tok) {
+        fprintf(stderr, "molmoact: %s has no tokenizer.json\n", o->model);
+        ma_model_close(&m);
+        return 1;
+    }
     char *line = NULL;
     size_t cap = 0;
     ssize_t got;
@@ -30,7 +37,8 @@ static int cmd_prompt(opts *o) {
     ma_prompt_opts po = {m.tokens_per_image, 2, m.col_tokens, 1};
     while ((got = getline(&line, &cap, stdin)) >= 0) {
         cJSON *j = cJSON_Parse(line);
-        const cJSON *task = j ? cJSON_GetObjectItemCaseSensitive(j, "task") : NULL, *state = j ? cJSON_GetObjectItemCaseSensitive(j, "state") : NULL;
+        const cJSON *task = j ? cJSON_GetObjectItemCaseSensitive(j, "task") : NULL,
+                    *state = j ? cJSON_GetObjectItemCaseSensitive(j, "state") : NULL;
         float st[MA_NORM_MAX_DIM];
         int n = 0, ok = cJSON_IsString(task) && cJSON_IsArray(state);
         for (const cJSON *e = ok ? state->child : NULL; e && ok; e = e->next) {
@@ -42,8 +50,11 @@ static int cmd_prompt(opts *o) {
             else ok = 0;
         }
         ma_prompt p;
-        if (!ok) { fprintf(stderr, "molmoact: prompt: expected {\"task\": string, \"state\": [numbers]}\n"); printf("null\n"); rc = 1; }
-        else if (ma_build_prompt(&m.cfg, &m.ns, m.tok, &po, task->valuestring, strlen(task->valuestring), st, n, &p, &err)) {
+        if (!ok) {
+            fprintf(stderr, "molmoact: prompt: expected {\"task\": string, \"state\": [numbers]}\n");
+            printf("null\n");
+            rc = 1;
+        } else if (ma_build_prompt(&m.cfg, &m.ns, m.tok, &po, task->valuestring, strlen(task->valuestring), st, n, &p, &err)) {
             fprintf(stderr, "molmoact: prompt: %s\n", err.msg);
             printf("null\n");
             rc = 1;

@@ -26,7 +26,8 @@ static void print_actions_json(const ma_result *r) {
     printf("\"actions\": [");
     for (int k = 0; k < r->n_steps; k++) {
         printf("%s[", k ? ", " : "");
-        for (int j = 0; j < r->action_dim; j++) printf("%s%.9g", j ? ", " : "", r->actions[k * r->action_dim + j]); /* round-trips a float */
+        for (int j = 0; j < r->action_dim; j++)
+            printf("%s%.9g", j ? ", " : "", r->actions[k * r->action_dim + j]); /* round-trips a float */
         printf("]");
     }
     printf("]");
@@ -62,8 +63,13 @@ static int run_parity(ma_engine *e, const opts *o) {
     double gate = ma_parity_default_gate(&e->host, &e2e);
     if (o->gate > 0) gate = o->gate;
     if (ma_parity_run_runner(e->runner, o->golden, gate, e2e, &rep, &err)) return fail(&err);
-    if (o->json) { printf(", \"parity\": "); ma_parity_print(&rep, stdout, 1); }
-    else { printf("\nparity against %s\n", o->golden); ma_parity_print(&rep, stdout, 0); }
+    if (o->json) {
+        printf(", \"parity\": ");
+        ma_parity_print(&rep, stdout, 1);
+    } else {
+        printf("\nparity against %s\n", o->golden);
+        ma_parity_print(&rep, stdout, 0);
+    }
     rc = rep.pass ? 0 : 2;
     ma_parity_free(&rep);
     return rc;
@@ -130,8 +136,7 @@ static int stream_one(molmoact *api, const opts *o, long index, const char *line
     printf(", ");
     print_actions_json(&res);
     printf(", \"latency_ms\": {\"inference\": %.4f, \"transfer\": %.4f, \"host\": %.4f, \"total\": %.4f}",
-           t->vision + t->llm[0] + t->llm[1] + t->llm[2] + t->llm[3] + t->action_context + t->action_step,
-           t->transfer, t->host, t->total);
+           t->vision + t->llm[0] + t->llm[1] + t->llm[2] + t->llm[3] + t->action_context + t->action_step, t->transfer, t->host, t->total);
     printf("}\n");
     fflush(stdout);
     ma_result_free(&res);
@@ -237,8 +242,14 @@ static ma_status write_outputs(const opts *o, const ma_result *res, const ma_tra
             if (s) have_df = 0;
         }
     }
-    if (!s && have_df) { s = ma_out_commit(&df, err); have_df = 0; }
-    if (!s && have_of) { s = ma_out_commit(&of, err); have_of = 0; }
+    if (!s && have_df) {
+        s = ma_out_commit(&df, err);
+        have_df = 0;
+    }
+    if (!s && have_of) {
+        s = ma_out_commit(&of, err);
+        have_of = 0;
+    }
     if (have_df) ma_out_abort(&df);
     if (have_of) ma_out_abort(&of);
     if (s && made_dir) rmdir(o->dump);
@@ -267,10 +278,14 @@ static ma_status trace_add_prep(ma_trace *trace, const ma_engine *ep, const ma_r
  * and closes it) */
 static void print_run_report(const opts *o, const ma_engine *ep, const ma_result *first, const ma_latency *lat, double open_ms,
                              double first_ms, double warm_sum) {
-    if (o->json) { printf("{"); print_actions_json(first); }
-    else print_actions(first);
-    if (o->json) { printf(", \"latency\": "); ma_latency_print_json(lat, ep->inproc ? "inproc" : "resident", ep->host.cfg.flow_steps, stdout); }
-    else {
+    if (o->json) {
+        printf("{");
+        print_actions_json(first);
+    } else print_actions(first);
+    if (o->json) {
+        printf(", \"latency\": ");
+        ma_latency_print_json(lat, ep->inproc ? "inproc" : "resident", ep->host.cfg.flow_steps, stdout);
+    } else {
         printf("\n");
         char mode[96];
         if (o->runs > 1) snprintf(mode, sizeof mode, "%s; the warm runs 2-%d, the first on its own below", mode_name(ep), o->runs);
@@ -319,22 +334,39 @@ static int cmd_run(opts *o) {
     ma_trace_init(&trace);
     ma_latency lat;
     ma_latency_init(&lat);
-    if (ma_request_load(&ep->host, &src, &q, &err)) { fail(&err); goto out; }
+    if (ma_request_load(&ep->host, &src, &q, &err)) {
+        fail(&err);
+        goto out;
+    }
     /* N runs of the same observation on the resident sessions; all must give the same chunk */
     for (int i = 0; i < o->runs; i++) {
         ma_result_free(&res);
         ma_timing tm;
-        if (api_run(api, &q, &res, &tm, o->dump && i == 0 ? &trace : NULL, &err)) { fail(&err); goto out; }
+        if (api_run(api, &q, &res, &tm, o->dump && i == 0 ? &trace : NULL, &err)) {
+            fail(&err);
+            goto out;
+        }
         if (i > 0 || o->runs == 1) ma_latency_add(&lat, &tm); /* the table: the warm runs (2..N), or the only one */
-        if (i == 0) { first_ms = tm.total; first = res; memset(&res, 0, sizeof res); continue; }
+        if (i == 0) {
+            first_ms = tm.total;
+            first = res;
+            memset(&res, 0, sizeof res);
+            continue;
+        }
         warm_sum += tm.total;
         if (memcmp(first.actions, res.actions, sizeof(float) * (size_t)res.n_steps * res.action_dim) != 0) {
             fprintf(stderr, "molmoact: run %d gave a different action chunk than run 1 (the pipeline is not deterministic)\n", i + 1);
             goto out;
         }
     }
-    if (o->dump && q.prep.resized && trace_add_prep(&trace, ep, &q, &err)) { fail(&err); goto out; }
-    if ((o->out || o->dump) && write_outputs(o, &first, &trace, &err)) { fail(&err); goto out; }
+    if (o->dump && q.prep.resized && trace_add_prep(&trace, ep, &q, &err)) {
+        fail(&err);
+        goto out;
+    }
+    if ((o->out || o->dump) && write_outputs(o, &first, &trace, &err)) {
+        fail(&err);
+        goto out;
+    }
     print_run_report(o, ep, &first, &lat, open_ms, first_ms, warm_sum);
     rc = o->golden ? run_parity(ep, o) : 0;
     if (o->json) printf("}\n");

@@ -37,7 +37,13 @@ int cmd_serve_a(cli_args *a) {
     so.seed = a->u[O_SEED];
     so.flip180 = a->given[O_FLIP180];
     const char *model = so.engine.model_dir;
-    if (!model) { fprintf(stderr, "molmoact serve: give the model with --model DIR\n"); return 1; }
-    if (!*model || !ma_is_dir(model)) { fprintf(stderr, "molmoact serve: --model %s is not a directory\n", model); return 1; }
+    if (!model) {
+        fprintf(stderr, "molmoact serve: give the model with --model DIR\n");
+        return 1;
+    }
+    if (!*model || !ma_is_dir(model)) {
+        fprintf(stderr, "molmoact serve: --model %s is not a directory\n", model);
+        return 1;
+    }
     return ma_serve(&so);
 }

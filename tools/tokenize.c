@@ -37,7 +37,10 @@ static int cmd_tokenize(const char *path, int decode) {
                 free(text);
                 text = NULL;
                 rc = 1;
-                if (err.code != MA_ERR_NOMEM) { memset(&err, 0, sizeof err); continue; }
+                if (err.code != MA_ERR_NOMEM) {
+                    memset(&err, 0, sizeof err);
+                    continue;
+                }
                 break;
             }
             printf("[");
@@ -69,6 +72,9 @@ static int cmd_tokenize(const char *path, int decode) {
 }
 
 int cmd_tokenize_a(cli_args *a) {
-    if (!a->str[O_TOKENIZER]) { fprintf(stderr, "molmoact tokenize: give the tokenizer with --tokenizer FILE\n"); return 1; }
+    if (!a->str[O_TOKENIZER]) {
+        fprintf(stderr, "molmoact tokenize: give the tokenizer with --tokenizer FILE\n");
+        return 1;
+    }
     return cmd_tokenize(a->str[O_TOKENIZER], a->given[O_DECODE]);
 }

@@ -17,7 +17,10 @@
 static void add_bytes(molmoact_component *c, ma_dtype dt, uint64_t bytes) {
     const char *name = ma_dtype_name(dt);
     for (int i = 0; i < c->n_dtypes; i++)
-        if (!strcmp(c->dtype[i], name)) { c->bytes[i] += bytes; return; }
+        if (!strcmp(c->dtype[i], name)) {
+            c->bytes[i] += bytes;
+            return;
+        }
     if (c->n_dtypes == MOLMOACT_MAX_DTYPES) return;
     snprintf(c->dtype[c->n_dtypes], sizeof c->dtype[0], "%s", name);
     c->bytes[c->n_dtypes++] = bytes;
@@ -52,14 +55,18 @@ static int slot_of(const ma_model *m, const char *name) {
 int molmoact_component_count(void) { return MA_N_CONTEXTS; }
 
 molmoact_status molmoact_get_component(molmoact *engine, int index, molmoact_component *out, molmoact_error *err) {
-    if (err) { err->code = MOLMOACT_OK; err->message[0] = '\0'; }
+    if (err) {
+        err->code = MOLMOACT_OK;
+        err->message[0] = '\0';
+    }
     ma_error me = {0};
     ma_status st = MA_OK;
     ma_engine *e = engine ? molmoact_internal_engine(engine) : NULL;
     if (!e) st = ma_fail(&me, MA_ERR_ARG, "molmoact_get_component: the engine is NULL (closed, or never opened)");
     else if (!out || out->struct_size != sizeof *out)
         st = ma_fail(&me, MA_ERR_ARG, "molmoact_get_component: out%s", out ? ".struct_size is not sizeof(molmoact_component)" : " is NULL");
-    else if (index < 0 || index >= MA_N_CONTEXTS) st = ma_fail(&me, MA_ERR_RANGE, "molmoact_get_component: index %d is not in [0, %d)", index, MA_N_CONTEXTS);
+    else if (index < 0 || index >= MA_N_CONTEXTS)
+        st = ma_fail(&me, MA_ERR_RANGE, "molmoact_get_component: index %d is not in [0, %d)", index, MA_N_CONTEXTS);
     if (st) return molmoact_internal_report(err, st, &me);
     const uint32_t size = out->struct_size;
     memset(out, 0, sizeof *out);
@@ -75,7 +82,8 @@ molmoact_status molmoact_get_component(molmoact *engine, int index, molmoact_com
         ma_gguf g;
         if (path && ma_gguf_open(&g, path, NULL) == MA_OK) {
             char p[16];
-            if (ma_gguf_get_str(&g, "molmoact.precision", p, sizeof p, NULL) == MA_OK) snprintf(out->precision, sizeof out->precision, "%s", p);
+            if (ma_gguf_get_str(&g, "molmoact.precision", p, sizeof p, NULL) == MA_OK)
+                snprintf(out->precision, sizeof out->precision, "%s", p);
             for (size_t t = 0; t < g.n_tensors; t++) add_bytes(out, g.tensors[t].dtype, g.tensors[t].nbytes);
             ma_gguf_close(&g);
         }

@@ -13,7 +13,6 @@ ma_engine *molmoact_internal_engine(molmoact *e);
 /* the public error and status of an internal one */
 molmoact_status molmoact_internal_report(molmoact_error *out, ma_status s, const ma_error *e);
 /* molmoact_infer without the lock and with an optional trace; internal status and message */
-ma_status molmoact_internal_run(molmoact *e, const molmoact_observation *obs, molmoact_result *res, ma_trace *trace,
-                                ma_error *err);
+ma_status molmoact_internal_run(molmoact *e, const molmoact_observation *obs, molmoact_result *res, ma_trace *trace, ma_error *err);
 
 #endif

@@ -86,8 +86,7 @@ molmoact_status molmoact_internal_report(molmoact_error *out, ma_status s, const
     return p;
 }
 
-static molmoact_status fail(molmoact_error *out, molmoact_status code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static molmoact_status fail(molmoact_error *out, molmoact_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static molmoact_status fail(molmoact_error *out, molmoact_status code, const char *fmt, ...) {
     if (out) {
         va_list ap;
@@ -161,11 +160,16 @@ static ma_status settings_from_options(const molmoact_options *opt, ma_settings 
         return s;
     if (HAS(opt, base_dir) && (s = opt_str(st, "base_dir", opt->base_dir, err))) return s;
     if (!HAS(opt, ignore_env)) return MA_OK;
-    const struct { const char *key, *v; } strs[] = {{"kernels", opt->kernels}, {"compute", opt->compute}, {"gemm_panels", opt->gemm_panels},
-                                                  {"qnn_lib_dir", opt->qnn_lib_dir}, {"qnn_io_map", opt->qnn_io_map}, {"qnn_perf", opt->qnn_perf}};
-    const struct { const char *key; long v; } nums[] = {{"prompt_seq", opt->prompt_seq}, {"preload", opt->preload}, {"verbose", opt->verbose},
-                                                      {"progress", opt->progress}, {"qnn_soc", opt->qnn_soc}, {"qnn_arch", opt->qnn_arch},
-                                                      {"qnn_zero_copy", opt->qnn_zero_copy}};
+    const struct {
+        const char *key, *v;
+    } strs[] = {{"kernels", opt->kernels},         {"compute", opt->compute},       {"gemm_panels", opt->gemm_panels},
+                {"qnn_lib_dir", opt->qnn_lib_dir}, {"qnn_io_map", opt->qnn_io_map}, {"qnn_perf", opt->qnn_perf}};
+    const struct {
+        const char *key;
+        long v;
+    } nums[] = {{"prompt_seq", opt->prompt_seq},      {"preload", opt->preload}, {"verbose", opt->verbose},
+                {"progress", opt->progress},          {"qnn_soc", opt->qnn_soc}, {"qnn_arch", opt->qnn_arch},
+                {"qnn_zero_copy", opt->qnn_zero_copy}};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         if ((s = opt_str(st, strs[i].key, strs[i].v, err))) return s;
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
@@ -175,7 +179,10 @@ static ma_status settings_from_options(const molmoact_options *opt, ma_settings 
 
 molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmoact_error *err) {
     if (out) *out = NULL;
-    if (err) { err->code = MOLMOACT_OK; err->message[0] = '\0'; }
+    if (err) {
+        err->code = MOLMOACT_OK;
+        err->message[0] = '\0';
+    }
     if (!opt || !out) return fail(err, MOLMOACT_ERR_ARG, "molmoact_open: %s is NULL", opt ? "out" : "options");
     if (opt->struct_size < offsetof(molmoact_options, deadline_ms) + sizeof(int) || opt->struct_size > 4096)
         return fail(err, MOLMOACT_ERR_ARG, "options.struct_size is %u (call molmoact_options_init)", opt->struct_size);
@@ -187,8 +194,14 @@ molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmo
     ma_settings *st = malloc(sizeof *st);
     if (!st) return fail(err, MOLMOACT_ERR_NOMEM, "out of memory");
     ma_status ss = settings_from_options(opt, st, &me);
-    if (ss) { free(st); return molmoact_internal_report(err, ss, &me); }
-    if (!ma_is_dir(opt->model_dir)) { free(st); return fail(err, MOLMOACT_ERR_IO, "options.model_dir %s is not a directory", opt->model_dir); }
+    if (ss) {
+        free(st);
+        return molmoact_internal_report(err, ss, &me);
+    }
+    if (!ma_is_dir(opt->model_dir)) {
+        free(st);
+        return fail(err, MOLMOACT_ERR_IO, "options.model_dir %s is not a directory", opt->model_dir);
+    }
     if (HAS(opt, base_dir) && opt->base_dir && (!*opt->base_dir || !ma_is_dir(opt->base_dir))) {
         free(st);
         return fail(err, MOLMOACT_ERR_IO, "options.base_dir %s is not a directory", opt->base_dir);
@@ -201,7 +214,10 @@ molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmo
         return MOLMOACT_ERR_ARG;
     }
     molmoact *e = calloc(1, sizeof *e);
-    if (!e) { free(st); return fail(err, MOLMOACT_ERR_NOMEM, "out of memory"); }
+    if (!e) {
+        free(st);
+        return fail(err, MOLMOACT_ERR_NOMEM, "out of memory");
+    }
     pthread_mutex_init(&e->lock, NULL);
     e->dir = strdup(opt->model_dir);
     e->tag = strdup(opt->norm_tag ? opt->norm_tag : "libero");
@@ -214,7 +230,8 @@ molmoact_status molmoact_open(const molmoact_options *opt, molmoact **out, molmo
     if (!opt->inproc && !e->exe) {
         free(st);
         molmoact_close(&e);
-        return fail(err, MOLMOACT_ERR_IO, "the molmoact program for the resident workers was not found next to the library "
+        return fail(err, MOLMOACT_ERR_IO,
+                    "the molmoact program for the resident workers was not found next to the library "
                     "(LIBDIR/molmoact or LIBDIR/../bin/molmoact): set options.worker_exe or MOLMOACT_WORKER_EXE, or use inproc");
     }
     ma_resident_opts ro;
@@ -325,7 +342,8 @@ static ma_status prepare(const ma_engine *eng, const molmoact_observation *o, pr
     const int rotate = o->struct_size >= offsetof(molmoact_observation, rotate180) + sizeof(int) ? o->rotate180 : 0;
     if (rotate != 0 && rotate != 1) return ma_fail(err, MA_ERR_ARG, "observation.rotate180 is %d: 0 or 1", rotate);
     if (o->input_ids) {
-        if (o->seq_len < 1 || o->seq_len > (1 << 20)) return ma_fail(err, MA_ERR_SHAPE, "observation.seq_len %lld: 1..%d", (long long)o->seq_len, 1 << 20);
+        if (o->seq_len < 1 || o->seq_len > (1 << 20))
+            return ma_fail(err, MA_ERR_SHAPE, "observation.seq_len %lld: 1..%d", (long long)o->seq_len, 1 << 20);
         p->obs.input_ids = o->input_ids;
         p->obs.seq_len = o->seq_len;
     }
@@ -381,15 +399,16 @@ static ma_status prepare(const ma_engine *eng, const molmoact_observation *o, pr
         for (size_t i = 0; i < want; i++)
             if (!isfinite(o->noise[i])) return ma_fail(err, MA_ERR_RANGE, "observation.noise[%zu] is not finite", i);
         p->obs.noise = o->noise;
-    } else if (o->noise_len)
-        return ma_fail(err, MA_ERR_ARG, "observation.noise_len is %zu but noise is NULL", o->noise_len);
+    } else if (o->noise_len) return ma_fail(err, MA_ERR_ARG, "observation.noise_len is %zu but noise is NULL", o->noise_len);
     p->obs.seed = o->have_seed ? o->seed : 0;
     if (o->struct_size >= offsetof(molmoact_observation, flow_steps) + sizeof(int) && o->flow_steps) {
         const int n = o->flow_steps;
         if (n < 1 || n > MA_MAX_FLOW_STEPS) return ma_fail(err, MA_ERR_RANGE, "observation.flow_steps %d: 1..%d", n, MA_MAX_FLOW_STEPS);
         if (m->from_contexts && c->flow_steps % n)
-            return ma_fail(err, MA_ERR_RANGE, "observation.flow_steps %d: this context directory holds the modulations of %d steps; "
-                           "use a divisor of %d (or run the checkpoint directory)", n, c->flow_steps, c->flow_steps);
+            return ma_fail(err, MA_ERR_RANGE,
+                           "observation.flow_steps %d: this context directory holds the modulations of %d steps; "
+                           "use a divisor of %d (or run the checkpoint directory)",
+                           n, c->flow_steps, c->flow_steps);
         p->obs.flow_steps = n;
     }
     return MA_OK;
@@ -398,7 +417,10 @@ static ma_status prepare(const ma_engine *eng, const molmoact_observation *o, pr
 /* observation.norm_tag: the statistics of that tag (read once, kept) */
 static ma_status tag_stats(molmoact *e, const char *tag, const ma_normstats **out, ma_error *err) {
     for (int i = 0; i < e->n_tags; i++)
-        if (!strcmp(e->tag_name[i], tag)) { *out = &e->tag_ns[i]; return MA_OK; }
+        if (!strcmp(e->tag_name[i], tag)) {
+            *out = &e->tag_ns[i];
+            return MA_OK;
+        }
     if (strlen(tag) >= sizeof e->tag_name[0] || !*tag) return ma_fail(err, MA_ERR_ARG, "observation.norm_tag: 1 to 63 characters");
     const ma_model *m = &e->engine.host;
     char *path = ma_path_join(m->dir, m->cfg.norm_stats_filename);
@@ -412,8 +434,10 @@ static ma_status tag_stats(molmoact *e, const char *tag, const ma_normstats **ou
         s = ma_fail(err, MA_ERR_ARG, "observation.norm_tag \"%.63s\" is not a tag of %s (known: %s)", tag, m->cfg.norm_stats_filename,
                     known[0] ? known : "none");
     } else if (ns.action.dim != m->ns.action.dim || ns.state.dim != m->ns.state.dim || ns.action_horizon != m->ns.action_horizon)
-        s = ma_fail(err, MA_ERR_SHAPE, "observation.norm_tag \"%s\": its action/state dimensions or horizon differ from the engine's tag "
-                    "\"%s\" (open the engine with this tag instead)", tag, e->tag);
+        s = ma_fail(err, MA_ERR_SHAPE,
+                    "observation.norm_tag \"%s\": its action/state dimensions or horizon differ from the engine's tag "
+                    "\"%s\" (open the engine with this tag instead)",
+                    tag, e->tag);
     free(path);
     if (s) return s;
     const int slot = e->n_tags < TAG_CACHE ? e->n_tags++ : TAG_CACHE - 1;
@@ -433,8 +457,7 @@ static void copy_timing(const ma_timing *t, molmoact_timing *out) {
     out->total = t->total;
 }
 
-ma_status molmoact_internal_run(molmoact *e, const molmoact_observation *obs, molmoact_result *res, ma_trace *trace,
-                                ma_error *err) {
+ma_status molmoact_internal_run(molmoact *e, const molmoact_observation *obs, molmoact_result *res, ma_trace *trace, ma_error *err) {
     prepared_obs p;
     const double t0 = ma_now_ms();
     /* another norm tag for this request: its statistics stand in for the engine's while it runs
@@ -476,7 +499,10 @@ ma_status molmoact_internal_run(molmoact *e, const molmoact_observation *obs, mo
 }
 
 molmoact_status molmoact_infer(molmoact *engine, const molmoact_observation *obs, molmoact_result *res, molmoact_error *err) {
-    if (err) { err->code = MOLMOACT_OK; err->message[0] = '\0'; }
+    if (err) {
+        err->code = MOLMOACT_OK;
+        err->message[0] = '\0';
+    }
     if (res) memset(res, 0, sizeof *res);
     if (!engine) return fail(err, MOLMOACT_ERR_ARG, "molmoact_infer: the engine is NULL (closed, or never opened)");
     if (!obs || !res) return fail(err, MOLMOACT_ERR_ARG, "molmoact_infer: %s is NULL", obs ? "result" : "observation");
@@ -489,7 +515,10 @@ molmoact_status molmoact_infer(molmoact *engine, const molmoact_observation *obs
 }
 
 molmoact_status molmoact_get_info(molmoact *engine, molmoact_info *info, molmoact_error *err) {
-    if (err) { err->code = MOLMOACT_OK; err->message[0] = '\0'; }
+    if (err) {
+        err->code = MOLMOACT_OK;
+        err->message[0] = '\0';
+    }
     if (!engine) return fail(err, MOLMOACT_ERR_ARG, "molmoact_get_info: the engine is NULL (closed, or never opened)");
     if (!info) return fail(err, MOLMOACT_ERR_ARG, "molmoact_get_info: info is NULL");
     memset(info, 0, sizeof *info);
@@ -508,7 +537,8 @@ molmoact_status molmoact_get_info(molmoact *engine, molmoact_info *info, molmoac
     info->state_dim = m->ns.has_state ? m->ns.state.dim : 0;
     info->flow_steps = c->flow_steps;
     info->prompt_seq = m->prompt_seq;
-    for (int i = 0; i < 3; i++) snprintf(info->precision[i], sizeof info->precision[i], "%s", m->precision[i][0] ? m->precision[i] : "checkpoint");
+    for (int i = 0; i < 3; i++)
+        snprintf(info->precision[i], sizeof info->precision[i], "%s", m->precision[i][0] ? m->precision[i] : "checkpoint");
     snprintf(info->norm_tag, sizeof info->norm_tag, "%s", engine->tag);
     info->inproc = engine->engine.inproc;
     ma_engine_peak_rss(&engine->engine, &info->peak_rss_kib, &info->workers_peak_rss_kib);
@@ -519,9 +549,13 @@ molmoact_status molmoact_get_info(molmoact *engine, molmoact_info *info, molmoac
 ma_engine *molmoact_internal_engine(molmoact *e) { return e ? &e->engine : NULL; }
 
 molmoact_status molmoact_get_setting(molmoact *engine, const char *name, char *value, size_t cap, molmoact_error *err) {
-    if (err) { err->code = MOLMOACT_OK; err->message[0] = '\0'; }
+    if (err) {
+        err->code = MOLMOACT_OK;
+        err->message[0] = '\0';
+    }
     if (!engine) return fail(err, MOLMOACT_ERR_ARG, "molmoact_get_setting: the engine is NULL (closed, or never opened)");
-    if (!name || !value || !cap) return fail(err, MOLMOACT_ERR_ARG, "molmoact_get_setting: %s", !name ? "name is NULL" : "no room for the value");
+    if (!name || !value || !cap)
+        return fail(err, MOLMOACT_ERR_ARG, "molmoact_get_setting: %s", !name ? "name is NULL" : "no room for the value");
     /* the options' names where they differ from the settings' */
     const char *key = !strcmp(name, "deadline_ms") ? "worker_deadline_ms" : name;
     char num[32];

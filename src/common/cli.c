@@ -37,7 +37,10 @@ const char *cli_nearest(const char *word, const char *const *names, int n) {
         if (!names[i]) continue;
         int d = edit_distance(word, names[i]);
         if (wl >= 3 && !strncmp(names[i], word, wl)) d = d < 1 ? d : 1; /* a prefix */
-        if (d < bd) { bd = d; best = names[i]; }
+        if (d < bd) {
+            bd = d;
+            best = names[i];
+        }
     }
     return best;
 }
@@ -45,7 +48,8 @@ const char *cli_nearest(const char *word, const char *const *names, int n) {
 static const cli_use *find_use(const cli_opt *opts, const cli_cmd *cmd, const char *name, size_t len) {
     for (int k = 0; k < CLI_MAX_USES && cmd->uses[k].id > 0; k++) {
         const cli_opt *o = &opts[cmd->uses[k].id];
-        if ((strlen(o->name) == len && !strncmp(o->name, name, len)) || (o->alias && strlen(o->alias) == len && !strncmp(o->alias, name, len)))
+        if ((strlen(o->name) == len && !strncmp(o->name, name, len)) ||
+            (o->alias && strlen(o->alias) == len && !strncmp(o->alias, name, len)))
             return &cmd->uses[k];
     }
     return NULL;
@@ -121,10 +125,14 @@ int cli_parse(const cli_opt *opts, int n_opts, const cli_cmd *cmd, int argc, cha
             cli_print_command_help(stdout, opts, cmd);
             return 2;
         }
-        if (!only_pos && !strcmp(arg, "--")) { only_pos = 1; continue; }
+        if (!only_pos && !strcmp(arg, "--")) {
+            only_pos = 1;
+            continue;
+        }
         if (only_pos || arg[0] != '-' || !arg[1]) {
             if (a->npos == cmd->pos_max || a->npos == CLI_MAX_POS) {
-                if (cmd->pos_max == 0) return bad(cmd, "unexpected argument %s (options begin with --; `molmoact help %s`)", arg, cmd->name);
+                if (cmd->pos_max == 0)
+                    return bad(cmd, "unexpected argument %s (options begin with --; `molmoact help %s`)", arg, cmd->name);
                 return bad(cmd, "unexpected argument %s (`molmoact help %s`)", arg, cmd->name);
             }
             a->pos[a->npos++] = arg;
@@ -140,7 +148,9 @@ int cli_parse(const cli_opt *opts, int n_opts, const cli_cmd *cmd, int argc, cha
             char word[64];
             snprintf(word, sizeof word, "%.*s", (int)(len < 63 ? len : 63), arg);
             const char *near = cli_nearest(word, names, n);
-            if (near) fprintf(stderr, "molmoact %s: unknown option %s (did you mean %s? `molmoact help %s` lists the options)\n", cmd->name, word, near, cmd->name);
+            if (near)
+                fprintf(stderr, "molmoact %s: unknown option %s (did you mean %s? `molmoact help %s` lists the options)\n", cmd->name, word,
+                        near, cmd->name);
             else fprintf(stderr, "molmoact %s: unknown option %s (`molmoact help %s` lists the options)\n", cmd->name, word, cmd->name);
             return 1;
         }
@@ -202,7 +212,8 @@ static int env_applies(const ma_env_var *e, const char *who) {
     for (char *save = NULL, *w = strtok_r(buf, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
         const size_t wl = strlen(w);
         for (const char *p = e->who; (p = strstr(p, w)); p += wl)
-            if ((p == e->who || p[-1] == ' ' || p[-1] == ',' || p[-1] == '(') && (!p[wl] || p[wl] == ',' || p[wl] == ' ' || p[wl] == ')')) return 1;
+            if ((p == e->who || p[-1] == ' ' || p[-1] == ',' || p[-1] == '(') && (!p[wl] || p[wl] == ',' || p[wl] == ' ' || p[wl] == ')'))
+                return 1;
     }
     return 0;
 }
@@ -215,8 +226,13 @@ void cli_print_env(FILE *f, const char *who) {
         snprintf(head, sizeof head, "  %s=%s", e->name, e->value);
         fprintf(f, "%s", head);
         int col = (int)strlen(head);
-        if (col >= 34) { fprintf(f, "\n%*s", 34, ""); col = 34; }
-        else { fprintf(f, "%*s", 34 - col, ""); col = 34; }
+        if (col >= 34) {
+            fprintf(f, "\n%*s", 34, "");
+            col = 34;
+        } else {
+            fprintf(f, "%*s", 34 - col, "");
+            col = 34;
+        }
         char text[512];
         if (e->alias) snprintf(text, sizeof text, "%s (also read as %s)", e->help, e->alias);
         else snprintf(text, sizeof text, "%s", e->help);
@@ -244,8 +260,13 @@ void cli_print_command_help(FILE *f, const cli_opt *opts, const cli_cmd *cmd) {
         else snprintf(head, sizeof head, "  %s%s%s", o->name, meta ? " " : "", meta ? meta : "");
         fprintf(f, "%s", head);
         int col = (int)strlen(head);
-        if (col >= 30) { fprintf(f, "\n%*s", 30, ""); col = 30; }
-        else { fprintf(f, "%*s", 30 - col, ""); col = 30; }
+        if (col >= 30) {
+            fprintf(f, "\n%*s", 30, "");
+            col = 30;
+        } else {
+            fprintf(f, "%*s", 30 - col, "");
+            col = 30;
+        }
         wrap(f, u->help ? u->help : o->help, 30, col, 100);
         fprintf(f, "\n");
     }
@@ -291,7 +312,10 @@ void cli_print_markdown(FILE *f, const cli_opt *opts, const cli_cmd *cmds, int n
     for (int i = 0; i < n_cmds; i++) {
         const int group = uses_all(&cmds[i], common, n_common);
         fprintf(f, "| `molmoact %s", cmds[i].name);
-        if (cmds[i].synopsis[0]) { fputc(' ', f); md(f, cmds[i].synopsis); }
+        if (cmds[i].synopsis[0]) {
+            fputc(' ', f);
+            md(f, cmds[i].synopsis);
+        }
         fprintf(f, "` | ");
         md(f, cmds[i].summary);
         fprintf(f, " | ");

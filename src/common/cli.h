@@ -11,11 +11,11 @@
 typedef enum { CLI_FLAG, CLI_STR, CLI_INT, CLI_U64, CLI_REAL, CLI_LIST } cli_kind;
 
 typedef struct cli_opt {
-    const char *name; /* "--model" */
+    const char *name;  /* "--model" */
     const char *alias; /* another spelling ("-o"), or NULL */
     const char *meta;  /* the value's name in the help ("DIR"); NULL for a flag */
     cli_kind kind;
-    double lo, hi;     /* CLI_INT, CLI_U64, CLI_REAL: the accepted range */
+    double lo, hi; /* CLI_INT, CLI_U64, CLI_REAL: the accepted range */
     const char *help;
 } cli_opt;
 
@@ -33,11 +33,11 @@ struct cli_args;
 
 typedef struct cli_cmd {
     const char *name;
-    const char *synopsis; /* what follows `molmoact NAME` in the usage line */
-    const char *summary;  /* one line */
-    const char *details;  /* paragraphs after the usage, or NULL */
-    int pos_min, pos_max; /* positional arguments */
-    const char *env;      /* which environment variables it reads: words matched against ma_env_var.who */
+    const char *synopsis;       /* what follows `molmoact NAME` in the usage line */
+    const char *summary;        /* one line */
+    const char *details;        /* paragraphs after the usage, or NULL */
+    int pos_min, pos_max;       /* positional arguments */
+    const char *env;            /* which environment variables it reads: words matched against ma_env_var.who */
     cli_use uses[CLI_MAX_USES]; /* ends with id 0 (option ids start at 1) */
     int (*run)(struct cli_args *a);
 } cli_cmd;

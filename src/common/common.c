@@ -138,9 +138,10 @@ void print_plan(const ma_engine *e, int json) {
     }
     const char *unit = e->backend->needs_weights ? ma_gemm_bf16_unit() : backend;
     if (json)
-        printf(", \"backend\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"precision\": {\"vision\": \"%s\", \"llm\": \"%s\", \"action\": \"%s\"}"
-               ", \"compute\": {\"vision\": \"%s\", \"llm\": \"%s\", \"action\": \"%s\", \"bf16_unit\": \"%s\"}",
-               backend, ma_gemm_kernels(), ma_kernel_threads(), prec[0], prec[1], prec[2], comp[0], comp[1], comp[2], unit);
+        printf(
+            ", \"backend\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"precision\": {\"vision\": \"%s\", \"llm\": \"%s\", \"action\": \"%s\"}"
+            ", \"compute\": {\"vision\": \"%s\", \"llm\": \"%s\", \"action\": \"%s\", \"bf16_unit\": \"%s\"}",
+            backend, ma_gemm_kernels(), ma_kernel_threads(), prec[0], prec[1], prec[2], comp[0], comp[1], comp[2], unit);
     else {
         printf("backend %s, kernels %s, %d threads per process, precision: vision %s, llm %s, action %s", backend, ma_gemm_kernels(),
                ma_kernel_threads(), prec[0], prec[1], prec[2]);
@@ -199,8 +200,10 @@ static void api_observation(molmoact *api, const ma_request *q, molmoact_observa
 }
 
 static ma_timing timing_of(const molmoact_timing *t) {
-    ma_timing r = {t->vision, {t->llm_split[0], t->llm_split[1], t->llm_split[2], t->llm_split[3]}, t->action_context,
-                   t->action_step, t->transfer, t->host, t->total};
+    ma_timing r = {t->vision,         {t->llm_split[0], t->llm_split[1], t->llm_split[2], t->llm_split[3]},
+                   t->action_context, t->action_step,
+                   t->transfer,       t->host,
+                   t->total};
     return r;
 }
 

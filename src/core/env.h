@@ -25,8 +25,8 @@ typedef struct {
     /* the settings field it fills (NULL: read by someone else, e.g. the Python binding) */
     const char *key;
     ma_setting_type type;
-    size_t off, size; /* the field in ma_settings */
-    long lo, hi;      /* an integer's range */
+    size_t off, size;    /* the field in ma_settings */
+    long lo, hi;         /* an integer's range */
     const char *choices; /* a string's values, '|'-separated, or NULL for any */
 } ma_env_var;
 

@@ -80,7 +80,10 @@ void *ma_calloc(size_t n, size_t size, ma_error *err, const char *what) {
 const char *ma_escape_text(const char *s, size_t shown, char *buf, size_t cap) {
     size_t k = 0;
     for (const unsigned char *p = (const unsigned char *)s; *p && k + 5 < cap; p++) {
-        if ((size_t)(p - (const unsigned char *)s) >= shown) { k += (size_t)snprintf(buf + k, cap - k, "..."); break; }
+        if ((size_t)(p - (const unsigned char *)s) >= shown) {
+            k += (size_t)snprintf(buf + k, cap - k, "...");
+            break;
+        }
         if (*p < 0x20 || *p == 0x7f) k += (size_t)snprintf(buf + k, cap - k, "\\x%02x", *p);
         else buf[k++] = (char)*p;
     }

@@ -29,12 +29,10 @@ typedef struct ma_error {
 } ma_error;
 
 /* Record code + formatted message in err (if not NULL); returns code. */
-ma_status ma_fail(ma_error *err, ma_status code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+ma_status ma_fail(ma_error *err, ma_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Prepend "context: " to an existing message (keeps the code); returns err->code or code. */
-ma_status ma_error_wrap(ma_error *err, ma_status code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+ma_status ma_error_wrap(ma_error *err, ma_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* untrusted text for a message (a file's or a client's): control characters as \xNN, at most
  * `shown` bytes of it, then "..."; written into buf (cap bytes), returned */

@@ -6,8 +6,16 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float ma_bits_to_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t ma_f32_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float ma_bits_to_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint32_t ma_f32_to_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
 
 static inline float ma_bf16_to_f32(uint16_t h) { return ma_bits_to_f32((uint32_t)h << 16); }
 
@@ -40,7 +48,7 @@ static inline uint16_t ma_f32_to_f16(float f) {
     uint32_t a = u & 0x7fffffffu;
     if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
     if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
-    if (a < 0x38800000u) {                                    /* below the smallest normal */
+    if (a < 0x38800000u) {                                   /* below the smallest normal */
         /* subnormal or zero: round(a_value / 2^-24) */
         float v = ma_bits_to_f32(a) * 16777216.0f;
         uint32_t m = (uint32_t)v;

@@ -36,7 +36,10 @@ static void line(const ma_progress *p, char *out, size_t cap, int final) {
     const double f = fraction(p), el = ma_now_s() - p->t0;
     char b1[32], b2[32], te[32], tr[32];
     size_t n = (size_t)snprintf(out, cap, "%s: ", p->what);
-#define ADD(...) do { if (n < cap) n += (size_t)snprintf(out + n, cap - n, __VA_ARGS__); } while (0)
+#define ADD(...)                                                           \
+    do {                                                                   \
+        if (n < cap) n += (size_t)snprintf(out + n, cap - n, __VA_ARGS__); \
+    } while (0)
     if (p->total_items) ADD("%llu/%llu %s, ", (unsigned long long)p->items, (unsigned long long)p->total_items, p->item_unit);
     else if (p->items) ADD("%llu %s, ", (unsigned long long)p->items, p->item_unit);
     if (p->total_bytes) {
@@ -89,7 +92,8 @@ void ma_progress_add(ma_progress *p, uint64_t bytes, uint64_t items) {
     if (!p->mode) return;
     const double t = ma_now_s();
     const int tenth = (int)(fraction(p) * 10.0), known = p->total_bytes || p->total_items;
-    if (p->mode == 2 ? t - p->last_draw >= 0.1 : (known && tenth > p->last_tenth && tenth < 10) || t - p->last_draw >= (known ? 30.0 : 10.0)) {
+    if (p->mode == 2 ? t - p->last_draw >= 0.1
+                     : (known && tenth > p->last_tenth && tenth < 10) || t - p->last_draw >= (known ? 30.0 : 10.0)) {
         p->last_draw = t;
         p->last_tenth = tenth;
         draw(p, 0);
@@ -99,6 +103,9 @@ void ma_progress_add(ma_progress *p, uint64_t bytes, uint64_t items) {
 void ma_progress_end(ma_progress *p, int ok) {
     if (!p->mode) return;
     if (ok) draw(p, 1);
-    else if (p->mode == 2 && p->drawn) { fprintf(stderr, "\n"); fflush(stderr); }
+    else if (p->mode == 2 && p->drawn) {
+        fprintf(stderr, "\n");
+        fflush(stderr);
+    }
     p->mode = 0;
 }

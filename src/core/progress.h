@@ -13,7 +13,7 @@ typedef struct ma_progress {
     char what[64];
     uint64_t total_bytes, total_items, bytes, items;
     double t0, last_draw;
-    int mode;      /* 0 silent, 1 plain lines, 2 terminal */
+    int mode; /* 0 silent, 1 plain lines, 2 terminal */
     int last_tenth, drawn;
     char item_unit[16];
 } ma_progress;

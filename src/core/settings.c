@@ -43,7 +43,10 @@ ma_status ma_settings_set(ma_settings *s, const char *key, const char *value, co
             char list[160]; /* "a, b or c" */
             size_t n = 0;
             for (const char *p = r->choices; *p && n + 8 < sizeof list; p++) {
-                if (*p != '|') { list[n++] = *p; continue; }
+                if (*p != '|') {
+                    list[n++] = *p;
+                    continue;
+                }
                 const int last = !strchr(p + 1, '|');
                 memcpy(list + n, last ? " or " : ", ", last ? 4 : 2);
                 n += last ? 4 : 2;
@@ -54,8 +57,10 @@ ma_status ma_settings_set(ma_settings *s, const char *key, const char *value, co
             return ma_fail(err, MA_ERR_ARG, "%s%s%.80s: must be %s", from, sep(from), value, list);
         }
         if (strstr(key, "_suffix") && (strchr(value, '/') || strlen(value) > 64 || !strcmp(value, ".") || !strcmp(value, "..")))
-            return ma_fail(err, MA_ERR_ARG, "%s%s%.80s: a suffix of file names (at most 64 characters, no '/', not . or ..)", from, sep(from), value);
-        if (strlen(value) >= r->size) return ma_fail(err, MA_ERR_ARG, "%s%s%.80s...: longer than %zu characters", from, sep(from), value, r->size - 1);
+            return ma_fail(err, MA_ERR_ARG, "%s%s%.80s: a suffix of file names (at most 64 characters, no '/', not . or ..)", from,
+                           sep(from), value);
+        if (strlen(value) >= r->size)
+            return ma_fail(err, MA_ERR_ARG, "%s%s%.80s...: longer than %zu characters", from, sep(from), value, r->size - 1);
         memcpy(field, value, strlen(value) + 1);
         return MA_OK;
     }

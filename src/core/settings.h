@@ -18,9 +18,9 @@
 
 #include <stddef.h>
 
-#define MA_SETTINGS_PATH 4096  /* a directory or file name, with its NUL */
-#define MA_SETTINGS_SUFFIX 65  /* a context suffix: at most 64 characters */
-#define MA_SETTINGS_WORD 16    /* a name such as "cpu", "avx512", "burst" */
+#define MA_SETTINGS_PATH 4096 /* a directory or file name, with its NUL */
+#define MA_SETTINGS_SUFFIX 65 /* a context suffix: at most 64 characters */
+#define MA_SETTINGS_WORD 16   /* a name such as "cpu", "avx512", "burst" */
 
 enum { MA_SUFFIX_VISION, MA_SUFFIX_LLM, MA_SUFFIX_ACTION };
 

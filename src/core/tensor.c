@@ -5,13 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct { const char *name; size_t size; int64_t block; size_t block_bytes; } DT[MA_DT_COUNT] = {
-    [MA_DT_F32] = {"f32", 4, 1, 4},     [MA_DT_F16] = {"f16", 2, 1, 2},
-    [MA_DT_BF16] = {"bf16", 2, 1, 2},   [MA_DT_F64] = {"f64", 8, 1, 8},
-    [MA_DT_I64] = {"i64", 8, 1, 8},     [MA_DT_I32] = {"i32", 4, 1, 4},
-    [MA_DT_I16] = {"i16", 2, 1, 2},     [MA_DT_I8] = {"i8", 1, 1, 1},
-    [MA_DT_U8] = {"u8", 1, 1, 1},       [MA_DT_BOOL] = {"bool", 1, 1, 1},
-    [MA_DT_Q8_0] = {"q8_0", 0, 32, 34}, [MA_DT_Q4_0] = {"q4_0", 0, 32, 18},
+static const struct {
+    const char *name;
+    size_t size;
+    int64_t block;
+    size_t block_bytes;
+} DT[MA_DT_COUNT] = {
+    [MA_DT_F32] = {"f32", 4, 1, 4},     [MA_DT_F16] = {"f16", 2, 1, 2},     [MA_DT_BF16] = {"bf16", 2, 1, 2},
+    [MA_DT_F64] = {"f64", 8, 1, 8},     [MA_DT_I64] = {"i64", 8, 1, 8},     [MA_DT_I32] = {"i32", 4, 1, 4},
+    [MA_DT_I16] = {"i16", 2, 1, 2},     [MA_DT_I8] = {"i8", 1, 1, 1},       [MA_DT_U8] = {"u8", 1, 1, 1},
+    [MA_DT_BOOL] = {"bool", 1, 1, 1},   [MA_DT_Q8_0] = {"q8_0", 0, 32, 34}, [MA_DT_Q4_0] = {"q4_0", 0, 32, 18},
     [MA_DT_STR32] = {"str32", 0, 1, 0},
 };
 
@@ -37,12 +40,12 @@ ma_status ma_shape_nbytes(ma_dtype dt, int ndim, const int64_t *shape, size_t *o
     if (ndim < 0 || ndim > MA_MAX_DIMS) return ma_fail(err, MA_ERR_SHAPE, "%d dimensions (max %d)", ndim, MA_MAX_DIMS);
     int64_t n = ma_shape_numel(ndim, shape);
     if (n < 0) return ma_fail(err, MA_ERR_SHAPE, "negative or overflowing shape");
-    int64_t be; size_t bb;
+    int64_t be;
+    size_t bb;
     ma_dtype_block(dt, &be, &bb);
     if (bb == 0) return ma_fail(err, MA_ERR_ARG, "dtype %s has no fixed size", ma_dtype_name(dt));
     if (be > 1 && (ndim == 0 || shape[ndim - 1] % be != 0))
-        return ma_fail(err, MA_ERR_SHAPE, "last dimension must be a multiple of %lld for %s",
-                       (long long)be, ma_dtype_name(dt));
+        return ma_fail(err, MA_ERR_SHAPE, "last dimension must be a multiple of %lld for %s", (long long)be, ma_dtype_name(dt));
     if (!ma_mul_size((size_t)(n / be), bb, out)) return ma_fail(err, MA_ERR_SHAPE, "tensor size overflows");
     return MA_OK;
 }
@@ -93,19 +96,15 @@ int64_t ma_tensor_numel(const ma_tensor *t) { return ma_shape_numel(t->ndim, t->
 const char *ma_shape_str(const ma_tensor *t, char *buf, size_t cap) {
     size_t n = 0;
     n += (size_t)snprintf(buf + n, cap - n, "[");
-    for (int i = 0; i < t->ndim && n < cap; i++)
-        n += (size_t)snprintf(buf + n, cap - n, i ? ", %lld" : "%lld", (long long)t->shape[i]);
+    for (int i = 0; i < t->ndim && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, i ? ", %lld" : "%lld", (long long)t->shape[i]);
     if (n < cap) snprintf(buf + n, cap - n, "]");
     return buf;
 }
 
-ma_status ma_tensor_expect(const ma_tensor *t, const char *name, ma_dtype dt, int ndim,
-                           const int64_t *want, ma_error *err) {
+ma_status ma_tensor_expect(const ma_tensor *t, const char *name, ma_dtype dt, int ndim, const int64_t *want, ma_error *err) {
     char have[128];
-    if (!t || !t->data)
-        return ma_fail(err, MA_ERR_ARG, "%s: missing", name);
-    if (t->dtype != dt)
-        return ma_fail(err, MA_ERR_FORMAT, "%s: dtype %s, expected %s", name, ma_dtype_name(t->dtype), ma_dtype_name(dt));
+    if (!t || !t->data) return ma_fail(err, MA_ERR_ARG, "%s: missing", name);
+    if (t->dtype != dt) return ma_fail(err, MA_ERR_FORMAT, "%s: dtype %s, expected %s", name, ma_dtype_name(t->dtype), ma_dtype_name(dt));
     int ok = t->ndim == ndim;
     for (int i = 0; ok && i < ndim; i++) ok = want[i] < 0 || want[i] == t->shape[i];
     if (!ok) {

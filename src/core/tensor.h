@@ -23,8 +23,8 @@ typedef enum {
     MA_DT_I8,
     MA_DT_U8,
     MA_DT_BOOL,
-    MA_DT_Q8_0, /* ggml block: f16 scale + 32 x int8 */
-    MA_DT_Q4_0, /* ggml block: f16 scale + 16 bytes of 4-bit values (offset 8) */
+    MA_DT_Q8_0,  /* ggml block: f16 scale + 32 x int8 */
+    MA_DT_Q4_0,  /* ggml block: f16 scale + 16 bytes of 4-bit values (offset 8) */
     MA_DT_STR32, /* numpy '<U' fixed-width UTF-32 strings; elem_size holds the width in bytes */
     MA_DT_COUNT
 } ma_dtype;
@@ -60,7 +60,6 @@ int64_t ma_tensor_numel(const ma_tensor *t);
 /* "[2, 729, 588]" */
 const char *ma_shape_str(const ma_tensor *t, char *buf, size_t cap);
 /* check dtype and shape; dims < 0 in `want` match anything. Names the tensor on failure. */
-ma_status ma_tensor_expect(const ma_tensor *t, const char *name, ma_dtype dt, int ndim,
-                           const int64_t *want, ma_error *err);
+ma_status ma_tensor_expect(const ma_tensor *t, const char *name, ma_dtype dt, int ndim, const int64_t *want, ma_error *err);
 
 #endif

@@ -71,8 +71,14 @@ ma_status ma_buf_vprintf(ma_buf *b, const char *fmt, va_list ap) {
         const size_t room = b->cap - b->len; /* the NUL's byte included */
         const int n = vsnprintf(b->data + b->len, room, fmt, aq);
         va_end(aq);
-        if (n < 0) { b->data[b->len] = '\0'; return MA_ERR_FORMAT; }
-        if ((size_t)n < room) { b->len += (size_t)n; return MA_OK; }
+        if (n < 0) {
+            b->data[b->len] = '\0';
+            return MA_ERR_FORMAT;
+        }
+        if ((size_t)n < room) {
+            b->len += (size_t)n;
+            return MA_OK;
+        }
         /* vsnprintf wrote a truncated text past len: the buffer ends at len again whatever the
          * reservation gives */
         b->data[b->len] = '\0';
@@ -129,7 +135,10 @@ size_t ma_utf8_valid_prefix(const uint8_t *s, size_t len) {
 }
 
 size_t ma_utf8_put(uint32_t cp, char *o) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
     if (cp < 0x800) {
         o[0] = (char)(0xc0 | cp >> 6);
         o[1] = (char)(0x80 | (cp & 0x3f));

@@ -12,7 +12,9 @@
 
 /* ------------------------------------------------------------------------------ reading */
 
-typedef struct { const uint8_t *p, *end; } cursor;
+typedef struct {
+    const uint8_t *p, *end;
+} cursor;
 
 static int take(cursor *c, size_t n, const uint8_t **out) {
     if ((size_t)(c->end - c->p) < n) return 0;
@@ -43,10 +45,17 @@ static int rd_str(cursor *c, ma_gguf_str *s) {
 
 static size_t scalar_size(uint32_t type) {
     switch (type) {
-    case MA_GGUF_U8: case MA_GGUF_I8: case MA_GGUF_BOOL: return 1;
-    case MA_GGUF_U16: case MA_GGUF_I16: return 2;
-    case MA_GGUF_U32: case MA_GGUF_I32: case MA_GGUF_F32: return 4;
-    case MA_GGUF_U64: case MA_GGUF_I64: case MA_GGUF_F64: return 8;
+    case MA_GGUF_U8:
+    case MA_GGUF_I8:
+    case MA_GGUF_BOOL: return 1;
+    case MA_GGUF_U16:
+    case MA_GGUF_I16: return 2;
+    case MA_GGUF_U32:
+    case MA_GGUF_I32:
+    case MA_GGUF_F32: return 4;
+    case MA_GGUF_U64:
+    case MA_GGUF_I64:
+    case MA_GGUF_F64: return 8;
     default: return 0;
     }
 }
@@ -65,8 +74,17 @@ static void decode_scalar(ma_gguf_kv *kv, uint32_t type, const uint8_t *b) {
     case MA_GGUF_I16: kv->v.i = (int16_t)raw; break;
     case MA_GGUF_I32: kv->v.i = (int32_t)raw; break;
     case MA_GGUF_I64: kv->v.i = (int64_t)raw; break;
-    case MA_GGUF_F32: { uint32_t u = (uint32_t)raw; float f; memcpy(&f, &u, 4); kv->v.f = f; } break;
-    case MA_GGUF_F64: { double d; memcpy(&d, &raw, 8); kv->v.f = d; } break;
+    case MA_GGUF_F32: {
+        uint32_t u = (uint32_t)raw;
+        float f;
+        memcpy(&f, &u, 4);
+        kv->v.f = f;
+    } break;
+    case MA_GGUF_F64: {
+        double d;
+        memcpy(&d, &raw, 8);
+        kv->v.f = d;
+    } break;
     case MA_GGUF_BOOL: kv->v.b = raw != 0; break;
     default: kv->v.u = raw; break;
     }
@@ -112,7 +130,10 @@ void ma_gguf_close(ma_gguf *g) {
     memset(g, 0, sizeof *g);
 }
 
-typedef struct { uint64_t b, e; const char *name; } gspan;
+typedef struct {
+    uint64_t b, e;
+    const char *name;
+} gspan;
 static int by_b(const void *x, const void *y) {
     const gspan *a = x, *b = y;
     return a->b < b->b ? -1 : a->b > b->b ? 1 : 0;
@@ -131,13 +152,13 @@ ma_status ma_gguf_parse(const uint8_t *buf, size_t len, const char *label, ma_gg
     g->version = version;
     if (!rd_u64(&c, &nt) || !rd_u64(&c, &nkv)) return ma_fail(err, MA_ERR_FORMAT, "%s: truncated GGUF header", label);
     if (nt > MA_GGUF_MAX_TENSORS || nkv > MA_GGUF_MAX_KV)
-        return ma_fail(err, MA_ERR_FORMAT, "%s: %llu tensors / %llu keys exceed the limits", label,
-                       (unsigned long long)nt, (unsigned long long)nkv);
+        return ma_fail(err, MA_ERR_FORMAT, "%s: %llu tensors / %llu keys exceed the limits", label, (unsigned long long)nt,
+                       (unsigned long long)nkv);
     /* each key needs >= 13 bytes and each tensor entry >= 32: refuse counts the file cannot hold */
     size_t left = (size_t)(c.end - c.p);
     if (nkv > left / 13 || nt > left / 32 || nkv * 13 + nt * 32 > left)
-        return ma_fail(err, MA_ERR_FORMAT, "%s: %llu tensors / %llu keys cannot fit in %zu bytes", label,
-                       (unsigned long long)nt, (unsigned long long)nkv, left);
+        return ma_fail(err, MA_ERR_FORMAT, "%s: %llu tensors / %llu keys cannot fit in %zu bytes", label, (unsigned long long)nt,
+                       (unsigned long long)nkv, left);
     g->kv = ma_calloc(nkv ? nkv : 1, sizeof *g->kv, err, label);
     g->tensors = ma_calloc(nt ? nt : 1, sizeof *g->tensors, err, label);
     if (!g->kv || !g->tensors) return MA_ERR_NOMEM;
@@ -145,7 +166,8 @@ ma_status ma_gguf_parse(const uint8_t *buf, size_t len, const char *label, ma_gg
     for (uint64_t i = 0; i < nkv; i++) {
         ma_gguf_kv *kv = &g->kv[i];
         ma_gguf_str key;
-        if (!rd_str(&c, &key) || !rd_u32(&c, &kv->type)) return ma_fail(err, MA_ERR_FORMAT, "%s: truncated metadata entry %llu", label, (unsigned long long)i);
+        if (!rd_str(&c, &key) || !rd_u32(&c, &kv->type))
+            return ma_fail(err, MA_ERR_FORMAT, "%s: truncated metadata entry %llu", label, (unsigned long long)i);
         if (key.len == 0 || key.len > 65535 || memchr(key.p, '\0', (size_t)key.len))
             return ma_fail(err, MA_ERR_FORMAT, "%s: metadata entry %llu has a bad key", label, (unsigned long long)i);
         if (!(kv->key = dup_str(key))) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label);
@@ -155,7 +177,8 @@ ma_status ma_gguf_parse(const uint8_t *buf, size_t len, const char *label, ma_gg
         if (kv->type == MA_GGUF_STRING) {
             if (!rd_str(&c, &kv->v.s)) return ma_fail(err, MA_ERR_FORMAT, "%s: key %s: truncated string", label, kv->key);
         } else if (kv->type == MA_GGUF_ARRAY) {
-            if (!rd_u32(&c, &kv->arr_type) || !rd_u64(&c, &kv->arr_count)) return ma_fail(err, MA_ERR_FORMAT, "%s: key %s: truncated array", label, kv->key);
+            if (!rd_u32(&c, &kv->arr_type) || !rd_u64(&c, &kv->arr_count))
+                return ma_fail(err, MA_ERR_FORMAT, "%s: key %s: truncated array", label, kv->key);
             kv->arr_data = c.p;
             if (kv->arr_type == MA_GGUF_STRING) {
                 for (uint64_t k = 0; k < kv->arr_count; k++) {
@@ -185,25 +208,31 @@ ma_status ma_gguf_parse(const uint8_t *buf, size_t len, const char *label, ma_gg
     for (uint64_t i = 0; i < nt; i++) {
         ma_gguf_tensor *t = &g->tensors[i];
         ma_gguf_str name;
-        if (!rd_str(&c, &name) || !rd_u32(&c, &t->n_dims)) return ma_fail(err, MA_ERR_FORMAT, "%s: truncated tensor entry %llu", label, (unsigned long long)i);
+        if (!rd_str(&c, &name) || !rd_u32(&c, &t->n_dims))
+            return ma_fail(err, MA_ERR_FORMAT, "%s: truncated tensor entry %llu", label, (unsigned long long)i);
         if (name.len == 0 || name.len > 65535 || memchr(name.p, '\0', (size_t)name.len))
             return ma_fail(err, MA_ERR_FORMAT, "%s: tensor entry %llu has a bad name", label, (unsigned long long)i);
         if (!(t->name = dup_str(name))) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label);
         g->n_tensors = i + 1;
-        if (t->n_dims == 0 || t->n_dims > MA_GGUF_MAX_DIMS) return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s: %u dims", label, t->name, t->n_dims);
+        if (t->n_dims == 0 || t->n_dims > MA_GGUF_MAX_DIMS)
+            return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s: %u dims", label, t->name, t->n_dims);
         for (uint32_t d = 0; d < t->n_dims; d++) {
             uint64_t v;
             if (!rd_u64(&c, &v) || v > (uint64_t)INT64_MAX) return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s: bad dims", label, t->name);
             t->ne[d] = (int64_t)v;
         }
-        if (!rd_u32(&c, &t->ggml_type) || !rd_u64(&c, &t->offset)) return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s: truncated", label, t->name);
+        if (!rd_u32(&c, &t->ggml_type) || !rd_u64(&c, &t->offset))
+            return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s: truncated", label, t->name);
         if (!dtype_of_ggml(t->ggml_type, &t->dtype))
-            return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: tensor %s: ggml type %u not supported (F32, F16, BF16, Q8_0, Q4_0)", label, t->name, t->ggml_type);
+            return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: tensor %s: ggml type %u not supported (F32, F16, BF16, Q8_0, Q4_0)", label,
+                           t->name, t->ggml_type);
         int64_t shape[MA_GGUF_MAX_DIMS];
         for (uint32_t d = 0; d < t->n_dims; d++) shape[d] = t->ne[t->n_dims - 1 - d];
         if (ma_shape_nbytes(t->dtype, (int)t->n_dims, shape, &t->nbytes, NULL) != MA_OK)
             return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s: dims do not fit %s blocks", label, t->name, ma_dtype_name(t->dtype));
-        if (t->offset % g->alignment) return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s: offset %llu not aligned to %zu", label, t->name, (unsigned long long)t->offset, g->alignment);
+        if (t->offset % g->alignment)
+            return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s: offset %llu not aligned to %zu", label, t->name,
+                           (unsigned long long)t->offset, g->alignment);
         for (uint64_t j = 0; j < i; j++)
             if (strcmp(g->tensors[j].name, t->name) == 0) return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s appears twice", label, t->name);
     }
@@ -227,7 +256,10 @@ ma_status ma_gguf_parse(const uint8_t *buf, size_t len, const char *label, ma_gg
     if (s == MA_OK) {
         qsort(sp, nt, sizeof *sp, by_b);
         for (uint64_t i = 1; i < nt; i++)
-            if (sp[i].b < sp[i - 1].e) { s = ma_fail(err, MA_ERR_FORMAT, "%s: tensors %s and %s overlap", label, sp[i - 1].name, sp[i].name); break; }
+            if (sp[i].b < sp[i - 1].e) {
+                s = ma_fail(err, MA_ERR_FORMAT, "%s: tensors %s and %s overlap", label, sp[i - 1].name, sp[i].name);
+                break;
+            }
     }
     free(sp);
     return s;
@@ -255,8 +287,8 @@ const ma_gguf_tensor *ma_gguf_find_tensor(const ma_gguf *g, const char *name) {
 }
 
 static int is_int_type(uint32_t t) {
-    return t == MA_GGUF_U8 || t == MA_GGUF_I8 || t == MA_GGUF_U16 || t == MA_GGUF_I16 || t == MA_GGUF_U32 ||
-           t == MA_GGUF_I32 || t == MA_GGUF_U64 || t == MA_GGUF_I64;
+    return t == MA_GGUF_U8 || t == MA_GGUF_I8 || t == MA_GGUF_U16 || t == MA_GGUF_I16 || t == MA_GGUF_U32 || t == MA_GGUF_I32 ||
+           t == MA_GGUF_U64 || t == MA_GGUF_I64;
 }
 static int is_signed(uint32_t t) { return t == MA_GGUF_I8 || t == MA_GGUF_I16 || t == MA_GGUF_I32 || t == MA_GGUF_I64; }
 
@@ -298,8 +330,10 @@ ma_status ma_gguf_get_str(const ma_gguf *g, const char *key, char *out, size_t c
 ma_status ma_gguf_get_i64_array(const ma_gguf *g, const char *key, int64_t *out, size_t cap, size_t *n, ma_error *err) {
     const ma_gguf_kv *kv = ma_gguf_find_kv(g, key);
     if (!kv) return ma_fail(err, MA_ERR_FORMAT, "metadata key %s is missing", key);
-    if (kv->type != MA_GGUF_ARRAY || !is_int_type(kv->arr_type)) return ma_fail(err, MA_ERR_FORMAT, "metadata key %s is not an integer array", key);
-    if (kv->arr_count > cap) return ma_fail(err, MA_ERR_RANGE, "metadata key %s has %llu entries (max %zu)", key, (unsigned long long)kv->arr_count, cap);
+    if (kv->type != MA_GGUF_ARRAY || !is_int_type(kv->arr_type))
+        return ma_fail(err, MA_ERR_FORMAT, "metadata key %s is not an integer array", key);
+    if (kv->arr_count > cap)
+        return ma_fail(err, MA_ERR_RANGE, "metadata key %s has %llu entries (max %zu)", key, (unsigned long long)kv->arr_count, cap);
     size_t es = scalar_size(kv->arr_type);
     for (uint64_t i = 0; i < kv->arr_count; i++) {
         ma_gguf_kv tmp;
@@ -341,7 +375,10 @@ ma_gguf_writer *ma_gguf_writer_new(void) { return calloc(1, sizeof(ma_gguf_write
 
 void ma_gguf_writer_free(ma_gguf_writer *w) {
     if (!w) return;
-    for (size_t i = 0; i < w->n_kv; i++) { free(w->kv[i].key); free(w->kv[i].payload); }
+    for (size_t i = 0; i < w->n_kv; i++) {
+        free(w->kv[i].key);
+        free(w->kv[i].payload);
+    }
     for (size_t i = 0; i < w->n_t; i++) free(w->t[i].name);
     free(w->kv);
     free(w->t);
@@ -359,7 +396,11 @@ static ma_status add_kv(ma_gguf_writer *w, const char *key, uint32_t type, const
     wkv *kv = &w->kv[w->n_kv];
     kv->key = strdup(key);
     kv->payload = malloc(len ? len : 1);
-    if (!kv->key || !kv->payload) { free(kv->key); free(kv->payload); return ma_fail(err, MA_ERR_NOMEM, "gguf writer: out of memory"); }
+    if (!kv->key || !kv->payload) {
+        free(kv->key);
+        free(kv->payload);
+        return ma_fail(err, MA_ERR_NOMEM, "gguf writer: out of memory");
+    }
     memcpy(kv->payload, payload, len);
     kv->len = len;
     kv->type = type;
@@ -368,19 +409,32 @@ static ma_status add_kv(ma_gguf_writer *w, const char *key, uint32_t type, const
 }
 
 ma_status ma_gguf_set_u32(ma_gguf_writer *w, const char *key, uint32_t v, ma_error *err) {
-    uint8_t b[4]; put_le(b, v, 4); return add_kv(w, key, MA_GGUF_U32, b, 4, err);
+    uint8_t b[4];
+    put_le(b, v, 4);
+    return add_kv(w, key, MA_GGUF_U32, b, 4, err);
 }
 ma_status ma_gguf_set_i64(ma_gguf_writer *w, const char *key, int64_t v, ma_error *err) {
-    uint8_t b[8]; put_le(b, (uint64_t)v, 8); return add_kv(w, key, MA_GGUF_I64, b, 8, err);
+    uint8_t b[8];
+    put_le(b, (uint64_t)v, 8);
+    return add_kv(w, key, MA_GGUF_I64, b, 8, err);
 }
 ma_status ma_gguf_set_f32(ma_gguf_writer *w, const char *key, float v, ma_error *err) {
-    uint32_t u; memcpy(&u, &v, 4); uint8_t b[4]; put_le(b, u, 4); return add_kv(w, key, MA_GGUF_F32, b, 4, err);
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    uint8_t b[4];
+    put_le(b, u, 4);
+    return add_kv(w, key, MA_GGUF_F32, b, 4, err);
 }
 ma_status ma_gguf_set_f64(ma_gguf_writer *w, const char *key, double v, ma_error *err) {
-    uint64_t u; memcpy(&u, &v, 8); uint8_t b[8]; put_le(b, u, 8); return add_kv(w, key, MA_GGUF_F64, b, 8, err);
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    uint8_t b[8];
+    put_le(b, u, 8);
+    return add_kv(w, key, MA_GGUF_F64, b, 8, err);
 }
 ma_status ma_gguf_set_bool(ma_gguf_writer *w, const char *key, int v, ma_error *err) {
-    uint8_t b = v ? 1 : 0; return add_kv(w, key, MA_GGUF_BOOL, &b, 1, err);
+    uint8_t b = v ? 1 : 0;
+    return add_kv(w, key, MA_GGUF_BOOL, &b, 1, err);
 }
 ma_status ma_gguf_set_str(ma_gguf_writer *w, const char *key, const char *v, ma_error *err) {
     size_t n = strlen(v);
@@ -403,8 +457,8 @@ ma_status ma_gguf_set_i64_array(ma_gguf_writer *w, const char *key, const int64_
     return s;
 }
 
-ma_status ma_gguf_add_tensor(ma_gguf_writer *w, const char *name, ma_dtype dt, int ndim, const int64_t *shape,
-                             const void *data, ma_error *err) {
+ma_status ma_gguf_add_tensor(ma_gguf_writer *w, const char *name, ma_dtype dt, int ndim, const int64_t *shape, const void *data,
+                             ma_error *err) {
     uint32_t gt;
     if (!ggml_type_of(dt, &gt)) return ma_fail(err, MA_ERR_UNSUPPORTED, "gguf writer: tensor %s: dtype %s", name, ma_dtype_name(dt));
     if (ndim < 1 || ndim > MA_GGUF_MAX_DIMS) return ma_fail(err, MA_ERR_SHAPE, "gguf writer: tensor %s: %d dims", name, ndim);
@@ -426,8 +480,8 @@ ma_status ma_gguf_add_tensor(ma_gguf_writer *w, const char *name, ma_dtype dt, i
     return MA_OK;
 }
 
-ma_status ma_gguf_add_tensor_fill(ma_gguf_writer *w, const char *name, ma_dtype dt, int ndim, const int64_t *shape,
-                                  ma_gguf_fill_fn fill, void *ctx, ma_error *err) {
+ma_status ma_gguf_add_tensor_fill(ma_gguf_writer *w, const char *name, ma_dtype dt, int ndim, const int64_t *shape, ma_gguf_fill_fn fill,
+                                  void *ctx, ma_error *err) {
     ma_status s = ma_gguf_add_tensor(w, name, dt, ndim, shape, NULL, err);
     if (s) return s;
     w->t[w->n_t - 1].fill = fill;
@@ -442,18 +496,33 @@ ma_status ma_gguf_write(ma_gguf_writer *w, const char *path, ma_error *err) {
     if (s) return s;
     uint8_t b[16];
     size_t pos = 0;
-#define W(ptr, n) do { ma_out_write(&f, (ptr), (n)); pos += (n); } while (0)
-    put_le(b, 0x46554747u, 4); put_le(b + 4, 3, 4); W(b, 8);
-    put_le(b, w->n_t, 8); put_le(b + 8, w->n_kv + 1, 8); W(b, 16);
+#define W(ptr, n)                     \
+    do {                              \
+        ma_out_write(&f, (ptr), (n)); \
+        pos += (n);                   \
+    } while (0)
+    put_le(b, 0x46554747u, 4);
+    put_le(b + 4, 3, 4);
+    W(b, 8);
+    put_le(b, w->n_t, 8);
+    put_le(b + 8, w->n_kv + 1, 8);
+    W(b, 16);
     { /* alignment first, so readers know it before the data */
         const char *k = "general.alignment";
-        put_le(b, strlen(k), 8); W(b, 8); W(k, strlen(k));
-        put_le(b, MA_GGUF_U32, 4); put_le(b + 4, align, 4); W(b, 8);
+        put_le(b, strlen(k), 8);
+        W(b, 8);
+        W(k, strlen(k));
+        put_le(b, MA_GGUF_U32, 4);
+        put_le(b + 4, align, 4);
+        W(b, 8);
     }
     for (size_t i = 0; i < w->n_kv; i++) {
         size_t kl = strlen(w->kv[i].key);
-        put_le(b, kl, 8); W(b, 8); W(w->kv[i].key, kl);
-        put_le(b, w->kv[i].type, 4); W(b, 4);
+        put_le(b, kl, 8);
+        W(b, 8);
+        W(w->kv[i].key, kl);
+        put_le(b, w->kv[i].type, 4);
+        W(b, 4);
         W(w->kv[i].payload, w->kv[i].len);
     }
     uint64_t off = 0;
@@ -462,10 +531,18 @@ ma_status ma_gguf_write(ma_gguf_writer *w, const char *path, ma_error *err) {
         size_t nl = strlen(t->name);
         uint32_t gt = 0;
         ggml_type_of(t->dt, &gt);
-        put_le(b, nl, 8); W(b, 8); W(t->name, nl);
-        put_le(b, (uint64_t)t->ndim, 4); W(b, 4);
-        for (int d = t->ndim - 1; d >= 0; d--) { put_le(b, (uint64_t)t->shape[d], 8); W(b, 8); }
-        put_le(b, gt, 4); put_le(b + 4, off, 8); W(b, 12);
+        put_le(b, nl, 8);
+        W(b, 8);
+        W(t->name, nl);
+        put_le(b, (uint64_t)t->ndim, 4);
+        W(b, 4);
+        for (int d = t->ndim - 1; d >= 0; d--) {
+            put_le(b, (uint64_t)t->shape[d], 8);
+            W(b, 8);
+        }
+        put_le(b, gt, 4);
+        put_le(b + 4, off, 8);
+        W(b, 12);
         off += (t->nbytes + align - 1) / align * align;
     }
     static const uint8_t zeros[64];
@@ -479,9 +556,11 @@ ma_status ma_gguf_write(ma_gguf_writer *w, const char *path, ma_error *err) {
             else if ((s = t->fill(t->fill_ctx, buf, t->nbytes, err))) ma_error_wrap(err, s, "gguf writer: tensor %s", t->name);
             else W(buf, t->nbytes);
             free(buf);
-            if (s) { ma_out_abort(&f); return s; }
-        } else
-            W(t->data, t->nbytes);
+            if (s) {
+                ma_out_abort(&f);
+                return s;
+            }
+        } else W(t->data, t->nbytes);
         pad = (align - t->nbytes % align) % align;
         W(zeros, pad);
     }

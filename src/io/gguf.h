@@ -32,18 +32,38 @@
 #define MA_GGUF_MAX_DIMS 4
 
 enum {
-    MA_GGUF_U8 = 0, MA_GGUF_I8, MA_GGUF_U16, MA_GGUF_I16, MA_GGUF_U32, MA_GGUF_I32, MA_GGUF_F32,
-    MA_GGUF_BOOL, MA_GGUF_STRING, MA_GGUF_ARRAY, MA_GGUF_U64, MA_GGUF_I64, MA_GGUF_F64
+    MA_GGUF_U8 = 0,
+    MA_GGUF_I8,
+    MA_GGUF_U16,
+    MA_GGUF_I16,
+    MA_GGUF_U32,
+    MA_GGUF_I32,
+    MA_GGUF_F32,
+    MA_GGUF_BOOL,
+    MA_GGUF_STRING,
+    MA_GGUF_ARRAY,
+    MA_GGUF_U64,
+    MA_GGUF_I64,
+    MA_GGUF_F64
 };
 enum { MA_GGML_F32 = 0, MA_GGML_F16 = 1, MA_GGML_Q4_0 = 2, MA_GGML_Q8_0 = 8, MA_GGML_BF16 = 30 };
 
-typedef struct ma_gguf_str { const char *p; uint64_t len; } ma_gguf_str; /* not NUL-terminated */
+typedef struct ma_gguf_str {
+    const char *p;
+    uint64_t len;
+} ma_gguf_str; /* not NUL-terminated */
 
 typedef struct ma_gguf_kv {
     char *key;
     uint32_t type;
-    union { uint64_t u; int64_t i; double f; int b; ma_gguf_str s; } v;
-    uint32_t arr_type;     /* for arrays */
+    union {
+        uint64_t u;
+        int64_t i;
+        double f;
+        int b;
+        ma_gguf_str s;
+    } v;
+    uint32_t arr_type; /* for arrays */
     uint64_t arr_count;
     const uint8_t *arr_data; /* raw elements (strings: length-prefixed) */
 } ma_gguf_kv;
@@ -97,14 +117,14 @@ ma_status ma_gguf_set_bool(ma_gguf_writer *w, const char *key, int v, ma_error *
 ma_status ma_gguf_set_str(ma_gguf_writer *w, const char *key, const char *v, ma_error *err);
 ma_status ma_gguf_set_i64_array(ma_gguf_writer *w, const char *key, const int64_t *v, size_t n, ma_error *err);
 /* shape in PyTorch order (slowest first); stored reversed as ggml ne */
-ma_status ma_gguf_add_tensor(ma_gguf_writer *w, const char *name, ma_dtype dt, int ndim, const int64_t *shape,
-                             const void *data, ma_error *err);
+ma_status ma_gguf_add_tensor(ma_gguf_writer *w, const char *name, ma_dtype dt, int ndim, const int64_t *shape, const void *data,
+                             ma_error *err);
 /* the same with the data produced at write time: fill(ctx, dst, nbytes, err) writes the tensor's
  * bytes into a buffer the writer allocates for it and frees after writing it, so a file is
  * written with one tensor in memory at a time (molmoact compile at full size) */
 typedef ma_status (*ma_gguf_fill_fn)(void *ctx, void *dst, size_t nbytes, ma_error *err);
-ma_status ma_gguf_add_tensor_fill(ma_gguf_writer *w, const char *name, ma_dtype dt, int ndim, const int64_t *shape,
-                                  ma_gguf_fill_fn fill, void *ctx, ma_error *err);
+ma_status ma_gguf_add_tensor_fill(ma_gguf_writer *w, const char *name, ma_dtype dt, int ndim, const int64_t *shape, ma_gguf_fill_fn fill,
+                                  void *ctx, ma_error *err);
 ma_status ma_gguf_write(ma_gguf_writer *w, const char *path, ma_error *err);
 
 #endif

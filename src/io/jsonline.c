@@ -27,7 +27,10 @@ ma_status ma_json_parse_string(const char *s, size_t len, char **out, size_t *ou
         free(o);
         return ma_fail(err, MA_ERR_FORMAT, "not a valid JSON string at byte %zu: %s", start + at, why);
     }
-    if (skip_ws(s, len, end + 1) != len) { free(o); return ma_fail(err, MA_ERR_FORMAT, "trailing characters after the JSON string"); }
+    if (skip_ws(s, len, end + 1) != len) {
+        free(o);
+        return ma_fail(err, MA_ERR_FORMAT, "trailing characters after the JSON string");
+    }
     *out = o;
     return MA_OK;
 }
@@ -41,25 +44,46 @@ ma_status ma_json_parse_int_array(const char *s, size_t len, int64_t **out, size
     if (!v) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
     size_t k = 0;
     i = skip_ws(s, len, i + 1);
-    if (i < len && s[i] == ']') { i++; goto end; }
+    if (i < len && s[i] == ']') {
+        i++;
+        goto end;
+    }
     for (;;) {
         int neg = 0;
-        if (i < len && s[i] == '-') { neg = 1; i++; }
-        if (i >= len || s[i] < '0' || s[i] > '9') { free(v); return ma_fail(err, MA_ERR_FORMAT, "array entry %zu is not an integer", k); }
+        if (i < len && s[i] == '-') {
+            neg = 1;
+            i++;
+        }
+        if (i >= len || s[i] < '0' || s[i] > '9') {
+            free(v);
+            return ma_fail(err, MA_ERR_FORMAT, "array entry %zu is not an integer", k);
+        }
         int64_t x = 0;
         while (i < len && s[i] >= '0' && s[i] <= '9') {
-            if (x > (INT64_MAX - 9) / 10) { free(v); return ma_fail(err, MA_ERR_RANGE, "array entry %zu overflows", k); }
+            if (x > (INT64_MAX - 9) / 10) {
+                free(v);
+                return ma_fail(err, MA_ERR_RANGE, "array entry %zu overflows", k);
+            }
             x = x * 10 + (s[i++] - '0');
         }
         v[k++] = neg ? -x : x;
         i = skip_ws(s, len, i);
-        if (i < len && s[i] == ',') { i = skip_ws(s, len, i + 1); continue; }
-        if (i < len && s[i] == ']') { i++; break; }
+        if (i < len && s[i] == ',') {
+            i = skip_ws(s, len, i + 1);
+            continue;
+        }
+        if (i < len && s[i] == ']') {
+            i++;
+            break;
+        }
         free(v);
         return ma_fail(err, MA_ERR_FORMAT, "expected , or ] after array entry %zu", k);
     }
 end:
-    if (skip_ws(s, len, i) != len) { free(v); return ma_fail(err, MA_ERR_FORMAT, "trailing characters after the array"); }
+    if (skip_ws(s, len, i) != len) {
+        free(v);
+        return ma_fail(err, MA_ERR_FORMAT, "trailing characters after the array");
+    }
     *out = v;
     *n = k;
     return MA_OK;
@@ -87,10 +111,14 @@ ma_status ma_json_parse_object(const char *text, size_t len, const char *label, 
         size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
         long line = 1, col = 1;
         for (size_t i = 0; i < at; i++) {
-            if (text[i] == '\n') { line++; col = 1; }
-            else col++;
+            if (text[i] == '\n') {
+                line++;
+                col = 1;
+            } else col++;
         }
-        if (at >= len) return ma_fail(err, MA_ERR_FORMAT, "%s: JSON syntax error: unexpected end of the document (line %ld, column %ld)", label, line, col);
+        if (at >= len)
+            return ma_fail(err, MA_ERR_FORMAT, "%s: JSON syntax error: unexpected end of the document (line %ld, column %ld)", label, line,
+                           col);
         return ma_fail(err, MA_ERR_FORMAT, "%s: JSON syntax error at line %ld, column %ld", label, line, col);
     }
     if (!cJSON_IsObject(*out)) {

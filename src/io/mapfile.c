@@ -25,7 +25,11 @@
  * ma_mapfile_check() after each request, fails that request with an error naming the file. A
  * fault elsewhere goes to the previous handler (or the default action). */
 #define MAX_MAPS 128
-typedef struct { _Atomic(uintptr_t) start, end; _Atomic int faulted; const char *path; } map_slot;
+typedef struct {
+    _Atomic(uintptr_t) start, end;
+    _Atomic int faulted;
+    const char *path;
+} map_slot;
 static map_slot g_maps[MAX_MAPS];
 static pthread_mutex_t g_maps_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sigaction g_prev_bus;
@@ -46,8 +50,14 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
             }
         }
     }
-    if (g_prev_bus.sa_flags & SA_SIGINFO && g_prev_bus.sa_sigaction) { g_prev_bus.sa_sigaction(sig, si, uc); return; }
-    if (g_prev_bus.sa_handler != SIG_DFL && g_prev_bus.sa_handler != SIG_IGN && g_prev_bus.sa_handler) { g_prev_bus.sa_handler(sig); return; }
+    if (g_prev_bus.sa_flags & SA_SIGINFO && g_prev_bus.sa_sigaction) {
+        g_prev_bus.sa_sigaction(sig, si, uc);
+        return;
+    }
+    if (g_prev_bus.sa_handler != SIG_DFL && g_prev_bus.sa_handler != SIG_IGN && g_prev_bus.sa_handler) {
+        g_prev_bus.sa_handler(sig);
+        return;
+    }
     signal(SIGBUS, SIG_DFL); /* not ours: the fault repeats and takes the default action */
 }
 
@@ -115,7 +125,10 @@ ma_status ma_mapfile_check(ma_error *err) {
 /* open for reading without blocking on a FIFO or a device, and refuse anything but a regular file */
 static int open_regular(const char *path, struct stat *st, ma_error *err, ma_status *s) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) { *s = ma_fail(err, MA_ERR_IO, "%s: cannot open: %s", path, strerror(errno)); return -1; }
+    if (fd < 0) {
+        *s = ma_fail(err, MA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
     if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
         const int dir = S_ISDIR(st->st_mode);
         close(fd);
@@ -170,12 +183,14 @@ ma_status ma_read_file(const char *path, size_t max_bytes, char **out, size_t *l
     if (fd < 0) return s;
     if ((uint64_t)st.st_size > max_bytes) {
         close(fd);
-        return ma_fail(err, MA_ERR_FORMAT, "%s: %lld bytes exceeds the %zu-byte limit", path,
-                       (long long)st.st_size, max_bytes);
+        return ma_fail(err, MA_ERR_FORMAT, "%s: %lld bytes exceeds the %zu-byte limit", path, (long long)st.st_size, max_bytes);
     }
     size_t n = (size_t)st.st_size;
     char *buf = ma_malloc(n + 1, 1, err, path);
-    if (!buf) { close(fd); return MA_ERR_NOMEM; }
+    if (!buf) {
+        close(fd);
+        return MA_ERR_NOMEM;
+    }
     size_t got = 0;
     while (got < n) {
         ssize_t r = read(fd, buf + got, n - got);
@@ -205,7 +220,10 @@ static char *resolve_links(const char *path) {
         if (lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode)) return cur;
         char target[PATH_MAX];
         ssize_t n = readlink(cur, target, sizeof target - 1);
-        if (n < 0) { free(cur); return NULL; }
+        if (n < 0) {
+            free(cur);
+            return NULL;
+        }
         target[n] = '\0';
         char *next;
         const char *slash = strrchr(cur, '/');
@@ -213,12 +231,18 @@ static char *resolve_links(const char *path) {
         else {
             size_t dl = (size_t)(slash - cur) + 1;
             next = malloc(dl + (size_t)n + 1);
-            if (next) { memcpy(next, cur, dl); memcpy(next + dl, target, (size_t)n + 1); }
+            if (next) {
+                memcpy(next, cur, dl);
+                memcpy(next + dl, target, (size_t)n + 1);
+            }
         }
         free(cur);
         cur = next;
     }
-    if (cur) { free(cur); errno = ELOOP; }
+    if (cur) {
+        free(cur);
+        errno = ELOOP;
+    }
     return NULL;
 }
 
@@ -241,7 +265,10 @@ ma_status ma_out_open(ma_outfile *o, const char *path, ma_error *err) {
     struct stat st;
     int fd = -1;
     if (stat(o->target, &st) == 0 && !S_ISREG(st.st_mode)) {
-        if (S_ISDIR(st.st_mode)) { ma_out_abort(o); return ma_fail(err, MA_ERR_IO, "%s: cannot write: %s", path, strerror(EISDIR)); }
+        if (S_ISDIR(st.st_mode)) {
+            ma_out_abort(o);
+            return ma_fail(err, MA_ERR_IO, "%s: cannot write: %s", path, strerror(EISDIR));
+        }
         /* a device, FIFO or socket: written in place, never replaced. Non-blocking open so a
          * FIFO without a reader fails at once instead of hanging; blocking writes after */
         o->in_place = 1;
@@ -258,7 +285,10 @@ ma_status ma_out_open(ma_outfile *o, const char *path, ma_error *err) {
         const int replacing = stat(o->target, &st) == 0;
         size_t tl = strlen(o->target);
         o->tmp = malloc(tl + 16);
-        if (!o->tmp) { ma_out_abort(o); return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", path); }
+        if (!o->tmp) {
+            ma_out_abort(o);
+            return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", path);
+        }
         snprintf(o->tmp, tl + 16, "%s.tmp-XXXXXX", o->target);
         fd = mkstemp(o->tmp);
         if (fd < 0) {
@@ -282,7 +312,10 @@ ma_status ma_out_open(ma_outfile *o, const char *path, ma_error *err) {
 
 int ma_out_write(ma_outfile *o, const void *data, size_t len) {
     if (o->err_no) return 0;
-    if (len && fwrite(data, 1, len, o->f) != len) { o->err_no = errno ? errno : EIO; return 0; }
+    if (len && fwrite(data, 1, len, o->f) != len) {
+        o->err_no = errno ? errno : EIO;
+        return 0;
+    }
     return 1;
 }
 

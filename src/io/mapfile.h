@@ -44,16 +44,16 @@ ma_status ma_read_file(const char *path, size_t max_bytes, char **out, size_t *l
  *   surface here) -> ma_out_commit (the rename), or ma_out_abort at any point. */
 typedef struct ma_outfile {
     FILE *f;
-    char *path;    /* as given, for messages */
-    char *target;  /* after symlinks */
-    char *tmp;     /* the temporary file, NULL when written in place */
+    char *path;   /* as given, for messages */
+    char *target; /* after symlinks */
+    char *tmp;    /* the temporary file, NULL when written in place */
     int in_place, err_no;
 } ma_outfile;
 
 ma_status ma_out_open(ma_outfile *o, const char *path, ma_error *err);
 int ma_out_write(ma_outfile *o, const void *data, size_t len); /* 0 after a failure (reported at finish) */
-ma_status ma_out_finish(ma_outfile *o, ma_error *err);          /* aborts on failure */
-ma_status ma_out_commit(ma_outfile *o, ma_error *err);          /* finishes if needed; aborts on failure */
+ma_status ma_out_finish(ma_outfile *o, ma_error *err);         /* aborts on failure */
+ma_status ma_out_commit(ma_outfile *o, ma_error *err);         /* finishes if needed; aborts on failure */
 void ma_out_abort(ma_outfile *o);
 
 /* write a buffer to path as one output file (above) */

@@ -12,9 +12,11 @@
 
 /* ------------------------------------------------------------------------------ npy header */
 
-static const struct { const char *descr; ma_dtype dt; } NPY_TYPES[] = {
-    {"<f4", MA_DT_F32}, {"<f8", MA_DT_F64}, {"<f2", MA_DT_F16}, {"<i8", MA_DT_I64}, {"<i4", MA_DT_I32},
-    {"<i2", MA_DT_I16}, {"|i1", MA_DT_I8},  {"|u1", MA_DT_U8},  {"|b1", MA_DT_BOOL}};
+static const struct {
+    const char *descr;
+    ma_dtype dt;
+} NPY_TYPES[] = {{"<f4", MA_DT_F32}, {"<f8", MA_DT_F64}, {"<f2", MA_DT_F16}, {"<i8", MA_DT_I64}, {"<i4", MA_DT_I32},
+                 {"<i2", MA_DT_I16}, {"|i1", MA_DT_I8},  {"|u1", MA_DT_U8},  {"|b1", MA_DT_BOOL}};
 
 static const char *skip_ws(const char *p, const char *end) {
     while (p < end && (*p == ' ' || *p == '\t' || *p == '\n')) p++;
@@ -29,7 +31,7 @@ static const char *dict_value(const char *h, const char *end, const char *key) {
             const char *q = skip_ws(p + kl + 2, end);
             if (q >= end || *q != ':') return NULL;
             q = skip_ws(q + 1, end);
-            return q < end ? q : NULL;   /* a key right at the header's end has no value */
+            return q < end ? q : NULL; /* a key right at the header's end has no value */
         }
     }
     return NULL;
@@ -37,12 +39,13 @@ static const char *dict_value(const char *h, const char *end, const char *key) {
 
 ma_status ma_npy_parse(const uint8_t *buf, size_t len, const char *label, ma_tensor *out, ma_error *err) {
     memset(out, 0, sizeof *out);
-    if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0)
-        return ma_fail(err, MA_ERR_FORMAT, "%s: not a .npy array (bad magic)", label);
+    if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0) return ma_fail(err, MA_ERR_FORMAT, "%s: not a .npy array (bad magic)", label);
     int major = buf[6];
     size_t hl, hstart;
-    if (major == 1) { hl = (size_t)buf[8] | ((size_t)buf[9] << 8); hstart = 10; }
-    else if (major == 2 || major == 3) {
+    if (major == 1) {
+        hl = (size_t)buf[8] | ((size_t)buf[9] << 8);
+        hstart = 10;
+    } else if (major == 2 || major == 3) {
         if (len < 12) return ma_fail(err, MA_ERR_FORMAT, "%s: truncated .npy header", label);
         hl = (size_t)buf[8] | ((size_t)buf[9] << 8) | ((size_t)buf[10] << 16) | ((size_t)buf[11] << 24);
         hstart = 12;
@@ -66,13 +69,19 @@ ma_status ma_npy_parse(const uint8_t *buf, size_t len, const char *label, ma_ten
     ma_dtype dt = MA_DT_COUNT;
     size_t esz = 0;
     for (size_t i = 0; i < sizeof NPY_TYPES / sizeof NPY_TYPES[0]; i++)
-        if (strcmp(descr, NPY_TYPES[i].descr) == 0) { dt = NPY_TYPES[i].dt; esz = ma_dtype_size(dt); }
+        if (strcmp(descr, NPY_TYPES[i].descr) == 0) {
+            dt = NPY_TYPES[i].dt;
+            esz = ma_dtype_size(dt);
+        }
     if (dt == MA_DT_COUNT && descr[0] == '<' && descr[1] == 'U' && descr[2]) {
         char *e;
         long w = strtol(descr + 2, &e, 10);
         if (*e == '\0' && w > 65536)
             return ma_fail(err, MA_ERR_RANGE, "%s: a string of %ld characters exceeds the limit of 65536", label, w);
-        if (*e == '\0' && w > 0) { dt = MA_DT_STR32; esz = (size_t)w * 4; }
+        if (*e == '\0' && w > 0) {
+            dt = MA_DT_STR32;
+            esz = (size_t)w * 4;
+        }
     }
     if (dt == MA_DT_COUNT) return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: numpy dtype '%s' is not supported", label, descr);
     if (*sh != '(') return ma_fail(err, MA_ERR_FORMAT, "%s: bad shape in .npy header", label);
@@ -95,11 +104,9 @@ ma_status ma_npy_parse(const uint8_t *buf, size_t len, const char *label, ma_ten
     }
     int64_t n = ma_shape_numel(nd, shape);
     size_t nbytes;
-    if (n < 0 || !ma_mul_size((size_t)n, esz, &nbytes))
-        return ma_fail(err, MA_ERR_FORMAT, "%s: shape overflows", label);
+    if (n < 0 || !ma_mul_size((size_t)n, esz, &nbytes)) return ma_fail(err, MA_ERR_FORMAT, "%s: shape overflows", label);
     size_t avail = len - hstart - hl;
-    if (nbytes != avail)
-        return ma_fail(err, MA_ERR_FORMAT, "%s: data is %zu bytes, shape and dtype need %zu", label, avail, nbytes);
+    if (nbytes != avail) return ma_fail(err, MA_ERR_FORMAT, "%s: data is %zu bytes, shape and dtype need %zu", label, avail, nbytes);
     void *data = ma_malloc(nbytes ? nbytes : 1, 1, err, label);
     if (!data) return MA_ERR_NOMEM;
     memcpy(data, buf + hstart + hl, nbytes);
@@ -129,8 +136,7 @@ void ma_npz_free(ma_npz *z) {
     memset(z, 0, sizeof *z);
 }
 
-static ma_status inflate_entry(const uint8_t *src, size_t clen, uint8_t *dst, size_t ulen, const char *label,
-                               ma_error *err) {
+static ma_status inflate_entry(const uint8_t *src, size_t clen, uint8_t *dst, size_t ulen, const char *label, ma_error *err) {
     z_stream zs;
     memset(&zs, 0, sizeof zs);
     if (inflateInit2(&zs, -MAX_WBITS) != Z_OK) return ma_fail(err, MA_ERR_NOMEM, "%s: zlib init failed", label);
@@ -151,8 +157,7 @@ static ma_status inflate_entry(const uint8_t *src, size_t clen, uint8_t *dst, si
         if (rc == Z_BUF_ERROR && out_done == ulen) break;
     }
     inflateEnd(&zs);
-    if (rc != Z_STREAM_END || out_done != ulen)
-        return ma_fail(err, MA_ERR_FORMAT, "%s: corrupt deflate stream", label);
+    if (rc != Z_STREAM_END || out_done != ulen) return ma_fail(err, MA_ERR_FORMAT, "%s: corrupt deflate stream", label);
     return MA_OK;
 }
 
@@ -163,12 +168,14 @@ ma_status ma_npz_parse(const uint8_t *buf, size_t len, const char *label, ma_npz
     size_t eocd = (size_t)-1;
     size_t lowest = len > 22 + 65535 ? len - 22 - 65535 : 0;
     for (size_t i = len - 22 + 1; i-- > lowest;)
-        if (rd32(buf + i) == 0x06054b50u) { eocd = i; break; }
+        if (rd32(buf + i) == 0x06054b50u) {
+            eocd = i;
+            break;
+        }
     if (eocd == (size_t)-1) return ma_fail(err, MA_ERR_FORMAT, "%s: not a zip archive (no end record)", label);
     uint64_t n_entries = rd16(buf + eocd + 10);
     uint64_t cd_size = rd32(buf + eocd + 12), cd_off = rd32(buf + eocd + 16);
-    if ((n_entries == 0xffff || cd_off == 0xffffffffu || cd_size == 0xffffffffu) && eocd >= 20 &&
-        rd32(buf + eocd - 20) == 0x07064b50u) {
+    if ((n_entries == 0xffff || cd_off == 0xffffffffu || cd_size == 0xffffffffu) && eocd >= 20 && rd32(buf + eocd - 20) == 0x07064b50u) {
         uint64_t z64 = rd64(buf + eocd - 20 + 8);
         if (len < 56 || z64 > len - 56 || rd32(buf + z64) != 0x06064b50u)
             return ma_fail(err, MA_ERR_FORMAT, "%s: bad zip64 end record", label);
@@ -177,66 +184,122 @@ ma_status ma_npz_parse(const uint8_t *buf, size_t len, const char *label, ma_npz
         cd_off = rd64(buf + z64 + 48);
     }
     if (cd_off > len || cd_size > len - cd_off) return ma_fail(err, MA_ERR_FORMAT, "%s: central directory outside the file", label);
-    if (n_entries > MA_NPZ_MAX_ENTRIES) return ma_fail(err, MA_ERR_FORMAT, "%s: %llu entries (max %d)", label, (unsigned long long)n_entries, MA_NPZ_MAX_ENTRIES);
+    if (n_entries > MA_NPZ_MAX_ENTRIES)
+        return ma_fail(err, MA_ERR_FORMAT, "%s: %llu entries (max %d)", label, (unsigned long long)n_entries, MA_NPZ_MAX_ENTRIES);
     out->entries = ma_calloc(n_entries ? n_entries : 1, sizeof *out->entries, err, label);
     if (!out->entries) return MA_ERR_NOMEM;
     size_t p = (size_t)cd_off, cd_end = (size_t)(cd_off + cd_size);
     ma_status s = MA_OK;
     for (uint64_t e = 0; e < n_entries && s == MA_OK; e++) {
-        if (p > cd_end || cd_end - p < 46 || rd32(buf + p) != 0x02014b50u) { s = ma_fail(err, MA_ERR_FORMAT, "%s: corrupt central directory", label); break; }
+        if (p > cd_end || cd_end - p < 46 || rd32(buf + p) != 0x02014b50u) {
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: corrupt central directory", label);
+            break;
+        }
         uint32_t flags = rd16(buf + p + 8), method = rd16(buf + p + 10), crc = rd32(buf + p + 16);
         uint64_t csize = rd32(buf + p + 20), usize = rd32(buf + p + 24);
         size_t nl = rd16(buf + p + 28), xl = rd16(buf + p + 30), cl = rd16(buf + p + 32);
         uint64_t loff = rd32(buf + p + 42);
-        if (cd_end - p - 46 < nl + xl + cl) { s = ma_fail(err, MA_ERR_FORMAT, "%s: corrupt central directory", label); break; }
+        if (cd_end - p - 46 < nl + xl + cl) {
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: corrupt central directory", label);
+            break;
+        }
         const uint8_t *name = buf + p + 46, *x = name + nl, *xend = x + xl;
-        while (xend - x >= 4) {   /* zip64 extended information */
+        while (xend - x >= 4) { /* zip64 extended information */
             uint32_t id = rd16(x), sz = rd16(x + 2);
             if ((size_t)(xend - x - 4) < sz) break;
             if (id == 0x0001) {
                 const uint8_t *q = x + 4, *qe = q + sz;
-                if (usize == 0xffffffffu && qe - q >= 8) { usize = rd64(q); q += 8; }
-                if (csize == 0xffffffffu && qe - q >= 8) { csize = rd64(q); q += 8; }
+                if (usize == 0xffffffffu && qe - q >= 8) {
+                    usize = rd64(q);
+                    q += 8;
+                }
+                if (csize == 0xffffffffu && qe - q >= 8) {
+                    csize = rd64(q);
+                    q += 8;
+                }
                 if (loff == 0xffffffffu && qe - q >= 8) { loff = rd64(q); }
             }
             x += 4 + sz;
         }
         p += 46 + nl + xl + cl;
-        if (flags & 1u) { s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: encrypted zip entries are not supported", label); break; }
-        if (nl == 0 || nl > 1024) { s = ma_fail(err, MA_ERR_FORMAT, "%s: bad entry name", label); break; }
+        if (flags & 1u) {
+            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: encrypted zip entries are not supported", label);
+            break;
+        }
+        if (nl == 0 || nl > 1024) {
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: bad entry name", label);
+            break;
+        }
         char *ename = ma_malloc(nl + 1, 1, err, label);
-        if (!ename) { s = MA_ERR_NOMEM; break; }
+        if (!ename) {
+            s = MA_ERR_NOMEM;
+            break;
+        }
         memcpy(ename, name, nl);
         ename[nl] = '\0';
-        if (memchr(ename, '\0', nl)) { free(ename); s = ma_fail(err, MA_ERR_FORMAT, "%s: bad entry name", label); break; }
+        if (memchr(ename, '\0', nl)) {
+            free(ename);
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: bad entry name", label);
+            break;
+        }
         if (nl > 4 && strcmp(ename + nl - 4, ".npy") == 0) ename[nl - 4] = '\0';
         out->entries[out->count].name = ename;
         out->count++;
-        if (usize > MA_NPZ_MAX_ENTRY) { s = ma_fail(err, MA_ERR_NOMEM, "%s: entry %s is %llu bytes (limit %llu)", label, ename, (unsigned long long)usize, (unsigned long long)MA_NPZ_MAX_ENTRY); break; }
-        if (loff > len || len - loff < 30 || rd32(buf + loff) != 0x04034b50u) { s = ma_fail(err, MA_ERR_FORMAT, "%s: entry %s: bad local header", label, ename); break; }
+        if (usize > MA_NPZ_MAX_ENTRY) {
+            s = ma_fail(err, MA_ERR_NOMEM, "%s: entry %s is %llu bytes (limit %llu)", label, ename, (unsigned long long)usize,
+                        (unsigned long long)MA_NPZ_MAX_ENTRY);
+            break;
+        }
+        if (loff > len || len - loff < 30 || rd32(buf + loff) != 0x04034b50u) {
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: entry %s: bad local header", label, ename);
+            break;
+        }
         size_t data_off = (size_t)loff + 30 + rd16(buf + loff + 26) + rd16(buf + loff + 28);
-        if (data_off > len || csize > len - data_off) { s = ma_fail(err, MA_ERR_FORMAT, "%s: entry %s: data outside the file", label, ename); break; }
+        if (data_off > len || csize > len - data_off) {
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: entry %s: data outside the file", label, ename);
+            break;
+        }
         const uint8_t *src = buf + data_off;
         uint8_t *raw = NULL;
         const uint8_t *img;
         if (method == 0) {
-            if (csize != usize) { s = ma_fail(err, MA_ERR_FORMAT, "%s: entry %s: stored sizes differ", label, ename); break; }
+            if (csize != usize) {
+                s = ma_fail(err, MA_ERR_FORMAT, "%s: entry %s: stored sizes differ", label, ename);
+                break;
+            }
             img = src;
         } else if (method == 8) {
             /* deflate expands at most 1032:1: a larger claim is a lie, refused before allocating */
-            if (usize > csize * 1032 + 1024) { s = ma_fail(err, MA_ERR_FORMAT, "%s: entry %s: %llu bytes claimed from %llu compressed", label, ename, (unsigned long long)usize, (unsigned long long)csize); break; }
+            if (usize > csize * 1032 + 1024) {
+                s = ma_fail(err, MA_ERR_FORMAT, "%s: entry %s: %llu bytes claimed from %llu compressed", label, ename,
+                            (unsigned long long)usize, (unsigned long long)csize);
+                break;
+            }
             raw = ma_malloc(usize ? usize : 1, 1, err, label);
-            if (!raw) { s = MA_ERR_NOMEM; break; }
-            if ((s = inflate_entry(src, (size_t)csize, raw, (size_t)usize, ename, err))) { free(raw); break; }
+            if (!raw) {
+                s = MA_ERR_NOMEM;
+                break;
+            }
+            if ((s = inflate_entry(src, (size_t)csize, raw, (size_t)usize, ename, err))) {
+                free(raw);
+                break;
+            }
             img = raw;
-        } else { s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: entry %s: compression method %u (stored and deflate only)", label, ename, method); break; }
+        } else {
+            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: entry %s: compression method %u (stored and deflate only)", label, ename, method);
+            break;
+        }
         uLong c = crc32(0L, Z_NULL, 0);
         for (size_t off = 0; off < usize;) {
             size_t chunk = usize - off > (1u << 30) ? (1u << 30) : (size_t)(usize - off);
             c = crc32(c, img + off, (uInt)chunk);
             off += chunk;
         }
-        if ((uint32_t)c != crc) { free(raw); s = ma_fail(err, MA_ERR_FORMAT, "%s: entry %s: CRC mismatch", label, ename); break; }
+        if ((uint32_t)c != crc) {
+            free(raw);
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: entry %s: CRC mismatch", label, ename);
+            break;
+        }
         char elabel[1200];
         snprintf(elabel, sizeof elabel, "%s:%s", label, ename);
         s = ma_npy_parse(img, (size_t)usize, elabel, &out->entries[out->count - 1].t, err);
@@ -276,14 +339,17 @@ static ma_status npy_serialize(const ma_tensor *t, uint8_t **out, size_t *len, m
     char ubuf[16];
     for (size_t i = 0; i < sizeof NPY_TYPES / sizeof NPY_TYPES[0]; i++)
         if (NPY_TYPES[i].dt == t->dtype) descr = NPY_TYPES[i].descr;
-    if (t->dtype == MA_DT_STR32) { snprintf(ubuf, sizeof ubuf, "<U%zu", t->elem_size / 4); descr = ubuf; }
+    if (t->dtype == MA_DT_STR32) {
+        snprintf(ubuf, sizeof ubuf, "<U%zu", t->elem_size / 4);
+        descr = ubuf;
+    }
     if (!descr) return ma_fail(err, MA_ERR_UNSUPPORTED, "dtype %s cannot be written to .npy", ma_dtype_name(t->dtype));
     char header[512];
     int n = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     for (int d = 0; d < t->ndim; d++)
         n += snprintf(header + n, sizeof header - (size_t)n, t->ndim == 1 ? "%lld," : (d ? ", %lld" : "%lld"), (long long)t->shape[d]);
     n += snprintf(header + n, sizeof header - (size_t)n, "), }");
-    size_t total_h = (size_t)(10 + n + 1 + 63) / 64 * 64;   /* pad so data starts 64-aligned */
+    size_t total_h = (size_t)(10 + n + 1 + 63) / 64 * 64; /* pad so data starts 64-aligned */
     size_t hl = total_h - 10;
     size_t esz = t->dtype == MA_DT_STR32 ? t->elem_size : ma_dtype_size(t->dtype);
     size_t nb;
@@ -306,7 +372,10 @@ static ma_status npy_serialize(const ma_tensor *t, uint8_t **out, size_t *len, m
 void ma_npz_writer_init(ma_npz_writer *w) { memset(w, 0, sizeof *w); }
 
 void ma_npz_writer_free(ma_npz_writer *w) {
-    for (size_t i = 0; i < w->count; i++) { free(w->names[i]); free(w->blobs[i]); }
+    for (size_t i = 0; i < w->count; i++) {
+        free(w->names[i]);
+        free(w->blobs[i]);
+    }
     free(w->names);
     free(w->blobs);
     free(w->sizes);
@@ -327,7 +396,10 @@ ma_status ma_npz_add(ma_npz_writer *w, const char *name, const ma_tensor *t, ma_
     ma_status s = npy_serialize(t, &blob, &len, err);
     if (s) return ma_error_wrap(err, s, "npz entry %s", name);
     char *nm = strdup(name);
-    if (!nm) { free(blob); return ma_fail(err, MA_ERR_NOMEM, "npz writer: out of memory"); }
+    if (!nm) {
+        free(blob);
+        return ma_fail(err, MA_ERR_NOMEM, "npz writer: out of memory");
+    }
     w->names[w->count] = nm;
     w->blobs[w->count] = blob;
     w->sizes[w->count] = len;
@@ -335,14 +407,19 @@ ma_status ma_npz_add(ma_npz_writer *w, const char *name, const ma_tensor *t, ma_
     return MA_OK;
 }
 
-ma_status ma_npz_add_f32(ma_npz_writer *w, const char *name, int ndim, const int64_t *shape, const float *data,
-                         ma_error *err) {
+ma_status ma_npz_add_f32(ma_npz_writer *w, const char *name, int ndim, const int64_t *shape, const float *data, ma_error *err) {
     ma_tensor t = ma_tensor_view(MA_DT_F32, ndim, shape, (void *)data);
     return ma_npz_add(w, name, &t, err);
 }
 
-static void put16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void put32(uint8_t *p, uint32_t v) { put16(p, v & 0xffff); put16(p + 2, v >> 16); }
+static void put16(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static void put32(uint8_t *p, uint32_t v) {
+    put16(p, v & 0xffff);
+    put16(p + 2, v >> 16);
+}
 
 ma_status ma_npz_render(ma_npz_writer *w, int compress, uint8_t **out, size_t *out_len, ma_error *err) {
     const char *path = "npz";
@@ -362,7 +439,10 @@ ma_status ma_npz_render(ma_npz_writer *w, int compress, uint8_t **out, size_t *o
     uint32_t *csizes = ma_calloc(w->count ? w->count : 1, sizeof *csizes, err, path);
     uint32_t *crcs = ma_calloc(w->count ? w->count : 1, sizeof *crcs, err, path);
     ma_status s = MA_OK;
-    if (!offsets || !csizes || !crcs) { s = MA_ERR_NOMEM; goto out; }
+    if (!offsets || !csizes || !crcs) {
+        s = MA_ERR_NOMEM;
+        goto out;
+    }
     size_t pos = 0;
     for (size_t i = 0; i < w->count; i++) {
         char ename[1100];
@@ -375,7 +455,10 @@ ma_status ma_npz_render(ma_npz_writer *w, int compress, uint8_t **out, size_t *o
         if (compress) {
             z_stream zs;
             memset(&zs, 0, sizeof zs);
-            if (deflateInit2(&zs, 6, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) { s = ma_fail(err, MA_ERR_NOMEM, "zlib init failed"); goto out; }
+            if (deflateInit2(&zs, 6, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+                s = ma_fail(err, MA_ERR_NOMEM, "zlib init failed");
+                goto out;
+            }
             zs.next_in = w->blobs[i];
             zs.avail_in = (uInt)w->sizes[i];
             zs.next_out = buf + data_pos;
@@ -383,7 +466,10 @@ ma_status ma_npz_render(ma_npz_writer *w, int compress, uint8_t **out, size_t *o
             int rc = deflate(&zs, Z_FINISH);
             csize = zs.total_out;
             deflateEnd(&zs);
-            if (rc != Z_STREAM_END) { s = ma_fail(err, MA_ERR_FORMAT, "%s: deflate failed", path); goto out; }
+            if (rc != Z_STREAM_END) {
+                s = ma_fail(err, MA_ERR_FORMAT, "%s: deflate failed", path);
+                goto out;
+            }
         } else {
             memcpy(buf + data_pos, w->blobs[i], w->sizes[i]);
             csize = w->sizes[i];
@@ -392,7 +478,7 @@ ma_status ma_npz_render(ma_npz_writer *w, int compress, uint8_t **out, size_t *o
         put16(lh + 4, 20);
         put16(lh + 6, 0);
         put16(lh + 8, compress ? 8 : 0);
-        put16(lh + 10, 0);          /* 1980-01-01 00:00: deterministic */
+        put16(lh + 10, 0); /* 1980-01-01 00:00: deterministic */
         put16(lh + 12, 0x21);
         put32(lh + 14, crc);
         put32(lh + 18, (uint32_t)csize);
@@ -434,7 +520,10 @@ ma_status ma_npz_render(ma_npz_writer *w, int compress, uint8_t **out, size_t *o
     put32(e + 12, (uint32_t)(pos - cd_start));
     put32(e + 16, (uint32_t)cd_start);
     pos += 22;
-    if (pos > 0xffffffffu) { s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: archive exceeds 4 GiB", path); goto out; }
+    if (pos > 0xffffffffu) {
+        s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: archive exceeds 4 GiB", path);
+        goto out;
+    }
     *out = buf;
     *out_len = pos;
     buf = NULL;
@@ -468,8 +557,11 @@ ma_status ma_str32_to_utf8(const ma_tensor *t, int64_t index, char **out, ma_err
     size_t k = 0;
     for (size_t i = 0; i < width; i++) {
         uint32_t c = rd32(p + 4 * i);
-        if (c == 0) break;   /* numpy pads with NUL */
-        if (c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) { free(s); return ma_fail(err, MA_ERR_FORMAT, "string has invalid code point U+%X", c); }
+        if (c == 0) break; /* numpy pads with NUL */
+        if (c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) {
+            free(s);
+            return ma_fail(err, MA_ERR_FORMAT, "string has invalid code point U+%X", c);
+        }
         k += ma_utf8_put(c, s + k);
     }
     s[k] = '\0';

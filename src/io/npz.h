@@ -49,8 +49,7 @@ typedef struct ma_npz_writer {
 void ma_npz_writer_init(ma_npz_writer *w);
 /* copies the tensor's data; dtype must be a plain numpy type */
 ma_status ma_npz_add(ma_npz_writer *w, const char *name, const ma_tensor *t, ma_error *err);
-ma_status ma_npz_add_f32(ma_npz_writer *w, const char *name, int ndim, const int64_t *shape,
-                         const float *data, ma_error *err);
+ma_status ma_npz_add_f32(ma_npz_writer *w, const char *name, int ndim, const int64_t *shape, const float *data, ma_error *err);
 ma_status ma_npz_write(ma_npz_writer *w, const char *path, int compress, ma_error *err);
 /* the archive in memory (malloc'd *out), for a caller that writes it itself */
 ma_status ma_npz_render(ma_npz_writer *w, int compress, uint8_t **out, size_t *out_len, ma_error *err);

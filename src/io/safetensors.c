@@ -9,12 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct { const char *tag; ma_dtype dt; } ST_DTYPES[] = {
-    {"F32", MA_DT_F32}, {"F16", MA_DT_F16}, {"BF16", MA_DT_BF16}};
+static const struct {
+    const char *tag;
+    ma_dtype dt;
+} ST_DTYPES[] = {{"F32", MA_DT_F32}, {"F16", MA_DT_F16}, {"BF16", MA_DT_BF16}};
 
 static int st_dtype(const char *tag, ma_dtype *out) {
     for (size_t i = 0; i < sizeof ST_DTYPES / sizeof ST_DTYPES[0]; i++)
-        if (strcmp(tag, ST_DTYPES[i].tag) == 0) { *out = ST_DTYPES[i].dt; return 1; }
+        if (strcmp(tag, ST_DTYPES[i].tag) == 0) {
+            *out = ST_DTYPES[i].dt;
+            return 1;
+        }
     return 0;
 }
 
@@ -45,25 +50,25 @@ void ma_st_free_tensors(ma_st_tensor *t, size_t count) {
     free(t);
 }
 
-static int by_name(const void *a, const void *b) {
-    return strcmp(((const ma_st_tensor *)a)->name, ((const ma_st_tensor *)b)->name);
-}
+static int by_name(const void *a, const void *b) { return strcmp(((const ma_st_tensor *)a)->name, ((const ma_st_tensor *)b)->name); }
 
-typedef struct { size_t begin, end; const char *name; } span;
+typedef struct {
+    size_t begin, end;
+    const char *name;
+} span;
 static int by_begin(const void *a, const void *b) {
     const span *x = a, *y = b;
     return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end < y->end ? -1 : x->end > y->end);
 }
 
-ma_status ma_st_parse(const uint8_t *buf, size_t len, const char *label, ma_st_tensor **out,
-                      size_t *count, ma_error *err) {
+ma_status ma_st_parse(const uint8_t *buf, size_t len, const char *label, ma_st_tensor **out, size_t *count, ma_error *err) {
     *out = NULL;
     *count = 0;
     if (len < 8) return ma_fail(err, MA_ERR_FORMAT, "%s: truncated (%zu bytes, no header length)", label, len);
     uint64_t hlen = rd_u64(buf);
     if (hlen < 2 || hlen > MA_ST_MAX_HEADER || hlen > len - 8)
-        return ma_fail(err, MA_ERR_FORMAT, "%s: header length %llu does not fit the file (%zu bytes)", label,
-                       (unsigned long long)hlen, len);
+        return ma_fail(err, MA_ERR_FORMAT, "%s: header length %llu does not fit the file (%zu bytes)", label, (unsigned long long)hlen,
+                       len);
     const uint8_t *data = buf + 8 + hlen;
     size_t data_len = len - 8 - (size_t)hlen;
     cJSON *root;
@@ -77,33 +82,43 @@ ma_status ma_st_parse(const uint8_t *buf, size_t len, const char *label, ma_st_t
     ma_st_tensor *ts = ma_calloc(n ? n : 1, sizeof *ts, err, label);
     span *spans = ma_calloc(n ? n : 1, sizeof *spans, err, label);
     ma_status s = MA_OK;
-    if (!ts || !spans) { s = MA_ERR_NOMEM; goto done; }
+    if (!ts || !spans) {
+        s = MA_ERR_NOMEM;
+        goto done;
+    }
     size_t i = 0;
     for (cJSON *e = root->child; e; e = e->next) {
         const char *name = e->string;
         if (strcmp(name, "__metadata__") == 0) {
-            if (!cJSON_IsObject(e)) { s = ma_fail(err, MA_ERR_FORMAT, "%s: __metadata__ is not an object", label); goto done; }
+            if (!cJSON_IsObject(e)) {
+                s = ma_fail(err, MA_ERR_FORMAT, "%s: __metadata__ is not an object", label);
+                goto done;
+            }
             continue;
         }
         ma_st_tensor *t = &ts[i];
         t->name = strdup(name);
-        if (!t->name) { s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label); goto done; }
+        if (!t->name) {
+            s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label);
+            goto done;
+        }
         i++;
         const cJSON *jd = cJSON_GetObjectItemCaseSensitive(e, "dtype");
         const cJSON *js = cJSON_GetObjectItemCaseSensitive(e, "shape");
         const cJSON *jo = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-        if (!cJSON_IsObject(e) || !cJSON_IsString(jd) || !cJSON_IsArray(js) || !cJSON_IsArray(jo) ||
-            cJSON_GetArraySize(jo) != 2) {
+        if (!cJSON_IsObject(e) || !cJSON_IsString(jd) || !cJSON_IsArray(js) || !cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2) {
             s = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s: malformed entry (needs dtype, shape, data_offsets)", label, name);
             goto done;
         }
         if (!st_dtype(jd->valuestring, &t->dtype)) {
-            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: tensor %s: dtype %s is not supported (F32, F16, BF16)", label,
-                        name, jd->valuestring);
+            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: tensor %s: dtype %s is not supported (F32, F16, BF16)", label, name, jd->valuestring);
             goto done;
         }
         int nd = cJSON_GetArraySize(js);
-        if (nd > MA_MAX_DIMS) { s = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s: %d dims (max %d)", label, name, nd, MA_MAX_DIMS); goto done; }
+        if (nd > MA_MAX_DIMS) {
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s: %d dims (max %d)", label, name, nd, MA_MAX_DIMS);
+            goto done;
+        }
         t->ndim = nd;
         int d = 0;
         for (const cJSON *x = js->child; x; x = x->next, d++) {
@@ -165,7 +180,8 @@ const ma_st_tensor *ma_st_find(const ma_safetensors *st, const char *name) {
         size_t mid = lo + (hi - lo) / 2;
         int c = strcmp(st->tensors[mid].name, name);
         if (c == 0) return &st->tensors[mid];
-        if (c < 0) lo = mid + 1; else hi = mid;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
     }
     return NULL;
 }
@@ -192,7 +208,10 @@ static ma_status st_add_file(ma_safetensors *st, const char *path, ma_error *err
     s = ma_st_parse(m->data, m->size, path, &ts, &n, err);
     if (s) return s;
     ma_st_tensor *all = realloc(st->tensors, (st->count + n + 1) * sizeof *all);
-    if (!all) { ma_st_free_tensors(ts, n); return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", path); }
+    if (!all) {
+        ma_st_free_tensors(ts, n);
+        return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", path);
+    }
     st->tensors = all;
     for (size_t i = 0; i < n; i++) {
         ts[i].file = st->nfiles - 1;
@@ -225,8 +244,8 @@ static ma_status st_open_index(ma_safetensors *st, const char *dir, const char *
     }
     /* open each distinct shard once, in order of first appearance */
     for (const cJSON *e = map->child; e && s == MA_OK; e = e->next) {
-        if (!cJSON_IsString(e) || !e->valuestring[0] || strchr(e->valuestring, '/') ||
-            strcmp(e->valuestring, "..") == 0 || strcmp(e->valuestring, ".") == 0) {
+        if (!cJSON_IsString(e) || !e->valuestring[0] || strchr(e->valuestring, '/') || strcmp(e->valuestring, "..") == 0 ||
+            strcmp(e->valuestring, ".") == 0) {
             s = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s: shard must be a plain file name", index, e->string);
             break;
         }
@@ -237,7 +256,10 @@ static ma_status st_open_index(ma_safetensors *st, const char *dir, const char *
         }
         if (seen) continue;
         char *path = ma_path_join(dir, e->valuestring);
-        if (!path) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); break; }
+        if (!path) {
+            s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
+            break;
+        }
         s = st_add_file(st, path, err);
         free(path);
     }
@@ -246,11 +268,14 @@ static ma_status st_open_index(ma_safetensors *st, const char *dir, const char *
     size_t listed = 0;
     for (const cJSON *e = map->child; e && s == MA_OK; e = e->next, listed++) {
         const ma_st_tensor *t = ma_st_find(st, e->string);
-        if (!t) { s = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s is listed but not in shard %s", index, e->string, e->valuestring); break; }
+        if (!t) {
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s is listed but not in shard %s", index, e->string, e->valuestring);
+            break;
+        }
         const char *base = strrchr(st->files[t->file].path, '/');
         if (strcmp(base ? base + 1 : st->files[t->file].path, e->valuestring) != 0)
-            s = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s is in %s, the index says %s", index, e->string,
-                        st->files[t->file].path, e->valuestring);
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s is in %s, the index says %s", index, e->string, st->files[t->file].path,
+                        e->valuestring);
     }
     if (s == MA_OK && listed != st->count)
         s = ma_fail(err, MA_ERR_FORMAT, "%s: shards hold %zu tensors but the index lists %zu", index, st->count, listed);
@@ -266,8 +291,10 @@ ma_status ma_st_open(ma_safetensors *st, const char *path, ma_error *err) {
         char *single = ma_path_join(path, "model.safetensors");
         if (!index || !single) s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
         else if (ma_is_file(index)) s = st_open_index(st, path, index, err);
-        else if (ma_is_file(single)) { s = st_add_file(st, single, err); if (!s) s = st_finish(st, single, err); }
-        else s = ma_fail(err, MA_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json", path);
+        else if (ma_is_file(single)) {
+            s = st_add_file(st, single, err);
+            if (!s) s = st_finish(st, single, err);
+        } else s = ma_fail(err, MA_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json", path);
         free(index);
         free(single);
     } else {
@@ -297,7 +324,10 @@ ma_status ma_st_write(const char *path, const ma_st_entry *entries, size_t n, ma
         const ma_st_entry *e = order[i];
         size_t nb;
         const char *tag = st_tag(e->dtype);
-        if (!tag) { s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: tensor %s: dtype %s cannot be stored", path, e->name, ma_dtype_name(e->dtype)); break; }
+        if (!tag) {
+            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: tensor %s: dtype %s cannot be stored", path, e->name, ma_dtype_name(e->dtype));
+            break;
+        }
         if ((s = ma_shape_nbytes(e->dtype, e->ndim, e->shape, &nb, err))) break;
         cJSON *t = cJSON_CreateObject();
         cJSON_AddStringToObject(t, "dtype", tag);

@@ -44,8 +44,7 @@ typedef struct ma_safetensors {
 
 /* Validate one safetensors image in memory; tensors point into buf, names are malloc'd.
  * `label` names the file in messages. Free with ma_st_free_tensors. */
-ma_status ma_st_parse(const uint8_t *buf, size_t len, const char *label, ma_st_tensor **out,
-                      size_t *count, ma_error *err);
+ma_status ma_st_parse(const uint8_t *buf, size_t len, const char *label, ma_st_tensor **out, size_t *count, ma_error *err);
 void ma_st_free_tensors(ma_st_tensor *t, size_t count);
 
 /* open a .safetensors file or a checkpoint directory (single file or sharded) */

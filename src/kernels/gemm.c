@@ -17,13 +17,12 @@
 #define MR MA_GEMM_MR
 #define KC MA_GEMM_KC
 #define MC MA_GEMM_MC
-#define GROUP 32 /* panels converted per K chunk on the grouped path: 32 x 384 x 16 floats = 768 KiB (L2) */
+#define GROUP 32   /* panels converted per K chunk on the grouped path: 32 x 384 x 16 floats = 768 KiB (L2) */
 #define AMX_MS 512 /* rows of A converted at a time on the AMX path: 512 x 384 x (hi, lo) bf16 = 768 KiB */
 
 /* ------------------------------------------------------------------ portable micro-kernel */
 
-static void ukernel_portable(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr,
-                             int accumulate) {
+static void ukernel_portable(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr, int accumulate) {
     float t[MR][NR];
     memset(t, 0, sizeof t);
     for (int64_t k = 0; k < kc; k++) {
@@ -50,8 +49,7 @@ static float elem_to_f32(ma_dtype dt, const void *base, int64_t i) {
 static void load_rows_float(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P) {
     (void)K;
     for (int k = 0; k < kc; k++)
-        for (int r = 0; r < NR; r++)
-            P[k * NR + r] = r < nr ? elem_to_f32(B->dtype, B->data, (n0 + r) * B->ld + k0 + k) : 0.0f;
+        for (int r = 0; r < NR; r++) P[k * NR + r] = r < nr ? elem_to_f32(B->dtype, B->data, (n0 + r) * B->ld + k0 + k) : 0.0f;
 }
 
 static float block_scale(const uint8_t *p) { return ma_f16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }
@@ -139,9 +137,7 @@ static pthread_once_t active_once = PTHREAD_ONCE_INIT;
 
 static int panels_in_place = 1; /* see ma_gemm_set_in_place */
 
-static int in_place_default(void) {
-    return !ma_cpu_intel();
-}
+static int in_place_default(void) { return !ma_cpu_intel(); }
 
 static void choose_kernels(void) {
     ma_gemm_kernels_t *p = &sets[0];
@@ -237,9 +233,7 @@ void ma_gemm_set_bf16_dot(int on) {
 #endif
 }
 
-static ma_compute set_bf16(const ma_gemm_kernels_t *k) {
-    return k->amx_tile || k->bf16_tile ? MA_COMPUTE_BF16 : MA_COMPUTE_F32;
-}
+static ma_compute set_bf16(const ma_gemm_kernels_t *k) { return k->amx_tile || k->bf16_tile ? MA_COMPUTE_BF16 : MA_COMPUTE_F32; }
 
 ma_compute ma_gemm_kernel_bf16(int i) {
     pthread_once(&active_once, choose_kernels);
@@ -303,13 +297,13 @@ typedef struct gemm_job {
     int64_t M, K, lda, panels;
     const float *A;
     int accumulate, n_seg, split_m, small, amx;
-    int bf16;            /* MA_COMPUTE_BF16 on this set's bf16 unit (ma_gemm_bf16) */
-    void *qa;            /* small path with int8 parts: A quantised once (K / 32 blocks) */
-    int qa_todo;         /* qa not yet filled: a job of its own quantises it first */
-    void *qa_all;        /* more rows with int8 parts, cut by panels: every 12-row tile of A quantised
+    int bf16;         /* MA_COMPUTE_BF16 on this set's bf16 unit (ma_gemm_bf16) */
+    void *qa;         /* small path with int8 parts: A quantised once (K / 32 blocks) */
+    int qa_todo;      /* qa not yet filled: a job of its own quantises it first */
+    void *qa_all;     /* more rows with int8 parts, cut by panels: every 12-row tile of A quantised
                           * once, tile t's K blocks from block t K / 32 (NULL: per thread and K chunk) */
-    atomic_long next;    /* small path: the next chunk of panels a thread takes */
-    int64_t chunk;       /* panels per chunk */
+    atomic_long next; /* small path: the next chunk of panels a thread takes */
+    int64_t chunk;    /* panels per chunk */
     gemm_seg seg[MA_GEMM_MAX_PARTS];
 } gemm_job;
 
@@ -416,7 +410,9 @@ static void ahead_next(ahead *a, const gemm_job *j, int64_t q1, int64_t p_lo, in
  * abuf_key: A packed for a whole K chunk of a thread's rows, so the grouped path packs each A
  * element once per K chunk instead of once per group of panels (without it, per M block).
  * qa_key: the int8 kernels' quantised A of a job (small_qa, qa_all), filled before the job. */
-typedef struct abuf { size_t cap; } abuf; /* bytes after the header */
+typedef struct abuf {
+    size_t cap;
+} abuf;              /* bytes after the header */
 #define ABUF_HEAD 64 /* the header's bytes: keeps the data 64-byte aligned */
 static pthread_key_t abuf_key, qa_key;
 static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
@@ -435,7 +431,10 @@ static void *thread_buffer(pthread_key_t *key, size_t bytes) {
     if (!nb) return NULL;
     free(b);
     nb->cap = bytes;
-    if (pthread_setspecific(*key, nb)) { free(nb); return NULL; }
+    if (pthread_setspecific(*key, nb)) {
+        free(nb);
+        return NULL;
+    }
     return (char *)nb + ABUF_HEAD;
 }
 
@@ -563,8 +562,7 @@ static void gemm_block(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p_
             else compute_f32(j, m_lo, m_hi, p, end);
             p = end;
         }
-    } else
-        compute_f32(j, m_lo, m_hi, p_lo, p_hi);
+    } else compute_f32(j, m_lo, m_hi, p_lo, p_hi);
     for (int s = 0; s < j->n_seg; s++) {
         const gemm_seg *g = &j->seg[s];
         const int64_t g_panels = (g->N + NR - 1) / NR;
@@ -601,17 +599,16 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
             if (int8_part(g) && j->qa) /* int8 A, quantised once for the job (small_qa) */
                 active.q_panels(g->B, j->K, n0, nr, 0, (int)j->K, j->qa, mr, c, g->ldc, j->accumulate);
             else if (active.small_pair && p + 1 < p_hi && nr == NR && n0 + NR < g->N &&
-                     active.small_pair(g->B, j->K, n0, (int)(g->N - n0 - NR < NR ? g->N - n0 - NR : NR), 0, (int)j->K, a, j->lda,
-                                       mr, c, g->ldc, j->accumulate))
+                     active.small_pair(g->B, j->K, n0, (int)(g->N - n0 - NR < NR ? g->N - n0 - NR : NR), 0, (int)j->K, a, j->lda, mr, c,
+                                       g->ldc, j->accumulate))
                 p++; /* the next panel of this part came along */
-            else
-                active.small_panels(g->B, j->K, n0, nr, 0, (int)j->K, a, j->lda, mr, c, g->ldc, j->accumulate);
+            else active.small_panels(g->B, j->K, n0, nr, 0, (int)j->K, a, j->lda, mr, c, g->ldc, j->accumulate);
         }
     } else if (j->amx) {
         /* per K chunk: a block of A rows is split into bf16 tiles once, then each group of
          * panels is converted and split once and used by every 32-row tile of the block */
         _Alignas(64) static _Thread_local uint16_t Aa[AMX_MS * KC * 2];
-        uint16_t *Bt = (uint16_t *)Bc; /* a panel of kc x 16 takes the bytes of its fp32 form */
+        uint16_t *Bt = (uint16_t *)Bc;             /* a panel of kc x 16 takes the bytes of its fp32 form */
         const int tiles = active.amx_tile != NULL; /* else the VDPBF16PS tile (j->bf16) */
         if (tiles) active.amx_begin();
         /* the hi-only layout of the bf16 plan takes twice the k in the same buffers: K chunks
@@ -726,26 +723,26 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
             }
         }
     } else
-    for (int64_t k0 = 0; k0 < j->K; k0 += KC) {
-        const int kc = (int)(j->K - k0 < KC ? j->K - k0 : KC);
-        const int acc = j->accumulate || k0 > 0;
-        for (int64_t m0 = m_lo; m0 < m_hi; m0 += MC) {
-            const int64_t m1 = m_hi - m0 < MC ? m_hi : m0 + MC;
-            active.pack_a(j->A, j->lda, m0, m1, k0, kc, TR, Apack);
-            int s = 0;
-            for (int64_t p = p_lo; p < p_hi; p++) {
-                int64_t n0;
-                int nr;
-                const gemm_seg *g = panel_at(j, p, &s, &n0, &nr);
-                if (n0 + NR < g->N) prefetch_panel(g->B, j->K, n0 + NR, k0, kc);
-                g->load(g->B, j->K, n0, nr, k0, kc, P);
-                for (int64_t m = m0; m < m1; m += TR) {
-                    const int mr = (int)(m1 - m < TR ? m1 - m : TR);
-                    uk(kc, Apack + (m - m0) * kc, P, g->C + m * g->ldc + n0, g->ldc, mr, nr, acc);
+        for (int64_t k0 = 0; k0 < j->K; k0 += KC) {
+            const int kc = (int)(j->K - k0 < KC ? j->K - k0 : KC);
+            const int acc = j->accumulate || k0 > 0;
+            for (int64_t m0 = m_lo; m0 < m_hi; m0 += MC) {
+                const int64_t m1 = m_hi - m0 < MC ? m_hi : m0 + MC;
+                active.pack_a(j->A, j->lda, m0, m1, k0, kc, TR, Apack);
+                int s = 0;
+                for (int64_t p = p_lo; p < p_hi; p++) {
+                    int64_t n0;
+                    int nr;
+                    const gemm_seg *g = panel_at(j, p, &s, &n0, &nr);
+                    if (n0 + NR < g->N) prefetch_panel(g->B, j->K, n0 + NR, k0, kc);
+                    g->load(g->B, j->K, n0, nr, k0, kc, P);
+                    for (int64_t m = m0; m < m1; m += TR) {
+                        const int mr = (int)(m1 - m < TR ? m1 - m : TR);
+                        uk(kc, Apack + (m - m0) * kc, P, g->C + m * g->ldc + n0, g->ldc, mr, nr, acc);
+                    }
                 }
             }
         }
-    }
 }
 
 /* thread t's share of the K blocks of the small path's int8 A */
@@ -818,8 +815,7 @@ static void *small_qa(const gemm_job *j) {
     return thread_buffer(&qa_key, (size_t)(j->K / 32) * MA_GEMM_QA_BLOCK);
 }
 
-static int prepare(gemm_job *j, int64_t M, int64_t K, const float *A, int64_t lda, const ma_gemm_part *parts, int n,
-                   int accumulate) {
+static int prepare(gemm_job *j, int64_t M, int64_t K, const float *A, int64_t lda, const ma_gemm_part *parts, int n, int accumulate) {
     pthread_once(&active_once, choose_kernels);
     if (n < 1 || n > MA_GEMM_MAX_PARTS) abort(); /* a programming error */
     memset(j, 0, sizeof *j);
@@ -865,7 +861,8 @@ static void run_job(gemm_job *j) {
         int any = 0;
         for (int s = 0; s < j->n_seg; s++) any |= int8_part(&j->seg[s]);
         if (any)
-            j->qa_all = thread_buffer(&qa_key, (size_t)((j->M + MA_GEMM_MR_MAX - 1) / MA_GEMM_MR_MAX) * (size_t)(j->K / 32) * MA_GEMM_QA_BLOCK);
+            j->qa_all =
+                thread_buffer(&qa_key, (size_t)((j->M + MA_GEMM_MR_MAX - 1) / MA_GEMM_MR_MAX) * (size_t)(j->K / 32) * MA_GEMM_QA_BLOCK);
     }
     /* small path: about four chunks a thread, so the last one to finish waits little */
     j->chunk = ((j->panels + 4 * T - 1) / (4 * T) + 1) / 2 * 2; /* even: panels go in pairs */
@@ -908,8 +905,8 @@ void ma_gemm_counts_reset(void) {
     for (int i = 0; i < 3; i++) atomic_store(&counted[i], 0);
 }
 
-void ma_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias,
-             int accumulate, float *C, int64_t ldc) {
+void ma_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias, int accumulate, float *C,
+             int64_t ldc) {
     gemm_job j;
     const ma_gemm_part part = {B, N, bias, C, ldc};
     if (prepare(&j, M, K, A, lda, &part, 1, accumulate)) {
@@ -926,8 +923,8 @@ void ma_gemm_fused(int64_t M, int64_t K, const float *A, int64_t lda, const ma_g
     }
 }
 
-void ma_gemm_serial(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias,
-                    int accumulate, float *C, int64_t ldc) {
+void ma_gemm_serial(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias, int accumulate,
+                    float *C, int64_t ldc) {
     gemm_job j;
     const ma_gemm_part part = {B, N, bias, C, ldc};
     if (prepare(&j, M, K, A, lda, &part, 1, accumulate)) {
@@ -991,6 +988,6 @@ void ma_pack_panels(ma_dtype dt, const void *rows, int64_t N, int64_t K, void *o
     for (int64_t p = 0; p < panels; p++)
         for (int r = 0; r < NR && p * NR + r < N; r++)
             for (int64_t k = 0; k < K; k++)
-                memcpy((uint8_t *)out + ((size_t)(p * K + k) * NR + r) * es,
-                       (const uint8_t *)rows + ((size_t)(p * NR + r) * K + k) * es, es);
+                memcpy((uint8_t *)out + ((size_t)(p * K + k) * NR + r) * es, (const uint8_t *)rows + ((size_t)(p * NR + r) * K + k) * es,
+                       es);
 }

@@ -62,16 +62,16 @@ typedef struct ma_bmat {
     ma_blayout layout;
     ma_dtype dtype; /* MA_B_COLS, MA_B_PANELS_T: F32 / F16 / BF16 */
     const void *data;
-    int64_t ld;     /* elements between rows (ROWS: >= K; COLS: >= N); PANELS_T: W's columns (>= N);
+    int64_t ld;         /* elements between rows (ROWS: >= K; COLS: >= N); PANELS_T: W's columns (>= N);
                      * unused for PANELS */
-    int64_t row0;   /* PANELS_T: the row of W that is k = 0 */
+    int64_t row0;       /* PANELS_T: the row of W that is k = 0 */
     ma_compute compute; /* left 0 by the brace initialisers: fp32 */
 } ma_bmat;
 
 /* C = A B^T (+ C when accumulate) (+ bias[N] when bias); runs on the thread pool unless called
  * from inside a pool job. Quantised B needs K % 32 == 0 (and ld % 32 == 0). */
-void ma_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias,
-             int accumulate, float *C, int64_t ldc);
+void ma_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias, int accumulate, float *C,
+             int64_t ldc);
 /* several products of the same A (q/k/v, gate/up): one job whose panels run over the parts in
  * turn, so A is packed once per block and the threads share all the parts' panels. The math
  * of each part is that of ma_gemm. */
@@ -85,13 +85,15 @@ typedef struct ma_gemm_part {
 } ma_gemm_part;
 void ma_gemm_fused(int64_t M, int64_t K, const float *A, int64_t lda, const ma_gemm_part *parts, int n_parts);
 /* the same on the calling thread only */
-void ma_gemm_serial(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias,
-                    int accumulate, float *C, int64_t ldc);
+void ma_gemm_serial(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias, int accumulate,
+                    float *C, int64_t ldc);
 
 /* the products this process's GEMMs computed since the last reset, 2 M N K each (the unit of the
  * peaks in bench/gemm_bench.c), by how: fp32 (FMA, or the AMX split), bf16 (the bf16 plan on
  * AMX or VDPBF16PS), int8 (the vnni / neon_dot kernels' int8 activations) */
-typedef struct ma_gemm_counts { double fp32, bf16, int8; } ma_gemm_counts;
+typedef struct ma_gemm_counts {
+    double fp32, bf16, int8;
+} ma_gemm_counts;
 void ma_gemm_counts_get(ma_gemm_counts *c);
 void ma_gemm_counts_reset(void);
 
@@ -99,7 +101,9 @@ void ma_gemm_counts_reset(void);
  * summed over threads, since the last reset: quantising activations (qa_s: every path), and
  * rearranging weights for many rows (qw_s: per K chunk and group of panels, the q8_0 offset or
  * the q4_0 nibble unpacking and the lane shuffle; the small-M kernels do theirs inline) */
-typedef struct ma_gemm_phases { double qa_s, qw_s; } ma_gemm_phases;
+typedef struct ma_gemm_phases {
+    double qa_s, qw_s;
+} ma_gemm_phases;
 void ma_gemm_phase_timing(int on);
 void ma_gemm_phases_get(ma_gemm_phases *p);
 void ma_gemm_phases_reset(void);

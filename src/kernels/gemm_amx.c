@@ -43,8 +43,8 @@ static void amx_end(void) { _tile_release(); }
 
 /* C tiles 0..3 = rows 0-15 / 16-31 x columns 0-15 / 16-31; A in tiles 4, 5; B in 6, 7. R row
  * tiles and NP panels, constants after inlining (tile numbers must be immediates). */
-static inline __attribute__((always_inline)) void tiles(int R, int NP, int nb, const uint16_t *A, const uint16_t *B,
-                                                         size_t ts, float *C, int64_t ldc, int load_c, int lo) {
+static inline __attribute__((always_inline)) void tiles(int R, int NP, int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C,
+                                                        int64_t ldc, int load_c, int lo) {
     const size_t st = (size_t)ldc * 4;
     const size_t a1 = ts, b1 = ts; /* the second row tile / panel */
     if (load_c) {
@@ -102,8 +102,7 @@ static inline __attribute__((always_inline)) void tiles(int R, int NP, int nb, c
     if (R == 2 && NP == 2) _tile_stored(3, C + 16 * ldc + 16, st);
 }
 
-static void run_tiles(int R, int NP, int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc,
-                      int load_c, int lo) {
+static void run_tiles(int R, int NP, int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc, int load_c, int lo) {
     if (R == 2 && NP == 2) tiles(2, 2, nb, A, B, ts, C, ldc, load_c, lo);
     else if (R == 2) tiles(2, 1, nb, A, B, ts, C, ldc, load_c, lo);
     else if (NP == 2) tiles(1, 2, nb, A, B, ts, C, ldc, load_c, lo);
@@ -113,8 +112,8 @@ static void run_tiles(int R, int NP, int nb, const uint16_t *A, const uint16_t *
 /* C[mr, ncols] (+)= A x B over nb 32-k blocks, mr <= 32 (A tiles from amx_pack_a), ncols <= 32
  * (one or two panels from amx_pack_b); the second row tile and panel start ts uint16 after the
  * first. Partial tiles go through a local 32 x 32 block. */
-static void amx_tile(int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc, int mr, int ncols,
-                     int accumulate, int lo) {
+static void amx_tile(int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc, int mr, int ncols, int accumulate,
+                     int lo) {
     const int R = mr > 16 ? 2 : 1, NP = ncols > 16 ? 2 : 1;
     if (mr == 16 * R && ncols == 16 * NP) {
         run_tiles(R, NP, nb, A, B, ts, C, ldc, accumulate, lo);

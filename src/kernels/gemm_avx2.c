@@ -26,20 +26,20 @@ static inline __attribute__((always_inline)) void store_row(float *cr, __m256 lo
     for (int j = 0; j < nr; j++) cr[j] = accumulate ? cr[j] + t[j] : t[j];
 }
 
-static inline __attribute__((always_inline)) void tile(int mr, int64_t kc, const float *A, const float *P, float *C,
-                                                        int64_t ldc, int nr, int accumulate) {
+static inline __attribute__((always_inline)) void tile(int mr, int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int nr,
+                                                       int accumulate) {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     for (int64_t k = 0; k < kc; k++) {
         const float *ak = A + k * MA_GEMM_MR;
         const __m256 b0 = _mm256_load_ps(P + k * NR), b1 = _mm256_load_ps(P + k * NR + 8);
         __m256 a;
-#define ROW(r)                                              \
-        if (mr > r) {                                       \
-            a = _mm256_broadcast_ss(ak + r);                \
-            c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0);      \
-            c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1);      \
-        }
+#define ROW(r)                                     \
+    if (mr > r) {                                  \
+        a = _mm256_broadcast_ss(ak + r);           \
+        c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0); \
+        c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1); \
+    }
         ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
 #undef ROW
     }
@@ -51,8 +51,7 @@ static inline __attribute__((always_inline)) void tile(int mr, int64_t kc, const
     if (mr > 5) store_row(C + 5 * ldc, c50, c51, nr, accumulate);
 }
 
-static void ukernel_avx2(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr,
-                         int accumulate) {
+static void ukernel_avx2(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr, int accumulate) {
     switch (mr) {
     case 6: tile(6, kc, A, P, C, ldc, nr, accumulate); break;
     case 5: tile(5, kc, A, P, C, ldc, nr, accumulate); break;
@@ -133,11 +132,9 @@ static void load_panels_q4(const ma_bmat *B, int64_t K, int64_t n0, int nr, int6
             __m128i vl = _mm_sub_epi8(_mm_and_si128(v, low), eight);
             __m128i vh = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), low), eight);
             _mm256_store_ps(out + j * NR, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(vl)), d0));
-            _mm256_store_ps(out + j * NR + 8,
-                            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(vl, 8))), d1));
+            _mm256_store_ps(out + j * NR + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(vl, 8))), d1));
             _mm256_store_ps(out + (j + 16) * NR, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(vh)), d0));
-            _mm256_store_ps(out + (j + 16) * NR + 8,
-                            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(vh, 8))), d1));
+            _mm256_store_ps(out + (j + 16) * NR + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(vh, 8))), d1));
         }
     }
 }
@@ -244,7 +241,10 @@ static void load_panels_t(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64
         const int lane0 = (int)(r % NR), m = NR - lane0 < kc - k ? NR - lane0 : kc - k;
         const int64_t base = ((r / NR) * B->ld + n0) * NR;
         for (int j = 0; j < NR; j++) {
-            if (j >= nr) { memset(t[j], 0, sizeof t[j]); continue; }
+            if (j >= nr) {
+                memset(t[j], 0, sizeof t[j]);
+                continue;
+            }
             if (B->dtype == MA_DT_F32) {
                 memcpy(t[j], (const float *)B->data + base + j * NR, sizeof t[j]);
                 continue;

@@ -60,7 +60,7 @@ static void amx_pack_a(const float *A, int64_t lda, int64_t m0, int64_t m1, int6
 }
 
 /* (k, k + 1) x 16 columns -> [column][pair]: element 2n + e comes from e * 16 + n */
-static const uint16_t pair_order[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+static const uint16_t pair_order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                         8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 
 /* one fp32 panel P[kc][16] (as the panel loaders write it) -> the B layout; rows past kc zero */
@@ -112,8 +112,8 @@ static int amx_load_b(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, int k
 
 /* C[rows <= 8, 16 NP] (+)= the 8-row half `half` of a 16-row A tile x NP panels, over nb 32-k
  * blocks: 8 x NP accumulators; per k pair one B vector per panel and one broadcast per row */
-static inline __attribute__((always_inline)) void dp_rows(int ROWS, int NP, int nb, const uint16_t *A, const uint16_t *B,
-                                                          size_t ts, float *C, int64_t ldc, int ncols, int accumulate) {
+static inline __attribute__((always_inline)) void dp_rows(int ROWS, int NP, int nb, const uint16_t *A, const uint16_t *B, size_t ts,
+                                                          float *C, int64_t ldc, int ncols, int accumulate) {
     __m512 acc[8][2];
     for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
@@ -149,8 +149,7 @@ static inline __attribute__((always_inline)) void dp_rows(int ROWS, int NP, int 
 /* the bf16 compute plan's tile: C[mr <= 32, ncols <= 32] (+)= A_hi x B_hi over nb 32-k blocks,
  * in the layouts above (the second row tile and panel ts uint16 after the first), 8 rows at a
  * time */
-static void bf16_tile(int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc, int mr, int ncols,
-                      int accumulate) {
+static void bf16_tile(int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc, int mr, int ncols, int accumulate) {
     const int NP = ncols > 16 ? 2 : 1;
     for (int r0 = 0; r0 < mr; r0 += 8) {
         const int rows = mr - r0 < 8 ? mr - r0 : 8;

@@ -8,16 +8,15 @@
 
 /* C[mr, nr] (+)= A x P for a packed A tile [kc][kernel mr] and a panel P[kc][16]; accumulate:
  * add to C instead of storing */
-typedef void (*ma_ukernel_fn)(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr,
-                              int accumulate);
+typedef void (*ma_ukernel_fn)(int64_t kc, const float *A, const float *P, float *C, int64_t ldc, int mr, int nr, int accumulate);
 /* P[kc][16] = columns n0..n0+nr-1 of B for k = k0..k0+kc-1, fp32; columns >= nr are zero */
 typedef void (*ma_panel_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, float *P);
 
 /* C[mr, nr] (+)= A x B for mr <= the kernel's mr, straight from B in the panel layout (any
  * weight type); A row-major (row r at A + r * lda, its column k0 first); kc a multiple of 32 for
  * quantised B */
-typedef void (*ma_small_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const float *A,
-                            int64_t lda, int mr, float *C, int64_t ldc, int accumulate);
+typedef void (*ma_small_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const float *A, int64_t lda, int mr,
+                            float *C, int64_t ldc, int accumulate);
 
 /* the grouped path's tiles on panels [kc][16] of one weight type read in place: fp32 (converted
  * panels, or f32 context panels) or f16 / bf16 context panels converted in registers.
@@ -25,9 +24,12 @@ typedef void (*ma_small_fn)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int
  * C[mr, 16 + nr1] (+)= A x [P | P + pstride] (the first panel full). Both also prefetch pf.lines
  * lines from pf.p (the next group's weights) towards L2, one every kc / lines k: issued in a
  * burst before the call, they filled the core's miss buffers and the FMAs waited behind them */
-typedef struct ma_tile_pf { const char *p; int lines; } ma_tile_pf; /* lines to prefetch towards L2, spread over k */
-typedef void (*ma_tile_fn)(int64_t kc, const float *A, const void *P, int64_t pstride, float *C, int64_t ldc, int mr,
-                           int nr, int accumulate, ma_tile_pf pf);
+typedef struct ma_tile_pf {
+    const char *p;
+    int lines;
+} ma_tile_pf; /* lines to prefetch towards L2, spread over k */
+typedef void (*ma_tile_fn)(int64_t kc, const float *A, const void *P, int64_t pstride, float *C, int64_t ldc, int mr, int nr,
+                           int accumulate, ma_tile_pf pf);
 
 /* A[m0..m1) x [k0, k0 + kc) -> tiles of TR rows, each [kc][TR], rows past m1 zero */
 typedef void (*ma_pack_fn)(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, int TR, float *out);
@@ -37,12 +39,12 @@ typedef struct ma_gemm_kernels_t {
     int mr; /* rows of the micro-kernel's tile (the A packing follows it); <= MA_GEMM_MR_MAX */
     ma_ukernel_fn ukernel;
     ma_panel_fn load[MA_B_LAYOUTS][MA_DT_COUNT]; /* [layout][dtype]; NULL = not supported */
-    ma_small_fn small_panels;         /* optional: M <= small_mr on panel-layout B */
-    int small_mr;                     /* rows small_panels takes (<= MA_GEMM_MR_MAX); 0: mr */
+    ma_small_fn small_panels;                    /* optional: M <= small_mr on panel-layout B */
+    int small_mr;                                /* rows small_panels takes (<= MA_GEMM_MR_MAX); 0: mr */
     /* optional: as small_panels on panels n0 (full) and n0 + 16 (nr1 columns) of one B at once;
      * returns 0 (nothing done) for a weight type it does not take */
-    int (*small_pair)(const ma_bmat *B, int64_t K, int64_t n0, int nr1, int64_t k0, int kc, const float *A, int64_t lda,
-                      int mr, float *C, int64_t ldc, int accumulate);
+    int (*small_pair)(const ma_bmat *B, int64_t K, int64_t n0, int nr1, int64_t k0, int kc, const float *A, int64_t lda, int mr, float *C,
+                      int64_t ldc, int accumulate);
     ma_pack_fn pack_a;
     /* optional (then B is used a group of panels at a time, each converted once per K chunk unless
      * tile2 has its type, which is then read from the panels in place): [dtype], F32 required */
@@ -61,19 +63,18 @@ typedef struct ma_gemm_kernels_t {
      * uint16 after the first; lo: which lo terms to add to a_hi w_hi (MA_AMX_A_LO: a_lo w_hi,
      * MA_AMX_B_LO: a_hi w_lo; then both operands are in the split layout), or 0: the bf16
      * compute plan, on the hi-only layout */
-    void (*amx_tile)(int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc, int mr, int ncols,
-                     int accumulate, int lo);
+    void (*amx_tile)(int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc, int mr, int ncols, int accumulate,
+                     int lo);
     /* optional (gemm_bf16.c, AVX512-BF16 without AMX): the bf16 compute plan's tile, as amx_tile
      * with lo = 0, on the same layouts (amx_pack_a, amx_pack_b, amx_load_b, which gemm_bf16.c
      * provides for both) */
-    void (*bf16_tile)(int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc, int mr, int ncols,
-                      int accumulate);
+    void (*bf16_tile)(int nb, const uint16_t *A, const uint16_t *B, size_t ts, float *C, int64_t ldc, int mr, int ncols, int accumulate);
     /* optional int8 dot products for q8_0 / q4_0 panels with M <= mr (gemm_vnni.c): A's rows
      * m0..m1 (at most 12) for k0..k0 + kc (a multiple of 32) quantised to MA_GEMM_QA_BLOCK bytes
      * per 32 k, then used by q_panels as small_panels uses the packed fp32 A */
     void (*qa_pack)(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, void *out);
-    void (*q_panels)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const void *qa, int mr,
-                     float *C, int64_t ldc, int accumulate);
+    void (*q_panels)(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const void *qa, int mr, float *C, int64_t ldc,
+                     int accumulate);
     /* optional, for many row tiles (M > 12): panel n0's blocks k0..k0 + kc laid out once as the
      * dot products read them (MA_GEMM_QW_BLOCK bytes per 32 k), then q_tile as q_panels on them,
      * so a weight block is rearranged once per K chunk instead of once per 12-row tile */
@@ -86,24 +87,25 @@ typedef struct ma_gemm_kernels_t {
 #define MA_AMX_B_LO 2
 
 #define MA_GEMM_QA_BLOCK 528
-#define MA_GEMM_QW_BLOCK 576 /* 8 x 64 bytes of unsigned weights, 16 fp32 scales */ /* 12 rows x 32 int8, 12 float scales, 2 x 12 int32 offset corrections */
+#define MA_GEMM_QW_BLOCK \
+    576 /* 8 x 64 bytes of unsigned weights, 16 fp32 scales */ /* 12 rows x 32 int8, 12 float scales, 2 x 12 int32 offset corrections */
 
 /* one instantiation per row count (1..12) of an always-inline tile function fn(mr, ...), so the
  * accumulators stay in registers (the AVX-512 and int8 kernels) */
-#define MA_DISPATCH_MR12(fn, ...)                        \
-    switch (mr) {                                        \
-    case 12: fn(12, __VA_ARGS__); break;                 \
-    case 11: fn(11, __VA_ARGS__); break;                 \
-    case 10: fn(10, __VA_ARGS__); break;                 \
-    case 9: fn(9, __VA_ARGS__); break;                   \
-    case 8: fn(8, __VA_ARGS__); break;                   \
-    case 7: fn(7, __VA_ARGS__); break;                   \
-    case 6: fn(6, __VA_ARGS__); break;                   \
-    case 5: fn(5, __VA_ARGS__); break;                   \
-    case 4: fn(4, __VA_ARGS__); break;                   \
-    case 3: fn(3, __VA_ARGS__); break;                   \
-    case 2: fn(2, __VA_ARGS__); break;                   \
-    default: fn(1, __VA_ARGS__); break;                  \
+#define MA_DISPATCH_MR12(fn, ...)        \
+    switch (mr) {                        \
+    case 12: fn(12, __VA_ARGS__); break; \
+    case 11: fn(11, __VA_ARGS__); break; \
+    case 10: fn(10, __VA_ARGS__); break; \
+    case 9: fn(9, __VA_ARGS__); break;   \
+    case 8: fn(8, __VA_ARGS__); break;   \
+    case 7: fn(7, __VA_ARGS__); break;   \
+    case 6: fn(6, __VA_ARGS__); break;   \
+    case 5: fn(5, __VA_ARGS__); break;   \
+    case 4: fn(4, __VA_ARGS__); break;   \
+    case 3: fn(3, __VA_ARGS__); break;   \
+    case 2: fn(2, __VA_ARGS__); break;   \
+    default: fn(1, __VA_ARGS__); break;  \
     }
 
 #if defined(__AVX512F__)

@@ -27,7 +27,8 @@ ma_status ma_kernels_configure(const ma_settings *st, ma_error *err) {
         }
         const int scalar = !strcmp(st->kernels, "scalar");
         if (gi < 0 && !scalar)
-            return ma_fail(err, MA_ERR_ARG, "kernel set %s: not supported by this CPU or build (this CPU and build have: %s)", st->kernels, list);
+            return ma_fail(err, MA_ERR_ARG, "kernel set %s: not supported by this CPU or build (this CPU and build have: %s)", st->kernels,
+                           list);
         /* a GEMM set of the vector math's names (portable, avx2, avx512, neon) keeps the vector
          * math at that level too; scalar changes the kernel contexts only */
         int vi = ma_vecmath_count() - 1;
@@ -114,8 +115,8 @@ void ma_mat_row(const ma_mat *w, int64_t row, float *dst) {
 
 /* ------------------------------------------------------------------------------ gemm */
 
-void ma_gemm_nt(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
-                int64_t ldb, float beta, float *C, int64_t ldc) {
+void ma_gemm_nt(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                int64_t ldc) {
     if (M <= 0 || N <= 0) return;
     if (!c->scalar) {
         if (beta != 0.0f && beta != 1.0f)
@@ -134,8 +135,8 @@ void ma_gemm_nt(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int
         }
 }
 
-void ma_gemm_nn(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
-                int64_t ldb, float *C, int64_t ldc) {
+void ma_gemm_nn(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                int64_t ldc) {
     if (M <= 0 || N <= 0) return;
     if (!c->scalar) {
         ma_bmat b = {MA_B_COLS, MA_DT_F32, B, ldb, 0, MA_COMPUTE_F32};
@@ -153,8 +154,7 @@ void ma_gemm_nn(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int
     }
 }
 
-ma_status ma_linear(ma_kctx *c, const float *x, int64_t M, const ma_mat *w, const float *bias, float *y,
-                    ma_error *err) {
+ma_status ma_linear(ma_kctx *c, const float *x, int64_t M, const ma_mat *w, const float *bias, float *y, ma_error *err) {
     const int64_t N = w->rows, K = w->cols;
     if (!c->scalar) {
         ma_bmat b = {w->panels ? MA_B_PANELS : MA_B_ROWS, w->dtype, w->data, K, 0, w->compute};
@@ -184,8 +184,8 @@ ma_status ma_linear(ma_kctx *c, const float *x, int64_t M, const ma_mat *w, cons
     return MA_OK;
 }
 
-ma_status ma_linear_fused(ma_kctx *c, const float *x, int64_t M, int n, const ma_mat *const *w, const float *const *bias,
-                          float *const *y, ma_error *err) {
+ma_status ma_linear_fused(ma_kctx *c, const float *x, int64_t M, int n, const ma_mat *const *w, const float *const *bias, float *const *y,
+                          ma_error *err) {
     if (n < 1 || n > MA_GEMM_MAX_PARTS) return ma_fail(err, MA_ERR_ARG, "ma_linear_fused: %d matrices (1..%d)", n, MA_GEMM_MAX_PARTS);
     for (int i = 1; i < n; i++)
         if (w[i]->cols != w[0]->cols)
@@ -208,7 +208,11 @@ ma_status ma_linear_fused(ma_kctx *c, const float *x, int64_t M, int n, const ma
 
 /* ------------------------------------------------------------------------------ elementwise */
 
-typedef struct { float *y; const float *x; int64_t n; } add_job;
+typedef struct {
+    float *y;
+    const float *x;
+    int64_t n;
+} add_job;
 
 static void add_task(void *ctx, int t, int T) {
     const add_job *j = ctx;
@@ -224,7 +228,11 @@ void ma_add(float *y, const float *x, int64_t n) {
     else add_task(&j, 0, 1);
 }
 
-typedef struct { const float *x; int64_t n; _Atomic int64_t first; } finite_job;
+typedef struct {
+    const float *x;
+    int64_t n;
+    _Atomic int64_t first;
+} finite_job;
 
 static void finite_task(void *ctx, int t, int T) {
     finite_job *j = ctx;
@@ -247,7 +255,14 @@ int64_t ma_first_nonfinite(const float *x, int64_t n) {
 
 /* row sums in double: vecmath's sum / sum_sq (8 interleaved partial sums in a fixed order, so
  * the result depends neither on the thread count nor on the vector width) */
-typedef struct { const float *x; float *y; int64_t rows, dim; const float *w, *b; float eps; int rms; } norm_job;
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t rows, dim;
+    const float *w, *b;
+    float eps;
+    int rms;
+} norm_job;
 
 static void norm_rows(const norm_job *j, int64_t r0, int64_t r1) {
     const int64_t dim = j->dim;
@@ -292,16 +307,18 @@ void ma_layernorm_to(float *y, const float *x, int64_t rows, int64_t dim, const 
     norm_run(&j);
 }
 
-void ma_rmsnorm(float *x, int64_t rows, int64_t dim, const float *w, float eps) {
-    ma_rmsnorm_to(x, x, rows, dim, w, eps);
-}
+void ma_rmsnorm(float *x, int64_t rows, int64_t dim, const float *w, float eps) { ma_rmsnorm_to(x, x, rows, dim, w, eps); }
 
 void ma_rmsnorm_to(float *y, const float *x, int64_t rows, int64_t dim, const float *w, float eps) {
     const norm_job j = {x, y, rows, dim, w, NULL, eps, 1};
     norm_run(&j);
 }
 
-typedef struct { float *x; int64_t n; void (*fn)(float *, int64_t); } act_job;
+typedef struct {
+    float *x;
+    int64_t n;
+    void (*fn)(float *, int64_t);
+} act_job;
 
 static void act_task(void *ctx, int t, int T) {
     act_job *j = ctx;
@@ -314,9 +331,14 @@ static void activate_scalar(float *x, int64_t n, ma_act act);
 
 void ma_activate_ctx(const ma_kctx *c, float *x, int64_t n, ma_act act) {
     const ma_vecmath *v = ma_vecmath_get();
-    void (*fn)(float *, int64_t) = act == MA_ACT_SILU ? v->silu : act == MA_ACT_GELU_TANH ? v->gelu_tanh
-                                 : act == MA_ACT_QUICK_GELU ? v->quick_gelu : NULL;
-    if (c->scalar || !fn) { activate_scalar(x, n, act); return; }
+    void (*fn)(float *, int64_t) = act == MA_ACT_SILU         ? v->silu
+                                   : act == MA_ACT_GELU_TANH  ? v->gelu_tanh
+                                   : act == MA_ACT_QUICK_GELU ? v->quick_gelu
+                                                              : NULL;
+    if (c->scalar || !fn) {
+        activate_scalar(x, n, act);
+        return;
+    }
     act_job j = {x, n, fn};
     ma_parallel_n(act_task, &j, n < 32768 ? 1 : 64);
 }
@@ -345,11 +367,13 @@ static void glu_task(void *ctx, int t, int T) {
     }
 }
 
-void ma_glu(const ma_kctx *c, float *out, int64_t ldo, const float *gate, int64_t ldg, const float *up, int64_t ldu,
-            int64_t rows, int64_t n, ma_act act) {
+void ma_glu(const ma_kctx *c, float *out, int64_t ldo, const float *gate, int64_t ldg, const float *up, int64_t ldu, int64_t rows,
+            int64_t n, ma_act act) {
     const ma_vecmath *v = ma_vecmath_get();
-    void (*fn)(float *, int64_t) = act == MA_ACT_SILU ? v->silu : act == MA_ACT_GELU_TANH ? v->gelu_tanh
-                                 : act == MA_ACT_QUICK_GELU ? v->quick_gelu : NULL;
+    void (*fn)(float *, int64_t) = act == MA_ACT_SILU         ? v->silu
+                                   : act == MA_ACT_GELU_TANH  ? v->gelu_tanh
+                                   : act == MA_ACT_QUICK_GELU ? v->quick_gelu
+                                                              : NULL;
     if (c->scalar || !fn) {
         for (int64_t r = 0; r < rows; r++) {
             float *o = out + r * ldo;
@@ -398,16 +422,19 @@ static void ma_softmax_row(float *x, int64_t n) {
     float mx = -INFINITY;
     for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
     double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) { x[i] = expf(x[i] - mx); sum += x[i]; }
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
     float inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
 /* ------------------------------------------------------------------------------ attention */
 
-ma_status ma_attention_head(ma_kctx *c, const float *q, int64_t q_stride, const float *k, int64_t k_stride,
-                            const float *v, int64_t v_stride, float *out, int64_t out_stride, int64_t lq,
-                            int64_t lk, int64_t hd, const ma_attn_mask *mask, ma_error *err) {
+ma_status ma_attention_head(ma_kctx *c, const float *q, int64_t q_stride, const float *k, int64_t k_stride, const float *v,
+                            int64_t v_stride, float *out, int64_t out_stride, int64_t lq, int64_t lk, int64_t hd, const ma_attn_mask *mask,
+                            ma_error *err) {
     float *s = ma_kctx_scratch(c, (size_t)(lq * lk), err);
     if (!s) return MA_ERR_NOMEM;
     ma_gemm_nt(c, lq, lk, hd, q, q_stride, k, k_stride, 0.0f, s, lk);
@@ -479,7 +506,10 @@ static void att_task(void *ctx, int t, int T) {
     const ma_vecmath *vm = ma_vecmath_get();
     const int64_t qb_max = a->lq < ATT_QB ? a->lq : ATT_QB;
     float *S = malloc(sizeof(float) * (size_t)(qb_max * a->lk));
-    if (!S) { j->failed = 1; return; }
+    if (!S) {
+        j->failed = 1;
+        return;
+    }
     const int grp = a->heads / a->kv_heads;
     const float scale = 1.0f / sqrtf((float)a->hd);
     (void)t, (void)T;
@@ -509,16 +539,31 @@ static void few_task(void *ctx, int t, int T) {
     const ma_attn_args *a = j->a;
     const ma_vecmath *vm = ma_vecmath_get();
     float *work = malloc(sizeof(float) * (size_t)ma_few_attn_work(a->lk, a->hd));
-    if (!work) { j->failed = 1; return; }
+    if (!work) {
+        j->failed = 1;
+        return;
+    }
     const int grp = a->heads / a->kv_heads;
     const ma_attn_mask *mask = a->mask;
     (void)t, (void)T;
     for (int64_t u = next_unit(j); u < j->units; u = next_unit(j)) {
         const int h = (int)(u % a->heads), seq = (int)(u / a->heads);
-        const ma_few_attn f = {a->q + seq * a->q_seq + h * a->hd, a->k + seq * a->k_seq + (h / grp) * a->hd,
-                               a->v + seq * a->v_seq + (h / grp) * a->hd, a->out + seq * a->out_seq + h * a->hd,
-                               a->q_row, a->k_row, a->v_row, a->out_row, (int)a->lq, (int)a->hd, a->lk, 0,
-                               1.0f / sqrtf((float)a->hd), mask ? mask->key_valid : NULL, mask ? mask->causal : 0, work};
+        const ma_few_attn f = {a->q + seq * a->q_seq + h * a->hd,
+                               a->k + seq * a->k_seq + (h / grp) * a->hd,
+                               a->v + seq * a->v_seq + (h / grp) * a->hd,
+                               a->out + seq * a->out_seq + h * a->hd,
+                               a->q_row,
+                               a->k_row,
+                               a->v_row,
+                               a->out_row,
+                               (int)a->lq,
+                               (int)a->hd,
+                               a->lk,
+                               0,
+                               1.0f / sqrtf((float)a->hd),
+                               mask ? mask->key_valid : NULL,
+                               mask ? mask->causal : 0,
+                               work};
         vm->attend_few(&f);
     }
     free(work);
@@ -526,14 +571,14 @@ static void few_task(void *ctx, int t, int T) {
 
 ma_status ma_attention(ma_kctx *c, const ma_attn_args *a, ma_error *err) {
     if (a->lq <= 0 || a->lk <= 0 || a->n_seq <= 0) return MA_OK;
-    if (a->kv_heads <= 0 || a->heads % a->kv_heads) return ma_fail(err, MA_ERR_ARG, "attention: %d heads over %d kv heads", a->heads, a->kv_heads);
+    if (a->kv_heads <= 0 || a->heads % a->kv_heads)
+        return ma_fail(err, MA_ERR_ARG, "attention: %d heads over %d kv heads", a->heads, a->kv_heads);
     if (c->scalar) {
         const int grp = a->heads / a->kv_heads;
         for (int s = 0; s < a->n_seq; s++)
             for (int h = 0; h < a->heads; h++) {
-                ma_status st = ma_attention_head(c, a->q + s * a->q_seq + h * a->hd, a->q_row,
-                                                 a->k + s * a->k_seq + (h / grp) * a->hd, a->k_row,
-                                                 a->v + s * a->v_seq + (h / grp) * a->hd, a->v_row,
+                ma_status st = ma_attention_head(c, a->q + s * a->q_seq + h * a->hd, a->q_row, a->k + s * a->k_seq + (h / grp) * a->hd,
+                                                 a->k_row, a->v + s * a->v_seq + (h / grp) * a->hd, a->v_row,
                                                  a->out + s * a->out_seq + h * a->hd, a->out_row, a->lq, a->lk, a->hd, a->mask, err);
                 if (st) return st;
             }

@@ -25,14 +25,14 @@ typedef struct ma_mat {
     int64_t rows, cols;
     const void *data;
     const char *name;
-    int panels; /* stored in the panel layout of kernels/gemm.h (contexts), else row-major */
+    int panels;         /* stored in the panel layout of kernels/gemm.h (contexts), else row-major */
     ma_compute compute; /* the context's compute plan for this matrix (gemm.h; 0: fp32) */
 } ma_mat;
 
 typedef struct ma_kctx {
     float *scratch; /* panel conversion and attention scores */
     size_t scratch_cap;
-    int scalar;     /* 1: plain C loops everywhere */
+    int scalar; /* 1: plain C loops everywhere */
 } ma_kctx;
 
 /* threads of the kernels' pool for this process (before its first use); worker processes read
@@ -54,20 +54,19 @@ void ma_convert_to_f32(ma_dtype dt, const void *src, int64_t first, int64_t n, f
 void ma_mat_row(const ma_mat *w, int64_t row, float *dst);
 
 /* y[M, N] = x[M, K] W^T + bias (bias may be NULL); x rows have stride K, y rows stride N */
-ma_status ma_linear(ma_kctx *c, const float *x, int64_t M, const ma_mat *w, const float *bias, float *y,
-                    ma_error *err);
+ma_status ma_linear(ma_kctx *c, const float *x, int64_t M, const ma_mat *w, const float *bias, float *y, ma_error *err);
 
 /* y_i = x W_i^T + b_i for n (<= 4) matrices sharing x (q/k/v, gate/up): one fused GEMM job;
  * each y_i is [M, rows_i]. The same numbers as n ma_linear calls. */
-ma_status ma_linear_fused(ma_kctx *c, const float *x, int64_t M, int n, const ma_mat *const *w, const float *const *bias,
-                          float *const *y, ma_error *err);
+ma_status ma_linear_fused(ma_kctx *c, const float *x, int64_t M, int n, const ma_mat *const *w, const float *const *bias, float *const *y,
+                          ma_error *err);
 
 /* C[M, N] = A[M, K] B[N, K]^T  (+ beta * C) */
-void ma_gemm_nt(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
-                int64_t ldb, float beta, float *C, int64_t ldc);
+void ma_gemm_nt(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                int64_t ldc);
 /* C[M, N] = A[M, K] B[K, N] */
-void ma_gemm_nn(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
-                int64_t ldb, float *C, int64_t ldc);
+void ma_gemm_nn(ma_kctx *c, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                int64_t ldc);
 
 /* ---- elementwise and normalisation (in place unless noted) */
 void ma_layernorm(float *x, int64_t rows, int64_t dim, const float *w, const float *b, float eps);
@@ -86,8 +85,8 @@ void ma_add(float *y, const float *x, int64_t n);
 int64_t ma_first_nonfinite(const float *x, int64_t n);
 /* gated linear unit over rows: out[r][i] = act(gate[r][i]) * up[r][i] for i < n (row strides ldo,
  * ldg, ldu; out may be gate), on the thread pool for large inputs, honouring c->scalar */
-void ma_glu(const ma_kctx *c, float *out, int64_t ldo, const float *gate, int64_t ldg, const float *up, int64_t ldu,
-            int64_t rows, int64_t n, ma_act act);
+void ma_glu(const ma_kctx *c, float *out, int64_t ldo, const float *gate, int64_t ldg, const float *up, int64_t ldu, int64_t rows,
+            int64_t n, ma_act act);
 
 /* ---- attention. allowed(q, k) = key_valid[k] (if given) and (!causal or k <= q or both
  * bidir[q] and bidir[k]). A row with no allowed key becomes uniform over all keys, as adding
@@ -99,9 +98,9 @@ typedef struct ma_attn_mask {
 } ma_attn_mask;
 
 /* out[Lq, hd] = softmax(q k^T / sqrt(hd) + mask) v for one head; rows have the given strides */
-ma_status ma_attention_head(ma_kctx *c, const float *q, int64_t q_stride, const float *k, int64_t k_stride,
-                            const float *v, int64_t v_stride, float *out, int64_t out_stride, int64_t lq,
-                            int64_t lk, int64_t hd, const ma_attn_mask *mask, ma_error *err);
+ma_status ma_attention_head(ma_kctx *c, const float *q, int64_t q_stride, const float *k, int64_t k_stride, const float *v,
+                            int64_t v_stride, float *out, int64_t out_stride, int64_t lq, int64_t lk, int64_t hd, const ma_attn_mask *mask,
+                            ma_error *err);
 
 /* Many heads (and sequences) at once: head h of sequence s reads q + s*q_seq + h*hd (rows
  * q_row apart), k and v at s*k_seq + (h / (heads / kv_heads))*hd, writes out likewise. The work

@@ -31,7 +31,10 @@ static void quantize_q4_0(const float *x, int64_t n, uint8_t *out) {
         const float *v = x + b * 32;
         float amax = 0.0f, max = 0.0f;
         for (int i = 0; i < 32; i++)
-            if (fabsf(v[i]) > amax) { amax = fabsf(v[i]); max = v[i]; }
+            if (fabsf(v[i]) > amax) {
+                amax = fabsf(v[i]);
+                max = v[i];
+            }
         /* candidate scales around ggml's max/-8; for each, the least-squares d of the rounded
          * levels; keep the one with the smallest squared error (as f16 stores it) */
         int8_t best_q[32] = {0}, q[32];
@@ -49,8 +52,15 @@ static void quantize_q4_0(const float *x, int64_t n, uint8_t *out) {
             if (sqq <= 0) continue;
             const float d = ma_f16_to_f32(ma_f32_to_f16((float)(sxq / sqq)));
             double e = 0;
-            for (int i = 0; i < 32; i++) { double r = v[i] - (double)d * q[i]; e += r * r; }
-            if (e < best_err) { best_err = (float)e; best_d = d; memcpy(best_q, q, sizeof q); }
+            for (int i = 0; i < 32; i++) {
+                double r = v[i] - (double)d * q[i];
+                e += r * r;
+            }
+            if (e < best_err) {
+                best_err = (float)e;
+                best_d = d;
+                memcpy(best_q, q, sizeof q);
+            }
         }
         uint8_t *blk = out + b * 18;
         put_f16(blk, best_d);
@@ -61,8 +71,12 @@ static void quantize_q4_0(const float *x, int64_t n, uint8_t *out) {
 void ma_convert_from_f32(ma_dtype dt, const float *x, int64_t n, void *out) {
     switch (dt) {
     case MA_DT_F32: memcpy(out, x, (size_t)n * sizeof(float)); break;
-    case MA_DT_F16: for (int64_t i = 0; i < n; i++) ((uint16_t *)out)[i] = ma_f32_to_f16(x[i]); break;
-    case MA_DT_BF16: for (int64_t i = 0; i < n; i++) ((uint16_t *)out)[i] = ma_f32_to_bf16(x[i]); break;
+    case MA_DT_F16:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)out)[i] = ma_f32_to_f16(x[i]);
+        break;
+    case MA_DT_BF16:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)out)[i] = ma_f32_to_bf16(x[i]);
+        break;
     case MA_DT_Q8_0: ma_quantize_q8_0(x, n, out); break;
     case MA_DT_Q4_0: quantize_q4_0(x, n, out); break;
     default: break;

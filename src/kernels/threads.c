@@ -33,20 +33,24 @@ typedef struct job {
 
 static struct {
     pthread_once_t once;
-    int n;                   /* threads including the caller */
+    int n; /* threads including the caller */
     int requested;
     pthread_mutex_t mu;
     pthread_cond_t wake, finished;
     atomic_ulong generation; /* bumped for every job; the job is slots[generation & 1] */
     job slots[2];
     atomic_int sleepers_wait; /* the caller sleeps on `finished` (helpers then signal it) */
-    atomic_flag busy;        /* the pool is in use (nested or concurrent calls run serially) */
+    atomic_flag busy;         /* the pool is in use (nested or concurrent calls run serially) */
     /* is sharing paying? (kept by the caller holding `busy`) */
     double win_job, win_serial; /* this window's jobs: their time, and the caller's estimate of doing them alone */
     int win_n;
-    long serial_left;        /* jobs to run on the caller alone before trying the helpers again */
-} pool = {.once = PTHREAD_ONCE_INIT, .n = 1, .mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER,
-          .finished = PTHREAD_COND_INITIALIZER, .busy = ATOMIC_FLAG_INIT};
+    long serial_left; /* jobs to run on the caller alone before trying the helpers again */
+} pool = {.once = PTHREAD_ONCE_INIT,
+          .n = 1,
+          .mu = PTHREAD_MUTEX_INITIALIZER,
+          .wake = PTHREAD_COND_INITIALIZER,
+          .finished = PTHREAD_COND_INITIALIZER,
+          .busy = ATOMIC_FLAG_INIT};
 
 /* claim and run parts of j until none is left; returns how many this thread ran */
 static int work(job *j) {
@@ -80,8 +84,7 @@ static void *helper(void *arg) {
         }
         if (g == seen) {
             pthread_mutex_lock(&pool.mu);
-            while ((g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen)
-                pthread_cond_wait(&pool.wake, &pool.mu);
+            while ((g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen) pthread_cond_wait(&pool.wake, &pool.mu);
             pthread_mutex_unlock(&pool.mu);
         }
         seen = g;
@@ -102,7 +105,7 @@ static void start(void) {
     int n = pool.requested > 0 ? pool.requested : default_threads();
     if (n > MAX_THREADS) n = MAX_THREADS;
     pool.n = 1;
-    for (int s = 0; s < 2; s++) { /* nothing to claim in either slot before the first job */
+    for (int s = 0; s < 2; s++) {            /* nothing to claim in either slot before the first job */
         atomic_init(&pool.slots[s].next, 0); /* 0 parts */
         atomic_init(&pool.slots[s].done, 0);
     }
@@ -141,7 +144,11 @@ void ma_threads_set(int n) {
 #define SMALL_S 500e-6
 
 /* the last duration of a job of this function and part count (a small direct-mapped table) */
-static struct { ma_task_fn fn; int parts; double s; } last_seen[64];
+static struct {
+    ma_task_fn fn;
+    int parts;
+    double s;
+} last_seen[64];
 
 static double *last_of(ma_task_fn fn, int parts) {
     const unsigned h = (unsigned)(((uintptr_t)fn >> 4) * 31u + (unsigned)parts) % 64u;

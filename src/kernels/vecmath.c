@@ -25,7 +25,10 @@ static void quick_gelu_portable(float *x, int64_t n) {
 
 static float exp_scaled_sum_portable(float *x, int64_t n, float s, float m) {
     double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) { x[i] = expf(s * x[i] - s * m); sum += x[i]; }
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(s * x[i] - s * m);
+        sum += x[i];
+    }
     return (float)sum;
 }
 
@@ -91,8 +94,14 @@ static double sum_sq_portable(const float *v, int64_t n, double mean) {
     double p[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) { const double d = (double)v[i + j] - mean; p[j] += d * d; }
-    for (; i < n; i++) { const double d = (double)v[i] - mean; p[0] += d * d; }
+        for (int j = 0; j < 8; j++) {
+            const double d = (double)v[i + j] - mean;
+            p[j] += d * d;
+        }
+    for (; i < n; i++) {
+        const double d = (double)v[i] - mean;
+        p[0] += d * d;
+    }
     return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
 }
 
@@ -120,9 +129,19 @@ static int n_sets;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void choose(void) {
-    sets[0] = (ma_vecmath){silu_portable, gelu_tanh_portable, quick_gelu_portable, exp_scaled_sum_portable, max_portable,
-                           scale_portable, mul_portable, dot_portable, axpy_portable, attend_few_portable,
-                           sum_portable, sum_sq_portable, first_nonfinite_portable};
+    sets[0] = (ma_vecmath){silu_portable,
+                           gelu_tanh_portable,
+                           quick_gelu_portable,
+                           exp_scaled_sum_portable,
+                           max_portable,
+                           scale_portable,
+                           mul_portable,
+                           dot_portable,
+                           axpy_portable,
+                           attend_few_portable,
+                           sum_portable,
+                           sum_sq_portable,
+                           first_nonfinite_portable};
     set_names[0] = "portable";
     n_sets = 1;
 #if defined(__x86_64__) && defined(MA_HAVE_AVX2)

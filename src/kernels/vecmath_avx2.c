@@ -40,7 +40,9 @@ static inline float V_HMAX(__m256 m) {
 }
 
 /* eight doubles as two vectors (lanes 0-3, 4-7) */
-typedef struct { __m256d lo, hi; } D8;
+typedef struct {
+    __m256d lo, hi;
+} D8;
 static inline D8 D8_ZERO(void) { return (D8){_mm256_setzero_pd(), _mm256_setzero_pd()}; }
 static inline D8 D8_SET1(double x) { return (D8){_mm256_set1_pd(x), _mm256_set1_pd(x)}; }
 static inline D8 D8_ADD(D8 a, D8 b) { return (D8){_mm256_add_pd(a.lo, b.lo), _mm256_add_pd(a.hi, b.hi)}; }

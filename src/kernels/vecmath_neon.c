@@ -37,17 +37,38 @@ static inline float V_HSUM(float32x4_t v) {
 static inline float V_HMAX(float32x4_t m) { return vmaxvq_f32(m); }
 
 /* eight doubles as four vectors (lanes 0-1, 2-3, 4-5, 6-7) */
-typedef struct { float64x2_t v[4]; } D8;
-static inline D8 D8_ZERO(void) { D8 r; for (int i = 0; i < 4; i++) r.v[i] = vdupq_n_f64(0.0); return r; }
-static inline D8 D8_SET1(double x) { D8 r; for (int i = 0; i < 4; i++) r.v[i] = vdupq_n_f64(x); return r; }
-static inline D8 D8_ADD(D8 a, D8 b) { for (int i = 0; i < 4; i++) a.v[i] = vaddq_f64(a.v[i], b.v[i]); return a; }
-static inline D8 D8_SUB(D8 a, D8 b) { for (int i = 0; i < 4; i++) a.v[i] = vsubq_f64(a.v[i], b.v[i]); return a; }
-static inline D8 D8_MUL(D8 a, D8 b) { for (int i = 0; i < 4; i++) a.v[i] = vmulq_f64(a.v[i], b.v[i]); return a; }
+typedef struct {
+    float64x2_t v[4];
+} D8;
+static inline D8 D8_ZERO(void) {
+    D8 r;
+    for (int i = 0; i < 4; i++) r.v[i] = vdupq_n_f64(0.0);
+    return r;
+}
+static inline D8 D8_SET1(double x) {
+    D8 r;
+    for (int i = 0; i < 4; i++) r.v[i] = vdupq_n_f64(x);
+    return r;
+}
+static inline D8 D8_ADD(D8 a, D8 b) {
+    for (int i = 0; i < 4; i++) a.v[i] = vaddq_f64(a.v[i], b.v[i]);
+    return a;
+}
+static inline D8 D8_SUB(D8 a, D8 b) {
+    for (int i = 0; i < 4; i++) a.v[i] = vsubq_f64(a.v[i], b.v[i]);
+    return a;
+}
+static inline D8 D8_MUL(D8 a, D8 b) {
+    for (int i = 0; i < 4; i++) a.v[i] = vmulq_f64(a.v[i], b.v[i]);
+    return a;
+}
 static inline D8 D8_FROM_F32(const float *p) {
     const float32x4_t lo = vld1q_f32(p), hi = vld1q_f32(p + 4);
     D8 r = {{vcvt_f64_f32(vget_low_f32(lo)), vcvt_high_f64_f32(lo), vcvt_f64_f32(vget_low_f32(hi)), vcvt_high_f64_f32(hi)}};
     return r;
 }
-static inline void D8_STORE(double *p, D8 v) { for (int i = 0; i < 4; i++) vst1q_f64(p + 2 * i, v.v[i]); }
+static inline void D8_STORE(double *p, D8 v) {
+    for (int i = 0; i < 4; i++) vst1q_f64(p + 2 * i, v.v[i]);
+}
 
 #include "kernels/vecmath_simd.h"

@@ -25,9 +25,7 @@ static inline VF vexp(VF x) {
 }
 
 /* x / (1 + exp(-a x)) */
-static inline VF sigmoid_mul(VF x, float a) {
-    return V_DIV(x, V_ADD(V_SET1(1.0f), vexp(V_MUL(x, V_SET1(-a)))));
-}
+static inline VF sigmoid_mul(VF x, float a) { return V_DIV(x, V_ADD(V_SET1(1.0f), vexp(V_MUL(x, V_SET1(-a))))); }
 
 static void silu(float *x, int64_t n) {
     int64_t i = 0;
@@ -66,7 +64,10 @@ static float exp_scaled_sum(float *x, int64_t n, float s, float m) {
         acc = V_ADD(acc, e);
     }
     float sum = V_HSUM(acc);
-    for (; i < n; i++) { x[i] = expf(s * x[i] - s * m); sum += x[i]; }
+    for (; i < n; i++) {
+        x[i] = expf(s * x[i] - s * m);
+        sum += x[i];
+    }
     return sum;
 }
 
@@ -123,10 +124,10 @@ static void axpy(float *y, float a, const float *x, int64_t n) {
  * independent FMA chains. Lanes past the last query hold zero queries and are not stored. */
 #define FEW8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 #define FEW_ZERO(u) VF acc##u = V_ZERO();
-#define FEW_SCORE(u) acc##u = V_FMADD(V_SET1(kr[(u) * a->k_row + d]), qv, acc##u);
+#define FEW_SCORE(u) acc##u = V_FMADD(V_SET1(kr[(u)*a->k_row + d]), qv, acc##u);
 #define FEW_SCORE_STORE(u) V_STORE(e + (j + (u)) * VW, acc##u);
 #define FEW_PV(u) acc##u = V_FMADD(V_SET1(vr[u]), p, acc##u);
-#define FEW_PV_STORE(u) V_STORE(ot + (u) * VW, V_MUL(acc##u, inv));
+#define FEW_PV_STORE(u) V_STORE(ot + (u)*VW, V_MUL(acc##u, inv));
 
 /* every line of rows [j, j + n) of one head (hd floats each): K and V rows are a whole model
  * width apart, so each head row sits in its own page, where the hardware prefetchers do not
@@ -259,7 +260,10 @@ static double sum_sq8(const float *v, int64_t n, double mean) {
     }
     double p[8];
     D8_STORE(p, acc);
-    for (; i < n; i++) { const double d = (double)v[i] - mean; p[0] += d * d; }
+    for (; i < n; i++) {
+        const double d = (double)v[i] - mean;
+        p[0] += d * d;
+    }
     return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
 }
 

@@ -24,14 +24,23 @@ static ma_status read_processor(ma_model *m, ma_error *err) {
     char *path = ma_path_join(m->host_dir ? m->host_dir : m->dir, "processor_config.json");
     if (!path) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
     m->col_tokens = 0;
-    if (!ma_is_file(path)) { free(path); return MA_OK; }
+    if (!ma_is_file(path)) {
+        free(path);
+        return MA_OK;
+    }
     char *text;
     ma_status s = ma_read_file(path, 1u << 20, &text, NULL, err);
-    if (s) { free(path); return s; }
+    if (s) {
+        free(path);
+        return s;
+    }
     cJSON *root;
     s = ma_json_parse_object(text, strlen(text), path, &root, err);
     free(text);
-    if (s) { free(path); return s; }
+    if (s) {
+        free(path);
+        return s;
+    }
     const cJSON *single = cJSON_GetObjectItemCaseSensitive(root, "use_single_crop_col_tokens");
     const cJSON *image = cJSON_GetObjectItemCaseSensitive(root, "image_use_col_tokens");
     if (cJSON_IsBool(single)) m->col_tokens = cJSON_IsTrue(single);
@@ -40,14 +49,18 @@ static ma_status read_processor(ma_model *m, ma_error *err) {
     const cJSON *ip = cJSON_GetObjectItemCaseSensitive(root, "image_processor");
     if (!ip) ip = root; /* an image processor config saved on its own */
     const cJSON *v;
-    if ((v = cJSON_GetObjectItemCaseSensitive(ip, "crop_mode")) && !cJSON_IsNull(v) && (!cJSON_IsString(v) || strcmp(v->valuestring, "resize")))
-        s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.crop_mode \"%s\" is not implemented (only \"resize\": one 378x378 crop per "
-                    "camera)", path, cJSON_IsString(v) ? v->valuestring : "?");
+    if ((v = cJSON_GetObjectItemCaseSensitive(ip, "crop_mode")) && !cJSON_IsNull(v) &&
+        (!cJSON_IsString(v) || strcmp(v->valuestring, "resize")))
+        s = ma_fail(err, MA_ERR_UNSUPPORTED,
+                    "%s: image_processor.crop_mode \"%s\" is not implemented (only \"resize\": one 378x378 crop per "
+                    "camera)",
+                    path, cJSON_IsString(v) ? v->valuestring : "?");
     const cJSON *size = cJSON_GetObjectItemCaseSensitive(ip, "size");
     if (!s && size && !cJSON_IsNull(size)) {
         const cJSON *h = cJSON_GetObjectItemCaseSensitive(size, "height"), *w = cJSON_GetObjectItemCaseSensitive(size, "width");
         if (!cJSON_IsNumber(h) || !cJSON_IsNumber(w) || (int)h->valuedouble != c->image_h || (int)w->valuedouble != c->image_w)
-            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.size is not {height: %d, width: %d}, the ViT's input size", path, c->image_h, c->image_w);
+            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.size is not {height: %d, width: %d}, the ViT's input size", path,
+                        c->image_h, c->image_w);
     }
     if (!s && (v = cJSON_GetObjectItemCaseSensitive(ip, "resample")) && !cJSON_IsNull(v) && (!cJSON_IsNumber(v) || v->valuedouble != 2))
         s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.resample must be 2 (bilinear, as implemented)", path);
@@ -57,9 +70,12 @@ static ma_status read_processor(ma_model *m, ma_error *err) {
         if (!a || cJSON_IsNull(a)) continue;
         int ok = cJSON_IsArray(a) && cJSON_GetArraySize(a) == 3;
         for (const cJSON *e = ok ? a->child : NULL; e; e = e->next) ok = ok && cJSON_IsNumber(e) && e->valuedouble == 0.5;
-        if (!ok) s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.%s must be [0.5, 0.5, 0.5] (pixels to [-1, 1], as implemented)", path, norms[k]);
+        if (!ok)
+            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.%s must be [0.5, 0.5, 0.5] (pixels to [-1, 1], as implemented)", path,
+                        norms[k]);
     }
-    if (!s && (v = cJSON_GetObjectItemCaseSensitive(ip, "patch_size")) && !cJSON_IsNull(v) && (!cJSON_IsNumber(v) || (int)v->valuedouble != c->patch))
+    if (!s && (v = cJSON_GetObjectItemCaseSensitive(ip, "patch_size")) && !cJSON_IsNull(v) &&
+        (!cJSON_IsNumber(v) || (int)v->valuedouble != c->patch))
         s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.patch_size must be the ViT's patch, %d", path, c->patch);
     if (!s && (v = cJSON_GetObjectItemCaseSensitive(ip, "pooling_size")) && !cJSON_IsNull(v)) {
         int ok = cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2;
@@ -67,7 +83,8 @@ static ma_status read_processor(ma_model *m, ma_error *err) {
         if (!ok) s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.pooling_size must be [2, 2] (as implemented)", path);
     }
     if (!s && (v = cJSON_GetObjectItemCaseSensitive(ip, "do_convert_rgb")) && cJSON_IsFalse(v))
-        s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.do_convert_rgb false is not implemented (frames are converted to RGB)", path);
+        s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: image_processor.do_convert_rgb false is not implemented (frames are converted to RGB)",
+                    path);
     cJSON_Delete(root);
     free(path);
     return s;
@@ -78,7 +95,7 @@ static ma_status build_weightset(ma_model *m, ma_error *err) {
     const char **names = ma_calloc(n ? n : 1, sizeof *names, err, "names");
     ma_dtype *dts = ma_calloc(n ? n : 1, sizeof *dts, err, "dtypes");
     int *nds = ma_calloc(n ? n : 1, sizeof *nds, err, "ndims");
-    int64_t (*shapes)[MA_MAX_DIMS] = ma_calloc(n ? n : 1, sizeof *shapes, err, "shapes");
+    int64_t(*shapes)[MA_MAX_DIMS] = ma_calloc(n ? n : 1, sizeof *shapes, err, "shapes");
     const void **datas = ma_calloc(n ? n : 1, sizeof *datas, err, "datas");
     ma_status s = MA_ERR_NOMEM;
     if (names && dts && nds && shapes && datas) {
@@ -90,9 +107,13 @@ static ma_status build_weightset(ma_model *m, ma_error *err) {
             memcpy(shapes[i], t->shape, sizeof shapes[i]);
             datas[i] = t->data;
         }
-        s = ma_ws_init(&m->ws, m->dir, n, names, dts, nds, (const int64_t (*)[MA_MAX_DIMS])shapes, datas, err);
+        s = ma_ws_init(&m->ws, m->dir, n, names, dts, nds, (const int64_t(*)[MA_MAX_DIMS])shapes, datas, err);
     }
-    free(names); free(dts); free(nds); free(shapes); free(datas);
+    free(names);
+    free(dts);
+    free(nds);
+    free(shapes);
+    free(datas);
     return s;
 }
 
@@ -176,7 +197,8 @@ static ma_status note_prompt_seq(ma_model *m, int slot, const ma_gguf *g, const 
     int64_t seq;
     ma_status s = ma_gguf_get_i64(g, "molmoact.prompt_seq", &seq, NULL);
     if (s) return slot >= 6 ? ma_fail(err, MA_ERR_FORMAT, "%s: metadata key molmoact.prompt_seq is missing", name) : MA_OK;
-    if (seq < 1 || seq > MA_MAX_PROMPT_SEQ) return ma_fail(err, MA_ERR_FORMAT, "%s: molmoact.prompt_seq %lld out of range", name, (long long)seq);
+    if (seq < 1 || seq > MA_MAX_PROMPT_SEQ)
+        return ma_fail(err, MA_ERR_FORMAT, "%s: molmoact.prompt_seq %lld out of range", name, (long long)seq);
     if (m->prompt_seq && m->prompt_seq != seq)
         return ma_fail(err, MA_ERR_FORMAT, "%s: compiled for prompt length %lld, %s for %d: compile them again with one --prompt-seq", name,
                        (long long)seq, m->prompt_seq_file, m->prompt_seq);
@@ -207,7 +229,8 @@ typedef struct {
 } set_check;
 
 static void note_compile_id(set_check *sc, int slot, const ma_gguf *g, const char *file) {
-    if (ma_gguf_get_str(g, "molmoact.compile_id", sc->id[slot], sizeof sc->id[slot], NULL) != MA_OK) snprintf(sc->id[slot], sizeof sc->id[slot], "?");
+    if (ma_gguf_get_str(g, "molmoact.compile_id", sc->id[slot], sizeof sc->id[slot], NULL) != MA_OK)
+        snprintf(sc->id[slot], sizeof sc->id[slot], "?");
     snprintf(sc->id_file[slot], sizeof sc->id_file[slot], "%s", file);
 }
 
@@ -218,12 +241,16 @@ static ma_status check_compile_ids(const set_check *sc, ma_error *err) {
         const char *file = sc->id_file[slot], *id = sc->id[slot];
         const ma_manifest_entry *e = ma_manifest_find(&sc->mf, file);
         if (!e || !e->compile_id[0])
-            return ma_fail(err, MA_ERR_FORMAT, "%s is not listed in manifest.json (left by a compile that did not finish, or copied in?); "
-                           "compile the directory again", file);
+            return ma_fail(err, MA_ERR_FORMAT,
+                           "%s is not listed in manifest.json (left by a compile that did not finish, or copied in?); "
+                           "compile the directory again",
+                           file);
         if (!strcmp(id, "?")) return ma_fail(err, MA_ERR_FORMAT, "%s: metadata key molmoact.compile_id is missing", file);
         if (strcmp(id, e->compile_id))
-            return ma_fail(err, MA_ERR_FORMAT, "%s was written by compile %s, but manifest.json lists compile %s for it: the directory "
-                           "mixes two compiles (one interrupted while it moved files in?); compile it again", file, id, e->compile_id);
+            return ma_fail(err, MA_ERR_FORMAT,
+                           "%s was written by compile %s, but manifest.json lists compile %s for it: the directory "
+                           "mixes two compiles (one interrupted while it moved files in?); compile it again",
+                           file, id, e->compile_id);
     }
     return MA_OK;
 }
@@ -240,12 +267,14 @@ static ma_status check_host_files(const char *dir, const set_check *sc, const ch
         char h[17];
         uint64_t bytes = 0;
         if (!e && present)
-            s = ma_fail(err, MA_ERR_FORMAT, "%s: %s is not listed in manifest.json (not written by compile); remove it or compile again", dir, names[i]);
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: %s is not listed in manifest.json (not written by compile); remove it or compile again",
+                        dir, names[i]);
         else if (e && !present) s = ma_fail(err, MA_ERR_IO, "%s: %s is missing (manifest.json lists it)", dir, names[i]);
         else if (e && !(s = ma_manifest_hash_file(p, h, &bytes, err)) && (strcmp(h, e->fnv64) || bytes != e->bytes))
-            s = ma_fail(err, MA_ERR_FORMAT, "%s: %s changed after compile (%llu bytes, hash %s; manifest.json: %llu bytes, hash %s); "
-                        "restore it, or compile the directory again", dir, names[i], (unsigned long long)bytes, h,
-                        (unsigned long long)e->bytes, e->fnv64);
+            s = ma_fail(err, MA_ERR_FORMAT,
+                        "%s: %s changed after compile (%llu bytes, hash %s; manifest.json: %llu bytes, hash %s); "
+                        "restore it, or compile the directory again",
+                        dir, names[i], (unsigned long long)bytes, h, (unsigned long long)e->bytes, e->fnv64);
         free(p);
         if (s) return s;
     }
@@ -260,8 +289,10 @@ static ma_status check_fingerprint(set_check *sc, const ma_gguf *g, const char *
         snprintf(sc->fp, sizeof sc->fp, "%s", fp);
         snprintf(sc->file, sizeof sc->file, "%s", file);
     } else if (strcmp(sc->fp, fp))
-        return ma_fail(err, MA_ERR_FORMAT, "%s and %s were compiled from different checkpoints (fingerprints %s and %s); "
-                       "every context of a directory must come from one checkpoint", sc->file, file, sc->fp, fp);
+        return ma_fail(err, MA_ERR_FORMAT,
+                       "%s and %s were compiled from different checkpoints (fingerprints %s and %s); "
+                       "every context of a directory must come from one checkpoint",
+                       sc->file, file, sc->fp, fp);
     return MA_OK;
 }
 
@@ -333,8 +364,10 @@ static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *er
     int64_t fmt;
     if ((s = ma_gguf_get_i64(g, "molmoact.format", &fmt, err)) || (s = ma_gguf_get_str(g, "molmoact.component", comp, sizeof comp, err)))
         return ma_error_wrap(err, s, "%s", label);
-    if (fmt != MA_CONTEXT_FORMAT) return ma_fail(err, MA_ERR_FORMAT, "%s: context format %lld (this build reads %d)", label, (long long)fmt, MA_CONTEXT_FORMAT);
-    if (strcmp(comp, ma_context_component(slot))) return ma_fail(err, MA_ERR_FORMAT, "%s: holds component %s, expected %s", label, comp, ma_context_component(slot));
+    if (fmt != MA_CONTEXT_FORMAT)
+        return ma_fail(err, MA_ERR_FORMAT, "%s: context format %lld (this build reads %d)", label, (long long)fmt, MA_CONTEXT_FORMAT);
+    if (strcmp(comp, ma_context_component(slot)))
+        return ma_fail(err, MA_ERR_FORMAT, "%s: holds component %s, expected %s", label, comp, ma_context_component(slot));
     ma_dtype want;
     if ((s = ma_gguf_get_str(g, "molmoact.precision", prec, sizeof prec, err))) return ma_error_wrap(err, s, "%s", label);
     if (!precision_type(prec, &want)) return ma_fail(err, MA_ERR_FORMAT, "%s: unknown precision tag %s", label, prec);
@@ -349,7 +382,8 @@ static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *er
         if (!ok && !vec && name_listed(g, "molmoact.kept_tensors", t->name))
             ok = (want == MA_DT_Q4_0 && (t->dtype == MA_DT_Q8_0 || t->dtype == MA_DT_F16 || t->dtype == MA_DT_BF16)) ||
                  (want == MA_DT_Q8_0 && (t->dtype == MA_DT_F16 || t->dtype == MA_DT_BF16));
-        if (!ok) return ma_fail(err, MA_ERR_FORMAT, "%s: precision tag %s but tensor %s is %s", label, prec, t->name, ma_dtype_name(t->dtype));
+        if (!ok)
+            return ma_fail(err, MA_ERR_FORMAT, "%s: precision tag %s but tensor %s is %s", label, prec, t->name, ma_dtype_name(t->dtype));
     }
     int which = ma_context_group(slot);
     if (slot != 1) snprintf(m->precision[which], sizeof m->precision[which], "%s", prec);
@@ -394,7 +428,7 @@ static ma_status weightset_from_contexts(ma_model *m, ma_error *err) {
     const char **names = ma_calloc(n ? n : 1, sizeof *names, err, "names");
     ma_dtype *dts = ma_calloc(n ? n : 1, sizeof *dts, err, "dtypes");
     int *nds = ma_calloc(n ? n : 1, sizeof *nds, err, "ndims");
-    int64_t (*shapes)[MA_MAX_DIMS] = ma_calloc(n ? n : 1, sizeof *shapes, err, "shapes");
+    int64_t(*shapes)[MA_MAX_DIMS] = ma_calloc(n ? n : 1, sizeof *shapes, err, "shapes");
     const void **datas = ma_calloc(n ? n : 1, sizeof *datas, err, "datas");
     ma_status s = MA_ERR_NOMEM;
     if (names && dts && nds && shapes && datas) {
@@ -408,10 +442,14 @@ static ma_status weightset_from_contexts(ma_model *m, ma_error *err) {
                 for (uint32_t d = 0; d < t->n_dims; d++) shapes[k][d] = t->ne[t->n_dims - 1 - d];
                 datas[k] = t->data;
             }
-        s = ma_ws_init(&m->ws, m->dir, n, names, dts, nds, (const int64_t (*)[MA_MAX_DIMS])shapes, datas, err);
+        s = ma_ws_init(&m->ws, m->dir, n, names, dts, nds, (const int64_t(*)[MA_MAX_DIMS])shapes, datas, err);
         if (!s) m->ws.panel_layout = 1; /* contexts store matrices as GEMM panels */
     }
-    free(names); free(dts); free(nds); free(shapes); free(datas);
+    free(names);
+    free(dts);
+    free(nds);
+    free(shapes);
+    free(datas);
     return s;
 }
 
@@ -423,8 +461,7 @@ ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned pa
     return ma_model_open_with(dir, norm_tag, parts, NULL, m, err);
 }
 
-ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned parts, const ma_settings *st, ma_model *m,
-                             ma_error *err) {
+ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned parts, const ma_settings *st, ma_model *m, ma_error *err) {
     memset(m, 0, sizeof *m);
     if (st) m->set = *st;
     else ma_settings_init(&m->set);
@@ -434,18 +471,25 @@ ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned par
     ma_lerobot *lr = NULL;
     m->dir = strdup(dir);
     m->parts = parts;
-    if (!m->dir) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
+    if (!m->dir) {
+        s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     m->from_contexts = ma_is_context_dir_with(dir, &m->set);
     if (m->from_contexts) {
         if ((s = ma_manifest_load(dir, &sc.mf, err))) {
             if (s == MA_ERR_IO)
-                s = ma_error_wrap(err, MA_ERR_FORMAT, "a context directory needs its manifest (compiled by an older molmoact, or by a compile that "
+                s = ma_error_wrap(err, MA_ERR_FORMAT,
+                                  "a context directory needs its manifest (compiled by an older molmoact, or by a compile that "
                                   "did not finish? compile it again)");
             goto fail;
         }
         for (int slot = 0; slot < 8; slot++)
             if ((parts & ma_context_part(slot)) && (s = open_context(m, slot, &sc, err))) goto fail;
-        if (!sc.config_json) { s = ma_fail(err, MA_ERR_ARG, "%s: no context requested", dir); goto fail; }
+        if (!sc.config_json) {
+            s = ma_fail(err, MA_ERR_ARG, "%s: no context requested", dir);
+            goto fail;
+        }
         /* the contexts this process does not open: their precision tags (for parity gates,
          * reports) and their fingerprints, so that every process refuses a mixed set (a file
          * that cannot be read is left to the process that opens it) */
@@ -478,7 +522,10 @@ ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned par
         /* a LeRobot policy: the base's HF config as LeRobot changes it at load, the statistics
          * of its processor pipelines, its base's tokenizer and processor config */
         lr = calloc(1, sizeof *lr);
-        if (!lr) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
+        if (!lr) {
+            s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
         if ((s = ma_lerobot_open(dir, m->set.base_dir, m->set.hub_cache, lr, err))) goto fail;
         char *cj = NULL, label[PATH_MAX + 64];
         if ((s = ma_lerobot_config_json(lr, &cj, err))) goto fail;
@@ -487,10 +534,16 @@ ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned par
         free(cj);
         if (s) goto fail;
         m->lerobot = 1;
-        if (!(m->host_dir = strdup(lr->base_dir))) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
+        if (!(m->host_dir = strdup(lr->base_dir))) {
+            s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
     } else {
         char *cfg_path = ma_path_join(dir, "config.json");
-        if (!cfg_path) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
+        if (!cfg_path) {
+            s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
         s = ma_config_load(cfg_path, &m->cfg, err);
         free(cfg_path);
         if (s) goto fail;
@@ -503,7 +556,8 @@ ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned par
     if (m->from_contexts) { /* a static prompt length asked for must be the compiled one */
         const int want = m->set.prompt_seq;
         if (want && m->prompt_seq && want != m->prompt_seq) {
-            s = ma_fail(err, MA_ERR_ARG, "%s: compiled for prompt length %d, the prompt length asked for (MOLMOACT_PROMPT_SEQ, "
+            s = ma_fail(err, MA_ERR_ARG,
+                        "%s: compiled for prompt length %d, the prompt length asked for (MOLMOACT_PROMPT_SEQ, "
                         "options.prompt_seq) is %d (leave it unset: the length is read from the contexts)",
                         m->prompt_seq_file, m->prompt_seq, want);
             goto fail;
@@ -512,7 +566,10 @@ ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned par
     if (lr) m->ns = lr->ns; /* the policy's own statistics: no tags */
     else {
         char *ns_path = ma_path_join(dir, c->norm_stats_filename);
-        if (!ns_path) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
+        if (!ns_path) {
+            s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
         s = ma_normstats_load(ns_path, norm_tag ? norm_tag : "libero", &m->ns, err);
         free(ns_path);
         if (s) goto fail;
@@ -523,14 +580,17 @@ ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned par
     if (s) goto fail;
     if (m->ws.n_lora) {
         if (!(parts & MA_PART_LORA_OK)) {
-            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: %zu matrices carry unmerged LoRA adapters (%s, ...): compile the directory first, which merges "
-                        "them (molmoact compile %s%s%s -o CTX_DIR), then run CTX_DIR", dir, m->ws.n_lora, m->ws.lora_first, dir,
-                        m->set.base_dir[0] ? " --base " : "", m->set.base_dir);
+            s = ma_fail(err, MA_ERR_UNSUPPORTED,
+                        "%s: %zu matrices carry unmerged LoRA adapters (%s, ...): compile the directory first, which merges "
+                        "them (molmoact compile %s%s%s -o CTX_DIR), then run CTX_DIR",
+                        dir, m->ws.n_lora, m->ws.lora_first, dir, m->set.base_dir[0] ? " --base " : "", m->set.base_dir);
             goto fail;
         }
         if (!lr || !lr->lora) {
-            s = ma_fail(err, MA_ERR_FORMAT, "%s: LoRA adapters (%s, ...) but no LoRA settings in config.json (train_mode_vlm \"lora\", lora_rank, "
-                        "lora_alpha)%s", dir, m->ws.lora_first, lr ? "" : ": a LeRobot policy's config.json (or PEFT's adapter_config.json) is needed");
+            s = ma_fail(err, MA_ERR_FORMAT,
+                        "%s: LoRA adapters (%s, ...) but no LoRA settings in config.json (train_mode_vlm \"lora\", lora_rank, "
+                        "lora_alpha)%s",
+                        dir, m->ws.lora_first, lr ? "" : ": a LeRobot policy's config.json (or PEFT's adapter_config.json) is needed");
             goto fail;
         }
         /* PEFT's scaling: lora_alpha / r (rsLoRA is not used by LeRobot's MolmoAct2); a scaling that
@@ -557,7 +617,8 @@ ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned par
     for (int i = 0; i < MA_NUM_SPLITS; i++)
         if ((parts & MA_PART_LLM(i)) && (s = ma_llm_bind(&m->ws, c, m->split_first[i], m->split_last[i], &m->llm[i], err))) goto fail;
     if ((parts & (MA_PART_ACTION_CONTEXT | MA_PART_ACTION_STEP)) &&
-        (s = ma_expert_bind(&m->ws, c, !!(parts & MA_PART_ACTION_CONTEXT), !!(parts & MA_PART_ACTION_STEP), &m->expert, err))) goto fail;
+        (s = ma_expert_bind(&m->ws, c, !!(parts & MA_PART_ACTION_CONTEXT), !!(parts & MA_PART_ACTION_STEP), &m->expert, err)))
+        goto fail;
     /* present in released checkpoints, unused by continuous-action inference */
     ma_ws_ignore(&m->ws, "lm_head.weight");
     ma_ws_ignore(&m->ws, "model.transformer.ln_f.weight");
@@ -580,7 +641,10 @@ ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned par
     }
     if ((s = read_processor(m, err))) goto fail;
     char *tok_path = ma_path_join(m->host_dir ? m->host_dir : dir, "tokenizer.json");
-    if (!tok_path) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto fail; }
+    if (!tok_path) {
+        s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     if ((parts & MA_PART_EMBED) && ma_is_file(tok_path)) s = ma_tokenizer_load(tok_path, &m->tok, err);
     free(tok_path);
     if (s) goto fail;

@@ -16,7 +16,7 @@
 #include "model/tokenizer.h"
 
 
-#define MA_MAX_PROMPT_SEQ 65536 /* the longest prompt a context may be shaped for */
+#define MA_MAX_PROMPT_SEQ 65536    /* the longest prompt a context may be shaped for */
 #define MA_LORA_MAX_SCALING 1024.0 /* the largest LoRA scaling lora_alpha / r taken (compile merges) */
 /* 2: matrices with a multiple of 16 rows are stored in the GEMM panel layout (kernels/gemm.h);
  * 3: molmoact.source_fingerprint in every context;
@@ -24,18 +24,18 @@
 #define MA_CONTEXT_FORMAT 4
 
 typedef struct ma_model {
-    ma_settings set;    /* the settings it was opened with (suffixes, prompt length, compute, base, ...) */
+    ma_settings set; /* the settings it was opened with (suffixes, prompt length, compute, base, ...) */
     char *dir;
-    char *host_dir;     /* config.json, tokenizer.json, processor_config.json: dir, or a LeRobot policy's base */
-    int lerobot;        /* dir is a LeRobot policy directory */
+    char *host_dir; /* config.json, tokenizer.json, processor_config.json: dir, or a LeRobot policy's base */
+    int lerobot;    /* dir is a LeRobot policy directory */
     unsigned parts;
     int from_contexts;
-    ma_gguf ctx[8];     /* vision, embed, llm_split0..3, action_context, action_step */
-    char precision[3][8]; /* vision, llm, action: as the contexts say ("" for a checkpoint) */
-    char compute[3][8];   /* their compute plans, "fp32" or "bf16" ("" for a checkpoint), or MOLMOACT_COMPUTE's */
+    ma_gguf ctx[8];            /* vision, embed, llm_split0..3, action_context, action_step */
+    char precision[3][8];      /* vision, llm, action: as the contexts say ("" for a checkpoint) */
+    char compute[3][8];        /* their compute plans, "fp32" or "bf16" ("" for a checkpoint), or MOLMOACT_COMPUTE's */
     ma_compute ctx_compute[8]; /* each opened context's plan */
-    int prompt_seq;     /* contexts: the prompt length their static graphs are built for (0: none recorded) */
-    char prompt_seq_file[64]; /* the context it was first read from */
+    int prompt_seq;            /* contexts: the prompt length their static graphs are built for (0: none recorded) */
+    char prompt_seq_file[64];  /* the context it was first read from */
     ma_config cfg;
     ma_safetensors st;
     ma_weightset ws;
@@ -55,8 +55,7 @@ typedef struct ma_model {
  * defaults) choose context variants (the suffixes), the compute plan, --preload, a LeRobot
  * policy's base; their prompt_seq, when set, must be the length the contexts were compiled for.
  * ma_model_open binds everything with the defaults; ma_model_open_parts only the given parts. */
-ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned parts, const ma_settings *st, ma_model *m,
-                             ma_error *err);
+ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned parts, const ma_settings *st, ma_model *m, ma_error *err);
 ma_status ma_model_open(const char *dir, const char *norm_tag, ma_model *m, ma_error *err);
 ma_status ma_model_open_parts(const char *dir, const char *norm_tag, unsigned parts, ma_model *m, ma_error *err);
 /* the context file name of slot i (0 vision, 1 embed, 2..5 llm_split0..3, 6 action_context,

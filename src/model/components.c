@@ -8,11 +8,11 @@ const char *const MA_SESSION_NAMES[MA_N_SESSIONS] = {"vision",     "llm_split0",
 const char *const MA_WORKER_NAMES[MA_NUM_WORKERS] = {"vision", "llm_split0", "llm_split1", "llm_split2", "llm_split3", "action"};
 const char *const MA_GROUP_NAMES[MA_N_GROUPS] = {"vision", "llm", "action"};
 
-int ma_context_group(int slot) { return slot == MA_CTX_VISION ? MA_GROUP_VISION : slot < MA_CTX_ACTION_CONTEXT ? MA_GROUP_LLM : MA_GROUP_ACTION; }
-
-const char *ma_context_component(int slot) {
-    return slot >= MA_CTX_LLM0 && slot < MA_CTX_ACTION_CONTEXT ? "llm" : MA_CONTEXT_NAMES[slot];
+int ma_context_group(int slot) {
+    return slot == MA_CTX_VISION ? MA_GROUP_VISION : slot < MA_CTX_ACTION_CONTEXT ? MA_GROUP_LLM : MA_GROUP_ACTION;
 }
+
+const char *ma_context_component(int slot) { return slot >= MA_CTX_LLM0 && slot < MA_CTX_ACTION_CONTEXT ? "llm" : MA_CONTEXT_NAMES[slot]; }
 
 unsigned ma_context_part(int slot) { return 1u << slot; }
 

@@ -11,46 +11,158 @@
 #include "io/mapfile.h"
 
 /* Fields every transformers PretrainedConfig may carry; none changes inference. */
-static const char *GENERIC[] = {
-    "architectures", "auto_map", "dtype", "torch_dtype", "transformers_version", "_name_or_path",
-    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
-    "tie_word_embeddings", "use_cache", "return_dict", "output_hidden_states", "output_attentions",
-    "torchscript", "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder",
-    "cross_attention_hidden_size", "add_cross_attention", "tie_encoder_decoder", "finetuning_task",
-    "id2label", "label2id", "tokenizer_class", "prefix", "task_specific_params", "problem_type",
-    "pruned_heads", "_attn_implementation_autoset", "output_scores", "return_dict_in_generate",
-    "_commit_hash", "attn_implementation", "initializer_range", "model_type", "use_return_dict", NULL};
+static const char *GENERIC[] = {"architectures",
+                                "auto_map",
+                                "dtype",
+                                "torch_dtype",
+                                "transformers_version",
+                                "_name_or_path",
+                                "bos_token_id",
+                                "eos_token_id",
+                                "pad_token_id",
+                                "sep_token_id",
+                                "decoder_start_token_id",
+                                "tie_word_embeddings",
+                                "use_cache",
+                                "return_dict",
+                                "output_hidden_states",
+                                "output_attentions",
+                                "torchscript",
+                                "chunk_size_feed_forward",
+                                "is_encoder_decoder",
+                                "is_decoder",
+                                "cross_attention_hidden_size",
+                                "add_cross_attention",
+                                "tie_encoder_decoder",
+                                "finetuning_task",
+                                "id2label",
+                                "label2id",
+                                "tokenizer_class",
+                                "prefix",
+                                "task_specific_params",
+                                "problem_type",
+                                "pruned_heads",
+                                "_attn_implementation_autoset",
+                                "output_scores",
+                                "return_dict_in_generate",
+                                "_commit_hash",
+                                "attn_implementation",
+                                "initializer_range",
+                                "model_type",
+                                "use_return_dict",
+                                NULL};
 
 static const char *VIT_KEYS[] = {
-    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-    "head_dim", "hidden_act", "layer_norm_eps", "image_default_input_size", "image_patch_size", "image_num_pos",
-    "attention_dropout", "residual_dropout", "float32_attention", NULL};
-static const char *ADAPTER_KEYS[] = {
-    "vit_layers", "pooling_attention_mask", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "float32_attention", "attention_dropout", "residual_dropout", "hidden_act", "intermediate_size",
-    "text_hidden_size", "image_feature_dropout", NULL};
-static const char *TEXT_KEYS[] = {
-    "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "additional_vocab_size",
-    "qkv_bias", "num_hidden_layers", "intermediate_size", "hidden_act", "embedding_dropout", "attention_dropout",
-    "residual_dropout", "max_position_embeddings", "rope_theta", "rope_scaling", "rope_scaling_layers",
-    "use_qk_norm", "qk_norm_type", "layer_norm_eps", "norm_after", "rope_parameters", NULL};
-static const char *EXPERT_KEYS[] = {
-    "max_action_horizon", "max_action_dim", "hidden_size", "num_layers", "num_heads", "mlp_ratio",
-    "ffn_multiple_of", "timestep_embed_dim", "dropout", "attn_dropout", "context_layer_norm", "qk_norm",
-    "qk_norm_eps", "rope", "causal_attn", NULL};
-static const char *TOP_KEYS[] = {
-    "vit_config", "adapter_config", "text_config", "action_expert_config", "image_start_token_id",
-    "low_res_image_start_token_id", "image_end_token_id", "image_low_res_id", "image_patch_id", "image_high_res_id",
-    "image_col_id", "frame_start_token_id", "frame_end_token_id", "use_frame_special_tokens", "add_action_expert",
-    "max_action_dim", "max_action_horizon", "n_obs_steps", "action_mode", "state_format", "flow_matching_num_steps",
-    "flow_matching_cutoff", "flow_matching_time_offset", "flow_matching_time_scale", "flow_matching_beta_alpha",
-    "flow_matching_beta_beta", "mask_action_dim_padding", "enable_depth_reasoning", "num_depth_codes",
-    "action_expert_depth_gate", "action_expert_depth_gate_per_layer", "action_expert_depth_gate_init_bias",
-    "action_output_token_id", "action_start_token_id", "action_end_token_id", "action_token_start_id",
-    "num_action_tokens", "depth_output_token_id", "depth_start_token_id", "depth_end_token_id",
-    "depth_token_start_id", "num_depth_tokens", "state_start_token_id", "state_end_token_id",
-    "state_token_start_id", "num_state_tokens", "add_setup_tokens", "add_control_tokens", "norm_stats_filename",
-    "use_grid_token_sampler", "grid_token_sampler_num_tokens", "depth_mode", "molmoact_encoder_mask", NULL};
+    "hidden_size",   "intermediate_size", "num_hidden_layers", "num_attention_heads",      "num_key_value_heads",
+    "head_dim",      "hidden_act",        "layer_norm_eps",    "image_default_input_size", "image_patch_size",
+    "image_num_pos", "attention_dropout", "residual_dropout",  "float32_attention",        NULL};
+static const char *ADAPTER_KEYS[] = {"vit_layers",
+                                     "pooling_attention_mask",
+                                     "hidden_size",
+                                     "num_attention_heads",
+                                     "num_key_value_heads",
+                                     "head_dim",
+                                     "float32_attention",
+                                     "attention_dropout",
+                                     "residual_dropout",
+                                     "hidden_act",
+                                     "intermediate_size",
+                                     "text_hidden_size",
+                                     "image_feature_dropout",
+                                     NULL};
+static const char *TEXT_KEYS[] = {"hidden_size",
+                                  "num_attention_heads",
+                                  "num_key_value_heads",
+                                  "head_dim",
+                                  "vocab_size",
+                                  "additional_vocab_size",
+                                  "qkv_bias",
+                                  "num_hidden_layers",
+                                  "intermediate_size",
+                                  "hidden_act",
+                                  "embedding_dropout",
+                                  "attention_dropout",
+                                  "residual_dropout",
+                                  "max_position_embeddings",
+                                  "rope_theta",
+                                  "rope_scaling",
+                                  "rope_scaling_layers",
+                                  "use_qk_norm",
+                                  "qk_norm_type",
+                                  "layer_norm_eps",
+                                  "norm_after",
+                                  "rope_parameters",
+                                  NULL};
+static const char *EXPERT_KEYS[] = {"max_action_horizon",
+                                    "max_action_dim",
+                                    "hidden_size",
+                                    "num_layers",
+                                    "num_heads",
+                                    "mlp_ratio",
+                                    "ffn_multiple_of",
+                                    "timestep_embed_dim",
+                                    "dropout",
+                                    "attn_dropout",
+                                    "context_layer_norm",
+                                    "qk_norm",
+                                    "qk_norm_eps",
+                                    "rope",
+                                    "causal_attn",
+                                    NULL};
+static const char *TOP_KEYS[] = {"vit_config",
+                                 "adapter_config",
+                                 "text_config",
+                                 "action_expert_config",
+                                 "image_start_token_id",
+                                 "low_res_image_start_token_id",
+                                 "image_end_token_id",
+                                 "image_low_res_id",
+                                 "image_patch_id",
+                                 "image_high_res_id",
+                                 "image_col_id",
+                                 "frame_start_token_id",
+                                 "frame_end_token_id",
+                                 "use_frame_special_tokens",
+                                 "add_action_expert",
+                                 "max_action_dim",
+                                 "max_action_horizon",
+                                 "n_obs_steps",
+                                 "action_mode",
+                                 "state_format",
+                                 "flow_matching_num_steps",
+                                 "flow_matching_cutoff",
+                                 "flow_matching_time_offset",
+                                 "flow_matching_time_scale",
+                                 "flow_matching_beta_alpha",
+                                 "flow_matching_beta_beta",
+                                 "mask_action_dim_padding",
+                                 "enable_depth_reasoning",
+                                 "num_depth_codes",
+                                 "action_expert_depth_gate",
+                                 "action_expert_depth_gate_per_layer",
+                                 "action_expert_depth_gate_init_bias",
+                                 "action_output_token_id",
+                                 "action_start_token_id",
+                                 "action_end_token_id",
+                                 "action_token_start_id",
+                                 "num_action_tokens",
+                                 "depth_output_token_id",
+                                 "depth_start_token_id",
+                                 "depth_end_token_id",
+                                 "depth_token_start_id",
+                                 "num_depth_tokens",
+                                 "state_start_token_id",
+                                 "state_end_token_id",
+                                 "state_token_start_id",
+                                 "num_state_tokens",
+                                 "add_setup_tokens",
+                                 "add_control_tokens",
+                                 "norm_stats_filename",
+                                 "use_grid_token_sampler",
+                                 "grid_token_sampler_num_tokens",
+                                 "depth_mode",
+                                 "molmoact_encoder_mask",
+                                 NULL};
 
 static int in_list(const char *k, const char **list) {
     for (int i = 0; list[i]; i++)
@@ -63,10 +175,20 @@ static int in_list(const char *k, const char **list) {
  * cfg->unknown for `inspect`. */
 /* fields other configs of these model families carry that would change the computation and are
  * not implemented here: refused by name when set to anything but their neutral value */
-static const struct { const char *key; const char *neutral; } CHANGES[] = {
-    {"sliding_window", "null"}, {"use_sliding_window", "false"}, {"max_window_layers", NULL}, {"layer_types", NULL},
-    {"partial_rotary_factor", "1"}, {"attention_logit_softcapping", "null"}, {"final_logit_softcapping", "null"},
-    {"use_bidirectional_attention", "false"}, {"attention_chunk_size", "null"}, {"no_rope_layers", NULL}, {NULL, NULL}};
+static const struct {
+    const char *key;
+    const char *neutral;
+} CHANGES[] = {{"sliding_window", "null"},
+               {"use_sliding_window", "false"},
+               {"max_window_layers", NULL},
+               {"layer_types", NULL},
+               {"partial_rotary_factor", "1"},
+               {"attention_logit_softcapping", "null"},
+               {"final_logit_softcapping", "null"},
+               {"use_bidirectional_attention", "false"},
+               {"attention_chunk_size", "null"},
+               {"no_rope_layers", NULL},
+               {NULL, NULL}};
 
 static ma_status refuse_changing(const cJSON *obj, const char *where, const char *label, ma_error *err) {
     if (!cJSON_IsObject(obj)) return MA_OK; /* a section that is not an object is refused by the caller */
@@ -74,9 +196,11 @@ static ma_status refuse_changing(const cJSON *obj, const char *where, const char
         for (int i = 0; CHANGES[i].key; i++) {
             if (strcmp(e->string, CHANGES[i].key)) continue;
             const char *n = CHANGES[i].neutral;
-            const int neutral = cJSON_IsNull(e) || (n && ((!strcmp(n, "false") && cJSON_IsFalse(e)) ||
-                                                          (!strcmp(n, "1") && cJSON_IsNumber(e) && e->valuedouble == 1.0)));
-            if (!neutral) return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: %s%s changes the computation and is not implemented", label, where, e->string);
+            const int neutral =
+                cJSON_IsNull(e) ||
+                (n && ((!strcmp(n, "false") && cJSON_IsFalse(e)) || (!strcmp(n, "1") && cJSON_IsNumber(e) && e->valuedouble == 1.0)));
+            if (!neutral)
+                return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: %s%s changes the computation and is not implemented", label, where, e->string);
         }
     return MA_OK;
 }
@@ -90,7 +214,11 @@ static void note_unknown(const cJSON *obj, const char **known, const char *where
         }
 }
 
-typedef struct { const char *label, *where; ma_error *err; ma_status s; } ctx;
+typedef struct {
+    const char *label, *where;
+    ma_error *err;
+    ma_status s;
+} ctx;
 
 static const cJSON *get(const cJSON *o, const char *k) { return o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL; }
 
@@ -125,7 +253,10 @@ static void get_bool(ctx *c, const cJSON *o, const char *k, int def, int *out) {
     const cJSON *j = get(o, k);
     *out = def;
     if (c->s || !j || cJSON_IsNull(j)) return;
-    if (!cJSON_IsBool(j)) { c->s = ma_fail(c->err, MA_ERR_FORMAT, "%s: %s%s must be true or false", c->label, c->where, k); return; }
+    if (!cJSON_IsBool(j)) {
+        c->s = ma_fail(c->err, MA_ERR_FORMAT, "%s: %s%s must be true or false", c->label, c->where, k);
+        return;
+    }
     *out = cJSON_IsTrue(j);
 }
 
@@ -133,7 +264,10 @@ static void get_num(ctx *c, const cJSON *o, const char *k, double def, double *o
     const cJSON *j = get(o, k);
     *out = def;
     if (c->s || !j || cJSON_IsNull(j)) return;
-    if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble)) { c->s = ma_fail(c->err, MA_ERR_FORMAT, "%s: %s%s must be a number", c->label, c->where, k); return; }
+    if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble)) {
+        c->s = ma_fail(c->err, MA_ERR_FORMAT, "%s: %s%s must be a number", c->label, c->where, k);
+        return;
+    }
     *out = j->valuedouble;
 }
 
@@ -148,7 +282,10 @@ static void get_act(ctx *c, const cJSON *o, const char *k, const char *def, ma_a
     const char *v = def;
     if (c->s) return;
     if (j && !cJSON_IsNull(j)) {
-        if (!cJSON_IsString(j)) { c->s = ma_fail(c->err, MA_ERR_FORMAT, "%s: %s%s must be a string", c->label, c->where, k); return; }
+        if (!cJSON_IsString(j)) {
+            c->s = ma_fail(c->err, MA_ERR_FORMAT, "%s: %s%s must be a string", c->label, c->where, k);
+            return;
+        }
         v = j->valuestring;
     }
     if (!strcmp(v, "silu") || !strcmp(v, "swish")) *out = MA_ACT_SILU;
@@ -185,14 +322,15 @@ static void check_rope_scaling(ctx *c, const cJSON *rs, ma_config *cfg) {
         if (!strcmp(e->string, "rope_type") || !strcmp(e->string, "type")) {
             typed = 1;
             if (!cJSON_IsString(e) || strcmp(e->valuestring, "default"))
-                c->s = ma_fail(c->err, MA_ERR_UNSUPPORTED, "%s: text_config.rope_scaling.%s %s is not supported (default RoPE only)", c->label,
-                               e->string, cJSON_IsString(e) ? e->valuestring : "(not a string)");
+                c->s = ma_fail(c->err, MA_ERR_UNSUPPORTED, "%s: text_config.rope_scaling.%s %s is not supported (default RoPE only)",
+                               c->label, e->string, cJSON_IsString(e) ? e->valuestring : "(not a string)");
         } else if (!strcmp(e->string, "rope_theta")) {
             if (cJSON_IsNull(e)) continue;
-            if (!cJSON_IsNumber(e)) c->s = ma_fail(c->err, MA_ERR_FORMAT, "%s: text_config.rope_scaling.rope_theta must be a number", c->label);
+            if (!cJSON_IsNumber(e))
+                c->s = ma_fail(c->err, MA_ERR_FORMAT, "%s: text_config.rope_scaling.rope_theta must be a number", c->label);
             else if (e->valuedouble != cfg->rope_theta)
-                c->s = ma_fail(c->err, MA_ERR_FORMAT, "%s: text_config.rope_scaling.rope_theta %g disagrees with text_config.rope_theta %g", c->label,
-                               e->valuedouble, cfg->rope_theta);
+                c->s = ma_fail(c->err, MA_ERR_FORMAT, "%s: text_config.rope_scaling.rope_theta %g disagrees with text_config.rope_theta %g",
+                               c->label, e->valuedouble, cfg->rope_theta);
         } else {
             const size_t n = strlen(cfg->unknown);
             snprintf(cfg->unknown + n, sizeof cfg->unknown - n, "%stext_config.rope_scaling.%s", n ? ", " : "", e->string);
@@ -215,7 +353,13 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     for (int i = 0; i < 4 && !c.s; i++)
         if (sects[i] && !cJSON_IsNull(sects[i]) && !cJSON_IsObject(sects[i]))
             c.s = ma_fail(err, MA_ERR_FORMAT, "%s: %s is not an object", label, sect_names[i]);
-    for (int i = 0; i < 4 && !c.s; i++) c.s = refuse_changing(sects[i], i == 0 ? "vit_config." : i == 1 ? "adapter_config." : i == 2 ? "text_config." : "action_expert_config.", label, err);
+    for (int i = 0; i < 4 && !c.s; i++)
+        c.s = refuse_changing(sects[i],
+                              i == 0   ? "vit_config."
+                              : i == 1 ? "adapter_config."
+                              : i == 2 ? "text_config."
+                                       : "action_expert_config.",
+                              label, err);
     if (!c.s) c.s = refuse_changing(root, "", label, err);
     note_unknown(root, TOP_KEYS, "", cfg);
     note_unknown(vit, VIT_KEYS, "vit_config.", cfg);
@@ -234,7 +378,8 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     get_int(&c, vit, "image_patch_size", 14, &cfg->patch, 1, 1024);
     get_int(&c, vit, "image_num_pos", 577, &cfg->num_pos, 1, 1 << 20);
     double d;
-    get_num(&c, vit, "layer_norm_eps", 1e-6, &d); cfg->vit_eps = (float)d;
+    get_num(&c, vit, "layer_norm_eps", 1e-6, &d);
+    cfg->vit_eps = (float)d;
     positive(&c, "vit_config.layer_norm_eps", d);
     get_act(&c, vit, "hidden_act", "gelu_pytorch_tanh", &cfg->vit_act);
     check_attn_impl(&c, vit, "vit_config.");
@@ -242,9 +387,13 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     const cJSON *size = get(vit, "image_default_input_size");
     if (!c.s && size && !cJSON_IsNull(size)) {
         if (!cJSON_IsArray(size) || cJSON_GetArraySize(size) != 2 || !cJSON_IsNumber(size->child) || !cJSON_IsNumber(size->child->next) ||
-            size->child->valuedouble < 1 || size->child->next->valuedouble < 1 || size->child->valuedouble > 8192 || size->child->next->valuedouble > 8192)
+            size->child->valuedouble < 1 || size->child->next->valuedouble < 1 || size->child->valuedouble > 8192 ||
+            size->child->next->valuedouble > 8192)
             c.s = ma_fail(err, MA_ERR_FORMAT, "%s: vit_config.image_default_input_size must be two positive integers", label);
-        else { cfg->image_h = (int)size->child->valuedouble; cfg->image_w = (int)size->child->next->valuedouble; }
+        else {
+            cfg->image_h = (int)size->child->valuedouble;
+            cfg->image_w = (int)size->child->next->valuedouble;
+        }
     }
     /* ---- adapter */
     c.where = "adapter_config.";
@@ -269,7 +418,11 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
                     c.s = ma_fail(err, MA_ERR_FORMAT, "%s: adapter_config.vit_layers entries must be integers", label);
                 else raw[n++] = (int)e->valuedouble;
             }
-        } else { raw[0] = defaults[0]; raw[1] = defaults[1]; n = 2; }
+        } else {
+            raw[0] = defaults[0];
+            raw[1] = defaults[1];
+            n = 2;
+        }
         cfg->n_taps = n;
         cfg->vit_built = 0;
         for (int i = 0; i < n && !c.s; i++) {
@@ -295,7 +448,8 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     get_bool(&c, tx, "qkv_bias", 1, &cfg->qkv_bias);
     get_bool(&c, tx, "use_qk_norm", 0, &cfg->qk_norm);
     get_bool(&c, tx, "norm_after", 0, &cfg->norm_after);
-    get_num(&c, tx, "layer_norm_eps", 1e-6, &d); cfg->eps = (float)d;
+    get_num(&c, tx, "layer_norm_eps", 1e-6, &d);
+    cfg->eps = (float)d;
     positive(&c, "text_config.layer_norm_eps", d);
     get_num(&c, tx, "rope_theta", 1000000.0, &cfg->rope_theta);
     /* transformers 5 moves RoPE's settings into rope_parameters {rope_type, rope_theta}: the
@@ -305,18 +459,20 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
         const cJSON *rp = get(tx, "rope_parameters"), *ty = get(rp, "rope_type"), *th = get(rp, "rope_theta");
         if (!cJSON_IsObject(rp)) c.s = ma_fail(err, MA_ERR_FORMAT, "%s: text_config.rope_parameters must be an object", label);
         else if (ty && !cJSON_IsNull(ty) && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "default")))
-            c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: text_config.rope_parameters.rope_type %s is not supported (default RoPE only)", label,
-                          cJSON_IsString(ty) ? ty->valuestring : "(not a string)");
+            c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: text_config.rope_parameters.rope_type %s is not supported (default RoPE only)",
+                          label, cJSON_IsString(ty) ? ty->valuestring : "(not a string)");
         else if (th && !cJSON_IsNull(th)) {
-            if (!cJSON_IsNumber(th)) c.s = ma_fail(err, MA_ERR_FORMAT, "%s: text_config.rope_parameters.rope_theta must be a number", label);
+            if (!cJSON_IsNumber(th))
+                c.s = ma_fail(err, MA_ERR_FORMAT, "%s: text_config.rope_parameters.rope_theta must be a number", label);
             else if (get(tx, "rope_theta") && !cJSON_IsNull(get(tx, "rope_theta")) && th->valuedouble != cfg->rope_theta)
-                c.s = ma_fail(err, MA_ERR_FORMAT, "%s: text_config.rope_theta %g and rope_parameters.rope_theta %g disagree", label, cfg->rope_theta,
-                              th->valuedouble);
+                c.s = ma_fail(err, MA_ERR_FORMAT, "%s: text_config.rope_theta %g and rope_parameters.rope_theta %g disagree", label,
+                              cfg->rope_theta, th->valuedouble);
             else cfg->rope_theta = th->valuedouble;
         }
         for (const cJSON *e = cJSON_IsObject(rp) ? rp->child : NULL; !c.s && e; e = e->next)
             if (strcmp(e->string, "rope_type") && strcmp(e->string, "rope_theta"))
-                c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: text_config.rope_parameters.%s is not supported (default RoPE only)", label, e->string);
+                c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: text_config.rope_parameters.%s is not supported (default RoPE only)", label,
+                              e->string);
     }
     positive(&c, "text_config.rope_theta", cfg->rope_theta);
     get_act(&c, tx, "hidden_act", "silu", &cfg->act);
@@ -324,12 +480,15 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     if (!c.s) {
         const cJSON *qt = get(tx, "qk_norm_type");
         const char *t = qt && cJSON_IsString(qt) ? qt->valuestring : "olmo";
-        if (qt && !cJSON_IsNull(qt) && !cJSON_IsString(qt)) c.s = ma_fail(err, MA_ERR_FORMAT, "%s: text_config.qk_norm_type must be a string", label);
-        else if (strcmp(t, "qwen3") && strcmp(t, "olmo")) c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: text_config.qk_norm_type %s is unknown", label, t);
+        if (qt && !cJSON_IsNull(qt) && !cJSON_IsString(qt))
+            c.s = ma_fail(err, MA_ERR_FORMAT, "%s: text_config.qk_norm_type must be a string", label);
+        else if (strcmp(t, "qwen3") && strcmp(t, "olmo"))
+            c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: text_config.qk_norm_type %s is unknown", label, t);
         cfg->qk_norm_qwen3 = strcmp(t, "qwen3") == 0;
         const cJSON *rs = get(tx, "rope_scaling"), *rl = get(tx, "rope_scaling_layers");
         if (rs && !cJSON_IsNull(rs)) check_rope_scaling(&c, rs, cfg);
-        if (!c.s && rl && !cJSON_IsNull(rl)) c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: text_config.rope_scaling_layers is not supported", label);
+        if (!c.s && rl && !cJSON_IsNull(rl))
+            c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: text_config.rope_scaling_layers is not supported", label);
     }
     /* ---- expert */
     c.where = "action_expert_config.";
@@ -346,15 +505,18 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     get_bool(&c, ex, "qk_norm", 1, &cfg->e_qk_norm);
     get_bool(&c, ex, "rope", 1, &cfg->e_rope);
     get_bool(&c, ex, "causal_attn", 0, &cfg->e_causal);
-    get_num(&c, ex, "qk_norm_eps", 1e-6, &d); cfg->e_qk_eps = (float)d;
-    if (!c.s && !(d >= 0 && d < 1)) c.s = ma_fail(err, MA_ERR_RANGE, "%s: action_expert_config.qk_norm_eps must be in [0, 1), got %g", label, d);
+    get_num(&c, ex, "qk_norm_eps", 1e-6, &d);
+    cfg->e_qk_eps = (float)d;
+    if (!c.s && !(d >= 0 && d < 1))
+        c.s = ma_fail(err, MA_ERR_RANGE, "%s: action_expert_config.qk_norm_eps must be in [0, 1), got %g", label, d);
     if (!c.s) {
         /* int() truncation as upstream, then up to the multiple; checked in doubles and int64
          * before anything becomes an int (a hostile hidden_size x mlp_ratio overflows it) */
         const double want = (double)cfg->e_hidden * ratio;
         int64_t inner = 0;
         if (!(ratio > 0) || ratio > 64) c.s = ma_fail(err, MA_ERR_FORMAT, "%s: action_expert_config.mlp_ratio out of range", label);
-        else if (want < 1 || want > (double)(1 << 24)) c.s = ma_fail(err, MA_ERR_FORMAT, "%s: action_expert_config.hidden_size x mlp_ratio out of range", label);
+        else if (want < 1 || want > (double)(1 << 24))
+            c.s = ma_fail(err, MA_ERR_FORMAT, "%s: action_expert_config.hidden_size x mlp_ratio out of range", label);
         else {
             inner = (int64_t)want;
             if (multiple > 0) inner = (inner + multiple - 1) / multiple * multiple;
@@ -400,7 +562,9 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
             if (!cJSON_IsString(j)) c.s = ma_fail(err, MA_ERR_FORMAT, "%s: action_mode must be a string", label);
             else if (!strcmp(j->valuestring, "both")) cfg->action_mode_both = 1;
             else if (!strcmp(j->valuestring, "continuous")) cfg->action_mode_both = 0;
-            else c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: action_mode %s: continuous actions need 'both' or 'continuous'", label, j->valuestring);
+            else
+                c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: action_mode %s: continuous actions need 'both' or 'continuous'", label,
+                              j->valuestring);
         } else cfg->action_mode_both = 1;
         /* the expert's encoder mask: "action_mode" (the HF model's rule) or "prompt" (every prompt
          * token: LeRobot's for a policy saved in continuous mode; written by compile) */
@@ -418,7 +582,8 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
         if (!c.s && (j = get(root, "action_expert_depth_gate")) && cJSON_IsTrue(j))
             c.s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: action_expert_depth_gate is not supported", label);
         if (!c.s && (j = get(root, "norm_stats_filename")) && !cJSON_IsNull(j)) {
-            if (!cJSON_IsString(j) || !j->valuestring[0] || strchr(j->valuestring, '/') || strlen(j->valuestring) >= sizeof cfg->norm_stats_filename)
+            if (!cJSON_IsString(j) || !j->valuestring[0] || strchr(j->valuestring, '/') ||
+                strlen(j->valuestring) >= sizeof cfg->norm_stats_filename)
                 c.s = ma_fail(err, MA_ERR_FORMAT, "%s: norm_stats_filename must be a plain file name", label);
             else snprintf(cfg->norm_stats_filename, sizeof cfg->norm_stats_filename, "%s", j->valuestring);
         }
@@ -439,7 +604,8 @@ ma_status ma_config_parse(const char *json, const char *label, ma_config *cfg, m
     need(&c, cfg->vit_heads % cfg->vit_kv_heads == 0, "vit_config.num_attention_heads must be a multiple of num_key_value_heads");
     need(&c, cfg->vit_heads * cfg->vit_head_dim == cfg->vit_hidden, "vit_config.num_attention_heads * head_dim must equal hidden_size");
     need(&c, cfg->pool_heads % cfg->pool_kv_heads == 0, "adapter_config.num_attention_heads must be a multiple of num_key_value_heads");
-    need(&c, cfg->pool_heads * cfg->pool_head_dim == cfg->pool_hidden, "adapter_config.num_attention_heads * head_dim must equal hidden_size");
+    need(&c, cfg->pool_heads * cfg->pool_head_dim == cfg->pool_hidden,
+         "adapter_config.num_attention_heads * head_dim must equal hidden_size");
     need(&c, cfg->heads % cfg->kv_heads == 0, "text_config.num_attention_heads must be a multiple of num_key_value_heads");
     need(&c, cfg->head_dim % 2 == 0, "text_config.head_dim must be even (RoPE)");
     need(&c, cfg->text_hidden == cfg->d, "adapter_config.text_hidden_size must equal text_config.hidden_size");

@@ -49,13 +49,13 @@ typedef struct ma_config {
     int64_t image_patch_id, image_col_id, image_start_id, image_end_id, low_res_start_id, image_low_res_id;
     int64_t frame_start_id, frame_end_id, eos_id, bos_id, pad_id;
     int64_t action_start_id, action_end_id, action_output_id, state_start_id, state_end_id, state_token_start_id;
-    int use_grid_sampler, grid_tokens; /* as written in config.json; they must agree with the weights */
+    int use_grid_sampler, grid_tokens;         /* as written in config.json; they must agree with the weights */
     int use_grid_sampler_set, grid_tokens_set; /* 1 when config.json sets them (not the defaults) */
     /* derived */
     int patch_h, patch_w, pooled_h, pooled_w;
     char norm_stats_filename[256];
-    int encoder_mask_prompt;  /* the expert attends to every prompt token (LeRobot, continuous policy) */
-    char unknown[512];        /* fields this parser does not know, ignored (inspect lists them) */
+    int encoder_mask_prompt; /* the expert attends to every prompt token (LeRobot, continuous policy) */
+    char unknown[512];       /* fields this parser does not know, ignored (inspect lists them) */
 } ma_config;
 
 /* parse config.json text; `label` names the file in messages */

@@ -16,8 +16,14 @@ ma_status ma_expert_bind(ma_weightset *ws, const ma_config *cfg, int context, in
     const int d = cfg->e_hidden, kvd = cfg->kv_heads * cfg->head_dim, inner = cfg->e_inner, Da = cfg->max_action_dim;
     char n[256];
     ma_status s;
-#define M(field, name, r, c) do { if ((s = ma_ws_mat(ws, name, r, c, &w->field, err))) return s; } while (0)
-#define V(field, name, len) do { if ((s = ma_ws_vec(ws, name, len, &w->field, err))) return s; } while (0)
+#define M(field, name, r, c)                                           \
+    do {                                                               \
+        if ((s = ma_ws_mat(ws, name, r, c, &w->field, err))) return s; \
+    } while (0)
+#define V(field, name, len)                                           \
+    do {                                                              \
+        if ((s = ma_ws_vec(ws, name, len, &w->field, err))) return s; \
+    } while (0)
     if (context) {
         M(ctx_k, AE "context_k_proj.weight", d, kvd);
         M(ctx_v, AE "context_v_proj.weight", d, kvd);
@@ -55,16 +61,34 @@ ma_status ma_expert_bind(ma_weightset *ws, const ma_config *cfg, int context, in
     if (!w->blocks) return MA_ERR_NOMEM;
     for (int l = 0; l < w->n_blocks; l++) {
         ma_expert_block_w *b = &w->blocks[l];
-#define BM(field, leaf, r, c) do { snprintf(n, sizeof n, AE "blocks.%d.%s.weight", l, leaf); if ((s = ma_ws_mat(ws, n, r, c, &b->field, err))) return s; } while (0)
-#define BV(field, leaf, len) do { snprintf(n, sizeof n, AE "blocks.%d.%s.bias", l, leaf); if ((s = ma_ws_vec(ws, n, len, &b->field, err))) return s; } while (0)
-        BM(qkv, "self_attn.qkv", 3 * d, d);            BV(qkv_b, "self_attn.qkv", 3 * d);
-        BM(out, "self_attn.out_proj", d, d);           BV(out_b, "self_attn.out_proj", d);
-        BM(q, "cross_attn.q_proj", d, d);              BV(q_b, "cross_attn.q_proj", d);
-        BM(cout, "cross_attn.out_proj", d, d);         BV(cout_b, "cross_attn.out_proj", d);
-        BM(gate, "mlp.gate_proj", inner, d);           BV(gate_b, "mlp.gate_proj", inner);
-        BM(up, "mlp.up_proj", inner, d);               BV(up_b, "mlp.up_proj", inner);
-        BM(down, "mlp.down_proj", d, inner);           BV(down_b, "mlp.down_proj", d);
-        if (!table || w->t1.data) { BM(mod, "modulation.linear", 9 * d, d); BV(mod_b, "modulation.linear", 9 * d); }
+#define BM(field, leaf, r, c)                                       \
+    do {                                                            \
+        snprintf(n, sizeof n, AE "blocks.%d.%s.weight", l, leaf);   \
+        if ((s = ma_ws_mat(ws, n, r, c, &b->field, err))) return s; \
+    } while (0)
+#define BV(field, leaf, len)                                       \
+    do {                                                           \
+        snprintf(n, sizeof n, AE "blocks.%d.%s.bias", l, leaf);    \
+        if ((s = ma_ws_vec(ws, n, len, &b->field, err))) return s; \
+    } while (0)
+        BM(qkv, "self_attn.qkv", 3 * d, d);
+        BV(qkv_b, "self_attn.qkv", 3 * d);
+        BM(out, "self_attn.out_proj", d, d);
+        BV(out_b, "self_attn.out_proj", d);
+        BM(q, "cross_attn.q_proj", d, d);
+        BV(q_b, "cross_attn.q_proj", d);
+        BM(cout, "cross_attn.out_proj", d, d);
+        BV(cout_b, "cross_attn.out_proj", d);
+        BM(gate, "mlp.gate_proj", inner, d);
+        BV(gate_b, "mlp.gate_proj", inner);
+        BM(up, "mlp.up_proj", inner, d);
+        BV(up_b, "mlp.up_proj", inner);
+        BM(down, "mlp.down_proj", d, inner);
+        BV(down_b, "mlp.down_proj", d);
+        if (!table || w->t1.data) {
+            BM(mod, "modulation.linear", 9 * d, d);
+            BV(mod_b, "modulation.linear", 9 * d);
+        }
 #undef BM
 #undef BV
     }
@@ -76,13 +100,13 @@ void ma_expert_unbind(ma_expert_w *w) {
     memset(w, 0, sizeof *w);
 }
 
-ma_status ma_expert_context(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, const float *k, const float *v,
-                            int64_t L, int64_t S, float *ctx_k, float *ctx_v, ma_error *err) {
+ma_status ma_expert_context(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, const float *k, const float *v, int64_t L, int64_t S,
+                            float *ctx_k, float *ctx_v, ma_error *err) {
     const int d = cfg->e_hidden, H = cfg->e_heads, hd = cfg->e_head_dim;
     ma_status s = ma_linear(kc, k, L * S, &w->ctx_k, NULL, ctx_k, err);
     if (!s) s = ma_linear(kc, v, L * S, &w->ctx_v, NULL, ctx_v, err);
     if (s) return s;
-    if (cfg->e_ctx_norm) {   /* weightless RMS over the whole width, before splitting heads */
+    if (cfg->e_ctx_norm) { /* weightless RMS over the whole width, before splitting heads */
         ma_rmsnorm(ctx_k, L * S, d, NULL, 1e-6f);
         ma_rmsnorm(ctx_v, L * S, d, NULL, 1e-6f);
     }
@@ -104,13 +128,15 @@ static void expert_rope_table(int64_t A, int hd, float *cs, float *sn) {
 }
 
 /* conditioning c(t) = L2(SiLU(L1([sin(t f), cos(t f)]))), f_j = exp(-ln(1e4) j / (half-1)) */
-static ma_status time_conditioning(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, float t, float *c,
-                                   ma_error *err) {
+static ma_status time_conditioning(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, float t, float *c, ma_error *err) {
     const int dim = cfg->e_time_dim, half = dim / 2, d = cfg->e_hidden;
     float *emb = ma_calloc((size_t)dim, sizeof(float), err, "time embedding");
     float *h = ma_malloc((size_t)d, sizeof(float), err, "time embedding");
     ma_status s = MA_OK;
-    if (!emb || !h) { s = MA_ERR_NOMEM; goto done; }
+    if (!emb || !h) {
+        s = MA_ERR_NOMEM;
+        goto done;
+    }
     const float step = (float)(-log(10000.0) / (half - 1 > 1 ? half - 1 : 1));
     for (int j = 0; j < half; j++) {
         float f = expf((float)j * step);
@@ -122,7 +148,8 @@ static ma_status time_conditioning(const ma_config *cfg, const ma_expert_w *w, m
     ma_activate_ctx(kc, h, d, MA_ACT_SILU);
     s = ma_linear(kc, h, 1, &w->t2, w->t2_b, c, err);
 done:
-    free(emb); free(h);
+    free(emb);
+    free(h);
     return s;
 }
 
@@ -133,7 +160,8 @@ ma_status ma_expert_modulations(const ma_config *cfg, const ma_expert_w *w, ma_k
     if (!c) return MA_ERR_NOMEM;
     ma_status s = time_conditioning(cfg, w, kc, t, c, err);
     if (!s) ma_activate_ctx(kc, c, d, MA_ACT_SILU); /* the modulations see SiLU(c) */
-    for (int l = 0; l < w->n_blocks && !s; l++) s = ma_linear(kc, c, 1, &w->blocks[l].mod, w->blocks[l].mod_b, mods + (size_t)l * 9 * d, err);
+    for (int l = 0; l < w->n_blocks && !s; l++)
+        s = ma_linear(kc, c, 1, &w->blocks[l].mod, w->blocks[l].mod_b, mods + (size_t)l * 9 * d, err);
     if (!s) s = ma_linear(kc, c, 1, &w->final_mod, w->final_mod_b, final, err);
     free(c);
     return s;
@@ -146,16 +174,16 @@ ma_status ma_expert_modulations(const ma_config *cfg, const ma_expert_w *w, ma_k
 typedef struct rows_job {
     int64_t rows;
     int d;
-    float *x;                       /* x += gate * y (when gate) */
+    float *x; /* x += gate * y (when gate) */
     const float *y, *gate;
-    float *h;                       /* then h = RMS(x) * (1 + scale) + shift (when h; h may be x) */
+    float *h; /* then h = RMS(x) * (1 + scale) + shift (when h; h may be x) */
     const float *shift, *scale;
     /* or, with heads: q and k heads of rows `stride` apart normed (qk_norm) and rotated (cs, sn) */
     float *q, *k;
     int64_t stride;
     int heads, hd, qk_norm;
     float qk_eps;
-    const float *cs, *sn;           /* [rows][hd/2] each, or NULL */
+    const float *cs, *sn; /* [rows][hd/2] each, or NULL */
 } rows_job;
 
 static void rows_task(void *ctx, int t, int T) {
@@ -170,7 +198,7 @@ static void rows_task(void *ctx, int t, int T) {
                 for (int w = 0; w < 2 && heads2[w]; w++) {
                     float *x = heads2[w];
                     if (j->qk_norm) ma_rmsnorm(x, 1, hd, NULL, j->qk_eps);
-                    if (j->cs)   /* half-split rotation by this position's angles */
+                    if (j->cs) /* half-split rotation by this position's angles */
                         for (int i = 0; i < half; i++) {
                             const float a = x[i], b = x[i + half], c = j->cs[r * half + i], sn = j->sn[r * half + i];
                             x[i] = a * c - b * sn;
@@ -196,15 +224,14 @@ static void rows_task(void *ctx, int t, int T) {
 static void run_rows(rows_job *j) { ma_parallel_n(rows_task, j, (int)(j->rows < 64 ? j->rows : 64)); }
 
 /* x += gate * y (gate may be NULL), then h = RMS(x) * (1 + scale) + shift (h may be NULL) */
-static void residual_norm(int64_t A, int d, float *x, const float *y, const float *gate, float *h, const float *shift,
-                          const float *scale) {
+static void residual_norm(int64_t A, int d, float *x, const float *y, const float *gate, float *h, const float *shift, const float *scale) {
     rows_job j = {A, d, x, y, gate, h, shift, scale, NULL, NULL, 0, 0, 0, 0, 0.0f, NULL, NULL};
     run_rows(&j);
 }
 
 /* q (and k) heads of each row normed (with eps) when norm, and rotated when cs */
-static void heads_norm_rope(int64_t A, float *q, float *k, int64_t stride, int heads, int hd, int norm, float eps,
-                            const float *cs, const float *sn) {
+static void heads_norm_rope(int64_t A, float *q, float *k, int64_t stride, int heads, int hd, int norm, float eps, const float *cs,
+                            const float *sn) {
     rows_job j = {A, 0, NULL, NULL, NULL, NULL, NULL, NULL, q, k, stride, heads, hd, norm, eps, cs, sn};
     run_rows(&j);
 }
@@ -216,9 +243,8 @@ static int table_row(const ma_expert_w *w, float t) {
     return -1;
 }
 
-ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, const float *xin, int64_t A, float t,
-                         const float *ctx_k, const float *ctx_v, int64_t S, const uint8_t *cross_valid, float *velocity,
-                         ma_error *err) {
+ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, const float *xin, int64_t A, float t, const float *ctx_k,
+                         const float *ctx_v, int64_t S, const uint8_t *cross_valid, float *velocity, ma_error *err) {
     const int d = cfg->e_hidden, H = cfg->e_heads, hd = cfg->e_head_dim, inner = cfg->e_inner;
     ma_status s = MA_OK;
     float *mods = NULL, *fin = NULL;
@@ -230,7 +256,10 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
     float *g = ma_malloc((size_t)(A * inner), sizeof(float), err, "expert");
     float *u = ma_malloc((size_t)(A * inner), sizeof(float), err, "expert");
     float *rope = ma_malloc((size_t)(A * hd), sizeof(float), err, "expert rope");
-    if (!x || !h || !qkv || !q || !att || !g || !u || !rope) { s = MA_ERR_NOMEM; goto done; }
+    if (!x || !h || !qkv || !q || !att || !g || !u || !rope) {
+        s = MA_ERR_NOMEM;
+        goto done;
+    }
     const int64_t half = hd / 2;
     if (cfg->e_rope) expert_rope_table(A, hd, rope, rope + A * half); /* once per step, not per head */
     const float *mod_all, *final_mod;
@@ -239,10 +268,16 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
         mod_all = w->mod_table + (size_t)row * w->n_blocks * 9 * d;
         final_mod = w->final_table + (size_t)row * 2 * d;
     } else {
-        if (!w->blocks || !w->blocks[0].mod.data) { s = ma_fail(err, MA_ERR_RANGE, "action_step: t = %g is not one of the compiled timesteps", t); goto done; }
+        if (!w->blocks || !w->blocks[0].mod.data) {
+            s = ma_fail(err, MA_ERR_RANGE, "action_step: t = %g is not one of the compiled timesteps", t);
+            goto done;
+        }
         mods = ma_malloc((size_t)w->n_blocks * 9 * d, sizeof(float), err, "expert");
         fin = ma_malloc((size_t)2 * d, sizeof(float), err, "expert");
-        if (!mods || !fin) { s = MA_ERR_NOMEM; goto done; }
+        if (!mods || !fin) {
+            s = MA_ERR_NOMEM;
+            goto done;
+        }
         if ((s = ma_expert_modulations(cfg, w, kc, t, mods, fin, err))) goto done;
         mod_all = mods;
         final_mod = fin;
@@ -263,9 +298,9 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
         if ((s = ma_linear(kc, h, A, &b->qkv, b->qkv_b, qkv, err))) goto done;
         /* rows are [3, H, hd]: q | k | v */
         if (cfg->e_qk_norm || cfg->e_rope)
-            heads_norm_rope(A, qkv, qkv + d, 3 * d, H, hd, cfg->e_qk_norm, cfg->e_qk_eps, cfg->e_rope ? rope : NULL,
-                            rope + A * half);
-        ma_attn_args sa = {1, H, H, A, A, hd, qkv, qkv + d, qkv + 2 * d, att, 3 * d, 3 * d, 3 * d, d, 0, 0, 0, 0, &self_mask, MA_COMPUTE_F32};
+            heads_norm_rope(A, qkv, qkv + d, 3 * d, H, hd, cfg->e_qk_norm, cfg->e_qk_eps, cfg->e_rope ? rope : NULL, rope + A * half);
+        ma_attn_args sa = {1,     H,     H,     A, A, hd, qkv, qkv + d, qkv + 2 * d, att,
+                           3 * d, 3 * d, 3 * d, d, 0, 0,  0,   0,       &self_mask,  MA_COMPUTE_F32};
         s = ma_attention(kc, &sa, err);
         if (s) goto done;
         if ((s = ma_linear(kc, att, A, &b->out, b->out_b, h, err))) goto done;
@@ -274,22 +309,32 @@ ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc
         if ((s = ma_linear(kc, h, A, &b->q, b->q_b, q, err))) goto done;
         if (cfg->e_qk_norm) heads_norm_rope(A, q, NULL, d, H, hd, 1, cfg->e_qk_eps, NULL, NULL);
         const float *Kc = ctx_k + (int64_t)l * ctx_layer, *Vc = ctx_v + (int64_t)l * ctx_layer;
-        ma_attn_args ca = {1, H, H, A, S, hd, q, Kc, Vc, att, d, (int64_t)H * hd, (int64_t)H * hd, d, 0, 0, 0, 0, &cross_mask, MA_COMPUTE_F32};
+        ma_attn_args ca = {
+            1, H, H, A, S, hd, q, Kc, Vc, att, d, (int64_t)H * hd, (int64_t)H * hd, d, 0, 0, 0, 0, &cross_mask, MA_COMPUTE_F32};
         s = ma_attention(kc, &ca, err);
         if (s) goto done;
         if ((s = ma_linear(kc, att, A, &b->cout, b->cout_b, h, err))) goto done;
         /* SwiGLU MLP with biases */
         residual_norm(A, d, x, h, gate_mca, h, shift_mlp, scale_mlp);
         if ((s = ma_linear_fused(kc, h, A, 2, (const ma_mat *[2]){&b->gate, &b->up}, (const float *[2]){b->gate_b, b->up_b},
-                                 (float *[2]){g, u}, err))) goto done;
+                                 (float *[2]){g, u}, err)))
+            goto done;
         ma_glu(kc, g, inner, g, inner, u, inner, A, inner, MA_ACT_SILU);
         if ((s = ma_linear(kc, g, A, &b->down, b->down_b, h, err))) goto done;
     }
     /* the last MLP residual, then the final norm and modulation in place */
-    residual_norm(A, d, x, h, w->n_blocks ? mod_all + (size_t)(w->n_blocks - 1) * 9 * d + 8 * d : NULL, x, final_mod,
-                  final_mod + d);
+    residual_norm(A, d, x, h, w->n_blocks ? mod_all + (size_t)(w->n_blocks - 1) * 9 * d + 8 * d : NULL, x, final_mod, final_mod + d);
     s = ma_linear(kc, x, A, &w->final_lin, w->final_lin_b, velocity, err);
 done:
-    free(mods); free(fin); free(x); free(h); free(qkv); free(q); free(att); free(g); free(u); free(rope);
+    free(mods);
+    free(fin);
+    free(x);
+    free(h);
+    free(qkv);
+    free(q);
+    free(att);
+    free(g);
+    free(u);
+    free(rope);
     return s;
 }

@@ -4,26 +4,26 @@
 #include <math.h>
 #include <string.h>
 
-ma_status ma_embed_tokens(const ma_config *cfg, const ma_embed_w *w, const int64_t *ids, int64_t S, float *out,
-                          ma_error *err) {
+ma_status ma_embed_tokens(const ma_config *cfg, const ma_embed_w *w, const int64_t *ids, int64_t S, float *out, ma_error *err) {
     for (int64_t i = 0; i < S; i++) {
         int64_t id = ids[i] == -1 ? 0 : ids[i];
         float *row = out + i * cfg->d;
         if (id >= 0 && id < cfg->vocab) ma_mat_row(&w->emb, id, row);
         else if (id >= cfg->vocab && id < (int64_t)cfg->vocab + cfg->extra_vocab) ma_mat_row(&w->new_emb, id - cfg->vocab, row);
-        else return ma_fail(err, MA_ERR_RANGE, "input_ids[%lld] = %lld is outside the vocabulary (0..%d)", (long long)i,
-                            (long long)ids[i], cfg->vocab + cfg->extra_vocab - 1);
+        else
+            return ma_fail(err, MA_ERR_RANGE, "input_ids[%lld] = %lld is outside the vocabulary (0..%d)", (long long)i, (long long)ids[i],
+                           cfg->vocab + cfg->extra_vocab - 1);
     }
     return MA_OK;
 }
 
-ma_status ma_scatter_features(const ma_config *cfg, const int64_t *ids, int64_t S, float *hidden, const float *features,
-                              int64_t n_features, ma_error *err) {
+ma_status ma_scatter_features(const ma_config *cfg, const int64_t *ids, int64_t S, float *hidden, const float *features, int64_t n_features,
+                              ma_error *err) {
     int64_t count = 0;
     for (int64_t i = 0; i < S; i++) count += ids[i] == cfg->image_patch_id;
     if (count != n_features)
-        return ma_fail(err, MA_ERR_SHAPE, "the prompt has %lld <im_patch> tokens but vision produced %lld features",
-                       (long long)count, (long long)n_features);
+        return ma_fail(err, MA_ERR_SHAPE, "the prompt has %lld <im_patch> tokens but vision produced %lld features", (long long)count,
+                       (long long)n_features);
     int64_t j = 0;
     for (int64_t i = 0; i < S; i++)
         if (ids[i] == cfg->image_patch_id) ma_add(hidden + i * cfg->d, features + (j++) * cfg->d, cfg->d);
@@ -32,7 +32,7 @@ ma_status ma_scatter_features(const ma_config *cfg, const int64_t *ids, int64_t 
 
 void ma_image_token_mask(const ma_config *cfg, const int64_t *ids, int64_t S, uint8_t *mask) {
     const int64_t set[] = {cfg->image_patch_id, cfg->image_col_id, cfg->image_start_id, cfg->low_res_start_id,
-                           cfg->frame_start_id, cfg->image_end_id, cfg->frame_end_id, cfg->image_low_res_id};
+                           cfg->frame_start_id, cfg->image_end_id, cfg->frame_end_id,   cfg->image_low_res_id};
     for (int64_t i = 0; i < S; i++) {
         mask[i] = 0;
         for (size_t k = 0; k < sizeof set / sizeof set[0]; k++)
@@ -51,7 +51,10 @@ void ma_encoder_mask(const ma_config *cfg, const int64_t *ids, int64_t S, uint8_
     for (int64_t s = 0; s < S; s++) {
         if (ids[s] != cfg->action_start_id) continue;
         while (e < S && (ids[e] != cfg->action_end_id || e < s)) e++;
-        if (e >= S) { for (int64_t i = s; i < S; i++) mask[i] = 0; return; }
+        if (e >= S) {
+            for (int64_t i = s; i < S; i++) mask[i] = 0;
+            return;
+        }
         for (int64_t i = s; i <= e; i++) mask[i] = 0;
         e++;
     }
@@ -67,7 +70,10 @@ void ma_split_ranges(int layers, int first[MA_NUM_SPLITS], int last[MA_NUM_SPLIT
 }
 
 /* ---- mt19937 as seeded by at::CPUGeneratorImpl */
-typedef struct { uint32_t s[624]; int i; } mt19937;
+typedef struct {
+    uint32_t s[624];
+    int i;
+} mt19937;
 
 static void mt_seed(mt19937 *m, uint64_t seed) {
     m->s[0] = (uint32_t)(seed & 0xffffffffu);

@@ -14,11 +14,10 @@
 
 /* out[S, D] = concat(wte.embedding, wte.new_embedding)[ids]; id -1 reads row 0 (upstream);
  * any other id outside the table is refused, naming its position */
-ma_status ma_embed_tokens(const ma_config *cfg, const ma_embed_w *w, const int64_t *ids, int64_t S, float *out,
-                          ma_error *err);
+ma_status ma_embed_tokens(const ma_config *cfg, const ma_embed_w *w, const int64_t *ids, int64_t S, float *out, ma_error *err);
 /* hidden[rows where id == <im_patch>] += features, in order; counts must match */
-ma_status ma_scatter_features(const ma_config *cfg, const int64_t *ids, int64_t S, float *hidden, const float *features,
-                              int64_t n_features, ma_error *err);
+ma_status ma_scatter_features(const ma_config *cfg, const int64_t *ids, int64_t S, float *hidden, const float *features, int64_t n_features,
+                              ma_error *err);
 /* 1 for image-structure tokens (patch, col, start, low-res start, frame start/end, end, low-res) */
 void ma_image_token_mask(const ma_config *cfg, const int64_t *ids, int64_t S, uint8_t *mask);
 /* cross-attention key mask: id != -1; under action_mode both also id != eos and outside

@@ -27,8 +27,14 @@ static ma_status check_size(int64_t h, int64_t w, const char *label, ma_error *e
 
 /* ------------------------------------------------------------------------------ PNG */
 
-typedef struct { const uint8_t *p; size_t len, at; } png_src;
-typedef struct { jmp_buf jb; char msg[200]; } png_err;
+typedef struct {
+    const uint8_t *p;
+    size_t len, at;
+} png_src;
+typedef struct {
+    jmp_buf jb;
+    char msg[200];
+} png_err;
 
 static void png_read_mem(png_structp png, png_bytep out, png_size_t n) {
     png_src *s = png_get_io_ptr(png);
@@ -41,7 +47,10 @@ static void png_on_error(png_structp png, png_const_charp msg) {
     snprintf(e->msg, sizeof e->msg, "%s", msg);
     longjmp(e->jb, 1);
 }
-static void png_on_warning(png_structp png, png_const_charp msg) { (void)png; (void)msg; }
+static void png_on_warning(png_structp png, png_const_charp msg) {
+    (void)png;
+    (void)msg;
+}
 
 static ma_status decode_png(const uint8_t *buf, size_t len, const char *label, ma_image *out, ma_error *err) {
     /* the size from IHDR first, so an oversized image gets the same message as a JPEG does
@@ -74,12 +83,15 @@ static ma_status decode_png(const uint8_t *buf, size_t len, const char *label, m
     png_read_info(png, info);
     png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
     ma_status s = check_size(h, w, label, err);
-    if (s) { png_destroy_read_struct(&png, &info, NULL); return s; }
+    if (s) {
+        png_destroy_read_struct(&png, &info, NULL);
+        return s;
+    }
     int ct = png_get_color_type(png, info);
-    png_set_expand(png);          /* palette -> RGB, gray < 8 bits -> 8, tRNS -> alpha */
-    png_set_strip_16(png);        /* 16-bit samples keep their high byte */
+    png_set_expand(png);   /* palette -> RGB, gray < 8 bits -> 8, tRNS -> alpha */
+    png_set_strip_16(png); /* 16-bit samples keep their high byte */
     if (ct == PNG_COLOR_TYPE_GRAY || ct == PNG_COLOR_TYPE_GRAY_ALPHA) png_set_gray_to_rgb(png);
-    png_set_strip_alpha(png);     /* as PIL's convert("RGB"): alpha dropped, not composited */
+    png_set_strip_alpha(png); /* as PIL's convert("RGB"): alpha dropped, not composited */
     png_set_interlace_handling(png);
     png_read_update_info(png, info);
     if (png_get_rowbytes(png, info) != (size_t)w * 3) png_error(png, "unexpected row layout");
@@ -99,7 +111,11 @@ static ma_status decode_png(const uint8_t *buf, size_t len, const char *label, m
 
 /* ------------------------------------------------------------------------------ JPEG */
 
-typedef struct { struct jpeg_error_mgr mgr; jmp_buf jb; char msg[JMSG_LENGTH_MAX]; } jpg_err;
+typedef struct {
+    struct jpeg_error_mgr mgr;
+    jmp_buf jb;
+    char msg[JMSG_LENGTH_MAX];
+} jpg_err;
 
 static void jpg_on_error(j_common_ptr ci) {
     jpg_err *e = (jpg_err *)ci->err;
@@ -130,13 +146,22 @@ static ma_status decode_jpeg(const uint8_t *buf, size_t len, const char *label, 
         return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: CMYK JPEG images are not supported", label);
     }
     ma_status s = check_size(ci.image_height, ci.image_width, label, err);
-    if (s) { jpeg_destroy_decompress(&ci); return s; }
-    ci.out_color_space = JCS_RGB;  /* grayscale is replicated by libjpeg */
+    if (s) {
+        jpeg_destroy_decompress(&ci);
+        return s;
+    }
+    ci.out_color_space = JCS_RGB; /* grayscale is replicated by libjpeg */
     jpeg_start_decompress(&ci);
-    if (ci.output_components != 3) { jpeg_destroy_decompress(&ci); return ma_fail(err, MA_ERR_FORMAT, "%s: JPEG did not decode to RGB", label); }
+    if (ci.output_components != 3) {
+        jpeg_destroy_decompress(&ci);
+        return ma_fail(err, MA_ERR_FORMAT, "%s: JPEG did not decode to RGB", label);
+    }
     size_t stride = (size_t)ci.output_width * 3;
     rgb = malloc(stride * ci.output_height);
-    if (!rgb) { jpeg_destroy_decompress(&ci); return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label); }
+    if (!rgb) {
+        jpeg_destroy_decompress(&ci);
+        return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label);
+    }
     while (ci.output_scanline < ci.output_height) {
         JSAMPROW row = rgb + stride * ci.output_scanline;
         jpeg_read_scanlines(&ci, &row, 1);
@@ -192,11 +217,21 @@ ma_status ma_image_from_tensor(const ma_tensor *t, const char *label, ma_image *
         return ma_fail(err, MA_ERR_FORMAT, "%s: image dtype %s (uint8 or float)", label, ma_dtype_name(t->dtype));
     int64_t h, w, c;
     int chw = 0;
-    if (t->ndim == 2) { h = t->shape[0]; w = t->shape[1]; c = 1; }
-    else if (t->ndim == 3) {
-        h = t->shape[0]; w = t->shape[1]; c = t->shape[2];
+    if (t->ndim == 2) {
+        h = t->shape[0];
+        w = t->shape[1];
+        c = 1;
+    } else if (t->ndim == 3) {
+        h = t->shape[0];
+        w = t->shape[1];
+        c = t->shape[2];
         int64_t c0 = t->shape[0];
-        if ((c0 == 1 || c0 == 3 || c0 == 4) && !(c == 1 || c == 3 || c == 4)) { chw = 1; c = c0; h = t->shape[1]; w = t->shape[2]; }
+        if ((c0 == 1 || c0 == 3 || c0 == 4) && !(c == 1 || c == 3 || c == 4)) {
+            chw = 1;
+            c = c0;
+            h = t->shape[1];
+            w = t->shape[2];
+        }
     } else return ma_fail(err, MA_ERR_SHAPE, "%s: image must be [H, W] or [H, W, C], got %d dims", label, t->ndim);
     if (c != 1 && c != 3 && c != 4) return ma_fail(err, MA_ERR_SHAPE, "%s: image has %lld channels (1, 3 or 4)", label, (long long)c);
     ma_status s = check_size(h, w, label, err);
@@ -223,7 +258,7 @@ ma_status ma_image_from_tensor(const ma_tensor *t, const char *label, ma_image *
             if (t->dtype == MA_DT_U8) u = ((const uint8_t *)t->data)[idx];
             else {
                 double v = float_at(t, idx) * scale;
-                if (t->dtype == MA_DT_F32) v = (double)(float)v;   /* numpy scales float32 in float32 */
+                if (t->dtype == MA_DT_F32) v = (double)(float)v; /* numpy scales float32 in float32 */
                 v = v < 0 ? 0 : (v > 255 ? 255 : v);
                 u = (uint8_t)v;
             }
@@ -260,7 +295,8 @@ static void linear_taps(int in, int out, int *i0, int *i1, float *l0, float *l1)
  * torchvision rounds half to even and casts back to uint8. Verified bit-exact against torch. */
 void ma_resize_bilinear_u8(const uint8_t *in, int h, int w, uint8_t *out, int oh, int ow) {
     int *y0 = malloc(sizeof(int) * oh), *y1 = malloc(sizeof(int) * oh), *x0 = malloc(sizeof(int) * ow), *x1 = malloc(sizeof(int) * ow);
-    float *wy0 = malloc(sizeof(float) * oh), *wy1 = malloc(sizeof(float) * oh), *wx0 = malloc(sizeof(float) * ow), *wx1 = malloc(sizeof(float) * ow);
+    float *wy0 = malloc(sizeof(float) * oh), *wy1 = malloc(sizeof(float) * oh), *wx0 = malloc(sizeof(float) * ow),
+          *wx1 = malloc(sizeof(float) * ow);
     if (!y0 || !y1 || !x0 || !x1 || !wy0 || !wy1 || !wx0 || !wx1) goto done;
     linear_taps(h, oh, y0, y1, wy0, wy1);
     linear_taps(w, ow, x0, x1, wx0, wx1);
@@ -276,7 +312,14 @@ void ma_resize_bilinear_u8(const uint8_t *in, int h, int w, uint8_t *out, int oh
             }
         }
 done:
-    free(y0); free(y1); free(x0); free(x1); free(wy0); free(wy1); free(wx0); free(wx1);
+    free(y0);
+    free(y1);
+    free(x0);
+    free(x1);
+    free(wy0);
+    free(wy1);
+    free(wx0);
+    free(wx1);
 }
 
 ma_status ma_preprocess_image(const ma_config *cfg, const ma_image *im, float *pixels, uint8_t *resized, ma_error *err) {

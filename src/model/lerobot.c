@@ -62,7 +62,8 @@ static int has_control(const char *s) {
 /* typed fields of a JSON object: absent or null gives the default; another type, a fraction or
  * a number out of range is refused, naming the file (label), the object (pre) and the field.
  * Numbers are range-checked as doubles before any cast. */
-static ma_status field_str(const cJSON *o, const char *key, const char *def, const char **out, const char *label, const char *pre, ma_error *err) {
+static ma_status field_str(const cJSON *o, const char *key, const char *def, const char **out, const char *label, const char *pre,
+                           ma_error *err) {
     const cJSON *j = get(o, key);
     *out = def;
     if (absent(j)) return MA_OK;
@@ -80,7 +81,8 @@ static ma_status field_bool(const cJSON *o, const char *key, int def, int *out, 
     return MA_OK;
 }
 
-static ma_status field_int(const cJSON *o, const char *key, int lo, int hi, int def, int *out, const char *label, const char *pre, ma_error *err) {
+static ma_status field_int(const cJSON *o, const char *key, int lo, int hi, int def, int *out, const char *label, const char *pre,
+                           ma_error *err) {
     const cJSON *j = get(o, key);
     *out = def;
     if (absent(j)) return MA_OK;
@@ -90,8 +92,8 @@ static ma_status field_int(const cJSON *o, const char *key, int lo, int hi, int 
     return MA_OK;
 }
 
-static ma_status field_num(const cJSON *o, const char *key, double lo, double hi, double def, double *out, const char *label, const char *pre,
-                           ma_error *err) {
+static ma_status field_num(const cJSON *o, const char *key, double lo, double hi, double def, double *out, const char *label,
+                           const char *pre, ma_error *err) {
     const cJSON *j = get(o, key);
     *out = def;
     if (absent(j)) return MA_OK;
@@ -122,10 +124,10 @@ static ma_status base_file(const char *dir, const char *name, const char *from, 
     if (stat(p, &st) != 0) {
         if (errno == ENOENT)
             s = ma_fail(err, MA_ERR_IO, "%s (the base, from %s): %s is missing (needed: %s)%s%s", dir, from, name, need, hint, repo);
-        else
-            s = ma_fail(err, MA_ERR_IO, "%s (the base, from %s): %s cannot be read: %s", dir, from, name, strerror(errno));
+        else s = ma_fail(err, MA_ERR_IO, "%s (the base, from %s): %s cannot be read: %s", dir, from, name, strerror(errno));
     } else if (!S_ISREG(st.st_mode))
-        s = ma_fail(err, MA_ERR_IO, "%s (the base, from %s): %s is not a regular file%s", dir, from, name, S_ISDIR(st.st_mode) ? " (a directory)" : "");
+        s = ma_fail(err, MA_ERR_IO, "%s (the base, from %s): %s is not a regular file%s", dir, from, name,
+                    S_ISDIR(st.st_mode) ? " (a directory)" : "");
     free(p);
     return s;
 }
@@ -189,8 +191,10 @@ static ma_status from_cache(ma_lerobot *lr, const char *revision, ma_error *err)
     size_t k = 0;
     for (const char *p = repo; *p; p++) { /* '/' becomes "--"; bounded by flat's size */
         if (k + 3 > sizeof flat) return ma_fail(err, MA_ERR_RANGE, "checkpoint_path: the repo id is too long");
-        if (*p == '/') { flat[k++] = '-'; flat[k++] = '-'; }
-        else flat[k++] = *p;
+        if (*p == '/') {
+            flat[k++] = '-';
+            flat[k++] = '-';
+        } else flat[k++] = *p;
     }
     flat[k] = '\0';
     int n = snprintf(folder, sizeof folder, "%s/models--%s", cache, flat);
@@ -199,11 +203,13 @@ static ma_status from_cache(ma_lerobot *lr, const char *revision, ma_error *err)
     if (stat(folder, &st) != 0) {
         const int e = errno;
         if (e == ENOENT)
-            return ma_fail(err, MA_ERR_IO,
-                           "%s is a LeRobot policy: its model config, tokenizer and processor come from the base repo %s (checkpoint_path), "
-                           "which is neither given (--base DIR) nor in the Hugging Face cache (%s). Download it with: "
-                           "hf download %s --include 'config.json' 'tokenizer*' 'processor_config.json' 'norm_stats.json' "
-                           "(the files needed: %s)", lr->dir, repo, folder, repo, NEED);
+            return ma_fail(
+                err, MA_ERR_IO,
+                "%s is a LeRobot policy: its model config, tokenizer and processor come from the base repo %s (checkpoint_path), "
+                "which is neither given (--base DIR) nor in the Hugging Face cache (%s). Download it with: "
+                "hf download %s --include 'config.json' 'tokenizer*' 'processor_config.json' 'norm_stats.json' "
+                "(the files needed: %s)",
+                lr->dir, repo, folder, repo, NEED);
         return ma_fail(err, MA_ERR_IO, "%s (the Hugging Face cache entry of %s): %s", folder, repo, strerror(e));
     }
     if (!S_ISDIR(st.st_mode)) return ma_fail(err, MA_ERR_IO, "%s (the Hugging Face cache entry of %s): not a directory", folder, repo);
@@ -212,13 +218,17 @@ static ma_status from_cache(ma_lerobot *lr, const char *revision, ma_error *err)
     if (hex40(rev)) snprintf(commit, sizeof commit, "%s", rev);
     else {
         if (!plain_ref(rev))
-            return ma_fail(err, MA_ERR_FORMAT, "%s/config.json: checkpoint_revision \"%s\" is neither a commit hash (40 hex digits) nor a plain "
-                           "branch or tag name (letters, digits, '-', '_', '.'; no '/', no '..')", lr->dir, esc(rev, rv, sizeof rv));
+            return ma_fail(err, MA_ERR_FORMAT,
+                           "%s/config.json: checkpoint_revision \"%s\" is neither a commit hash (40 hex digits) nor a plain "
+                           "branch or tag name (letters, digits, '-', '_', '.'; no '/', no '..')",
+                           lr->dir, esc(rev, rv, sizeof rv));
         n = snprintf(ref, sizeof ref, "%s/refs/%s", folder, rev);
         if (n < 0 || (size_t)n >= sizeof ref) return ma_fail(err, MA_ERR_RANGE, "%s/refs/%s: the path is too long", folder, rev);
         if (stat(ref, &st) != 0)
-            return errno == ENOENT ? ma_fail(err, MA_ERR_IO, "%s: no such ref: %s is in the Hugging Face cache, but its revision %s was never "
-                                             "downloaded (hf download %s --revision %s)", ref, repo, rev, repo, rev)
+            return errno == ENOENT ? ma_fail(err, MA_ERR_IO,
+                                             "%s: no such ref: %s is in the Hugging Face cache, but its revision %s was never "
+                                             "downloaded (hf download %s --revision %s)",
+                                             ref, repo, rev, repo, rev)
                                    : ma_fail(err, MA_ERR_IO, "%s: %s", ref, strerror(errno));
         char *text = NULL;
         size_t len = 0;
@@ -238,9 +248,11 @@ static ma_status from_cache(ma_lerobot *lr, const char *revision, ma_error *err)
     if (stat(snap, &st) != 0) {
         const int e = errno;
         if (e == ENOENT && !hex40(rev))
-            return ma_fail(err, MA_ERR_IO, "%s names commit %s, but %s is missing (an interrupted download? hf download %s)", ref, commit, snap, repo);
+            return ma_fail(err, MA_ERR_IO, "%s names commit %s, but %s is missing (an interrupted download? hf download %s)", ref, commit,
+                           snap, repo);
         if (e == ENOENT)
-            return ma_fail(err, MA_ERR_IO, "checkpoint_revision %s: %s is missing (hf download %s --revision %s)", commit, snap, repo, commit);
+            return ma_fail(err, MA_ERR_IO, "checkpoint_revision %s: %s is missing (hf download %s --revision %s)", commit, snap, repo,
+                           commit);
         return ma_fail(err, MA_ERR_IO, "%s: %s", snap, strerror(e));
     }
     if (!S_ISDIR(st.st_mode)) return ma_fail(err, MA_ERR_IO, "%s: not a directory (the snapshot of %s)", snap, repo);
@@ -253,7 +265,8 @@ static ma_status resolve_base(ma_lerobot *lr, const char *base, const char *revi
     char e[300];
     if (base && *base) {
         if (!ma_is_dir(base)) return ma_fail(err, MA_ERR_IO, "--base %s is not a directory", base);
-        if (strlen(base) >= sizeof lr->base_dir) return ma_fail(err, MA_ERR_RANGE, "--base: the path is longer than %d bytes", PATH_MAX - 1);
+        if (strlen(base) >= sizeof lr->base_dir)
+            return ma_fail(err, MA_ERR_RANGE, "--base: the path is longer than %d bytes", PATH_MAX - 1);
         snprintf(lr->base_dir, sizeof lr->base_dir, "%s", base);
         snprintf(lr->base_from, sizeof lr->base_from, "--base");
     } else if (!lr->repo_id[0])
@@ -264,8 +277,10 @@ static ma_status resolve_base(ma_lerobot *lr, const char *base, const char *revi
     } else {
         const char *why = repo_id_problem(lr->repo_id);
         if (why)
-            return ma_fail(err, MA_ERR_FORMAT, "%s/config.json: checkpoint_path \"%s\" is neither a directory nor a Hugging Face repo id: %s "
-                           "(give the base with --base DIR)", lr->dir, esc(lr->repo_id, e, sizeof e), why);
+            return ma_fail(err, MA_ERR_FORMAT,
+                           "%s/config.json: checkpoint_path \"%s\" is neither a directory nor a Hugging Face repo id: %s "
+                           "(give the base with --base DIR)",
+                           lr->dir, esc(lr->repo_id, e, sizeof e), why);
         ma_status s = from_cache(lr, revision, err);
         if (s) return s;
         snprintf(lr->base_from, sizeof lr->base_from, "the Hugging Face cache");
@@ -298,8 +313,10 @@ static const char *norm_mode_name(const char *lerobot_mode, ma_error *err, const
     if (!strcmp(lerobot_mode, "MEAN_STD")) return "mean_std";
     if (!strcmp(lerobot_mode, "IDENTITY")) return "none";
     char e[300];
-    *s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: %s: normalization mode %s is not one LeRobot defines here (QUANTILES, QUANTILE10, MIN_MAX, MEAN_STD, "
-                 "IDENTITY)", where, key, esc(lerobot_mode, e, sizeof e));
+    *s = ma_fail(err, MA_ERR_UNSUPPORTED,
+                 "%s: %s: normalization mode %s is not one LeRobot defines here (QUANTILES, QUANTILE10, MIN_MAX, MEAN_STD, "
+                 "IDENTITY)",
+                 where, key, esc(lerobot_mode, e, sizeof e));
     return NULL;
 }
 
@@ -316,26 +333,34 @@ static ma_status stats_object(const ma_safetensors *st, const char *file, const 
         if (t->ndim != 1 || (t->dtype != MA_DT_F32 && t->dtype != MA_DT_F64 && t->dtype != MA_DT_BOOL))
             return ma_fail(err, MA_ERR_FORMAT, "%s: %s must be a float32 vector", file, key);
         if (n != dim)
-            return ma_fail(err, MA_ERR_SHAPE, "%s: %s has %lld values, but the policy's %s has %d (config.json %s)", file, key, (long long)n,
-                           feature, dim, !strcmp(feature, "action") ? "output_features" : "input_features");
+            return ma_fail(err, MA_ERR_SHAPE, "%s: %s has %lld values, but the policy's %s has %d (config.json %s)", file, key,
+                           (long long)n, feature, dim, !strcmp(feature, "action") ? "output_features" : "input_features");
         cJSON *arr = cJSON_CreateArray();
         for (int64_t i = 0; i < n; i++) {
-            double v = t->dtype == MA_DT_F32 ? ((const float *)t->data)[i] : t->dtype == MA_DT_F64 ? ((const double *)t->data)[i]
-                                                                                                : ((const uint8_t *)t->data)[i];
-            if (!isfinite(v)) { cJSON_Delete(arr); return ma_fail(err, MA_ERR_RANGE, "%s: %s[%lld] is not finite", file, key, (long long)i); }
+            double v = t->dtype == MA_DT_F32   ? ((const float *)t->data)[i]
+                       : t->dtype == MA_DT_F64 ? ((const double *)t->data)[i]
+                                               : ((const uint8_t *)t->data)[i];
+            if (!isfinite(v)) {
+                cJSON_Delete(arr);
+                return ma_fail(err, MA_ERR_RANGE, "%s: %s[%lld] is not finite", file, key, (long long)i);
+            }
             if (fabs(v) > FLT_MAX) { /* a float64 beyond float32: the cast would be undefined */
                 cJSON_Delete(arr);
                 return ma_fail(err, MA_ERR_RANGE, "%s: %s[%lld] = %g is beyond float32", file, key, (long long)i, v);
             }
             if (k == 8) { /* the gripper mask, saved as float 1.0 / 0.0 */
-                if (v != 0.0 && v != 1.0) { cJSON_Delete(arr); return ma_fail(err, MA_ERR_FORMAT, "%s: %s[%lld] is %g, not 0 or 1", file, key, (long long)i, v); }
+                if (v != 0.0 && v != 1.0) {
+                    cJSON_Delete(arr);
+                    return ma_fail(err, MA_ERR_FORMAT, "%s: %s[%lld] is %g, not 0 or 1", file, key, (long long)i, v);
+                }
                 cJSON_AddItemToArray(arr, cJSON_CreateBool(v != 0.0));
             } else cJSON_AddItemToArray(arr, cJSON_CreateNumber((float)v));
         }
         cJSON_AddItemToObject(out, NAMES[k], arr);
         found++;
     }
-    return found ? MA_OK : ma_fail(err, MA_ERR_FORMAT, "%s holds no statistics of %s (%s.q01, %s.q99, ...)", file, feature, feature, feature);
+    return found ? MA_OK
+                 : ma_fail(err, MA_ERR_FORMAT, "%s holds no statistics of %s (%s.q01, %s.q99, ...)", file, feature, feature, feature);
 }
 
 /* the normaliser's or unnormaliser's step: its mode for a feature type, eps, and its statistics
@@ -349,16 +374,22 @@ static ma_status read_norm_step(const ma_lerobot *lr, const char *pipe_file, con
     char where[PATH_MAX + 64], pre[128], key[64], e[300];
     snprintf(where, sizeof where, "%s/%s", lr->dir, pipe_file);
     if (!step) {
-        s = ma_fail(err, MA_ERR_FORMAT, "%s: no step named %s%s%s (the %s)", where, names[0], n_names > 1 ? " or " : "", n_names > 1 ? names[1] : "",
-                    !strcmp(feature, "action") ? "unnormaliser" : "normaliser");
+        s = ma_fail(err, MA_ERR_FORMAT, "%s: no step named %s%s%s (the %s)", where, names[0], n_names > 1 ? " or " : "",
+                    n_names > 1 ? names[1] : "", !strcmp(feature, "action") ? "unnormaliser" : "normaliser");
         goto done;
     }
     const cJSON *rn = get(step, "registry_name"), *cfg = get(step, "config");
     snprintf(pre, sizeof pre, "the %s step's config.", rn->valuestring); /* find_step: a registry name of ours */
     const cJSON *map = get(cfg, "norm_map"), *m = get(map, type);
     snprintf(key, sizeof key, "norm_map.%s", type);
-    if (absent(m)) { s = ma_fail(err, MA_ERR_FORMAT, "%s: the %s step's norm_map has no %s mode", where, names[0], type); goto done; }
-    if (!cJSON_IsString(m)) { s = ma_fail(err, MA_ERR_FORMAT, "%s: %s%s must be a string", where, pre, key); goto done; }
+    if (absent(m)) {
+        s = ma_fail(err, MA_ERR_FORMAT, "%s: the %s step's norm_map has no %s mode", where, names[0], type);
+        goto done;
+    }
+    if (!cJSON_IsString(m)) {
+        s = ma_fail(err, MA_ERR_FORMAT, "%s: %s%s must be a string", where, pre, key);
+        goto done;
+    }
     const char *mm = norm_mode_name(m->valuestring, err, where, key, &s);
     if (!mm) goto done;
     snprintf(mode, 16, "%s", mm);
@@ -366,12 +397,15 @@ static ma_status read_norm_step(const ma_lerobot *lr, const char *pipe_file, con
     const char *sf;
     if ((s = field_str(step, "state_file", NULL, &sf, where, "the step's ", err))) goto done;
     if (!sf || !*sf || strchr(sf, '/') || !strcmp(sf, ".") || !strcmp(sf, "..") || has_control(sf)) {
-        s = ma_fail(err, MA_ERR_FORMAT, "%s: the %s step has no state_file (a file name in %s)%s%s%s", where, names[0], lr->dir, sf ? ": \"" : "",
-                    sf ? esc(sf, e, sizeof e) : "", sf ? "\"" : "");
+        s = ma_fail(err, MA_ERR_FORMAT, "%s: the %s step has no state_file (a file name in %s)%s%s%s", where, names[0], lr->dir,
+                    sf ? ": \"" : "", sf ? esc(sf, e, sizeof e) : "", sf ? "\"" : "");
         goto done;
     }
     char *path = ma_path_join(lr->dir, sf);
-    if (!path) { s = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto done; }
+    if (!path) {
+        s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
+        goto done;
+    }
     if (!ma_is_file(path)) s = ma_fail(err, MA_ERR_IO, "%s: missing (the %s step's statistics, named by %s)", path, names[0], pipe_file);
     else {
         ma_safetensors st;
@@ -389,8 +423,8 @@ done:
 
 /* input_features / output_features: the feature's shape, [N] with N in [lo, hi] (0 when the
  * feature is absent and not required) */
-static ma_status feature_dim(const cJSON *cfg, const char *group, const char *key, int lo, int hi, int required, int *out, const char *label,
-                             ma_error *err) {
+static ma_status feature_dim(const cJSON *cfg, const char *group, const char *key, int lo, int hi, int required, int *out,
+                             const char *label, ma_error *err) {
     const cJSON *features = get(cfg, group), *f = get(features, key);
     *out = 0;
     if (!absent(features) && !cJSON_IsObject(features)) return ma_fail(err, MA_ERR_FORMAT, "%s: %s must be an object", label, group);
@@ -422,7 +456,8 @@ static ma_status read_pack_step(ma_lerobot *lr, cJSON *stats_meta, ma_error *err
     if (cfg) {
         lr->have_pack = 1;
         const char *setup, *control;
-        if (!(s = field_str(cfg, "setup_type", NULL, &setup, where, PRE, err)) && !(s = field_str(cfg, "control_mode", NULL, &control, where, PRE, err)) &&
+        if (!(s = field_str(cfg, "setup_type", NULL, &setup, where, PRE, err)) &&
+            !(s = field_str(cfg, "control_mode", NULL, &control, where, PRE, err)) &&
             !(s = field_int(cfg, "num_state_tokens", 1, 1 << 16, 256, &lr->num_state_tokens, where, PRE, err)) &&
             !(s = field_bool(cfg, "add_setup_tokens", 1, &lr->add_setup_tokens, where, PRE, err)) &&
             !(s = field_bool(cfg, "add_control_tokens", 1, &lr->add_control_tokens, where, PRE, err)) &&
@@ -451,16 +486,19 @@ ma_status ma_lerobot_open(const char *dir, const char *base, const char *hub_cac
     snprintf(label, sizeof label, "%s/config.json", dir);
     const char *path, *rev, *mode, *inf, *train;
     int lora_vlm, lora_expert, peft, grid = -1;
-    if ((s = field_str(cfg, "checkpoint_path", "", &path, label, "", err)) || (s = field_str(cfg, "checkpoint_revision", NULL, &rev, label, "", err)) ||
+    if ((s = field_str(cfg, "checkpoint_path", "", &path, label, "", err)) ||
+        (s = field_str(cfg, "checkpoint_revision", NULL, &rev, label, "", err)) ||
         (s = field_int(cfg, "chunk_size", 0, 1024, 0, &lr->chunk_size, label, "", err)) ||
         (s = field_int(cfg, "n_action_steps", 0, 1024, 0, &lr->n_action_steps, label, "", err)) ||
         (s = field_int(cfg, "num_inference_steps", 0, 256, 0, &lr->num_inference_steps, label, "", err)) ||
-        (s = field_str(cfg, "action_mode", "both", &mode, label, "", err)) || (s = field_str(cfg, "inference_action_mode", NULL, &inf, label, "", err)) ||
+        (s = field_str(cfg, "action_mode", "both", &mode, label, "", err)) ||
+        (s = field_str(cfg, "inference_action_mode", NULL, &inf, label, "", err)) ||
         (s = field_str(cfg, "train_mode_vlm", NULL, &train, label, "", err)) ||
         (s = field_bool(cfg, "enable_lora_vlm", 0, &lora_vlm, label, "", err)) ||
         (s = field_bool(cfg, "enable_lora_action_expert", 0, &lora_expert, label, "", err)) ||
         (s = field_int(cfg, "lora_rank", 1, 1 << 16, 64, &lr->lora_rank, label, "", err)) ||
-        (s = field_num(cfg, "lora_alpha", 0, 1e6, 16, &lr->lora_alpha, label, "", err)) || (s = field_bool(cfg, "use_peft", 0, &peft, label, "", err)) ||
+        (s = field_num(cfg, "lora_alpha", 0, 1e6, 16, &lr->lora_alpha, label, "", err)) ||
+        (s = field_bool(cfg, "use_peft", 0, &peft, label, "", err)) ||
         (s = field_bool(cfg, "use_grid_token_sampler", -1, &grid, label, "", err)) ||
         (s = field_int(cfg, "grid_token_sampler_num_tokens", 1, 4096, 0, &lr->grid_tokens, label, "", err)) ||
         (s = feature_dim(cfg, "output_features", "action", 1, 32, 1, &lr->action_dim, label, err)) ||
@@ -469,8 +507,8 @@ ma_status ma_lerobot_open(const char *dir, const char *base, const char *hub_cac
     /* checkpoint_path: a local directory or a Hub repo id (checked where it is used); nothing with a
      * control character, and nothing longer than this runtime keeps */
     if (has_control(path) || (rev && has_control(rev))) {
-        s = ma_fail(err, MA_ERR_FORMAT, "%s: %s \"%s\" contains a control character", label, has_control(path) ? "checkpoint_path" : "checkpoint_revision",
-                    esc(has_control(path) ? path : rev, e, sizeof e));
+        s = ma_fail(err, MA_ERR_FORMAT, "%s: %s \"%s\" contains a control character", label,
+                    has_control(path) ? "checkpoint_path" : "checkpoint_revision", esc(has_control(path) ? path : rev, e, sizeof e));
         goto done;
     }
     if (strlen(path) >= sizeof lr->repo_id) {
@@ -486,21 +524,26 @@ ma_status ma_lerobot_open(const char *dir, const char *base, const char *hub_cac
      * _encoder_attention_mask_for_action_expert): a "continuous" policy attends to the whole
      * prompt, a "both" policy drops EOS tokens and action spans as the HF model does */
     if (strcmp(mode, "continuous") && strcmp(mode, "both")) {
-        s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: action_mode \"%s\": this runtime runs continuous (flow-matching) actions, which need "
-                    "\"continuous\" or \"both\"", label, esc(mode, e, sizeof e));
+        s = ma_fail(err, MA_ERR_UNSUPPORTED,
+                    "%s: action_mode \"%s\": this runtime runs continuous (flow-matching) actions, which need "
+                    "\"continuous\" or \"both\"",
+                    label, esc(mode, e, sizeof e));
         goto done;
     }
     snprintf(lr->action_mode, sizeof lr->action_mode, "%s", mode);
     if (inf && strcmp(inf, "continuous")) {
-        s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: inference_action_mode \"%s\": only continuous actions are implemented", label, esc(inf, e, sizeof e));
+        s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: inference_action_mode \"%s\": only continuous actions are implemented", label,
+                    esc(inf, e, sizeof e));
         goto done;
     }
     lr->full_encoder_mask = !strcmp(lr->action_mode, "continuous");
     /* LoRA: train_mode_vlm (main) or enable_lora_vlm (v0.6.x); the adapters stay unmerged */
     lr->lora = (train && !strcmp(train, "lora")) || lora_vlm || lora_expert;
     if (peft) {
-        s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: use_peft: the policy was wrapped by LeRobot's generic --peft route (adapter_model.safetensors "
-                    "with adapter_config.json); merge it with PEFT (merge_and_unload) and save the policy, then compile", label);
+        s = ma_fail(err, MA_ERR_UNSUPPORTED,
+                    "%s: use_peft: the policy was wrapped by LeRobot's generic --peft route (adapter_model.safetensors "
+                    "with adapter_config.json); merge it with PEFT (merge_and_unload) and save the policy, then compile",
+                    label);
         goto done;
     }
     lr->grid_sampler = grid;
@@ -518,10 +561,12 @@ ma_status ma_lerobot_open(const char *dir, const char *base, const char *hub_cac
     static const char *const UNNORM[] = {"molmoact2_masked_unnormalizer", "unnormalizer_processor"};
     char mode_s[16] = "", mode_a[16] = "";
     double eps_s = 1e-8, eps_a = 1e-8;
-    if ((s = read_norm_step(lr, "policy_postprocessor.json", UNNORM, 2, "action", "ACTION", lr->action_dim, as, mode_a, &eps_a, err))) goto done;
+    if ((s = read_norm_step(lr, "policy_postprocessor.json", UNNORM, 2, "action", "ACTION", lr->action_dim, as, mode_a, &eps_a, err)))
+        goto done;
     if (lr->state_dim > 0) {
         cJSON *ss = cJSON_AddObjectToObject(meta, "state_stats");
-        if ((s = read_norm_step(lr, "policy_preprocessor.json", NORM, 2, "observation.state", "STATE", lr->state_dim, ss, mode_s, &eps_s, err)))
+        if ((s = read_norm_step(lr, "policy_preprocessor.json", NORM, 2, "observation.state", "STATE", lr->state_dim, ss, mode_s, &eps_s,
+                                err)))
             goto done;
         cJSON_AddStringToObject(ss, "norm_mode", mode_s);
         cJSON_AddNumberToObject(ss, "eps", eps_s);
@@ -538,7 +583,8 @@ ma_status ma_lerobot_open(const char *dir, const char *base, const char *hub_cac
     s = text ? ma_normstats_parse(text, where, "lerobot", &lr->ns, err) : ma_fail(err, MA_ERR_NOMEM, "out of memory");
     free(text);
     if (!s && lr->ns.action.dim != lr->action_dim)
-        s = ma_fail(err, MA_ERR_SHAPE, "%s: the action statistics have %d values, output_features.action %d", dir, lr->ns.action.dim, lr->action_dim);
+        s = ma_fail(err, MA_ERR_SHAPE, "%s: the action statistics have %d values, output_features.action %d", dir, lr->ns.action.dim,
+                    lr->action_dim);
 done:
     cJSON_Delete(ns);
     cJSON_Delete(cfg);
@@ -564,9 +610,16 @@ ma_status ma_lerobot_norm_stats_json(const ma_lerobot *lr, const char *tag, char
             cJSON_AddNumberToObject(o, "eps", n->eps);
         }
         const int q10 = n->mode == MA_NORM_Q10_Q90;
-        const struct { const char *name; int has; const float *v; } F[] = {
-            {"mean", n->has_mean, n->mean}, {"std", n->has_std, n->std}, {"min", n->has_min, n->min}, {"max", n->has_max, n->max},
-            {q10 ? "q10" : "q01", n->has_low, n->low}, {q10 ? "q90" : "q99", n->has_high, n->high}};
+        const struct {
+            const char *name;
+            int has;
+            const float *v;
+        } F[] = {{"mean", n->has_mean, n->mean},
+                 {"std", n->has_std, n->std},
+                 {"min", n->has_min, n->min},
+                 {"max", n->has_max, n->max},
+                 {q10 ? "q10" : "q01", n->has_low, n->low},
+                 {q10 ? "q90" : "q99", n->has_high, n->high}};
         for (size_t k = 0; k < sizeof F / sizeof F[0]; k++) {
             if (!F[k].has) continue;
             cJSON *a = cJSON_AddArrayToObject(o, F[k].name);

@@ -32,21 +32,21 @@
 
 typedef struct ma_lerobot {
     char dir[PATH_MAX];
-    char base_dir[PATH_MAX];    /* the HF files: config.json, tokenizer.json, processor_config.json */
-    char base_from[64];         /* "--base", "checkpoint_path", "the Hugging Face cache" */
-    char hub_cache[PATH_MAX];   /* the Hugging Face hub cache (settings.hub_cache) */
-    char repo_id[256];          /* checkpoint_path as written */
+    char base_dir[PATH_MAX];                             /* the HF files: config.json, tokenizer.json, processor_config.json */
+    char base_from[64];                                  /* "--base", "checkpoint_path", "the Hugging Face cache" */
+    char hub_cache[PATH_MAX];                            /* the Hugging Face hub cache (settings.hub_cache) */
+    char repo_id[256];                                   /* checkpoint_path as written */
     int chunk_size, n_action_steps, num_inference_steps; /* 0: not set */
-    char action_mode[16];       /* the saved training mode: continuous, discrete, both */
-    int full_encoder_mask;      /* LeRobot runs a continuous checkpoint's expert over the whole prompt */
-    int lora;                   /* the VLM trained with LoRA (adapters unmerged in model.safetensors) */
+    char action_mode[16];                                /* the saved training mode: continuous, discrete, both */
+    int full_encoder_mask;                               /* LeRobot runs a continuous checkpoint's expert over the whole prompt */
+    int lora;                                            /* the VLM trained with LoRA (adapters unmerged in model.safetensors) */
     int lora_rank;
     double lora_alpha;
-    int grid_sampler;           /* -1: the config says nothing; else use_grid_token_sampler */
-    int grid_tokens;            /* grid_token_sampler_num_tokens (0: not set) */
-    int state_dim, action_dim;  /* from input_features / output_features */
-    ma_normstats ns;            /* from the pipelines, with LeRobot's arithmetic (ns.lerobot) */
-    int have_pack;              /* the prompt step's settings were found */
+    int grid_sampler;          /* -1: the config says nothing; else use_grid_token_sampler */
+    int grid_tokens;           /* grid_token_sampler_num_tokens (0: not set) */
+    int state_dim, action_dim; /* from input_features / output_features */
+    ma_normstats ns;           /* from the pipelines, with LeRobot's arithmetic (ns.lerobot) */
+    int have_pack;             /* the prompt step's settings were found */
     int num_state_tokens, add_setup_tokens, add_control_tokens, normalize_language;
 } ma_lerobot;
 

@@ -32,8 +32,16 @@ ma_status ma_llm_bind(ma_weightset *ws, const ma_config *cfg, int first, int las
     ma_status s;
     for (int l = first; l < last; l++) {
         ma_llm_layer_w *lw = &w->layers[l - first];
-#define M(field, leaf, r, c) do { snprintf(n, sizeof n, TB "blocks.%d.%s", l, leaf); if ((s = ma_ws_mat(ws, n, r, c, &lw->field, err))) return s; } while (0)
-#define V(field, leaf, len) do { snprintf(n, sizeof n, TB "blocks.%d.%s", l, leaf); if ((s = ma_ws_vec(ws, n, len, &lw->field, err))) return s; } while (0)
+#define M(field, leaf, r, c)                                         \
+    do {                                                             \
+        snprintf(n, sizeof n, TB "blocks.%d.%s", l, leaf);           \
+        if ((s = ma_ws_mat(ws, n, r, c, &lw->field, err))) return s; \
+    } while (0)
+#define V(field, leaf, len)                                         \
+    do {                                                            \
+        snprintf(n, sizeof n, TB "blocks.%d.%s", l, leaf);          \
+        if ((s = ma_ws_vec(ws, n, len, &lw->field, err))) return s; \
+    } while (0)
         V(attn_norm, "attn_norm.weight", D);
         V(ff_norm, "ff_norm.weight", D);
         M(att_proj, "self_attn.att_proj.weight", qd + 2 * kvd, D);
@@ -80,9 +88,8 @@ static void rope_apply(float *x, int hd, const float *cs, const float *sn) {
     }
 }
 
-ma_status ma_llm_forward(const ma_config *cfg, const ma_llm_w *w, ma_kctx *kc, float *x, int64_t S,
-                         const uint8_t *image_mask, const int64_t *positions, float *k_out, float *v_out,
-                         ma_error *err) {
+ma_status ma_llm_forward(const ma_config *cfg, const ma_llm_w *w, ma_kctx *kc, float *x, int64_t S, const uint8_t *image_mask,
+                         const int64_t *positions, float *k_out, float *v_out, ma_error *err) {
     const int D = cfg->d, H = cfg->heads, KV = cfg->kv_heads, hd = cfg->head_dim, grp = H / KV;
     const int64_t qd = (int64_t)H * hd, kvd = (int64_t)KV * hd, qkvd = qd + 2 * kvd, F = cfg->inter;
     ma_status s = MA_OK;
@@ -94,7 +101,10 @@ ma_status ma_llm_forward(const ma_config *cfg, const ma_llm_w *w, ma_kctx *kc, f
     float *act = ma_malloc((size_t)(S * F), sizeof(float), err, "llm mlp");
     float *cs = ma_malloc((size_t)(S * (hd / 2)), sizeof(float), err, "rope");
     float *sn = ma_malloc((size_t)(S * (hd / 2)), sizeof(float), err, "rope");
-    if (!h || !qkv || !q || !att || !ff || !act || !cs || !sn) { s = MA_ERR_NOMEM; goto done; }
+    if (!h || !qkv || !q || !att || !ff || !act || !cs || !sn) {
+        s = MA_ERR_NOMEM;
+        goto done;
+    }
     rope_tables(cfg, positions, S, cs, sn);
     ma_attn_mask mask = {NULL, 1, image_mask}; /* causal, plus bidirectional among image tokens */
     for (int l = w->first; l < w->last; l++) {
@@ -110,10 +120,10 @@ ma_status ma_llm_forward(const ma_config *cfg, const ma_llm_w *w, ma_kctx *kc, f
             memcpy(V + i * kvd, row + qd + kvd, sizeof(float) * (size_t)kvd);
         }
         if (cfg->qk_norm) {
-            if (cfg->qk_norm_qwen3) {   /* per head, weights shared by all heads */
+            if (cfg->qk_norm_qwen3) { /* per head, weights shared by all heads */
                 ma_rmsnorm(q, S * H, hd, lw->q_norm, cfg->eps);
                 ma_rmsnorm(K, S * KV, hd, lw->k_norm, cfg->eps);
-            } else {                    /* olmo: over the whole projection */
+            } else { /* olmo: over the whole projection */
                 ma_rmsnorm(q, S, qd, lw->q_norm, cfg->eps);
                 ma_rmsnorm(K, S, kvd, lw->k_norm, cfg->eps);
             }
@@ -138,6 +148,13 @@ ma_status ma_llm_forward(const ma_config *cfg, const ma_llm_w *w, ma_kctx *kc, f
         ma_add(x, h, S * D);
     }
 done:
-    free(h); free(qkv); free(q); free(att); free(ff); free(act); free(cs); free(sn);
+    free(h);
+    free(qkv);
+    free(q);
+    free(att);
+    free(ff);
+    free(act);
+    free(cs);
+    free(sn);
     return s;
 }

@@ -112,7 +112,10 @@ ma_status ma_manifest_write(const char *path, const ma_manifest *m, ma_error *er
     if (!text) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", path);
     const size_t n = strlen(text);
     char *with_nl = realloc(text, n + 2);
-    if (!with_nl) { free(text); return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", path); }
+    if (!with_nl) {
+        free(text);
+        return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", path);
+    }
     with_nl[n] = '\n';
     with_nl[n + 1] = '\0';
     ma_status s = ma_write_file(path, with_nl, n + 1, err);
@@ -130,4 +133,3 @@ ma_status ma_manifest_hash_file(const char *path, char out[17], uint64_t *bytes,
     free(text);
     return MA_OK;
 }
-

@@ -25,8 +25,8 @@
 
 typedef struct ma_manifest_entry {
     char name[160];
-    char compile_id[17];  /* contexts ("" for a host file) */
-    char fnv64[17];       /* host files ("" for a context) */
+    char compile_id[17]; /* contexts ("" for a host file) */
+    char fnv64[17];      /* host files ("" for a context) */
     uint64_t bytes;
 } ma_manifest_entry;
 

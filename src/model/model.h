@@ -27,16 +27,16 @@ typedef enum { MA_SAMPLER_NONE = 0, MA_SAMPLER_AFTER_POOLING, MA_SAMPLER_AFTER_P
 
 typedef struct ma_sampler_w {
     int channels, tokens, scout_hidden, coord_hidden;
-    ma_mat scout0, scout2, coord0, coord2;   /* Linear(C,h), Linear(h,2K), Linear(2,hc), Linear(hc,C) */
+    ma_mat scout0, scout2, coord0, coord2; /* Linear(C,h), Linear(h,2K), Linear(2,hc), Linear(hc,C) */
     float *scout0_b, *scout2_b, *coord0_b, *coord2_b;
 } ma_sampler_w;
 
 typedef struct ma_vision_w {
-    ma_mat patch_w, pos;   /* [Dv, 588], [P, Dv] */
+    ma_mat patch_w, pos; /* [Dv, 588], [P, Dv] */
     float *patch_b;
     ma_vit_block_w *blocks; /* vit_built of them */
     int n_blocks;
-    ma_vit_attn_w pool;     /* input n_taps*Dv -> pool_hidden */
+    ma_vit_attn_w pool; /* input n_taps*Dv -> pool_hidden */
     ma_mat proj_w1, proj_w2, proj_w3;
     ma_sampler_place sampler_place;
     ma_sampler_w sampler;
@@ -56,8 +56,8 @@ typedef struct ma_vision_trace {
 } ma_vision_trace;
 
 /* pixels [n, P, 3*patch^2] (normalised to [-1, 1]) -> features [n*K, D] */
-ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx *kc, const float *pixels, int n,
-                            float *features, const ma_vision_trace *trace, ma_error *err);
+ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx *kc, const float *pixels, int n, float *features,
+                            const ma_vision_trace *trace, ma_error *err);
 
 /* ------------------------------------------------------------------------------ LLM */
 typedef struct ma_llm_layer_w {
@@ -80,9 +80,8 @@ ma_status ma_embed_bind(ma_weightset *ws, const ma_config *cfg, ma_embed_w *w, m
 
 /* hidden [S, D] in/out through layers [first, last); k_out/v_out [last-first, S, kvh, hd]
  * (post qk-norm, post RoPE keys; raw values) */
-ma_status ma_llm_forward(const ma_config *cfg, const ma_llm_w *w, ma_kctx *kc, float *hidden, int64_t S,
-                         const uint8_t *image_mask, const int64_t *positions, float *k_out, float *v_out,
-                         ma_error *err);
+ma_status ma_llm_forward(const ma_config *cfg, const ma_llm_w *w, ma_kctx *kc, float *hidden, int64_t S, const uint8_t *image_mask,
+                         const int64_t *positions, float *k_out, float *v_out, ma_error *err);
 
 /* ------------------------------------------------------------------------------ action expert */
 typedef struct ma_expert_block_w {
@@ -106,16 +105,14 @@ ma_status ma_expert_bind(ma_weightset *ws, const ma_config *cfg, int context, in
 void ma_expert_unbind(ma_expert_w *w);
 
 /* adaLN modulations for time t: mods [L, 9*d] (shift/scale/gate x msa/mca/mlp) and final [2*d] */
-ma_status ma_expert_modulations(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, float t, float *mods, float *final,
-                                ma_error *err);
+ma_status ma_expert_modulations(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, float t, float *mods, float *final, ma_error *err);
 
 /* k, v [L, S, kvh*hd] -> ctx_k, ctx_v [L, S, He, hde] */
-ma_status ma_expert_context(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, const float *k, const float *v,
-                            int64_t L, int64_t S, float *ctx_k, float *ctx_v, ma_error *err);
+ma_status ma_expert_context(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, const float *k, const float *v, int64_t L, int64_t S,
+                            float *ctx_k, float *ctx_v, ma_error *err);
 
 /* one flow step: x [A, Da], time t -> velocity [A, Da]; ctx [L, S, He, hde]; cross_valid [S] */
-ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, const float *x, int64_t A, float t,
-                         const float *ctx_k, const float *ctx_v, int64_t S, const uint8_t *cross_valid, float *velocity,
-                         ma_error *err);
+ma_status ma_expert_step(const ma_config *cfg, const ma_expert_w *w, ma_kctx *kc, const float *x, int64_t A, float t, const float *ctx_k,
+                         const float *ctx_v, int64_t S, const uint8_t *cross_valid, float *velocity, ma_error *err);
 
 #endif

@@ -20,7 +20,10 @@ static const char *esc(const char *s, char *buf, size_t cap) { return ma_escape_
 static int mode_of(const char *m, ma_norm_mode *out) {
     static const char *const NAMES[] = {"none", "mean_std", "min_max", "q01_q99", "q10_q90"};
     for (int i = 0; i < 5; i++)
-        if (!strcmp(m, NAMES[i])) { *out = (ma_norm_mode)i; return 1; }
+        if (!strcmp(m, NAMES[i])) {
+            *out = (ma_norm_mode)i;
+            return 1;
+        }
     return 0;
 }
 
@@ -73,7 +76,8 @@ static ma_status read_vec(const cJSON *stats, const char *key, int *dim, float *
     if (absent(a)) return MA_OK;
     if (!cJSON_IsArray(a)) return ma_fail(err, MA_ERR_FORMAT, "%s: %s.%s must be a list", where, name, key);
     int n = cJSON_GetArraySize(a);
-    if (n < 1 || n > MA_NORM_MAX_DIM) return ma_fail(err, MA_ERR_FORMAT, "%s: %s.%s has %d values (1..%d)", where, name, key, n, MA_NORM_MAX_DIM);
+    if (n < 1 || n > MA_NORM_MAX_DIM)
+        return ma_fail(err, MA_ERR_FORMAT, "%s: %s.%s has %d values (1..%d)", where, name, key, n, MA_NORM_MAX_DIM);
     if (*dim && n != *dim) return ma_fail(err, MA_ERR_FORMAT, "%s: %s.%s has %d values, other stats have %d", where, name, key, n, *dim);
     *dim = n;
     int i = 0;
@@ -102,8 +106,8 @@ static ma_status parse_normalizer(const cJSON *stats, ma_norm_mode mode, float e
         char e[300];
         if (!cJSON_IsString(fm)) return ma_fail(err, MA_ERR_FORMAT, "%s: %s.norm_mode must be a string", where, name);
         if (!mode_of(fm->valuestring, &mode))
-            return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: %s.norm_mode \"%s\" is unknown (none, mean_std, min_max, q01_q99, q10_q90)", where, name,
-                           esc(fm->valuestring, e, sizeof e));
+            return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: %s.norm_mode \"%s\" is unknown (none, mean_std, min_max, q01_q99, q10_q90)", where,
+                           name, esc(fm->valuestring, e, sizeof e));
     }
     if (!absent(fe)) {
         if (!cJSON_IsNumber(fe) || !(fe->valuedouble > 0) || fe->valuedouble > 1)
@@ -123,7 +127,7 @@ static ma_status parse_normalizer(const cJSON *stats, ma_norm_mode mode, float e
         return s;
     const cJSON *m = get(stats, "mask");
     if (!absent(m)) {
-        if (cJSON_IsBool(m)) {   /* a scalar mask broadcasts */
+        if (cJSON_IsBool(m)) { /* a scalar mask broadcasts */
             n->has_mask = 1;
             for (int i = 0; i < MA_NORM_MAX_DIM; i++) n->mask[i] = (uint8_t)cJSON_IsTrue(m);
         } else {
@@ -143,8 +147,10 @@ static ma_status parse_normalizer(const cJSON *stats, ma_norm_mode mode, float e
     if (!n->dim) return ma_fail(err, MA_ERR_FORMAT, "%s: %s has no statistics", where, name);
     if ((mode == MA_NORM_Q01_Q99 || mode == MA_NORM_Q10_Q90) && (!n->has_low || !n->has_high))
         return ma_fail(err, MA_ERR_FORMAT, "%s: %s: norm_mode %s needs %s and %s", where, name, mode_name(mode), lowk, highk);
-    if (mode == MA_NORM_MIN_MAX && (!n->has_min || !n->has_max)) return ma_fail(err, MA_ERR_FORMAT, "%s: %s: norm_mode min_max needs min and max", where, name);
-    if (mode == MA_NORM_MEAN_STD && (!n->has_mean || !n->has_std)) return ma_fail(err, MA_ERR_FORMAT, "%s: %s: norm_mode mean_std needs mean and std", where, name);
+    if (mode == MA_NORM_MIN_MAX && (!n->has_min || !n->has_max))
+        return ma_fail(err, MA_ERR_FORMAT, "%s: %s: norm_mode min_max needs min and max", where, name);
+    if (mode == MA_NORM_MEAN_STD && (!n->has_mean || !n->has_std))
+        return ma_fail(err, MA_ERR_FORMAT, "%s: %s: norm_mode mean_std needs mean and std", where, name);
     /* ranges that map nothing to [-1, 1]: min == max is a constant dimension (mapped to 0), an
      * inverted range is a broken file; quantiles must be strictly ordered where they are used */
     for (int i = 0; i < n->dim; i++) {
@@ -155,7 +161,8 @@ static ma_status parse_normalizer(const cJSON *stats, ma_norm_mode mode, float e
         const int constant = n->has_min && n->has_max && n->min[i] == n->max[i];
         if (used && (mode == MA_NORM_Q01_Q99 || mode == MA_NORM_Q10_Q90) && !(n->low[i] < n->high[i]) &&
             !((constant || lerobot) && n->low[i] == n->high[i])) /* LeRobot: an equal pair divides by eps */
-            return ma_fail(err, MA_ERR_RANGE, "%s: %s.%s[%d] = %g is not below %s[%d] = %g", where, name, lowk, i, n->low[i], highk, i, n->high[i]);
+            return ma_fail(err, MA_ERR_RANGE, "%s: %s.%s[%d] = %g is not below %s[%d] = %g", where, name, lowk, i, n->low[i], highk, i,
+                           n->high[i]);
         if (used && mode == MA_NORM_MEAN_STD && !(n->std[i] >= 0))
             return ma_fail(err, MA_ERR_RANGE, "%s: %s.std[%d] = %g is negative", where, name, i, n->std[i]);
         if (!used) continue;
@@ -176,8 +183,8 @@ static ma_status parse_normalizer(const cJSON *stats, ma_norm_mode mode, float e
                     const int mm = mode == MA_NORM_MIN_MAX;
                     const char *k = mode == MA_NORM_MEAN_STD ? "std" : mm ? "max" : highk;
                     const float v = mode == MA_NORM_MEAN_STD ? n->std[i] : mm ? n->max[i] : n->high[i];
-                    return ma_fail(err, MA_ERR_RANGE, "%s: %s.%s[%d] = %g: de-normalising the action %+d gives %g, beyond float32 (%s)", where,
-                                   name, k, i, v, end, y, mode_name(mode));
+                    return ma_fail(err, MA_ERR_RANGE, "%s: %s.%s[%d] = %g: de-normalising the action %+d gives %g, beyond float32 (%s)",
+                                   where, name, k, i, v, end, y, mode_name(mode));
                 }
             }
     }
@@ -203,7 +210,8 @@ static ma_status copy_str(char *dst, size_t cap, const cJSON *o, const char *key
     dst[0] = '\0';
     if (absent(j)) return MA_OK;
     if (!cJSON_IsString(j)) return ma_fail(err, MA_ERR_FORMAT, "%s.%s must be a string", where, key);
-    if (strlen(j->valuestring) >= cap) return ma_fail(err, MA_ERR_RANGE, "%s.%s has %zu bytes (at most %zu)", where, key, strlen(j->valuestring), cap - 1);
+    if (strlen(j->valuestring) >= cap)
+        return ma_fail(err, MA_ERR_RANGE, "%s.%s has %zu bytes (at most %zu)", where, key, strlen(j->valuestring), cap - 1);
     snprintf(dst, cap, "%s", j->valuestring);
     return MA_OK;
 }
@@ -231,15 +239,24 @@ ma_status ma_normstats_parse(const char *json, const char *label, const char *ta
         goto done;
     }
     const cJSON *mode = get(root, "norm_mode");
-    if (!absent(mode) && !cJSON_IsString(mode)) { s = ma_fail(err, MA_ERR_FORMAT, "%s: norm_mode must be a string", label); goto done; }
+    if (!absent(mode) && !cJSON_IsString(mode)) {
+        s = ma_fail(err, MA_ERR_FORMAT, "%s: norm_mode must be a string", label);
+        goto done;
+    }
     const char *m = cJSON_IsString(mode) ? mode->valuestring : "min_max";
-    if (!mode_of(m, &ns->mode)) { s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: unknown norm_mode %s", label, esc(m, e1, sizeof e1)); goto done; }
+    if (!mode_of(m, &ns->mode)) {
+        s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: unknown norm_mode %s", label, esc(m, e1, sizeof e1));
+        goto done;
+    }
     const cJSON *tags = get(root, "metadata_by_tag");
     const cJSON *meta = get(tags, tag);
     /* the statistics of a LeRobot checkpoint (written by compile) have no tag of their own: the
      * file's only tag, named by default_tag, serves whatever tag is asked */
     const cJSON *dflt = get(root, "default_tag");
-    if (!absent(dflt) && !cJSON_IsString(dflt)) { s = ma_fail(err, MA_ERR_FORMAT, "%s: default_tag must be a string", label); goto done; }
+    if (!absent(dflt) && !cJSON_IsString(dflt)) {
+        s = ma_fail(err, MA_ERR_FORMAT, "%s: default_tag must be a string", label);
+        goto done;
+    }
     if (!meta && cJSON_IsString(dflt) && cJSON_IsObject(tags) && cJSON_GetArraySize(tags) == 1) meta = get(tags, dflt->valuestring);
     if (!cJSON_IsObject(meta)) {
         char have[256] = "";
@@ -308,7 +325,10 @@ ma_status ma_normstats_load(const char *path, const char *tag, ma_normstats *ns,
  * (the mask, molmoact2_clamp_normalized, molmoact2_clamp_action) */
 static void normalize_lerobot(const ma_normalizer *n, const float *x, float *y) {
     for (int i = 0; i < n->dim; i++) {
-        if (n->has_mask && !n->mask[i]) { y[i] = x[i]; continue; } /* passes through */
+        if (n->has_mask && !n->mask[i]) {
+            y[i] = x[i];
+            continue;
+        } /* passes through */
         float v = x[i], d;
         switch (n->mode) { /* each feature its own mode and eps (LeRobot's normalization_mapping) */
         case MA_NORM_MEAN_STD: v = (x[i] - n->mean[i]) / (n->std[i] + n->eps); break;
@@ -334,13 +354,18 @@ ma_status ma_normstats_check_state(const ma_normstats *ns, const float *x, int d
     if (!ns->lerobot || !ns->has_state || !n->has_mask) return MA_OK;
     for (int i = 0; i < dim && i < n->dim; i++)
         if (!n->mask[i] && !(x[i] >= -1.0f && x[i] <= 1.0f))
-            return ma_fail(err, MA_ERR_RANGE, "observation.state[%d] is %g: this dimension passes through unnormalised (the checkpoint's "
-                           "mask; normalize_gripper false) and must lie in [-1, 1], as LeRobot requires", i, (double)x[i]);
+            return ma_fail(err, MA_ERR_RANGE,
+                           "observation.state[%d] is %g: this dimension passes through unnormalised (the checkpoint's "
+                           "mask; normalize_gripper false) and must lie in [-1, 1], as LeRobot requires",
+                           i, (double)x[i]);
     return MA_OK;
 }
 
 void ma_normalize(const ma_normstats *ns, const ma_normalizer *n, const float *x, float *y) {
-    if (ns->lerobot) { normalize_lerobot(n, x, y); return; }
+    if (ns->lerobot) {
+        normalize_lerobot(n, x, y);
+        return;
+    }
     const float eps = 1e-6f;
     for (int i = 0; i < n->dim; i++) {
         float v = x[i];
@@ -364,8 +389,10 @@ ma_status ma_unnormalize(const ma_normstats *ns, const ma_normalizer *n, const f
         y[i] = unnorm_one(ns->lerobot, n, i, x[i]);
         /* the one place every action passes (run, serve, the API): nothing non-finite leaves it */
         if (!isfinite(y[i]) && !s)
-            s = ma_fail(err, MA_ERR_RANGE, "the de-normalised action[%d] is %g, not finite (the model's output %g, norm_mode %s): the request is "
-                        "refused", i, (double)y[i], (double)x[i], mode_name(n->mode));
+            s = ma_fail(err, MA_ERR_RANGE,
+                        "the de-normalised action[%d] is %g, not finite (the model's output %g, norm_mode %s): the request is "
+                        "refused",
+                        i, (double)y[i], (double)x[i], mode_name(n->mode));
     }
     return s;
 }

@@ -45,7 +45,7 @@ typedef struct ma_normstats {
     ma_normalizer action, state;
     int has_state;
     int action_horizon, n_action_steps; /* 0 when absent */
-    int action_dim; /* the tag's declared (padded) action dim, 0 when absent; <= the config's max_action_dim */
+    int action_dim;                     /* the tag's declared (padded) action dim, 0 when absent; <= the config's max_action_dim */
     char setup_type[512], control_mode[512];
 } ma_normstats;
 

@@ -12,7 +12,10 @@
 
 /* ------------------------------------------------------------------------------ code points */
 
-typedef struct { uint32_t *c; size_t n, cap; } cps;
+typedef struct {
+    uint32_t *c;
+    size_t n, cap;
+} cps;
 
 static int cps_push(cps *v, uint32_t c) {
     if (ma_grow_array(&v->c, &v->cap, v->n, 1, sizeof *v->c)) return 0;
@@ -42,8 +45,8 @@ static char *encode(const uint32_t *c, size_t n) {
 
 /* Python str.isspace() / the re module's \s on str */
 static int py_space(uint32_t c) {
-    return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
+    return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200a) ||
+           c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
 }
 
 static int in_set(uint32_t c, const uint32_t *set) {
@@ -64,8 +67,8 @@ static void strip_set(cps *v, size_t *a, size_t *b, const uint32_t *set, int lef
 /* Python re IGNORECASE match of an ASCII keyword (with the Unicode folds that reach ASCII) */
 static int ci_eq(uint32_t c, char k) {
     if (c < 0x80) return (c | 0x20) == (uint32_t)(k | 0x20);
-    if (c == 0x17f) return k == 's' || k == 'S';       /* long s */
-    if (c == 0x212a) return k == 'k' || k == 'K';      /* Kelvin sign */
+    if (c == 0x17f) return k == 's' || k == 'S';  /* long s */
+    if (c == 0x212a) return k == 'k' || k == 'K'; /* Kelvin sign */
     return 0;
 }
 
@@ -105,7 +108,10 @@ static size_t prefix2(const cps *v, size_t a, size_t b) {
         for (int r = 0; r < 3 && ok; r++) {
             size_t sp = i;
             while (i < b && py_space(v->c[i])) i++;
-            if (i == sp) { ok = 0; break; }
+            if (i == sp) {
+                ok = 0;
+                break;
+            }
             k = match_word(v, i, b, rest[r]);
             if (!k) ok = 0;
             i += k;
@@ -122,13 +128,17 @@ static size_t prefix2(const cps *v, size_t a, size_t b) {
 static int lower_into(const uint32_t *c, size_t n, cps *out) {
     for (size_t i = 0; i < n; i++) {
         uint32_t x = c[i];
-        if (x == 0x130) { if (!cps_push(out, 'i') || !cps_push(out, 0x307)) return 0; continue; }
+        if (x == 0x130) {
+            if (!cps_push(out, 'i') || !cps_push(out, 0x307)) return 0;
+            continue;
+        }
         if (x == 0x3a3) {
             int before = 0, after = 0;
             for (size_t k = i; k-- > 0;) {
                 utf8proc_category_t cat = utf8proc_category((utf8proc_int32_t)c[k]);
                 if (cat == UTF8PROC_CATEGORY_MN || cat == UTF8PROC_CATEGORY_ME || cat == UTF8PROC_CATEGORY_CF) continue;
-                before = utf8proc_islower((utf8proc_int32_t)c[k]) || utf8proc_isupper((utf8proc_int32_t)c[k]) || cat == UTF8PROC_CATEGORY_LT;
+                before =
+                    utf8proc_islower((utf8proc_int32_t)c[k]) || utf8proc_isupper((utf8proc_int32_t)c[k]) || cat == UTF8PROC_CATEGORY_LT;
                 break;
             }
             for (size_t k = i + 1; k < n; k++) {
@@ -150,7 +160,10 @@ ma_status ma_normalize_task(const char *task, size_t len, char **out, ma_error *
     if (len > MA_TASK_MAX_BYTES) return ma_fail(err, MA_ERR_RANGE, "task: %zu bytes (limit %d)", len, MA_TASK_MAX_BYTES);
     cps in = {0}, v = {0}, low = {0};
     ma_status s = MA_OK;
-    if (!decode(task, len, &in)) { s = ma_fail(err, MA_ERR_FORMAT, "task is not valid UTF-8"); goto done; }
+    if (!decode(task, len, &in)) {
+        s = ma_fail(err, MA_ERR_FORMAT, "task is not valid UTF-8");
+        goto done;
+    }
     /* re.sub(r"\s+", " ") then strip() */
     for (size_t i = 0; i < in.n; i++) {
         if (py_space(in.c[i])) {
@@ -190,16 +203,25 @@ ma_status ma_normalize_task(const char *task, size_t len, char **out, ma_error *
         size_t ca = i, cb = j;
         strip_set(&v, &ca, &cb, NULL, 1);
         if (ca < cb) {
-            if (chunks++ && (!cps_push(&joined, ';') || !cps_push(&joined, ' '))) { free(joined.c); goto oom; }
+            if (chunks++ && (!cps_push(&joined, ';') || !cps_push(&joined, ' '))) {
+                free(joined.c);
+                goto oom;
+            }
             for (size_t k = ca; k < cb; k++)
-                if (!cps_push(&joined, v.c[k])) { free(joined.c); goto oom; }
+                if (!cps_push(&joined, v.c[k])) {
+                    free(joined.c);
+                    goto oom;
+                }
         }
         while (j < b && (v.c[j] == '.' || v.c[j] == '!' || v.c[j] == '?')) j++;
         i = j;
     }
     const uint32_t *src = chunks > 1 ? joined.c : v.c ? v.c + a : NULL; /* an empty task has no buffer */
     size_t sn = chunks > 1 ? joined.n : b - a;
-    if (!lower_into(src, sn, &low)) { free(joined.c); goto oom; }
+    if (!lower_into(src, sn, &low)) {
+        free(joined.c);
+        goto oom;
+    }
     free(joined.c);
     *out = encode(low.c, low.n);
     if (!*out) goto oom;
@@ -240,16 +262,16 @@ static int wrap(ma_buf *b, const char *text, const char *start, const char *end,
     return sb_str(b, start) && sb_str(b, text) && sb_str(b, end);
 }
 
-ma_status ma_build_prompt(const ma_config *cfg, const ma_normstats *ns, const ma_tokenizer *tok, const ma_prompt_opts *o,
-                          const char *task, size_t task_len, const float *state, int state_dim, ma_prompt *out,
-                          ma_error *err) {
+ma_status ma_build_prompt(const ma_config *cfg, const ma_normstats *ns, const ma_tokenizer *tok, const ma_prompt_opts *o, const char *task,
+                          size_t task_len, const float *state, int state_dim, ma_prompt *out, ma_error *err) {
     memset(out, 0, sizeof *out);
     ma_status s = MA_OK;
     if (ns->has_state && state_dim != ns->state.dim)
         return ma_fail(err, MA_ERR_SHAPE, "state has %d values, norm_stats expects %d", state_dim, ns->state.dim);
     if (state_dim < 1 || state_dim > MA_NORM_MAX_DIM) return ma_fail(err, MA_ERR_SHAPE, "state has %d values", state_dim);
     if (ma_utf8_valid_prefix((const uint8_t *)task, task_len) != task_len) return ma_fail(err, MA_ERR_FORMAT, "task is not valid UTF-8");
-    if (memchr(task, '\0', task_len)) { /* keep it: upstream passes NUL through to the tokenizer */ }
+    if (memchr(task, '\0', task_len)) { /* keep it: upstream passes NUL through to the tokenizer */
+    }
     out->state_dim = state_dim;
     if ((s = ma_normstats_check_state(ns, state, state_dim, err))) return s; /* LeRobot's refusal of pass-through values */
     if (ns->has_state) ma_normalize(ns, &ns->state, state, out->state_norm);
@@ -284,8 +306,13 @@ ma_status ma_build_prompt(const ma_config *cfg, const ma_normstats *ns, const ma
     }
     ok = ok && sb_str(&b, "<state_end>. The expected control mode is ") &&
          wrap(&b, ns->control_mode, "<control_start>", "<control_end>", cfg->add_control_tokens) &&
-         sb_str(&b, ". Given these, what action should the robot take to complete the task?<|im_end|>\n<|im_start|>assistant\n<action_output>");
-    if (!ok) { ma_buf_free(&b); ma_prompt_free(out); return ma_fail(err, MA_ERR_NOMEM, "prompt: out of memory"); }
+         sb_str(&b,
+                ". Given these, what action should the robot take to complete the task?<|im_end|>\n<|im_start|>assistant\n<action_output>");
+    if (!ok) {
+        ma_buf_free(&b);
+        ma_prompt_free(out);
+        return ma_fail(err, MA_ERR_NOMEM, "prompt: out of memory");
+    }
     out->text = b.data;
     /* expand <|image|>: <im_start> + patches (+ <im_col> per row) + <im_end> */
     ma_buf img = {0};
@@ -307,16 +334,27 @@ ma_status ma_build_prompt(const ma_config *cfg, const ma_normstats *ns, const ma
     }
     ok = ok && sb_str(&full, p);
     ma_buf_free(&img);
-    if (!ok) { ma_buf_free(&full); ma_prompt_free(out); return ma_fail(err, MA_ERR_NOMEM, "prompt: out of memory"); }
+    if (!ok) {
+        ma_buf_free(&full);
+        ma_prompt_free(out);
+        return ma_fail(err, MA_ERR_NOMEM, "prompt: out of memory");
+    }
     int64_t *ids;
     size_t n;
     s = ma_tokenizer_encode(tok, full.data, full.len, &ids, &n, err);
     ma_buf_free(&full);
-    if (s) { ma_prompt_free(out); return s; }
+    if (s) {
+        ma_prompt_free(out);
+        return s;
+    }
     int64_t bos = cfg->bos_id >= 0 ? cfg->bos_id : cfg->eos_id;
     if (n == 0 || ids[0] != bos) {
         int64_t *w = realloc(ids, sizeof *w * (n + 1));
-        if (!w) { free(ids); ma_prompt_free(out); return ma_fail(err, MA_ERR_NOMEM, "prompt: out of memory"); }
+        if (!w) {
+            free(ids);
+            ma_prompt_free(out);
+            return ma_fail(err, MA_ERR_NOMEM, "prompt: out of memory");
+        }
         memmove(w + 1, w, sizeof *w * n);
         w[0] = bos;
         ids = w;

@@ -16,17 +16,17 @@
 #define MA_TASK_MAX_BYTES 65536
 
 typedef struct ma_prompt_opts {
-    int tokens_per_image;  /* K */
-    int n_images;          /* 2 for LIBERO */
-    int col_tokens;        /* original variant: an <im_col> after each pooled row */
+    int tokens_per_image; /* K */
+    int n_images;         /* 2 for LIBERO */
+    int col_tokens;       /* original variant: an <im_col> after each pooled row */
     int normalize_language;
 } ma_prompt_opts;
 
 typedef struct ma_prompt {
-    int64_t *ids;      /* [S] */
+    int64_t *ids; /* [S] */
     int64_t n;
-    char *text;        /* the prompt before <|image|> expansion (malloc'd) */
-    char *task;        /* the normalised task */
+    char *text; /* the prompt before <|image|> expansion (malloc'd) */
+    char *task; /* the normalised task */
     float state_norm[MA_NORM_MAX_DIM];
     int state_bins[MA_NORM_MAX_DIM];
     int state_dim;
@@ -37,9 +37,8 @@ ma_status ma_normalize_task(const char *task, size_t len, char **out, ma_error *
 /* nan->0, +inf->1, -inf->-1, clip [-1, 1], rint((s + 1) / 2 * (n - 1)) with ties to even */
 int ma_state_bin(float s, int num_bins);
 
-ma_status ma_build_prompt(const ma_config *cfg, const ma_normstats *ns, const ma_tokenizer *tok, const ma_prompt_opts *o,
-                          const char *task, size_t task_len, const float *state, int state_dim, ma_prompt *out,
-                          ma_error *err);
+ma_status ma_build_prompt(const ma_config *cfg, const ma_normstats *ns, const ma_tokenizer *tok, const ma_prompt_opts *o, const char *task,
+                          size_t task_len, const float *state, int state_dim, ma_prompt *out, ma_error *err);
 void ma_prompt_free(ma_prompt *p);
 
 #endif

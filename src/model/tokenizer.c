@@ -17,22 +17,44 @@
 /* decode one code point at s[i] (valid input assumed); returns its byte length */
 static int utf8_next(const uint8_t *s, size_t len, size_t i, uint32_t *cp) {
     uint8_t c = s[i];
-    if (c < 0x80) { *cp = c; return 1; }
-    if ((c >> 5) == 6 && i + 1 < len) { *cp = ((uint32_t)(c & 0x1f) << 6) | (s[i + 1] & 0x3f); return 2; }
-    if ((c >> 4) == 14 && i + 2 < len) { *cp = ((uint32_t)(c & 0x0f) << 12) | ((uint32_t)(s[i + 1] & 0x3f) << 6) | (s[i + 2] & 0x3f); return 3; }
-    if (i + 3 < len) { *cp = ((uint32_t)(c & 0x07) << 18) | ((uint32_t)(s[i + 1] & 0x3f) << 12) | ((uint32_t)(s[i + 2] & 0x3f) << 6) | (s[i + 3] & 0x3f); return 4; }
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    if ((c >> 5) == 6 && i + 1 < len) {
+        *cp = ((uint32_t)(c & 0x1f) << 6) | (s[i + 1] & 0x3f);
+        return 2;
+    }
+    if ((c >> 4) == 14 && i + 2 < len) {
+        *cp = ((uint32_t)(c & 0x0f) << 12) | ((uint32_t)(s[i + 1] & 0x3f) << 6) | (s[i + 2] & 0x3f);
+        return 3;
+    }
+    if (i + 3 < len) {
+        *cp = ((uint32_t)(c & 0x07) << 18) | ((uint32_t)(s[i + 1] & 0x3f) << 12) | ((uint32_t)(s[i + 2] & 0x3f) << 6) | (s[i + 3] & 0x3f);
+        return 4;
+    }
     *cp = 0xfffd;
     return 1;
 }
 
 /* ------------------------------------------------------------------------------ hash maps */
 
-typedef struct { char *key; uint32_t klen; int32_t val; } sent;
-typedef struct { sent *e; size_t cap, n; } strmap;
+typedef struct {
+    char *key;
+    uint32_t klen;
+    int32_t val;
+} sent;
+typedef struct {
+    sent *e;
+    size_t cap, n;
+} strmap;
 
 static uint64_t fnv(const char *s, size_t n) {
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) { h ^= (uint8_t)s[i]; h *= 1099511628211ull; }
+    for (size_t i = 0; i < n; i++) {
+        h ^= (uint8_t)s[i];
+        h *= 1099511628211ull;
+    }
     return h;
 }
 
@@ -79,8 +101,14 @@ static int strmap_put(strmap *m, const char *k, size_t n, int32_t v) {
     }
 }
 
-typedef struct { uint64_t key; int32_t rank, id; } pent; /* key = (left + 1) << 32 | right */
-typedef struct { pent *e; size_t cap; } pairmap;
+typedef struct {
+    uint64_t key;
+    int32_t rank, id;
+} pent; /* key = (left + 1) << 32 | right */
+typedef struct {
+    pent *e;
+    size_t cap;
+} pairmap;
 
 static int pairmap_init(pairmap *m, size_t n) {
     m->cap = 16;
@@ -89,7 +117,12 @@ static int pairmap_init(pairmap *m, size_t n) {
     return m->e != NULL;
 }
 
-static uint64_t mix(uint64_t x) { x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; return x; }
+static uint64_t mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
 
 static const pent *pairmap_get(const pairmap *m, int32_t a, int32_t b) {
     uint64_t key = ((uint64_t)(uint32_t)(a + 1) << 32) | (uint32_t)b;
@@ -102,23 +135,36 @@ static const pent *pairmap_get(const pairmap *m, int32_t a, int32_t b) {
 static void pairmap_put(pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t id) {
     uint64_t key = ((uint64_t)(uint32_t)(a + 1) << 32) | (uint32_t)b;
     for (size_t i = mix(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-        if (!m->e[i].key) { m->e[i] = (pent){key, rank, id}; return; }
+        if (!m->e[i].key) {
+            m->e[i] = (pent){key, rank, id};
+            return;
+        }
         if (m->e[i].key == key) return; /* the first (lowest-rank) merge of a pair wins */
     }
 }
 
 /* ------------------------------------------------------------------------------ tokenizer */
 
-typedef struct { char *content; size_t len; int32_t id; int single_word, lstrip, rstrip, normalized, special; } added_tok;
+typedef struct {
+    char *content;
+    size_t len;
+    int32_t id;
+    int single_word, lstrip, rstrip, normalized, special;
+} added_tok;
 
-typedef struct { int32_t *child; size_t cap; int32_t *tok; int32_t nodes, node_cap; } trie; /* tok: added index or -1 */
+typedef struct {
+    int32_t *child;
+    size_t cap;
+    int32_t *tok;
+    int32_t nodes, node_cap;
+} trie; /* tok: added index or -1 */
 
 typedef enum { PRE_NONE, PRE_QWEN2, PRE_GPT2 } pre_kind;
 typedef enum { NORM_NONE, NORM_NFC, NORM_NFD, NORM_NFKC, NORM_NFKD } norm_kind;
 
 struct ma_tokenizer {
-    strmap vocab;          /* byte-level token string -> id */
-    char **id_to_token;    /* all ids (vocab and added) */
+    strmap vocab;       /* byte-level token string -> id */
+    char **id_to_token; /* all ids (vocab and added) */
     size_t n_ids;
     pairmap merges;
     int32_t byte_id[256];  /* id of each single byte-level symbol (-1 if absent) */
@@ -127,7 +173,7 @@ struct ma_tokenizer {
     int32_t sym_to_byte[512]; /* code point (< 512) -> byte, -1 if not a byte symbol */
     added_tok *added;
     size_t n_added;
-    strmap added_map;      /* content -> id */
+    strmap added_map; /* content -> id */
     trie raw, normed;
     int n_norm;
     norm_kind norms[4];
@@ -150,7 +196,11 @@ static int trie_init(trie *t, size_t expect) {
     t->tok[0] = -1;
     return 1;
 }
-static void trie_free(trie *t) { free(t->child); free(t->tok); memset(t, 0, sizeof *t); }
+static void trie_free(trie *t) {
+    free(t->child);
+    free(t->tok);
+    memset(t, 0, sizeof *t);
+}
 
 static int32_t trie_step(const trie *t, int32_t node, uint8_t b) {
     uint64_t key = ((uint64_t)(uint32_t)node << 8) | b;
@@ -188,7 +238,10 @@ static int32_t trie_longest(const trie *t, const uint8_t *s, size_t len, size_t 
     for (size_t k = i; k < len; k++) {
         node = trie_step(t, node, s[k]);
         if (node < 0) break;
-        if (t->tok[node] >= 0) { best = t->tok[node]; *end = k + 1; }
+        if (t->tok[node] >= 0) {
+            best = t->tok[node];
+            *end = k + 1;
+        }
     }
     return best;
 }
@@ -244,7 +297,8 @@ static ma_status parse_norm(ma_tokenizer *t, const cJSON *n, const char *label, 
     return MA_OK;
 }
 
-static const char *QWEN2_SPLIT = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char *QWEN2_SPLIT =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 static ma_status parse_pre(ma_tokenizer *t, const cJSON *p, const char *label, ma_error *err) {
     if (!p || cJSON_IsNull(p)) return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: a byte-level pre_tokenizer is required", label);
@@ -311,17 +365,32 @@ ma_status ma_tokenizer_parse(const char *json, size_t len, const char *label, ma
     if (ps) return ps;
     ma_tokenizer *t = calloc(1, sizeof *t);
     ma_status s = MA_OK;
-    if (!t) { cJSON_Delete(root); return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label); }
+    if (!t) {
+        cJSON_Delete(root);
+        return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label);
+    }
     byte_alphabet(t);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *type = model ? cJSON_GetObjectItemCaseSensitive(model, "type") : NULL;
     const cJSON *vocab = model ? cJSON_GetObjectItemCaseSensitive(model, "vocab") : NULL;
     const cJSON *merges = model ? cJSON_GetObjectItemCaseSensitive(model, "merges") : NULL;
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-    if (!cJSON_IsString(type) || strcmp(type->valuestring, "BPE")) { s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: model.type must be BPE", label); goto done; }
-    if (!cJSON_IsObject(vocab)) { s = ma_fail(err, MA_ERR_FORMAT, "%s: model.vocab must be an object", label); goto done; }
-    if (merges && !cJSON_IsNull(merges) && !cJSON_IsArray(merges)) { s = ma_fail(err, MA_ERR_FORMAT, "%s: model.merges must be a list", label); goto done; }
-    if (json_flag(model, "byte_fallback", 0)) { s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: byte_fallback is not supported", label); goto done; }
+    if (!cJSON_IsString(type) || strcmp(type->valuestring, "BPE")) {
+        s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: model.type must be BPE", label);
+        goto done;
+    }
+    if (!cJSON_IsObject(vocab)) {
+        s = ma_fail(err, MA_ERR_FORMAT, "%s: model.vocab must be an object", label);
+        goto done;
+    }
+    if (merges && !cJSON_IsNull(merges) && !cJSON_IsArray(merges)) {
+        s = ma_fail(err, MA_ERR_FORMAT, "%s: model.merges must be a list", label);
+        goto done;
+    }
+    if (json_flag(model, "byte_fallback", 0)) {
+        s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: byte_fallback is not supported", label);
+        goto done;
+    }
     const cJSON *csp = cJSON_GetObjectItemCaseSensitive(model, "continuing_subword_prefix");
     const cJSON *eow = cJSON_GetObjectItemCaseSensitive(model, "end_of_word_suffix");
     if ((cJSON_IsString(csp) && csp->valuestring[0]) || (cJSON_IsString(eow) && eow->valuestring[0])) {
@@ -356,17 +425,26 @@ ma_status ma_tokenizer_parse(const char *json, size_t len, const char *label, ma
     }
     t->n_ids = (size_t)(max_id + 1);
     t->id_to_token = calloc(t->n_ids ? t->n_ids : 1, sizeof *t->id_to_token);
-    if (!t->id_to_token || !strmap_init(&t->vocab, nv) || !strmap_init(&t->added_map, na)) { s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label); goto done; }
+    if (!t->id_to_token || !strmap_init(&t->vocab, nv) || !strmap_init(&t->added_map, na)) {
+        s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label);
+        goto done;
+    }
     for (const cJSON *e = vocab->child; e; e = e->next) {
         size_t kl = strlen(e->string);
         int r = strmap_put(&t->vocab, e->string, kl, (int32_t)e->valuedouble);
-        if (r < 0) { s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label); goto done; }
+        if (r < 0) {
+            s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label);
+            goto done;
+        }
         if ((s = set_id(t, (int64_t)e->valuedouble, e->string, kl, label, err))) goto done;
     }
     for (int b = 0; b < 256; b++) t->byte_id[b] = strmap_get(&t->vocab, t->byte_sym[b], (size_t)t->byte_sym_len[b]);
     /* merges: "a b" strings or ["a", "b"] pairs; rank = position */
     size_t nm = cJSON_IsArray(merges) ? (size_t)cJSON_GetArraySize(merges) : 0;
-    if (!pairmap_init(&t->merges, nm)) { s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label); goto done; }
+    if (!pairmap_init(&t->merges, nm)) {
+        s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label);
+        goto done;
+    }
     int32_t rank = 0;
     char buf[1024];
     for (const cJSON *e = nm ? merges->child : NULL; e; e = e->next, rank++) {
@@ -374,17 +452,35 @@ ma_status ma_tokenizer_parse(const char *json, size_t len, const char *label, ma
         size_t al, bl;
         if (cJSON_IsString(e)) {
             const char *sp = strchr(e->valuestring, ' ');
-            if (!sp || strchr(sp + 1, ' ')) { s = ma_fail(err, MA_ERR_FORMAT, "%s: merge %d is not \"a b\"", label, rank); goto done; }
-            a = e->valuestring; al = (size_t)(sp - a); b = sp + 1; bl = strlen(b);
+            if (!sp || strchr(sp + 1, ' ')) {
+                s = ma_fail(err, MA_ERR_FORMAT, "%s: merge %d is not \"a b\"", label, rank);
+                goto done;
+            }
+            a = e->valuestring;
+            al = (size_t)(sp - a);
+            b = sp + 1;
+            bl = strlen(b);
         } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(e->child) && cJSON_IsString(e->child->next)) {
-            a = e->child->valuestring; al = strlen(a); b = e->child->next->valuestring; bl = strlen(b);
-        } else { s = ma_fail(err, MA_ERR_FORMAT, "%s: merge %d is malformed", label, rank); goto done; }
+            a = e->child->valuestring;
+            al = strlen(a);
+            b = e->child->next->valuestring;
+            bl = strlen(b);
+        } else {
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: merge %d is malformed", label, rank);
+            goto done;
+        }
         int32_t ia = strmap_get(&t->vocab, a, al), ib = strmap_get(&t->vocab, b, bl);
-        if (al + bl >= sizeof buf || ia < 0 || ib < 0) { s = ma_fail(err, MA_ERR_FORMAT, "%s: merge %d uses tokens missing from the vocabulary", label, rank); goto done; }
+        if (al + bl >= sizeof buf || ia < 0 || ib < 0) {
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: merge %d uses tokens missing from the vocabulary", label, rank);
+            goto done;
+        }
         memcpy(buf, a, al);
         memcpy(buf + al, b, bl);
         int32_t im = strmap_get(&t->vocab, buf, al + bl);
-        if (im < 0) { s = ma_fail(err, MA_ERR_FORMAT, "%s: merge %d produces a token missing from the vocabulary", label, rank); goto done; }
+        if (im < 0) {
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: merge %d produces a token missing from the vocabulary", label, rank);
+            goto done;
+        }
         pairmap_put(&t->merges, ia, ib, rank, im);
     }
     /* added tokens: split into the raw and the normalized matching sets */
@@ -394,7 +490,10 @@ ma_status ma_tokenizer_parse(const char *json, size_t len, const char *label, ma
         const char *c = cJSON_GetObjectItemCaseSensitive(e, "content")->valuestring;
         *(json_flag(e, "normalized", !json_flag(e, "special", 0)) ? &norm_bytes : &raw_bytes) += strlen(c) * 4 + 8;
     }
-    if (!t->added || !trie_init(&t->raw, raw_bytes) || !trie_init(&t->normed, norm_bytes)) { s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label); goto done; }
+    if (!t->added || !trie_init(&t->raw, raw_bytes) || !trie_init(&t->normed, norm_bytes)) {
+        s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label);
+        goto done;
+    }
     for (const cJSON *e = na ? added->child : NULL; e; e = e->next) {
         added_tok *a = &t->added[t->n_added];
         const char *c = cJSON_GetObjectItemCaseSensitive(e, "content")->valuestring;
@@ -406,7 +505,10 @@ ma_status ma_tokenizer_parse(const char *json, size_t len, const char *label, ma
         a->rstrip = json_flag(e, "rstrip", 0);
         a->len = strlen(c);
         a->content = strdup(c);
-        if (!a->content) { s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label); goto done; }
+        if (!a->content) {
+            s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label);
+            goto done;
+        }
         t->n_added++;
         if (strmap_put(&t->added_map, c, a->len, a->id) < 0 || (s = set_id(t, a->id, c, a->len, label, err))) {
             if (!s) s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label);
@@ -426,7 +528,10 @@ ma_status ma_tokenizer_parse(const char *json, size_t len, const char *label, ma
                 free(normed);
                 normed = r < 0 ? NULL : nx;
             }
-            if (!normed) { s = ma_fail(err, MA_ERR_FORMAT, "%s: added token %s cannot be normalised", label, c); goto done; }
+            if (!normed) {
+                s = ma_fail(err, MA_ERR_FORMAT, "%s: added token %s cannot be normalised", label, c);
+                goto done;
+            }
             pat = normed;
             pl = strlen((char *)normed);
         }
@@ -437,7 +542,10 @@ ma_status ma_tokenizer_parse(const char *json, size_t len, const char *label, ma
     }
 done:
     cJSON_Delete(root);
-    if (s) { ma_tokenizer_free(t); return s; }
+    if (s) {
+        ma_tokenizer_free(t);
+        return s;
+    }
     *out = t;
     return MA_OK;
 }
@@ -460,7 +568,10 @@ int64_t ma_tokenizer_token_id(const ma_tokenizer *t, const char *token) {
 
 /* ------------------------------------------------------------------------------ encoding */
 
-typedef struct { int64_t *v; size_t n, cap; } idvec;
+typedef struct {
+    int64_t *v;
+    size_t n, cap;
+} idvec;
 
 static int push(idvec *o, int64_t id) {
     if (ma_grow_array(&o->v, &o->cap, o->n, 1, sizeof *o->v)) return 0;
@@ -470,8 +581,8 @@ static int push(idvec *o, int64_t id) {
 
 /* Oniguruma's \s with Unicode: White_Space */
 static int is_space(uint32_t c) {
-    return (c >= 0x09 && c <= 0x0d) || c == 0x20 || c == 0x85 || c == 0xa0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200a) ||
-           c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
+    return (c >= 0x09 && c <= 0x0d) || c == 0x20 || c == 0x85 || c == 0xa0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 ||
+           c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
 }
 static int is_letter(uint32_t c) {
     utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
@@ -557,15 +668,24 @@ static size_t match_gpt2(const uint32_t *c, size_t n, size_t i) {
 }
 
 /* BPE of one pre-token (bytes): symbols per byte, then the (rank, position) min-heap */
-typedef struct { int32_t id, prev, next, len; } sym;
-typedef struct { int32_t rank, pos, id; } mrg;
+typedef struct {
+    int32_t id, prev, next, len;
+} sym;
+typedef struct {
+    int32_t rank, pos, id;
+} mrg;
 
 static int mrg_less(mrg a, mrg b) { return a.rank != b.rank ? a.rank < b.rank : a.pos < b.pos; }
 
 static void heap_push(mrg *h, size_t *n, mrg m) {
     size_t i = (*n)++;
     h[i] = m;
-    while (i && mrg_less(h[i], h[(i - 1) / 2])) { mrg t = h[i]; h[i] = h[(i - 1) / 2]; h[(i - 1) / 2] = t; i = (i - 1) / 2; }
+    while (i && mrg_less(h[i], h[(i - 1) / 2])) {
+        mrg t = h[i];
+        h[i] = h[(i - 1) / 2];
+        h[(i - 1) / 2] = t;
+        i = (i - 1) / 2;
+    }
 }
 static mrg heap_pop(mrg *h, size_t *n) {
     mrg top = h[0];
@@ -576,7 +696,9 @@ static mrg heap_pop(mrg *h, size_t *n) {
         if (l < *n && mrg_less(h[l], h[m])) m = l;
         if (r < *n && mrg_less(h[r], h[m])) m = r;
         if (m == i) break;
-        mrg t = h[i]; h[i] = h[m]; h[m] = t;
+        mrg t = h[i];
+        h[i] = h[m];
+        h[m] = t;
         i = m;
     }
     return top;
@@ -586,13 +708,20 @@ static ma_status bpe_word(const ma_tokenizer *t, const uint8_t *w, size_t len, i
     if (t->ignore_merges) {
         char buf[512];
         size_t bl = 0;
-        for (size_t i = 0; i < len && bl + 4 < sizeof buf; i++) { memcpy(buf + bl, t->byte_sym[w[i]], (size_t)t->byte_sym_len[w[i]]); bl += (size_t)t->byte_sym_len[w[i]]; }
+        for (size_t i = 0; i < len && bl + 4 < sizeof buf; i++) {
+            memcpy(buf + bl, t->byte_sym[w[i]], (size_t)t->byte_sym_len[w[i]]);
+            bl += (size_t)t->byte_sym_len[w[i]];
+        }
         int32_t id = len * 4 < sizeof buf ? strmap_get(&t->vocab, buf, bl) : -1;
         if (id >= 0) return push(out, id) ? MA_OK : ma_fail(err, MA_ERR_NOMEM, "tokenizer: out of memory");
     }
     sym *s = malloc(sizeof *s * (len ? len : 1));
     mrg *h = malloc(sizeof *h * (4 * len + 4));
-    if (!s || !h) { free(s); free(h); return ma_fail(err, MA_ERR_NOMEM, "tokenizer: out of memory"); }
+    if (!s || !h) {
+        free(s);
+        free(h);
+        return ma_fail(err, MA_ERR_NOMEM, "tokenizer: out of memory");
+    }
     size_t ns = 0, nh = 0;
     for (size_t i = 0; i < len; i++) {
         int32_t id = t->byte_id[w[i]];
@@ -641,7 +770,11 @@ static ma_status encode_piece(const ma_tokenizer *t, const uint8_t *p, size_t le
     if (t->pre == PRE_NONE) return bpe_word(t, p, len, out, err);
     uint32_t *cps = malloc(sizeof *cps * len);
     size_t *off = malloc(sizeof *off * (len + 1));
-    if (!cps || !off) { free(cps); free(off); return ma_fail(err, MA_ERR_NOMEM, "tokenizer: out of memory"); }
+    if (!cps || !off) {
+        free(cps);
+        free(off);
+        return ma_fail(err, MA_ERR_NOMEM, "tokenizer: out of memory");
+    }
     size_t n = 0;
     for (size_t i = 0; i < len;) {
         off[n] = i;
@@ -707,13 +840,19 @@ static ma_status split_added(const ma_tokenizer *t, const trie *tr, const uint8_
     while (i < len && !st) {
         size_t end = 0;
         int32_t k = tr->nodes > 1 ? trie_longest(tr, s, len, i, &end) : -1;
-        if (k < 0) { i++; continue; }
+        if (k < 0) {
+            i++;
+            continue;
+        }
         const added_tok *a = &t->added[k];
         size_t ms = i, me = end;
         if (a->single_word) {
             uint32_t before = ms > 0 ? last_cp(s, ms) : 0, after = 0;
             if (me < len) utf8_next(s, len, me, &after);
-            if ((ms > 0 && is_word(before)) || (me < len && is_word(after))) { i++; continue; }
+            if ((ms > 0 && is_word(before)) || (me < len && is_word(after))) {
+                i++;
+                continue;
+            }
         }
         if (a->lstrip)
             while (ms > start) {
@@ -756,7 +895,10 @@ ma_status ma_tokenizer_encode(const ma_tokenizer *t, const char *text, size_t le
     if (bad != len) return ma_fail(err, MA_ERR_FORMAT, "text is not valid UTF-8 (byte %zu)", bad);
     idvec out = {0};
     ma_status s = split_added(t, &t->raw, (const uint8_t *)text, len, normalized_piece, &out, err);
-    if (s) { free(out.v); return s; }
+    if (s) {
+        free(out.v);
+        return s;
+    }
     *ids = out.v ? out.v : malloc(sizeof(int64_t));
     *n = out.n;
     return MA_OK;
@@ -792,11 +934,19 @@ ma_status ma_tokenizer_decode(const ma_tokenizer *t, const int64_t *ids, size_t 
     }
     /* String::from_utf8_lossy: each maximal invalid subpart becomes U+FFFD */
     uint8_t *o = malloc(bl * 3 + 1);
-    if (!o) { free(bytes); return ma_fail(err, MA_ERR_NOMEM, "tokenizer: out of memory"); }
+    if (!o) {
+        free(bytes);
+        return ma_fail(err, MA_ERR_NOMEM, "tokenizer: out of memory");
+    }
     size_t ol = 0;
     for (size_t i = 0; i < bl;) {
         size_t k = ma_utf8_seq(bytes + i, bl - i);
-        if (k) { memcpy(o + ol, bytes + i, k); ol += k; i += k; continue; }
+        if (k) {
+            memcpy(o + ol, bytes + i, k);
+            ol += k;
+            i += k;
+            continue;
+        }
         /* length of the maximal prefix of a valid sequence starting here (at least 1) */
         size_t m = 1;
         uint8_t c = bytes[i];
@@ -812,7 +962,9 @@ ma_status ma_tokenizer_decode(const ma_tokenizer *t, const int64_t *ids, size_t 
                 while (m < need && i + m < bl && (bytes[i + m] & 0xc0) == 0x80) m++;
             }
         }
-        o[ol++] = 0xef; o[ol++] = 0xbf; o[ol++] = 0xbd;
+        o[ol++] = 0xef;
+        o[ol++] = 0xbf;
+        o[ol++] = 0xbd;
         i += m;
     }
     o[ol] = '\0';

@@ -26,11 +26,9 @@ ma_status ma_tokenizer_parse(const char *json, size_t len, const char *label, ma
 void ma_tokenizer_free(ma_tokenizer *t);
 
 /* text: UTF-8 bytes (may contain NUL); no special tokens are added. *ids is malloc'd. */
-ma_status ma_tokenizer_encode(const ma_tokenizer *t, const char *text, size_t len, int64_t **ids, size_t *n,
-                              ma_error *err);
+ma_status ma_tokenizer_encode(const ma_tokenizer *t, const char *text, size_t len, int64_t **ids, size_t *n, ma_error *err);
 /* ids -> UTF-8 (malloc'd, NUL-terminated, *len excludes the NUL); unknown ids are refused */
-ma_status ma_tokenizer_decode(const ma_tokenizer *t, const int64_t *ids, size_t n, char **text, size_t *len,
-                              ma_error *err);
+ma_status ma_tokenizer_decode(const ma_tokenizer *t, const int64_t *ids, size_t n, char **text, size_t *len, ma_error *err);
 /* id of a token string (vocabulary or added), -1 if absent */
 int64_t ma_tokenizer_token_id(const ma_tokenizer *t, const char *token);
 

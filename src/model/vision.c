@@ -16,12 +16,20 @@
 
 /* ------------------------------------------------------------------------------ binding */
 
-static ma_status bind_attn(ma_weightset *ws, const char *prefix, int in_dim, int heads, int kv_heads, int hd,
-                           int out_dim, ma_vit_attn_w *a, ma_error *err) {
+static ma_status bind_attn(ma_weightset *ws, const char *prefix, int in_dim, int heads, int kv_heads, int hd, int out_dim, ma_vit_attn_w *a,
+                           ma_error *err) {
     char n[256];
     ma_status s;
-#define MAT(field, leaf, r, c) do { snprintf(n, sizeof n, "%s%s.weight", prefix, leaf); if ((s = ma_ws_mat(ws, n, r, c, &a->field, err))) return s; } while (0)
-#define VEC(field, leaf, len) do { snprintf(n, sizeof n, "%s%s.bias", prefix, leaf); if ((s = ma_ws_vec(ws, n, len, &a->field, err))) return s; } while (0)
+#define MAT(field, leaf, r, c)                                      \
+    do {                                                            \
+        snprintf(n, sizeof n, "%s%s.weight", prefix, leaf);         \
+        if ((s = ma_ws_mat(ws, n, r, c, &a->field, err))) return s; \
+    } while (0)
+#define VEC(field, leaf, len)                                      \
+    do {                                                           \
+        snprintf(n, sizeof n, "%s%s.bias", prefix, leaf);          \
+        if ((s = ma_ws_vec(ws, n, len, &a->field, err))) return s; \
+    } while (0)
     MAT(wq, "wq", heads * hd, in_dim);
     MAT(wk, "wk", kv_heads * hd, in_dim);
     MAT(wv, "wv", kv_heads * hd, in_dim);
@@ -51,8 +59,10 @@ static ma_status bind_sampler(ma_weightset *ws, const ma_config *cfg, ma_vision_
     if (!hit) {
         w->sampler_place = MA_SAMPLER_NONE;
         if (cfg->use_grid_sampler)
-            return ma_fail(err, MA_ERR_FORMAT, "%s: config.json sets use_grid_token_sampler but the checkpoint has no "
-                           "token sampler tensors (scout_mlp.0.weight)", ws->label);
+            return ma_fail(err, MA_ERR_FORMAT,
+                           "%s: config.json sets use_grid_token_sampler but the checkpoint has no "
+                           "token sampler tensors (scout_mlp.0.weight)",
+                           ws->label);
         return MA_OK;
     }
     char prefix[256];
@@ -73,19 +83,32 @@ static ma_status bind_sampler(ma_weightset *ws, const ma_config *cfg, ma_vision_
     sw->scout_hidden = (int)s0->shape[0];
     sw->tokens = (int)s2->shape[0] / 2;
     if (cfg->use_grid_sampler_set && !cfg->use_grid_sampler)
-        return ma_fail(err, MA_ERR_FORMAT, "%s: config.json sets use_grid_token_sampler false but the checkpoint has a "
-                       "token sampler (%sscout_mlp.0.weight)", ws->label, prefix);
+        return ma_fail(err, MA_ERR_FORMAT,
+                       "%s: config.json sets use_grid_token_sampler false but the checkpoint has a "
+                       "token sampler (%sscout_mlp.0.weight)",
+                       ws->label, prefix);
     if (cfg->grid_tokens_set && sw->tokens != cfg->grid_tokens)
-        return ma_fail(err, MA_ERR_SHAPE, "%s: config.json grid_token_sampler_num_tokens is %d but the token sampler "
-                       "(%sscout_mlp.2.weight) samples %d", ws->label, cfg->grid_tokens, prefix, sw->tokens);
+        return ma_fail(err, MA_ERR_SHAPE,
+                       "%s: config.json grid_token_sampler_num_tokens is %d but the token sampler "
+                       "(%sscout_mlp.2.weight) samples %d",
+                       ws->label, cfg->grid_tokens, prefix, sw->tokens);
     sw->coord_hidden = (int)c0->shape[0];
     if (sw->channels == cfg->d) w->sampler_place = MA_SAMPLER_AFTER_PROJECTOR;
     else if (sw->channels == cfg->pool_hidden) w->sampler_place = MA_SAMPLER_AFTER_POOLING;
-    else return ma_fail(err, MA_ERR_SHAPE, "%s: token sampler width %d matches neither the pooled (%d) nor the projected (%d) features",
-                        ws->label, sw->channels, cfg->pool_hidden, cfg->d);
+    else
+        return ma_fail(err, MA_ERR_SHAPE, "%s: token sampler width %d matches neither the pooled (%d) nor the projected (%d) features",
+                       ws->label, sw->channels, cfg->pool_hidden, cfg->d);
     ma_status s;
-#define SM(field, leaf, r, c) do { snprintf(n, sizeof n, "%s%s.weight", prefix, leaf); if ((s = ma_ws_mat(ws, n, r, c, &sw->field, err))) return s; } while (0)
-#define SV(field, leaf, len) do { snprintf(n, sizeof n, "%s%s.bias", prefix, leaf); if ((s = ma_ws_vec(ws, n, len, &sw->field, err))) return s; } while (0)
+#define SM(field, leaf, r, c)                                        \
+    do {                                                             \
+        snprintf(n, sizeof n, "%s%s.weight", prefix, leaf);          \
+        if ((s = ma_ws_mat(ws, n, r, c, &sw->field, err))) return s; \
+    } while (0)
+#define SV(field, leaf, len)                                        \
+    do {                                                            \
+        snprintf(n, sizeof n, "%s%s.bias", prefix, leaf);           \
+        if ((s = ma_ws_vec(ws, n, len, &sw->field, err))) return s; \
+    } while (0)
     SM(scout0, "scout_mlp.0", sw->scout_hidden, sw->channels);
     SM(scout2, "scout_mlp.2", 2 * sw->tokens, sw->scout_hidden);
     SM(coord0, "coord_encoder.0", sw->coord_hidden, 2);
@@ -116,7 +139,11 @@ ma_status ma_vision_bind(ma_weightset *ws, const ma_config *cfg, ma_vision_w *w,
         snprintf(pre, sizeof pre, VB "image_vit.transformer.resblocks.%d.", b);
         snprintf(n, sizeof n, "%sattention.", pre);
         if ((s = bind_attn(ws, n, dv, cfg->vit_heads, cfg->vit_kv_heads, cfg->vit_head_dim, dv, &bw->attn, err))) return s;
-#define V(field, leaf, len) do { snprintf(n, sizeof n, "%s%s", pre, leaf); if ((s = ma_ws_vec(ws, n, len, &bw->field, err))) return s; } while (0)
+#define V(field, leaf, len)                                         \
+    do {                                                            \
+        snprintf(n, sizeof n, "%s%s", pre, leaf);                   \
+        if ((s = ma_ws_vec(ws, n, len, &bw->field, err))) return s; \
+    } while (0)
         V(ln1_w, "attention_norm.weight", dv);
         V(ln1_b, "attention_norm.bias", dv);
         V(ln2_w, "ffn_norm.weight", dv);
@@ -134,8 +161,9 @@ ma_status ma_vision_bind(ma_weightset *ws, const ma_config *cfg, ma_vision_w *w,
         snprintf(n, sizeof n, VB "image_vit.transformer.resblocks.%d.", b);
         ma_ws_ignore(ws, n);
     }
-    if ((s = bind_attn(ws, VB "image_pooling_2d.", cfg->n_taps * dv, cfg->pool_heads, cfg->pool_kv_heads,
-                       cfg->pool_head_dim, cfg->pool_hidden, &w->pool, err))) return s;
+    if ((s = bind_attn(ws, VB "image_pooling_2d.", cfg->n_taps * dv, cfg->pool_heads, cfg->pool_kv_heads, cfg->pool_head_dim,
+                       cfg->pool_hidden, &w->pool, err)))
+        return s;
     if ((s = ma_ws_mat(ws, VB "image_projector.w1.weight", cfg->proj_inter, cfg->pool_hidden, &w->proj_w1, err))) return s;
     if ((s = ma_ws_mat(ws, VB "image_projector.w3.weight", cfg->proj_inter, cfg->pool_hidden, &w->proj_w3, err))) return s;
     if ((s = ma_ws_mat(ws, VB "image_projector.w2.weight", cfg->d, cfg->proj_inter, &w->proj_w2, err))) return s;
@@ -161,7 +189,7 @@ static ma_bmat weight_rows(const ma_mat *w, int64_t r0, int64_t n, int64_t *cols
         *cols = (p1 - p0) * MA_GEMM_NR; /* the panel layout pads the last panel's rows */
         *skip = r0 - p0 * MA_GEMM_NR;
         return (ma_bmat){MA_B_PANELS, w->dtype, (const uint8_t *)w->data + (size_t)p0 * ma_panels_size(w->dtype, MA_GEMM_NR, w->cols),
-                         w->cols, 0, w->compute};
+                         w->cols,     0,        w->compute};
     }
     int64_t be;
     size_t bb;
@@ -178,9 +206,9 @@ static int pool_linear_ok(const ma_vit_attn_w *a) {
 }
 
 typedef struct pool_pass {
-    const float *x;        /* [tokens, 4, c2] slot features (invalid slots zero) */
-    const uint8_t *valid;  /* [tokens, 4] */
-    float *u;              /* [tokens, H, c2] for H heads: Wk_g^T q_h in, the weighted slot mean out */
+    const float *x;       /* [tokens, 4, c2] slot features (invalid slots zero) */
+    const uint8_t *valid; /* [tokens, 4] */
+    float *u;             /* [tokens, H, c2] for H heads: Wk_g^T q_h in, the weighted slot mean out */
     int64_t tokens, c2;
     int H, mask;
     float scale;
@@ -204,7 +232,10 @@ static void pool_pass_task(void *ctx, int t, int T) {
                 sc[s] = allowed[s] ? vm->dot(u, xs + s * pp->c2, pp->c2) * pp->scale : -INFINITY;
                 mx = sc[s] > mx ? sc[s] : mx;
             }
-            for (int s = 0; s < 4; s++) { sc[s] = allowed[s] ? expf(sc[s] - mx) : 0.0f; sum += sc[s]; }
+            for (int s = 0; s < 4; s++) {
+                sc[s] = allowed[s] ? expf(sc[s] - mx) : 0.0f;
+                sum += sc[s];
+            }
             memset(u, 0, sizeof(float) * (size_t)pp->c2);
             for (int s = 0; s < 4; s++)
                 if (sc[s] != 0.0f) vm->axpy(u, sc[s] / sum, xs + s * pp->c2, pp->c2);
@@ -214,16 +245,20 @@ static void pool_pass_task(void *ctx, int t, int T) {
 
 /* The pooling as upstream computes it: keys and values of all four slots (the scalar path, the
  * tests' reference for the linear form, and quantised wk). */
-static ma_status pool_attention_slots(const ma_config *cfg, const ma_vit_attn_w *a, ma_kctx *kc, const float *pool_in,
-                                      const uint8_t *valid, const float *pq, int64_t nt, float *po, ma_error *err) {
+static ma_status pool_attention_slots(const ma_config *cfg, const ma_vit_attn_w *a, ma_kctx *kc, const float *pool_in, const uint8_t *valid,
+                                      const float *pq, int64_t nt, float *po, ma_error *err) {
     const int H = cfg->pool_heads, KV = cfg->pool_kv_heads, hd = cfg->pool_head_dim, grp = H / KV;
     const int64_t qd = (int64_t)H * hd, kd = (int64_t)KV * hd;
     float *pk = ma_malloc((size_t)(nt * 4 * kd), sizeof(float), err, "pool k");
     float *pv = ma_malloc((size_t)(nt * 4 * kd), sizeof(float), err, "pool v");
     ma_status s = MA_OK;
-    if (!pk || !pv) { s = MA_ERR_NOMEM; goto done; }
+    if (!pk || !pv) {
+        s = MA_ERR_NOMEM;
+        goto done;
+    }
     if ((s = ma_linear_fused(kc, pool_in, nt * 4, 2, (const ma_mat *[2]){&a->wk, &a->wv}, (const float *[2]){a->bk, a->bv},
-                             (float *[2]){pk, pv}, err))) goto done;
+                             (float *[2]){pk, pv}, err)))
+        goto done;
     const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t tok = 0; tok < nt; tok++)
         for (int hh = 0; hh < H; hh++) {
@@ -239,7 +274,10 @@ static ma_status pool_attention_slots(const ma_config *cfg, const ma_vit_attn_w 
             if (mx == -INFINITY) /* fully masked: uniform, as adding finfo.min to every score makes it */
                 for (int slot = 0; slot < 4; slot++) sc[slot] = 0.0f, mx = 0.0f;
             float sum = 0.0f;
-            for (int slot = 0; slot < 4; slot++) { sc[slot] = expf(sc[slot] - mx); sum += sc[slot]; }
+            for (int slot = 0; slot < 4; slot++) {
+                sc[slot] = expf(sc[slot] - mx);
+                sum += sc[slot];
+            }
             float *o = po + tok * qd + hh * hd;
             for (int e = 0; e < hd; e++) o[e] = 0.0f;
             for (int slot = 0; slot < 4; slot++) {
@@ -263,21 +301,26 @@ done:
  * wk and wv are then applied to one row per token and head instead of to four slot rows: a
  * quarter of their products (the two are most of the pooling's FLOPs). The same function in
  * exact arithmetic; in fp32 the sums run in another order. pq [nt, H*hd] in, po [nt, H*hd] out. */
-static ma_status pool_attention_linear(const ma_config *cfg, const ma_vit_attn_w *a, const float *pool_in,
-                                       const uint8_t *valid, const float *pq, int64_t nt, float *po, ma_error *err) {
+static ma_status pool_attention_linear(const ma_config *cfg, const ma_vit_attn_w *a, const float *pool_in, const uint8_t *valid,
+                                       const float *pq, int64_t nt, float *po, ma_error *err) {
     const int H = cfg->pool_heads, KV = cfg->pool_kv_heads, hd = cfg->pool_head_dim, grp = H / KV;
     const int64_t c2 = a->wk.cols, qd = (int64_t)H * hd;
     const int hg = H < POOL_HEADS ? H : POOL_HEADS;
     float *u = ma_malloc((size_t)(nt * hg * c2), sizeof(float), err, "pool u");
     float *o = ma_malloc((size_t)(nt * (hd + 2 * MA_GEMM_NR)), sizeof(float), err, "pool head out");
-    if (!u || !o) { free(u); free(o); return MA_ERR_NOMEM; }
+    if (!u || !o) {
+        free(u);
+        free(o);
+        return MA_ERR_NOMEM;
+    }
     const size_t es = ma_dtype_size(a->wk.dtype);
     for (int h0 = 0; h0 < H; h0 += hg) {
         const int nh = H - h0 < hg ? H - h0 : hg;
         for (int i = 0; i < nh; i++) { /* u_h = q_h Wk_g: Wk's rows g*hd.. read as B [hd][c2] */
             const int64_t r0 = (int64_t)((h0 + i) / grp) * hd;
             const ma_bmat wk = a->wk.panels ? (ma_bmat){MA_B_PANELS_T, a->wk.dtype, a->wk.data, c2, r0, a->wk.compute}
-                                            : (ma_bmat){MA_B_COLS, a->wk.dtype, (const uint8_t *)a->wk.data + (size_t)(r0 * c2) * es, c2, 0, a->wk.compute};
+                                            : (ma_bmat){MA_B_COLS, a->wk.dtype, (const uint8_t *)a->wk.data + (size_t)(r0 * c2) * es,
+                                                        c2,        0,           a->wk.compute};
             ma_gemm(nt, c2, hd, pq + (int64_t)(h0 + i) * hd, qd, &wk, NULL, 0, u + (int64_t)i * c2, nh * c2);
         }
         pool_pass pp = {pool_in, valid, u, nt, c2, nh, cfg->pool_mask, 1.0f / sqrtf((float)hd)};
@@ -301,8 +344,8 @@ static ma_status pool_attention_linear(const ma_config *cfg, const ma_vit_attn_w
 /* ------------------------------------------------------------------------------ forward */
 
 /* multi-head attention of x [n*L, dim] over itself per image (ViT blocks); out [n*L, dim] */
-static ma_status vit_self_attention(const ma_config *cfg, const ma_vit_attn_w *a, ma_kctx *kc, const float *x,
-                                    int n, int L, float *out, ma_error *err) {
+static ma_status vit_self_attention(const ma_config *cfg, const ma_vit_attn_w *a, ma_kctx *kc, const float *x, int n, int L, float *out,
+                                    ma_error *err) {
     const int H = cfg->vit_heads, KV = cfg->vit_kv_heads, hd = cfg->vit_head_dim, grp = H / KV;
     const int64_t rows = (int64_t)n * L, qd = (int64_t)H * hd, kd = (int64_t)KV * hd;
     ma_status s = MA_OK;
@@ -310,19 +353,43 @@ static ma_status vit_self_attention(const ma_config *cfg, const ma_vit_attn_w *a
     float *k = ma_malloc((size_t)(rows * kd), sizeof(float), err, "vit k");
     float *v = ma_malloc((size_t)(rows * kd), sizeof(float), err, "vit v");
     float *o = ma_malloc((size_t)(rows * qd), sizeof(float), err, "vit attn");
-    if (!q || !k || !v || !o) { s = MA_ERR_NOMEM; goto done; }
+    if (!q || !k || !v || !o) {
+        s = MA_ERR_NOMEM;
+        goto done;
+    }
     {
         const ma_mat *ws[3] = {&a->wq, &a->wk, &a->wv};
         const float *bs[3] = {a->bq, a->bk, a->bv};
         float *ys[3] = {q, k, v};
         if ((s = ma_linear_fused(kc, x, rows, 3, ws, bs, ys, err))) goto done;
     }
-    ma_attn_args att = {n, H, H / grp, L, L, hd, q, k, v, o, qd, kd, kd, qd,
-                        (int64_t)L * qd, (int64_t)L * kd, (int64_t)L * kd, (int64_t)L * qd, NULL, a->wq.compute};
+    ma_attn_args att = {n,
+                        H,
+                        H / grp,
+                        L,
+                        L,
+                        hd,
+                        q,
+                        k,
+                        v,
+                        o,
+                        qd,
+                        kd,
+                        kd,
+                        qd,
+                        (int64_t)L * qd,
+                        (int64_t)L * kd,
+                        (int64_t)L * kd,
+                        (int64_t)L * qd,
+                        NULL,
+                        a->wq.compute};
     s = ma_attention(kc, &att, err);
     if (!s) s = ma_linear(kc, o, rows, &a->wo, a->bo, out, err);
 done:
-    free(q); free(k); free(v); free(o);
+    free(q);
+    free(k);
+    free(v);
+    free(o);
     return s;
 }
 
@@ -373,9 +440,10 @@ static void bilinear(const float *map, int S, int Cm, float x, float y, float *d
  * output, and lift (the projector's last, bias-free linear) maps the global mean and the K samples
  * to the C channels: the same features from K + 1 rows of that linear instead of H*W (in exact
  * arithmetic; in fp32 the sums are taken in another order). lift NULL: Cm == C. */
-static ma_status sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float *tokens, int n, int Cm, const ma_mat *lift,
-                                 int H, int W, float *out, float *coords_out, ma_error *err) {
-    const int C = w->channels, K = w->tokens, S = H < W ? H : W, hmax = w->scout_hidden > w->coord_hidden ? w->scout_hidden : w->coord_hidden;
+static ma_status sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float *tokens, int n, int Cm, const ma_mat *lift, int H, int W,
+                                 float *out, float *coords_out, ma_error *err) {
+    const int C = w->channels, K = w->tokens, S = H < W ? H : W,
+              hmax = w->scout_hidden > w->coord_hidden ? w->scout_hidden : w->coord_hidden;
     const int64_t nk = (int64_t)n * K;
     ma_status s = MA_OK;
     float *fmap = NULL;
@@ -386,12 +454,18 @@ static ma_status sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float
     float *cemb = ma_malloc((size_t)nk * (size_t)C, sizeof(float), err, "sampler");
     float *samp = lift ? ma_malloc((size_t)nk * (size_t)Cm, sizeof(float), err, "sampler") : out;
     double *sums = ma_malloc((size_t)Cm, sizeof(double), err, "sampler");
-    if (!gm || !glob || !coords || !hid || !cemb || !samp || !sums) { s = MA_ERR_NOMEM; goto done; }
+    if (!gm || !glob || !coords || !hid || !cemb || !samp || !sums) {
+        s = MA_ERR_NOMEM;
+        goto done;
+    }
     /* the global mean, row by row: every channel's sum in the same order as a column walk, but
      * Cm independent chains instead of one (Cm is the projector's 9728 with lift) */
     for (int img = 0; img < n; img++) {
         const float *map = square_map(tokens + (size_t)img * H * W * Cm, Cm, H, W, &fmap, err);
-        if (!map) { s = MA_ERR_NOMEM; goto done; }
+        if (!map) {
+            s = MA_ERR_NOMEM;
+            goto done;
+        }
         memset(sums, 0, sizeof(double) * (size_t)Cm);
         for (int i = 0; i < S * S; i++)
             for (int c = 0; c < Cm; c++) sums[c] += map[(size_t)i * Cm + c];
@@ -416,7 +490,10 @@ static ma_status sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float
     for (int64_t i = 0; i < 2 * nk; i++) coords[i] = 1.0f / (1.0f + expf(-coords[i]));
     for (int img = 0; img < n; img++) {
         const float *map = square_map(tokens + (size_t)img * H * W * Cm, Cm, H, W, &fmap, err);
-        if (!map) { s = MA_ERR_NOMEM; goto done; }
+        if (!map) {
+            s = MA_ERR_NOMEM;
+            goto done;
+        }
         for (int k = 0; k < K; k++) {
             const int64_t r = (int64_t)img * K + k;
             bilinear(map, S, Cm, coords[2 * r], coords[2 * r + 1], samp + r * Cm);
@@ -432,14 +509,22 @@ static ma_status sampler_forward(const ma_sampler_w *w, ma_kctx *kc, const float
     ma_add(out, cemb, nk * C);
     if (coords_out) memcpy(coords_out, coords, sizeof(float) * 2 * (size_t)nk);
 done:
-    free(fmap); free(gm); free(coords); free(hid); free(cemb); free(sums);
-    if (lift) { free(glob); free(samp); }
+    free(fmap);
+    free(gm);
+    free(coords);
+    free(hid);
+    free(cemb);
+    free(sums);
+    if (lift) {
+        free(glob);
+        free(samp);
+    }
     return s;
 }
 
 /* the projector's SwiGLU hidden activations: silu(x W1^T) * (x W3^T), [rows, proj_inter] */
-static ma_status projector_hidden(const ma_config *cfg, const ma_vision_w *w, ma_kctx *kc, const float *x, int64_t rows,
-                                  float *g, ma_error *err) {
+static ma_status projector_hidden(const ma_config *cfg, const ma_vision_w *w, ma_kctx *kc, const float *x, int64_t rows, float *g,
+                                  ma_error *err) {
     ma_status s = MA_OK;
     float *u = ma_malloc((size_t)(rows * cfg->proj_inter), sizeof(float), err, "projector");
     if (!u) return MA_ERR_NOMEM;
@@ -455,8 +540,8 @@ done:
     return s;
 }
 
-static ma_status projector(const ma_config *cfg, const ma_vision_w *w, ma_kctx *kc, const float *x, int64_t rows,
-                           float *out, ma_error *err) {
+static ma_status projector(const ma_config *cfg, const ma_vision_w *w, ma_kctx *kc, const float *x, int64_t rows, float *out,
+                           ma_error *err) {
     float *g = ma_malloc((size_t)(rows * cfg->proj_inter), sizeof(float), err, "projector");
     if (!g) return MA_ERR_NOMEM;
     ma_status s = projector_hidden(cfg, w, kc, x, rows, g, err);
@@ -465,8 +550,8 @@ static ma_status projector(const ma_config *cfg, const ma_vision_w *w, ma_kctx *
     return s;
 }
 
-ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx *kc, const float *pixels, int n,
-                            float *features, const ma_vision_trace *trace, ma_error *err) {
+ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx *kc, const float *pixels, int n, float *features,
+                            const ma_vision_trace *trace, ma_error *err) {
     const int P = cfg->patch_h * cfg->patch_w, dv = cfg->vit_hidden, pp = 3 * cfg->patch * cfg->patch;
     const int T = cfg->pooled_h * cfg->pooled_w, c2 = cfg->n_taps * dv, dp = cfg->pool_hidden;
     const int64_t rows = (int64_t)n * P;
@@ -479,7 +564,10 @@ ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx 
     taps = ma_malloc((size_t)(rows * c2), sizeof(float), err, "vit taps");
     mlp = ma_malloc((size_t)(rows * cfg->vit_inter), sizeof(float), err, "vit mlp");
     posrow = ma_malloc((size_t)dv, sizeof(float), err, "pos");
-    if (!px || !x || !h || !taps || !mlp || !posrow) { s = MA_ERR_NOMEM; goto done; }
+    if (!px || !x || !h || !taps || !mlp || !posrow) {
+        s = MA_ERR_NOMEM;
+        goto done;
+    }
     /* upstream canonicalises float pixels onto the uint8 grid before the ViT */
     for (int64_t i = 0; i < rows * pp; i++) {
         float u = nearbyintf((pixels[i] + 1.0f) * 0.5f * 255.0f);
@@ -518,7 +606,11 @@ ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx 
     po = ma_malloc((size_t)(nt * qd), sizeof(float), err, "pool out");
     pooled = ma_malloc((size_t)(nt * dp), sizeof(float), err, "pooled");
     uint8_t *valid = ma_calloc((size_t)(nt * 4), 1, err, "pool mask");
-    if (!pool_in || !query || !pq || !po || !pooled || !valid) { free(valid); s = MA_ERR_NOMEM; goto done; }
+    if (!pool_in || !query || !pq || !po || !pooled || !valid) {
+        free(valid);
+        s = MA_ERR_NOMEM;
+        goto done;
+    }
     for (int img = 0; img < n; img++)
         for (int ti = 0; ti < cfg->pooled_h; ti++)
             for (int tj = 0; tj < cfg->pooled_w; tj++) {
@@ -529,14 +621,18 @@ ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx 
                     if (r < 0 || r >= cfg->patch_h || c < 0 || c >= cfg->patch_w) continue;
                     valid[tok * 4 + slot] = 1;
                     count++;
-                    memcpy(pool_in + (tok * 4 + slot) * c2, taps + ((int64_t)img * P + r * cfg->patch_w + c) * c2, sizeof(float) * (size_t)c2);
+                    memcpy(pool_in + (tok * 4 + slot) * c2, taps + ((int64_t)img * P + r * cfg->patch_w + c) * c2,
+                           sizeof(float) * (size_t)c2);
                 }
                 float *qrow = query + tok * c2;
                 for (int slot = 0; slot < 4; slot++) ma_add(qrow, pool_in + (tok * 4 + slot) * c2, c2);
                 float denom = cfg->pool_mask ? (float)(count ? count : 1) : 4.0f;
                 for (int c = 0; c < c2; c++) qrow[c] /= denom;
             }
-    if ((s = ma_linear(kc, query, nt, &w->pool.wq, w->pool.bq, pq, err))) { free(valid); goto done; }
+    if ((s = ma_linear(kc, query, nt, &w->pool.wq, w->pool.bq, pq, err))) {
+        free(valid);
+        goto done;
+    }
     s = !kc->scalar && pool_linear_ok(&w->pool) ? pool_attention_linear(cfg, &w->pool, pool_in, valid, pq, nt, po, err)
                                                 : pool_attention_slots(cfg, &w->pool, kc, pool_in, valid, pq, nt, po, err);
     free(valid);
@@ -550,7 +646,10 @@ ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx 
     float *coords = trace ? trace->coords : NULL;
     if (w->sampler_place == MA_SAMPLER_AFTER_POOLING) {
         stage = ma_malloc((size_t)(nk * dp), sizeof(float), err, "sampled");
-        if (!stage) { s = MA_ERR_NOMEM; goto done; }
+        if (!stage) {
+            s = MA_ERR_NOMEM;
+            goto done;
+        }
         if ((s = sampler_forward(&w->sampler, kc, pooled, n, dp, NULL, cfg->pooled_h, cfg->pooled_w, stage, coords, err))) goto done;
         if ((s = projector(cfg, w, kc, stage, nk, features, err))) goto done;
         if (trace && trace->projected) memcpy(trace->projected, features, sizeof(float) * (size_t)(nk * cfg->d));
@@ -558,16 +657,31 @@ ma_status ma_vision_forward(const ma_config *cfg, const ma_vision_w *w, ma_kctx 
         /* the sampler reads the projector's hidden activations and applies its last linear to
          * K + 1 rows per image (sampler_forward); the full projection only for a trace */
         stage = ma_malloc((size_t)(nt * cfg->proj_inter), sizeof(float), err, "projector hidden");
-        if (!stage) { s = MA_ERR_NOMEM; goto done; }
+        if (!stage) {
+            s = MA_ERR_NOMEM;
+            goto done;
+        }
         if ((s = projector_hidden(cfg, w, kc, pooled, nt, stage, err))) goto done;
         if (trace && trace->projected && (s = ma_linear(kc, stage, nt, &w->proj_w2, NULL, trace->projected, err))) goto done;
-        if ((s = sampler_forward(&w->sampler, kc, stage, n, cfg->proj_inter, &w->proj_w2, cfg->pooled_h, cfg->pooled_w, features, coords, err))) goto done;
+        if ((s = sampler_forward(&w->sampler, kc, stage, n, cfg->proj_inter, &w->proj_w2, cfg->pooled_h, cfg->pooled_w, features, coords,
+                                 err)))
+            goto done;
     } else {
         if ((s = projector(cfg, w, kc, pooled, nt, features, err))) goto done;
         if (trace && trace->projected) memcpy(trace->projected, features, sizeof(float) * (size_t)(nt * cfg->d));
     }
 done:
-    free(px); free(x); free(h); free(taps); free(mlp); free(pool_in); free(query); free(posrow);
-    free(pq); free(po); free(pooled); free(stage);
+    free(px);
+    free(x);
+    free(h);
+    free(taps);
+    free(mlp);
+    free(pool_in);
+    free(query);
+    free(posrow);
+    free(pq);
+    free(po);
+    free(pooled);
+    free(stage);
     return s;
 }

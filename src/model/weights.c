@@ -21,8 +21,8 @@ static char *swap_suffix(const char *name, const char *from, const char *to) {
     return r;
 }
 
-ma_status ma_ws_init(ma_weightset *ws, const char *label, size_t n, const char *const *names, const ma_dtype *dtypes,
-                     const int *ndims, const int64_t (*shapes)[MA_MAX_DIMS], const void *const *datas, ma_error *err) {
+ma_status ma_ws_init(ma_weightset *ws, const char *label, size_t n, const char *const *names, const ma_dtype *dtypes, const int *ndims,
+                     const int64_t (*shapes)[MA_MAX_DIMS], const void *const *datas, ma_error *err) {
     memset(ws, 0, sizeof *ws);
     ws->label = label;
     ws->compute_force = -1;
@@ -37,7 +37,10 @@ ma_status ma_ws_init(ma_weightset *ws, const char *label, size_t n, const char *
     const size_t skip = peft ? 23 : (lerobot && has_double) ? 6 : 0;
     ws->refs = ma_calloc(n ? n : 1, sizeof *ws->refs, err, label);
     ws->names = ma_calloc(n ? n : 1, sizeof *ws->names, err, label);
-    if (!ws->refs || !ws->names) { ma_ws_free(ws); return MA_ERR_NOMEM; }
+    if (!ws->refs || !ws->names) {
+        ma_ws_free(ws);
+        return MA_ERR_NOMEM;
+    }
     ma_status s = MA_OK;
     for (size_t i = 0; i < n && !s; i++) {
         const char *nm = names[i] + skip;
@@ -45,7 +48,10 @@ ma_status ma_ws_init(ma_weightset *ws, const char *label, size_t n, const char *
         char *own = swap_suffix(nm, ".base_layer.weight", ".weight");
         if (!own) own = swap_suffix(nm, ".base_layer.bias", ".bias");
         if (!own) own = strdup(nm);
-        if (!own) { s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label); break; }
+        if (!own) {
+            s = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", label);
+            break;
+        }
         ma_wref *r = &ws->refs[ws->count];
         ws->names[ws->count] = own;
         r->name = own;
@@ -57,15 +63,20 @@ ma_status ma_ws_init(ma_weightset *ws, const char *label, size_t n, const char *
     }
     if (!s) qsort(ws->refs, ws->count, sizeof *ws->refs, ref_cmp);
     for (size_t i = 1; !s && i < ws->count; i++)
-        if (strcmp(ws->refs[i].name, ws->refs[i - 1].name) == 0) s = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s appears twice", label, ws->refs[i].name);
+        if (strcmp(ws->refs[i].name, ws->refs[i - 1].name) == 0)
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s appears twice", label, ws->refs[i].name);
     /* the adapters: X.lora_A.<adapter>.weight [r, cols] and X.lora_B.<adapter>.weight [rows, r] */
     for (size_t i = 0; i < n && !s; i++) {
         const char *nm = names[i] + skip, *a = strstr(nm, ".lora_A."), *b = strstr(nm, ".lora_B.");
-        if (strstr(nm, ".lora_embedding_")) { s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: tensor %s: LoRA on an embedding is not supported", label, names[i]); break; }
+        if (strstr(nm, ".lora_embedding_")) {
+            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: tensor %s: LoRA on an embedding is not supported", label, names[i]);
+            break;
+        }
         if (!a && !b) continue;
         const char *at = a ? a : b;
         if (strcmp(at + 8, "default.weight") && strcmp(at + 8, "weight")) {
-            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: tensor %s: a LoRA adapter other than the default one, or a LoRA bias", label, names[i]);
+            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: tensor %s: a LoRA adapter other than the default one, or a LoRA bias", label,
+                        names[i]);
             break;
         }
         char base[512];
@@ -76,16 +87,32 @@ ma_status ma_ws_init(ma_weightset *ws, const char *label, size_t n, const char *
             break;
         }
         if (a) {
-            if (shapes[i][1] != w->shape[1]) { s = ma_fail(err, MA_ERR_SHAPE, "%s: %s is [%lld, %lld], %s has %lld columns", label, names[i], (long long)shapes[i][0], (long long)shapes[i][1], base, (long long)w->shape[1]); break; }
+            if (shapes[i][1] != w->shape[1]) {
+                s = ma_fail(err, MA_ERR_SHAPE, "%s: %s is [%lld, %lld], %s has %lld columns", label, names[i], (long long)shapes[i][0],
+                            (long long)shapes[i][1], base, (long long)w->shape[1]);
+                break;
+            }
             w->lora_a = datas[i];
             w->lora_dtype_a = dtypes[i];
-            if (w->lora_rank && w->lora_rank != shapes[i][0]) { s = ma_fail(err, MA_ERR_SHAPE, "%s: %s: rank %lld, lora_B says %lld", label, names[i], (long long)shapes[i][0], (long long)w->lora_rank); break; }
+            if (w->lora_rank && w->lora_rank != shapes[i][0]) {
+                s = ma_fail(err, MA_ERR_SHAPE, "%s: %s: rank %lld, lora_B says %lld", label, names[i], (long long)shapes[i][0],
+                            (long long)w->lora_rank);
+                break;
+            }
             w->lora_rank = shapes[i][0];
         } else {
-            if (shapes[i][0] != w->shape[0]) { s = ma_fail(err, MA_ERR_SHAPE, "%s: %s is [%lld, %lld], %s has %lld rows", label, names[i], (long long)shapes[i][0], (long long)shapes[i][1], base, (long long)w->shape[0]); break; }
+            if (shapes[i][0] != w->shape[0]) {
+                s = ma_fail(err, MA_ERR_SHAPE, "%s: %s is [%lld, %lld], %s has %lld rows", label, names[i], (long long)shapes[i][0],
+                            (long long)shapes[i][1], base, (long long)w->shape[0]);
+                break;
+            }
             w->lora_b = datas[i];
             w->lora_dtype_b = dtypes[i];
-            if (w->lora_rank && w->lora_rank != shapes[i][1]) { s = ma_fail(err, MA_ERR_SHAPE, "%s: %s: rank %lld, lora_A says %lld", label, names[i], (long long)shapes[i][1], (long long)w->lora_rank); break; }
+            if (w->lora_rank && w->lora_rank != shapes[i][1]) {
+                s = ma_fail(err, MA_ERR_SHAPE, "%s: %s: rank %lld, lora_A says %lld", label, names[i], (long long)shapes[i][1],
+                            (long long)w->lora_rank);
+                break;
+            }
             w->lora_rank = shapes[i][1];
         }
         if (w->lora_a && w->lora_b && !w->has_lora) {
@@ -95,7 +122,8 @@ ma_status ma_ws_init(ma_weightset *ws, const char *label, size_t n, const char *
     }
     for (size_t i = 0; !s && i < ws->count; i++)
         if ((ws->refs[i].lora_a != NULL) != (ws->refs[i].lora_b != NULL))
-            s = ma_fail(err, MA_ERR_FORMAT, "%s: %s has lora_%s but not lora_%s", label, ws->refs[i].name, ws->refs[i].lora_a ? "A" : "B", ws->refs[i].lora_a ? "B" : "A");
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: %s has lora_%s but not lora_%s", label, ws->refs[i].name, ws->refs[i].lora_a ? "A" : "B",
+                        ws->refs[i].lora_a ? "B" : "A");
     if (s) ma_ws_free(ws);
     return s;
 }
@@ -117,7 +145,8 @@ ma_wref *ma_ws_find(const ma_weightset *ws, const char *name) {
         size_t mid = lo + (hi - lo) / 2;
         int c = strcmp(ws->refs[mid].name, name);
         if (c == 0) return &ws->refs[mid];
-        if (c < 0) lo = mid + 1; else hi = mid;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
     }
     return NULL;
 }
@@ -129,8 +158,8 @@ static int float_type(ma_dtype dt) {
 static ma_status shape_err(const ma_weightset *ws, const ma_wref *r, const char *want, ma_error *err) {
     char have[128];
     ma_tensor t = ma_tensor_view(r->dtype, r->ndim, r->shape, NULL);
-    return ma_fail(err, MA_ERR_SHAPE, "%s: tensor %s has shape %s, expected %s", ws->label, r->name,
-                   ma_shape_str(&t, have, sizeof have), want);
+    return ma_fail(err, MA_ERR_SHAPE, "%s: tensor %s has shape %s, expected %s", ws->label, r->name, ma_shape_str(&t, have, sizeof have),
+                   want);
 }
 
 int ma_ws_packed(const ma_weightset *ws, const ma_wref *r) {

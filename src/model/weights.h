@@ -22,7 +22,7 @@ typedef struct ma_wref {
     int ndim;
     int64_t shape[MA_MAX_DIMS];
     const void *data;
-    int used; /* 0 unclaimed, 1 bound, 2 known but not needed (ma_ws_ignore) */
+    int used;           /* 0 unclaimed, 1 bound, 2 known but not needed (ma_ws_ignore) */
     ma_compute compute; /* a context's compute plan for this matrix (compile --compute) */
     /* unmerged LoRA (LeRobot's PEFT wrapping: base_layer + lora_A.default + lora_B.default):
      * W + lora_scale * B A, merged by compile (B [rows, r], A [r, cols]) */
@@ -35,14 +35,14 @@ typedef struct ma_wref {
 
 typedef struct ma_weightset {
     int panel_layout; /* contexts: matrices with a multiple of 16 rows are in the GEMM panel layout */
-    ma_wref *refs; /* sorted by name */
+    ma_wref *refs;    /* sorted by name */
     size_t count;
-    char **names;  /* owned normalised names */
-    void **owned;  /* converted vectors */
+    char **names; /* owned normalised names */
+    void **owned; /* converted vectors */
     size_t n_owned, cap_owned;
     const char *label;
-    int compute_force; /* -1: each matrix's own plan; else the ma_compute every matrix gets (MOLMOACT_COMPUTE) */
-    size_t n_lora; /* matrices with unmerged LoRA adapters */
+    int compute_force;    /* -1: each matrix's own plan; else the ma_compute every matrix gets (MOLMOACT_COMPUTE) */
+    size_t n_lora;        /* matrices with unmerged LoRA adapters */
     char lora_first[256]; /* the first of them, for messages */
 } ma_weightset;
 
@@ -51,8 +51,8 @@ typedef struct ma_weightset {
  * wrapped for LoRA) is mapped onto the HF layout; LoRA adapters are attached to their matrix
  * (X.base_layer.weight becomes X.weight; X.lora_A.default.weight and X.lora_B.default.weight
  * its adapters) and counted in n_lora, their scale left at 0 for the caller to set. */
-ma_status ma_ws_init(ma_weightset *ws, const char *label, size_t n, const char *const *names, const ma_dtype *dtypes,
-                     const int *ndims, const int64_t (*shapes)[MA_MAX_DIMS], const void *const *datas, ma_error *err);
+ma_status ma_ws_init(ma_weightset *ws, const char *label, size_t n, const char *const *names, const ma_dtype *dtypes, const int *ndims,
+                     const int64_t (*shapes)[MA_MAX_DIMS], const void *const *datas, ma_error *err);
 void ma_ws_free(ma_weightset *ws);
 ma_wref *ma_ws_find(const ma_weightset *ws, const char *name);
 /* a [rows, cols] matrix view */

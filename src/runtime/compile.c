@@ -178,11 +178,14 @@ static ma_status fill_tensor(void *ctx, void *dst, size_t bytes, ma_error *err) 
                 float w0 = 0.0f;
                 ma_convert_to_f32(r->dtype, r->data, k * cols + c, 1, &w0);
                 if (R)
-                    s = ma_fail(err, MA_ERR_RANGE, "%s: the LoRA merge W + %g * lora_B @ lora_A gives %g at [%lld, %lld] (W %g, delta %g)%s: "
-                                "the adapter or its lora_alpha is broken", r->name, (double)r->lora_scale, (double)row[c], (long long)k,
-                                (long long)c, (double)w0, (double)delta[c], isfinite(row[c]) ? ", beyond what the stored type holds" : "");
+                    s = ma_fail(err, MA_ERR_RANGE,
+                                "%s: the LoRA merge W + %g * lora_B @ lora_A gives %g at [%lld, %lld] (W %g, delta %g)%s: "
+                                "the adapter or its lora_alpha is broken",
+                                r->name, (double)r->lora_scale, (double)row[c], (long long)k, (long long)c, (double)w0, (double)delta[c],
+                                isfinite(row[c]) ? ", beyond what the stored type holds" : "");
                 else if (!isfinite(row[c]))
-                    s = ma_fail(err, MA_ERR_RANGE, "%s: the checkpoint holds %g at [%lld, %lld]", r->name, (double)row[c], (long long)k, (long long)c);
+                    s = ma_fail(err, MA_ERR_RANGE, "%s: the checkpoint holds %g at [%lld, %lld]", r->name, (double)row[c], (long long)k,
+                                (long long)c);
                 else
                     s = ma_fail(err, MA_ERR_RANGE, "%s: %g at [%lld, %lld] is beyond what %s holds (|x| <= %g)%s", r->name, (double)row[c],
                                 (long long)k, (long long)c, dtype_label(j->dt), (double)limit,
@@ -294,12 +297,16 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
         ma_dtype dt = r->ndim == 1 ? MA_DT_F32 : mat_type;
         for (int k = 0; k < o->n_keep && r->ndim == 2; k++) {
             ma_dtype kt;
-            if (!fnmatch(o->keep_pattern[k], r->name, 0) && parse_precision(o->keep_prec[k], &kt) && precision_rank(kt) > precision_rank(dt))
+            if (!fnmatch(o->keep_pattern[k], r->name, 0) && parse_precision(o->keep_prec[k], &kt) &&
+                precision_rank(kt) > precision_rank(dt))
                 dt = kt;
         }
         int64_t cols = r->ndim == 1 ? r->shape[0] : r->shape[1];
         if ((dt == MA_DT_Q8_0 || dt == MA_DT_Q4_0) && cols % 32) dt = MA_DT_F16;
-        if (r->ndim > 2) { s = ma_fail(err, MA_ERR_UNSUPPORTED, "tensor %s has %d dims", r->name, r->ndim); break; }
+        if (r->ndim > 2) {
+            s = ma_fail(err, MA_ERR_UNSUPPORTED, "tensor %s has %d dims", r->name, r->ndim);
+            break;
+        }
         if (r->ndim == 2 && dt != mat_type && !(dt == MA_DT_F16 && cols % 32) && (s = append_line(&kept, r->name, err))) break;
         /* converted when the file is written, one tensor in memory at a time */
         fills[n_fill] = (fill_job){r, dt};
@@ -350,7 +357,13 @@ static void remove_flat_dir(const char *dir) {
             const long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
             if (n <= 0) break;
             for (long off = 0; off < n;) {
-                struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *e = (void *)(buf + off);
+                struct {
+                    uint64_t ino;
+                    int64_t off;
+                    unsigned short reclen;
+                    unsigned char type;
+                    char name[];
+                } *e = (void *)(buf + off);
                 if (!(e->name[0] == '.' && (!e->name[1] || (e->name[1] == '.' && !e->name[2])))) unlinkat(fd, e->name, 0);
                 off += e->reclen;
             }
@@ -417,7 +430,10 @@ static void remove_stale_staging(const char *out_dir, size_t ol) {
         struct stat st;
         if (lstat(path, &st) || !S_ISDIR(st.st_mode)) continue;
         const int fd = open(lock, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO planted here: not waited on */
-        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB)) { close(fd); continue; } /* a compile running now */
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB)) {
+            close(fd);
+            continue;
+        } /* a compile running now */
         /* only a directory of regular files, as compile leaves them */
         int flat = 1;
         DIR *sd = opendir(path);
@@ -526,8 +542,8 @@ static int path_within(const char *path, const char *dir) {
 static ma_status check_not_within(const char *out_dir, const char *dir, const char *what, ma_error *err) {
     const int w = path_within(out_dir, dir);
     if (!w) return MA_OK;
-    return ma_fail(err, MA_ERR_ARG, "-o %s is %s%s %s: compile would write its contexts into it; give an output directory outside it", out_dir,
-                   w == 1 ? "" : "inside ", what, dir);
+    return ma_fail(err, MA_ERR_ARG, "-o %s is %s%s %s: compile would write its contexts into it; give an output directory outside it",
+                   out_dir, w == 1 ? "" : "inside ", what, dir);
 }
 
 /* every --keep and --compute-keep pattern must match a matrix it can act on: a pattern that
@@ -549,10 +565,12 @@ static ma_status check_patterns(const ma_model *m, const ma_compile_opts *o, con
         }
         if (hit) continue;
         if (is_keep)
-            return ma_fail(err, MA_ERR_ARG, "--keep %s=%s: the pattern matches no matrix of %s (`molmoact inspect %s` lists their names)", pat,
-                           o->keep_prec[k], hf_dir, hf_dir);
-        return ma_fail(err, MA_ERR_ARG, "--compute-keep %s: the pattern matches no matrix of a component computed in bf16 (--compute) in %s "
-                       "(`molmoact inspect %s` lists their names)", pat, hf_dir, hf_dir);
+            return ma_fail(err, MA_ERR_ARG, "--keep %s=%s: the pattern matches no matrix of %s (`molmoact inspect %s` lists their names)",
+                           pat, o->keep_prec[k], hf_dir, hf_dir);
+        return ma_fail(err, MA_ERR_ARG,
+                       "--compute-keep %s: the pattern matches no matrix of a component computed in bf16 (--compute) in %s "
+                       "(`molmoact inspect %s` lists their names)",
+                       pat, hf_dir, hf_dir);
     }
     return MA_OK;
 }
@@ -579,8 +597,8 @@ static void derive_compile_id(const char *fingerprint, const char *config_json, 
     id_field(&h, ma_gemm_kernels());
     /* a kernel set asked for by name: scalar, and the vector math's set, follow it too */
     id_field(&h, o->settings && o->settings->kernels[0] ? o->settings->kernels : NULL);
-    snprintf(num, sizeof num, "format %d prompt_seq %d suffixed %u keep %d compute_keep %d", MA_CONTEXT_FORMAT, o->prompt_seq,
-             o->suffixed, o->n_keep, o->n_compute_keep);
+    snprintf(num, sizeof num, "format %d prompt_seq %d suffixed %u keep %d compute_keep %d", MA_CONTEXT_FORMAT, o->prompt_seq, o->suffixed,
+             o->n_keep, o->n_compute_keep);
     id_field(&h, num);
     id_field(&h, fingerprint);
     id_field(&h, config_json);
@@ -601,17 +619,24 @@ static void derive_compile_id(const char *fingerprint, const char *config_json, 
 
 ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_opts *o, ma_error *err) {
     ma_dtype tv, tl, ta;
-    if (!parse_precision(o->vision, &tv)) return ma_fail(err, MA_ERR_ARG, "--vision %s: precision must be f16, bf16, q8_0 or q4_0", o->vision);
+    if (!parse_precision(o->vision, &tv))
+        return ma_fail(err, MA_ERR_ARG, "--vision %s: precision must be f16, bf16, q8_0 or q4_0", o->vision);
     if (!parse_precision(o->llm, &tl)) return ma_fail(err, MA_ERR_ARG, "--llm %s: precision must be f16, bf16, q8_0 or q4_0", o->llm);
-    if (!parse_precision(o->action, &ta)) return ma_fail(err, MA_ERR_ARG, "--action %s: precision must be f16, bf16, q8_0 or q4_0", o->action);
+    if (!parse_precision(o->action, &ta))
+        return ma_fail(err, MA_ERR_ARG, "--action %s: precision must be f16, bf16, q8_0 or q4_0", o->action);
     for (int k = 0; k < o->n_keep; k++) {
         ma_dtype kt;
         if (!o->keep_pattern[k][0] || !parse_precision(o->keep_prec[k], &kt))
-            return ma_fail(err, MA_ERR_ARG, "--keep %s=%s: must be PATTERN=P, P one of f16, bf16, q8_0, q4_0", o->keep_pattern[k], o->keep_prec[k]);
+            return ma_fail(err, MA_ERR_ARG, "--keep %s=%s: must be PATTERN=P, P one of f16, bf16, q8_0, q4_0", o->keep_pattern[k],
+                           o->keep_prec[k]);
     }
     for (int c = 0; c < 3; c++)
         if (o->compute[c] && strcmp(o->compute[c], "fp32") && strcmp(o->compute[c], "bf16"))
-            return ma_fail(err, MA_ERR_ARG, "--compute: %s's plan %s (fp32 or bf16)", c == 0 ? "vision" : c == 1 ? "llm" : "action", o->compute[c]);
+            return ma_fail(err, MA_ERR_ARG, "--compute: %s's plan %s (fp32 or bf16)",
+                           c == 0   ? "vision"
+                           : c == 1 ? "llm"
+                                    : "action",
+                           o->compute[c]);
     for (int k = 0; k < o->n_compute_keep; k++)
         if (!o->compute_keep[k][0]) return ma_fail(err, MA_ERR_ARG, "--compute-keep: an empty pattern");
     if (o->prompt_seq < 1 || o->prompt_seq > MA_MAX_PROMPT_SEQ)
@@ -642,8 +667,9 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
     for (size_t i = 0; i < m.ws.count; i++)
         if (m.ws.refs[i].has_lora && !strncmp(m.ws.refs[i].name, "model.action_expert.", 20) &&
             (strstr(m.ws.refs[i].name, "modulation") || strstr(m.ws.refs[i].name, "time_embed"))) {
-            s = ma_fail(err, MA_ERR_UNSUPPORTED, "%s: %s carries a LoRA adapter: merge the action expert's adapters first (PEFT merge_and_unload)",
-                        hf_dir, m.ws.refs[i].name);
+            s = ma_fail(err, MA_ERR_UNSUPPORTED,
+                        "%s: %s carries a LoRA adapter: merge the action expert's adapters first (PEFT merge_and_unload)", hf_dir,
+                        m.ws.refs[i].name);
             ma_model_close(&m);
             return s;
         }
@@ -661,8 +687,7 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
         s = lr ? ma_lerobot_open(hf_dir, m.set.base_dir, m.set.hub_cache, lr, err) : ma_fail(err, MA_ERR_NOMEM, "out of memory");
         if (!s) s = ma_lerobot_config_json(lr, &config_json, err);
         if (!s) s = ma_lerobot_norm_stats_json(lr, "lerobot", &lr_stats, err);
-    } else if (!s && !(config_json = strdup(src_config)))
-        s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    } else if (!s && !(config_json = strdup(src_config))) s = ma_fail(err, MA_ERR_NOMEM, "out of memory");
     if (!s) s = ma_checkpoint_fingerprint(&m.st, fingerprint, err);
     if (!s) derive_compile_id(fingerprint, config_json, src_config, lr_stats, o, compile_id);
     free(src_config);

@@ -13,7 +13,10 @@ ma_status ma_engine_open(const char *dir, const char *norm_tag, int inproc, cons
                          const ma_resident_opts *ropts, ma_engine *e, ma_error *err) {
     memset(e, 0, sizeof *e);
     ma_settings defaults;
-    if (!st) { ma_settings_init(&defaults); st = &defaults; }
+    if (!st) {
+        ma_settings_init(&defaults);
+        st = &defaults;
+    }
     e->inproc = inproc;
     e->backend = be;
     ma_status s;
@@ -49,7 +52,10 @@ static long vm_hwm_kb(pid_t pid) {
     long kb = 0;
     if (!f) return 0;
     while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmHWM:", 6)) { sscanf(line + 6, "%ld", &kb); break; }
+        if (!strncmp(line, "VmHWM:", 6)) {
+            sscanf(line + 6, "%ld", &kb);
+            break;
+        }
     fclose(f);
     return kb;
 }

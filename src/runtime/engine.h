@@ -8,10 +8,10 @@
 #include "runtime/resident.h"
 
 typedef struct ma_engine {
-    ma_model host;        /* everything (inproc) or the host part only (resident) */
-    ma_runner local;      /* inproc */
+    ma_model host;   /* everything (inproc) or the host part only (resident) */
+    ma_runner local; /* inproc */
     ma_resident *resident;
-    ma_runner *runner;    /* the active one */
+    ma_runner *runner; /* the active one */
     const ma_backend *backend;
     int inproc;
 } ma_engine;

@@ -48,7 +48,10 @@ static double inference(const ma_timing *t) {
     return t->vision + t->llm[0] + t->llm[1] + t->llm[2] + t->llm[3] + t->action_context + t->action_step;
 }
 
-typedef struct { const char *name; double mean, min, max; } row;
+typedef struct {
+    const char *name;
+    double mean, min, max;
+} row;
 
 static int rows(const ma_latency *l, int flow_steps, row *out) {
     ma_timing m = latency_mean(l);
@@ -82,11 +85,11 @@ void ma_latency_print(const ma_latency *l, const char *mode, int flow_steps, FIL
 
 void ma_latency_print_json(const ma_latency *l, const char *mode, int flow_steps, FILE *f) {
     ma_timing m = latency_mean(l);
-    fprintf(f, "{\"runs\": %d, \"mode\": \"%s\", \"mean_ms\": {\"vision\": %.4f, \"llm_split0\": %.4f, \"llm_split1\": %.4f, "
-               "\"llm_split2\": %.4f, \"llm_split3\": %.4f, \"action_context\": %.4f, \"action_step\": %.4f, "
-               "\"action_step_calls\": %d, \"inference\": %.4f, \"transfer\": %.4f, \"host\": %.4f, \"total\": %.4f}, "
-               "\"min_total_ms\": %.4f, \"max_total_ms\": %.4f, \"median_total_ms\": %.4f, \"p90_total_ms\": %.4f}",
-            l->n, mode, m.vision, m.llm[0], m.llm[1], m.llm[2], m.llm[3], m.action_context, m.action_step, flow_steps,
-            inference(&m), m.transfer, m.host, m.total, l->n ? l->min.total : 0.0, l->max.total, total_percentile(l, 50),
-            total_percentile(l, 90));
+    fprintf(f,
+            "{\"runs\": %d, \"mode\": \"%s\", \"mean_ms\": {\"vision\": %.4f, \"llm_split0\": %.4f, \"llm_split1\": %.4f, "
+            "\"llm_split2\": %.4f, \"llm_split3\": %.4f, \"action_context\": %.4f, \"action_step\": %.4f, "
+            "\"action_step_calls\": %d, \"inference\": %.4f, \"transfer\": %.4f, \"host\": %.4f, \"total\": %.4f}, "
+            "\"min_total_ms\": %.4f, \"max_total_ms\": %.4f, \"median_total_ms\": %.4f, \"p90_total_ms\": %.4f}",
+            l->n, mode, m.vision, m.llm[0], m.llm[1], m.llm[2], m.llm[3], m.action_context, m.action_step, flow_steps, inference(&m),
+            m.transfer, m.host, m.total, l->n ? l->min.total : 0.0, l->max.total, total_percentile(l, 50), total_percentile(l, 90));
 }

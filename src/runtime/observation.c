@@ -20,7 +20,10 @@ ma_status ma_prepare_observation(const ma_model *m, const ma_image *images, int 
     const size_t P = (size_t)c->patch_h * c->patch_w, pp = 3u * c->patch * c->patch, hw = (size_t)c->image_h * c->image_w * 3;
     out->pixels = ma_malloc((size_t)n_images * P * pp, sizeof(float), err, "pixels");
     out->resized = ma_malloc((size_t)n_images * hw, 1, err, "resized images");
-    if (!out->pixels || !out->resized) { ma_prepared_free(out); return MA_ERR_NOMEM; }
+    if (!out->pixels || !out->resized) {
+        ma_prepared_free(out);
+        return MA_ERR_NOMEM;
+    }
     out->n_images = n_images;
     ma_status s = MA_OK;
     for (int i = 0; i < n_images && !s; i++) {
@@ -31,7 +34,8 @@ ma_status ma_prepare_observation(const ma_model *m, const ma_image *images, int 
     if (!s) s = ma_build_prompt(c, &m->ns, m->tok, &po, task, task_len, state, state_dim, &out->prompt, err);
     /* positions 0..n-1: past max_position_embeddings the model was never trained (config.json) */
     if (!s && out->prompt.n > c->max_positions)
-        s = ma_fail(err, MA_ERR_RANGE, "the prompt has %lld tokens, more than the model's %d positions (text_config.max_position_embeddings)",
+        s = ma_fail(err, MA_ERR_RANGE,
+                    "the prompt has %lld tokens, more than the model's %d positions (text_config.max_position_embeddings)",
                     (long long)out->prompt.n, c->max_positions);
     if (s) ma_prepared_free(out);
     return s;
@@ -45,7 +49,8 @@ ma_status ma_frame_image(const ma_frame *f, const char *label, ma_image *out, ma
         return ma_image_decode(f->encoded, f->encoded_len, label, out, err);
     }
     if (!f->data) return ma_fail(err, MA_ERR_ARG, "%s: no frame (data and encoded are NULL)", label);
-    if (f->height <= 0 || f->width <= 0) return ma_fail(err, MA_ERR_SHAPE, "%s: frame is %d x %d pixels (empty)", label, f->height, f->width);
+    if (f->height <= 0 || f->width <= 0)
+        return ma_fail(err, MA_ERR_SHAPE, "%s: frame is %d x %d pixels (empty)", label, f->height, f->width);
     if (f->height > MA_IMAGE_MAX_SIDE || f->width > MA_IMAGE_MAX_SIDE || (uint64_t)f->height * (uint64_t)f->width > MA_IMAGE_MAX_PIXELS)
         return ma_fail(err, MA_ERR_NOMEM, "%s: frame %d x %d exceeds the limit (%d per side, %u pixels)", label, f->height, f->width,
                        MA_IMAGE_MAX_SIDE, MA_IMAGE_MAX_PIXELS);
@@ -68,7 +73,10 @@ ma_status ma_prepare_pixels(const ma_model *m, const ma_image *images, int n, fl
     if (!px) return MA_ERR_NOMEM;
     for (int i = 0; i < n; i++) {
         ma_status s = ma_preprocess_image(c, &images[i], px + (size_t)i * P * pp, NULL, err);
-        if (s) { free(px); return s; }
+        if (s) {
+            free(px);
+            return s;
+        }
     }
     *pixels = px;
     return MA_OK;

@@ -39,8 +39,8 @@ static int row_gated(const ma_parity_report *rep, const ma_parity_row *r) {
     return !r->info && (!rep->end_to_end_only || !strcmp(r->session, "end_to_end"));
 }
 
-static ma_status add_row_info(ma_parity_report *rep, const char *session, const char *tensor, const float *got,
-                              const ma_tensor *ref, int info, ma_error *err) {
+static ma_status add_row_info(ma_parity_report *rep, const char *session, const char *tensor, const float *got, const ma_tensor *ref,
+                              int info, ma_error *err) {
     if (ma_grow_array(&rep->rows, &rep->cap, rep->n, 1, sizeof *rep->rows)) return ma_fail(err, MA_ERR_NOMEM, "parity: out of memory");
     ma_parity_row *row = &rep->rows[rep->n++];
     memset(row, 0, sizeof *row);
@@ -53,16 +53,17 @@ static ma_status add_row_info(ma_parity_report *rep, const char *session, const 
     return MA_OK;
 }
 
-static ma_status add_row(ma_parity_report *rep, const char *session, const char *tensor, const float *got,
-                         const ma_tensor *ref, ma_error *err) {
+static ma_status add_row(ma_parity_report *rep, const char *session, const char *tensor, const float *got, const ma_tensor *ref,
+                         ma_error *err) {
     return add_row_info(rep, session, tensor, got, ref, 0, err);
 }
 
 static ma_status need(const ma_npz *z, const char *file, const char *name, ma_dtype dt, const ma_tensor **out, ma_error *err) {
     *out = ma_npz_get(z, name);
     if (!*out) return ma_fail(err, MA_ERR_FORMAT, "golden %s: array %s is missing", file, name);
-    if ((*out)->dtype != dt) return ma_fail(err, MA_ERR_FORMAT, "golden %s: array %s has dtype %s, expected %s", file, name,
-                                            ma_dtype_name((*out)->dtype), ma_dtype_name(dt));
+    if ((*out)->dtype != dt)
+        return ma_fail(err, MA_ERR_FORMAT, "golden %s: array %s has dtype %s, expected %s", file, name, ma_dtype_name((*out)->dtype),
+                       ma_dtype_name(dt));
     return MA_OK;
 }
 
@@ -79,24 +80,35 @@ static ma_status same_shape(const char *what, const ma_tensor *got, const ma_ten
     for (int i = 0; ok && i < got->ndim; i++) ok = got->shape[i] == ref->shape[i];
     if (ok) return MA_OK;
     char a[96], b[96];
-    return ma_fail(err, MA_ERR_SHAPE, "%s: engine output %s, golden %s", what, ma_shape_str(got, a, sizeof a), ma_shape_str(ref, b, sizeof b));
+    return ma_fail(err, MA_ERR_SHAPE, "%s: engine output %s, golden %s", what, ma_shape_str(got, a, sizeof a),
+                   ma_shape_str(ref, b, sizeof b));
 }
 
 double ma_parity_default_gate(const ma_model *m, int *end_to_end_only) {
     double g = 0.9999;
     *end_to_end_only = 0;
     for (int i = 0; i < 3; i++) {
-        if (!strcmp(m->precision[i], "q8_0") && g > 0.999) { g = 0.999; *end_to_end_only = 1; }
-        if (!strcmp(m->precision[i], "q4_0")) { g = 0.99; *end_to_end_only = 1; }
+        if (!strcmp(m->precision[i], "q8_0") && g > 0.999) {
+            g = 0.999;
+            *end_to_end_only = 1;
+        }
+        if (!strcmp(m->precision[i], "q4_0")) {
+            g = 0.99;
+            *end_to_end_only = 1;
+        }
     }
     /* the bf16 compute plan, where this CPU runs it: gated end to end at 0.999, as q8_0 */
     int bf16 = 0;
     for (int i = 0; i < 3; i++) bf16 |= !strcmp(m->compute[i], "bf16");
-    if (bf16 && ma_gemm_bf16() == MA_COMPUTE_BF16 && g > 0.999) { g = 0.999; *end_to_end_only = 1; }
+    if (bf16 && ma_gemm_bf16() == MA_COMPUTE_BF16 && g > 0.999) {
+        g = 0.999;
+        *end_to_end_only = 1;
+    }
     return g;
 }
 
-static ma_status parity_run(const ma_backend *be, const ma_model *m, const char *dir, double gate, int e2e_only, ma_parity_report *rep, ma_error *err);
+static ma_status parity_run(const ma_backend *be, const ma_model *m, const char *dir, double gate, int e2e_only, ma_parity_report *rep,
+                            ma_error *err);
 
 ma_status ma_parity_run(const ma_backend *be, const ma_model *m, const char *dir, double gate, ma_parity_report *rep, ma_error *err) {
     return parity_run(be, m, dir, gate, 0, rep, err);
@@ -115,10 +127,14 @@ static ma_status call(ma_runner *r, int which, const ma_tensor *in, int n_in, ma
 
 static ma_status parity_with(ma_runner *rp, const char *dir, double gate, int e2e_only, ma_parity_report *rep, ma_error *err);
 
-static ma_status parity_run(const ma_backend *be, const ma_model *m, const char *dir, double gate, int e2e_only, ma_parity_report *rep, ma_error *err) {
+static ma_status parity_run(const ma_backend *be, const ma_model *m, const char *dir, double gate, int e2e_only, ma_parity_report *rep,
+                            ma_error *err) {
     ma_runner r;
     ma_status s = ma_runner_open(be, m, &r, err);
-    if (s) { memset(rep, 0, sizeof *rep); return s; }
+    if (s) {
+        memset(rep, 0, sizeof *rep);
+        return s;
+    }
     s = parity_with(&r, dir, gate, e2e_only, rep, err);
     ma_runner_close(&r);
     return s;
@@ -142,7 +158,8 @@ static ma_status parity_with(ma_runner *rp, const char *dir, double gate, int e2
     const ma_tensor *a, *b, *c, *d, *e;
     /* vision */
     if ((s = load(dir, "vision_io.npz", &z[0], err)) || (s = need(&z[0], "vision_io.npz", "pixels", MA_DT_F32, &a, err)) ||
-        (s = need(&z[0], "vision_io.npz", "image_features", MA_DT_F32, &b, err))) goto done;
+        (s = need(&z[0], "vision_io.npz", "image_features", MA_DT_F32, &b, err)))
+        goto done;
     {
         /* with the cpu backend's debugging outputs, the vision session's intermediates beside
          * its output, where the golden's intermediates.npz has them (reference/make_golden.py
@@ -154,7 +171,8 @@ static ma_status parity_with(ma_runner *rp, const char *dir, double gate, int e2
         double cms, tms;
         if ((s = r.link.run(r.link.ctx, 0, 1, 0, a, 1, out, &n_out, &cms, &tms, err)) ||
             (s = same_shape("vision image_features", &out[0], b, err)) ||
-            (s = add_row(rep, "vision", "image_features", out[0].data, b, err))) goto done;
+            (s = add_row(rep, "vision", "image_features", out[0].data, b, err)))
+            goto done;
         static const char *debug_names[4] = {"image_features", "pooled", "projected", "sample_coords"};
         ma_npz inter = {0};
         ma_error ignored = {0};
@@ -180,24 +198,30 @@ static ma_status parity_with(ma_runner *rp, const char *dir, double gate, int e2
         if ((s = load(dir, file, zz, err)) || (s = need(zz, file, "hidden_in", MA_DT_F32, &h, err)) ||
             (s = need(zz, file, "image_token_mask", MA_DT_U8, &im, err)) || (s = need(zz, file, "position_ids", MA_DT_I64, &pos, err)) ||
             (s = need(zz, file, "hidden_out", MA_DT_F32, &ho, err)) || (s = need(zz, file, "k", MA_DT_F32, &k, err)) ||
-            (s = need(zz, file, "v", MA_DT_F32, &v, err))) goto done;
+            (s = need(zz, file, "v", MA_DT_F32, &v, err)))
+            goto done;
         ma_tensor in[3] = {*h, *im, *pos};
         if ((s = call(&r, 1 + i, in, 3, out, err))) goto done;
         if ((s = same_shape("llm hidden_out", &out[0], ho, err)) || (s = same_shape("llm k", &out[1], k, err)) ||
-            (s = same_shape("llm v", &out[2], v, err))) goto done;
+            (s = same_shape("llm v", &out[2], v, err)))
+            goto done;
         if ((s = add_row(rep, sess, "hidden_out", out[0].data, ho, err)) || (s = add_row(rep, sess, "k", out[1].data, k, err)) ||
-            (s = add_row(rep, sess, "v", out[2].data, v, err))) goto done;
+            (s = add_row(rep, sess, "v", out[2].data, v, err)))
+            goto done;
         for (int o = 0; o < 3; o++) ma_tensor_free(&out[o]);
     }
     /* action_context */
     if ((s = load(dir, "action_context_io.npz", &z[5], err)) || (s = need(&z[5], "action_context_io.npz", "k", MA_DT_F32, &a, err)) ||
         (s = need(&z[5], "action_context_io.npz", "v", MA_DT_F32, &b, err)) ||
         (s = need(&z[5], "action_context_io.npz", "ctx_k", MA_DT_F32, &c, err)) ||
-        (s = need(&z[5], "action_context_io.npz", "ctx_v", MA_DT_F32, &d, err))) goto done;
+        (s = need(&z[5], "action_context_io.npz", "ctx_v", MA_DT_F32, &d, err)))
+        goto done;
     {
         ma_tensor in[2] = {*a, *b};
         if ((s = call(&r, 5, in, 2, out, err)) || (s = same_shape("ctx_k", &out[0], c, err)) ||
-            (s = add_row(rep, "action_context", "ctx_k", out[0].data, c, err)) || (s = add_row(rep, "action_context", "ctx_v", out[1].data, d, err))) goto done;
+            (s = add_row(rep, "action_context", "ctx_k", out[0].data, c, err)) ||
+            (s = add_row(rep, "action_context", "ctx_v", out[1].data, d, err)))
+            goto done;
         ma_tensor_free(&out[0]);
         ma_tensor_free(&out[1]);
     }
@@ -206,7 +230,8 @@ static ma_status parity_with(ma_runner *rp, const char *dir, double gate, int e2
         (s = need(&z[6], "action_step_io.npz", "t", MA_DT_F32, &b, err)) ||
         (s = need(&z[6], "action_step_io.npz", "ctx_k", MA_DT_F32, &c, err)) ||
         (s = need(&z[6], "action_step_io.npz", "ctx_v", MA_DT_F32, &d, err)) ||
-        (s = need(&z[6], "action_step_io.npz", "cross_mask", MA_DT_U8, &e, err))) goto done;
+        (s = need(&z[6], "action_step_io.npz", "cross_mask", MA_DT_U8, &e, err)))
+        goto done;
     {
         const ma_tensor *vref;
         if ((s = need(&z[6], "action_step_io.npz", "velocity", MA_DT_F32, &vref, err))) goto done;
@@ -216,7 +241,10 @@ static ma_status parity_with(ma_runner *rp, const char *dir, double gate, int e2
         }
         int64_t steps = a->shape[0], A = a->shape[1], Da = a->shape[2];
         float *vel = ma_malloc((size_t)(steps * A * Da), sizeof(float), err, "velocity");
-        if (!vel) { s = MA_ERR_NOMEM; goto done; }
+        if (!vel) {
+            s = MA_ERR_NOMEM;
+            goto done;
+        }
         for (int64_t i = 0; i < steps && !s; i++) {
             int64_t xs[2] = {A, Da}, ts[1] = {1};
             ma_tensor in[5] = {ma_tensor_view(MA_DT_F32, 2, xs, (float *)a->data + i * A * Da),
@@ -243,7 +271,8 @@ static ma_status parity_with(ma_runner *rp, const char *dir, double gate, int e2
             ma_result res;
             s = ma_runner_run(rp, &obs, &res, NULL, err);
             if (!s && (int64_t)res.n_steps * res.action_dim != ma_tensor_numel(act))
-                s = ma_fail(err, MA_ERR_SHAPE, "end-to-end actions: %d x %d, golden has %lld values", res.n_steps, res.action_dim, (long long)ma_tensor_numel(act));
+                s = ma_fail(err, MA_ERR_SHAPE, "end-to-end actions: %d x %d, golden has %lld values", res.n_steps, res.action_dim,
+                            (long long)ma_tensor_numel(act));
             if (!s && (int64_t)res.horizon * res.max_action_dim != ma_tensor_numel(traj))
                 s = ma_fail(err, MA_ERR_SHAPE, "end-to-end trajectory size differs from the golden");
             if (!s) s = add_row(rep, "end_to_end", "trajectory", res.trajectory, traj, err);
@@ -267,9 +296,11 @@ void ma_parity_print(const ma_parity_report *rep, FILE *f, int json) {
                 rep->action_cosine);
         for (size_t i = 0; i < rep->n; i++) {
             const ma_parity_row *r = &rep->rows[i];
-            fprintf(f, "%s{\"session\": \"%s\", \"tensor\": \"%s\", \"cosine\": %.9f, \"max_abs_diff\": %.6g, \"rms\": %.6g, "
-                       "\"within_tol\": %.6f, \"pass\": %s, \"gated\": %s}", i ? ", " : "", r->session, r->tensor, r->c.cosine, r->c.max_abs,
-                    r->c.rms, r->c.within, r->pass ? "true" : "false", row_gated(rep, r) ? "true" : "false");
+            fprintf(f,
+                    "%s{\"session\": \"%s\", \"tensor\": \"%s\", \"cosine\": %.9f, \"max_abs_diff\": %.6g, \"rms\": %.6g, "
+                    "\"within_tol\": %.6f, \"pass\": %s, \"gated\": %s}",
+                    i ? ", " : "", r->session, r->tensor, r->c.cosine, r->c.max_abs, r->c.rms, r->c.within, r->pass ? "true" : "false",
+                    row_gated(rep, r) ? "true" : "false");
         }
         fprintf(f, "]}\n");
         return;
@@ -278,7 +309,10 @@ void ma_parity_print(const ma_parity_report *rep, FILE *f, int json) {
     for (size_t i = 0; i < rep->n; i++) {
         const ma_parity_row *r = &rep->rows[i];
         fprintf(f, "%-16s %-16s %12.9f %12.4g %10.4g %9.2f%%  %s\n", r->session, r->tensor, r->c.cosine, r->c.max_abs, r->c.rms,
-                100.0 * r->c.within, !row_gated(rep, r) ? "-" : r->pass ? "ok" : "FAIL");
+                100.0 * r->c.within,
+                !row_gated(rep, r) ? "-"
+                : r->pass          ? "ok"
+                                   : "FAIL");
     }
     fprintf(f, "end-to-end action cosine %.9f (gate %.4g%s): %s\n", rep->action_cosine, rep->gate,
             rep->end_to_end_only ? ", reduced precision: end to end only" : "", rep->pass ? "PASS" : "FAIL");

@@ -34,10 +34,10 @@ double ma_parity_default_gate(const ma_model *m, int *end_to_end_only);
 
 ma_status ma_parity_run(const ma_backend *be, const ma_model *m, const char *golden_dir, double gate, ma_parity_report *rep, ma_error *err);
 /* parity through an existing runner (e.g. the resident workers' link) */
-ma_status ma_parity_run_runner(ma_runner *r, const char *golden_dir, double gate, int e2e_only, ma_parity_report *rep,
-                               ma_error *err);
+ma_status ma_parity_run_runner(ma_runner *r, const char *golden_dir, double gate, int e2e_only, ma_parity_report *rep, ma_error *err);
 /* the same with the gate applied to the end-to-end actions only */
-ma_status ma_parity_run_e2e(const ma_backend *be, const ma_model *m, const char *golden_dir, double gate, ma_parity_report *rep, ma_error *err);
+ma_status ma_parity_run_e2e(const ma_backend *be, const ma_model *m, const char *golden_dir, double gate, ma_parity_report *rep,
+                            ma_error *err);
 void ma_parity_print(const ma_parity_report *rep, FILE *f, int json);
 void ma_parity_free(ma_parity_report *rep);
 

@@ -13,8 +13,8 @@
 
 #include "model/hostglue.h"
 
-static ma_status local_run(void *ctx, int which, int debug, unsigned kept, const ma_tensor *in, int n_in, ma_tensor *out,
-                           int *n_out, double *compute_ms, double *transfer_ms, ma_error *err) {
+static ma_status local_run(void *ctx, int which, int debug, unsigned kept, const ma_tensor *in, int n_in, ma_tensor *out, int *n_out,
+                           double *compute_ms, double *transfer_ms, ma_error *err) {
     ma_runner *r = ctx;
     ma_session *s = r->sess[which];
     (void)n_in;
@@ -32,7 +32,10 @@ ma_status ma_runner_open(const ma_backend *be, const ma_model *m, ma_runner *r, 
     r->static_seq = ma_settings_prompt_seq(&m->set, be->static_prompt, m->prompt_seq);
     for (int i = 0; i < 7; i++) {
         ma_status s = ma_session_open(be, m, MA_SESSION_NAMES[i], &r->sess[i], err);
-        if (s) { ma_runner_close(r); return s; }
+        if (s) {
+            ma_runner_close(r);
+            return s;
+        }
     }
     r->link.run = local_run;
     r->link.ctx = r;
@@ -71,7 +74,10 @@ ma_status ma_action_plan(const ma_model *m, int *action_dim, int *horizon, int *
     return MA_OK;
 }
 
-#define TRACE(name, t) do { if (trace && !s) s = ma_trace_add(trace, name, t, err); } while (0)
+#define TRACE(name, t)                                          \
+    do {                                                        \
+        if (trace && !s) s = ma_trace_add(trace, name, t, err); \
+    } while (0)
 
 ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trace *trace, ma_error *err) {
     const ma_model *m = r->model;
@@ -90,7 +96,8 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     int64_t S = obs->seq_len;
     const int64_t static_seq = r->static_seq;
     if (static_seq > 0 && S > static_seq)
-        return ma_fail(err, MA_ERR_SHAPE, "the prompt has %lld tokens, the contexts take %lld (MOLMOACT_PROMPT_SEQ, or compile --prompt-seq)", (long long)S,
+        return ma_fail(err, MA_ERR_SHAPE,
+                       "the prompt has %lld tokens, the contexts take %lld (MOLMOACT_PROMPT_SEQ, or compile --prompt-seq)", (long long)S,
                        (long long)static_seq);
     int64_t *padded = NULL;
     const int64_t *input_ids = obs->input_ids;
@@ -103,8 +110,7 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     }
     if (obs->n_images < 1 || obs->n_images > 64) return ma_fail(err, MA_ERR_SHAPE, "pixels: %d images", obs->n_images);
     double t_start = ma_now_ms(), t_sessions = 0.0;
-    ma_tensor vout[MA_SESSION_MAX_IO] = {0}, lout[MA_SESSION_MAX_IO] = {0}, cout[MA_SESSION_MAX_IO] = {0},
-              sout[MA_SESSION_MAX_IO] = {0};
+    ma_tensor vout[MA_SESSION_MAX_IO] = {0}, lout[MA_SESSION_MAX_IO] = {0}, cout[MA_SESSION_MAX_IO] = {0}, sout[MA_SESSION_MAX_IO] = {0};
     ma_tensor hidden = {0}, enc = {0}, img = {0}, pos = {0}, x = {0}, tt = {0}, ctx[2] = {{0}};
     float *vel = NULL;
 
@@ -120,7 +126,8 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     t_sessions += cms + tms;
     TRACE("pixels", &px);
     TRACE("image_features", &vout[0]);
-    if (trace) for (int o = 1; o < n_vout && o < 4; o++) TRACE(VISION_DEBUG[o], &vout[o]);
+    if (trace)
+        for (int o = 1; o < n_vout && o < 4; o++) TRACE(VISION_DEBUG[o], &vout[o]);
 
     /* ---- host: embedding, scatter, masks, positions */
     int64_t ishape[1] = {S};
@@ -132,7 +139,8 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     if ((s = ma_scatter_features(c, input_ids, S, hidden.data, vout[0].data, vout[0].shape[0], err))) goto done;
     TRACE("llm_input", &hidden);
     if ((s = ma_tensor_alloc(&img, MA_DT_U8, 1, ishape, err)) || (s = ma_tensor_alloc(&pos, MA_DT_I64, 1, ishape, err)) ||
-        (s = ma_tensor_alloc(&enc, MA_DT_U8, 1, ishape, err))) goto done;
+        (s = ma_tensor_alloc(&enc, MA_DT_U8, 1, ishape, err)))
+        goto done;
     ma_image_token_mask(c, input_ids, S, img.data);
     for (int64_t i = 0; i < S; i++) ((int64_t *)pos.data)[i] = i;
     ma_encoder_mask(c, input_ids, S, enc.data);
@@ -181,7 +189,11 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     /* the context goes back to the worker that made it with every step: a view of that worker's
      * memory would be overwritten by the step's own inputs, so it is copied out once */
     for (int j = 0; j < 2; j++) {
-        if (cout[j].owned) { ctx[j] = cout[j]; memset(&cout[j], 0, sizeof cout[j]); continue; }
+        if (cout[j].owned) {
+            ctx[j] = cout[j];
+            memset(&cout[j], 0, sizeof cout[j]);
+            continue;
+        }
         if ((s = ma_tensor_alloc(&ctx[j], cout[j].dtype, cout[j].ndim, cout[j].shape, err))) goto done;
         memcpy(ctx[j].data, cout[j].data, ctx[j].nbytes);
     }
@@ -194,14 +206,22 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     float *xv = x.data;
     if (obs->noise) {
         for (int64_t i = 0; i < (int64_t)A * Da; i++)
-            if (!isfinite(obs->noise[i])) { s = ma_fail(err, MA_ERR_RANGE, "noise: element %lld is not finite", (long long)i); goto done; }
+            if (!isfinite(obs->noise[i])) {
+                s = ma_fail(err, MA_ERR_RANGE, "noise: element %lld is not finite", (long long)i);
+                goto done;
+            }
         memcpy(xv, obs->noise, x.nbytes);
     } else ma_torch_randn(obs->seed, (int64_t)A * Da, xv);
     TRACE("noise", &x);
-    if (masking) for (int a = 0; a < A; a++) for (int j = action_dim; j < Da; j++) xv[a * Da + j] = 0.0f;
+    if (masking)
+        for (int a = 0; a < A; a++)
+            for (int j = action_dim; j < Da; j++) xv[a * Da + j] = 0.0f;
     TRACE("x0", &x);
     if (trace) vel = ma_calloc((size_t)steps * A * Da * 2, sizeof(float), err, "trace");
-    if (trace && !vel) { s = MA_ERR_NOMEM; goto done; }
+    if (trace && !vel) {
+        s = MA_ERR_NOMEM;
+        goto done;
+    }
     const float dt = (float)(1.0 / steps);
     for (int i = 0; i < steps; i++) {
         ((float *)tt.data)[0] = (float)((double)i / steps);
@@ -237,10 +257,14 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     res->max_action_dim = Da;
     res->actions = ma_malloc((size_t)n_steps * action_dim, sizeof(float), err, "actions");
     res->trajectory = ma_malloc((size_t)A * Da, sizeof(float), err, "trajectory");
-    if (!res->actions || !res->trajectory) { s = MA_ERR_NOMEM; goto done; }
+    if (!res->actions || !res->trajectory) {
+        s = MA_ERR_NOMEM;
+        goto done;
+    }
     memcpy(res->trajectory, xv, x.nbytes);
     for (int k = 0; k < n_steps && !s; k++) /* fails on a non-finite action: the request is refused */
-        if ((s = ma_unnormalize(&m->ns, &m->ns.action, xv + (size_t)(c->n_obs_steps - 1 + k) * Da, res->actions + (size_t)k * action_dim, err)))
+        if ((s = ma_unnormalize(&m->ns, &m->ns.action, xv + (size_t)(c->n_obs_steps - 1 + k) * Da, res->actions + (size_t)k * action_dim,
+                                err)))
             ma_error_wrap(err, s, "step %d", k);
     if (trace && !s) {
         int64_t ashape[2] = {n_steps, action_dim};
@@ -251,8 +275,14 @@ done:
     for (int o = 0; o < MA_SESSION_MAX_IO; o++) ma_tensor_free(&lout[o]);
     for (int o = 0; o < MA_SESSION_MAX_IO; o++) ma_tensor_free(&cout[o]);
     for (int o = 0; o < MA_SESSION_MAX_IO; o++) ma_tensor_free(&sout[o]);
-    ma_tensor_free(&hidden); ma_tensor_free(&ctx[0]); ma_tensor_free(&ctx[1]); ma_tensor_free(&enc);
-    ma_tensor_free(&img); ma_tensor_free(&pos); ma_tensor_free(&x); ma_tensor_free(&tt);
+    ma_tensor_free(&hidden);
+    ma_tensor_free(&ctx[0]);
+    ma_tensor_free(&ctx[1]);
+    ma_tensor_free(&enc);
+    ma_tensor_free(&img);
+    ma_tensor_free(&pos);
+    ma_tensor_free(&x);
+    ma_tensor_free(&tt);
     free(vel);
     free(padded);
     r->last.total = ma_now_ms() - t_start;

@@ -16,11 +16,11 @@ typedef struct ma_obs {
     int64_t seq_len;
     const float *noise; /* [A * Da] initial noise, or NULL to draw torch.randn(seed) */
     uint64_t seed;
-    int flow_steps;     /* Euler steps; 0: the config's */
+    int flow_steps; /* Euler steps; 0: the config's */
 } ma_obs;
 
 typedef struct ma_result {
-    float *actions;    /* [n_steps, action_dim] de-normalised */
+    float *actions; /* [n_steps, action_dim] de-normalised */
     int n_steps, action_dim;
     float *trajectory; /* [horizon, max_action_dim]: x after the last Euler step */
     int horizon, max_action_dim;
@@ -42,8 +42,8 @@ typedef struct ma_timing {
 typedef struct ma_session_link {
     /* kept: bit i set when in[i] is the previous call's input i of this session, unchanged at the
      * same address (the link need not send it again, nor the session scan it again) */
-    ma_status (*run)(void *ctx, int which, int debug, unsigned kept, const ma_tensor *in, int n_in, ma_tensor *out,
-                     int *n_out, double *compute_ms, double *transfer_ms, ma_error *err);
+    ma_status (*run)(void *ctx, int which, int debug, unsigned kept, const ma_tensor *in, int n_in, ma_tensor *out, int *n_out,
+                     double *compute_ms, double *transfer_ms, ma_error *err);
     void *ctx;
 } ma_session_link;
 

@@ -29,8 +29,17 @@ void ma_request_free(ma_request *q) {
 static int decimal_token(const char *p, const char *end) {
     if (p < end && (*p == '+' || *p == '-')) p++;
     int digits = 0;
-    while (p < end && *p >= '0' && *p <= '9') { p++; digits++; }
-    if (p < end && *p == '.') { p++; while (p < end && *p >= '0' && *p <= '9') { p++; digits++; } }
+    while (p < end && *p >= '0' && *p <= '9') {
+        p++;
+        digits++;
+    }
+    if (p < end && *p == '.') {
+        p++;
+        while (p < end && *p >= '0' && *p <= '9') {
+            p++;
+            digits++;
+        }
+    }
     if (!digits) return 0;
     if (p < end && (*p == 'e' || *p == 'E')) {
         p++;
@@ -107,7 +116,8 @@ static ma_status load(const ma_model *m, const ma_request_src *src, ma_request *
     if (px) {
         int64_t want[3] = {-1, (int64_t)c->patch_h * c->patch_w, 3 * c->patch * c->patch};
         if ((s = ma_tensor_expect(px, "pixels", MA_DT_F32, 3, want, err))) return ma_error_wrap(err, s, "%s", label);
-        if (px->shape[0] < 1 || px->shape[0] > 16) return ma_fail(err, MA_ERR_ARG, "%s: pixels hold %lld images (1..16)", label, (long long)px->shape[0]);
+        if (px->shape[0] < 1 || px->shape[0] > 16)
+            return ma_fail(err, MA_ERR_ARG, "%s: pixels hold %lld images (1..16)", label, (long long)px->shape[0]);
         q->obs.pixels = px->data;
         q->obs.n_images = (int)px->shape[0];
     } else {
@@ -119,8 +129,9 @@ static ma_status load(const ma_model *m, const ma_request_src *src, ma_request *
             if (t) s = ma_image_from_tensor(t, key, &q->imgs[i], err);
             else if (files[i]) s = ma_image_load(files[i], &q->imgs[i], err);
             else if (!src->inputs && !src->image0 && !src->image1)
-                return ma_fail(err, MA_ERR_ARG, "no observation: give --inputs IN.npz, or --image0 A --image1 B --task T --state S, "
-                                                "or --golden DIR (its own observation)");
+                return ma_fail(err, MA_ERR_ARG,
+                               "no observation: give --inputs IN.npz, or --image0 A --image1 B --task T --state S, "
+                               "or --golden DIR (its own observation)");
             else return ma_fail(err, MA_ERR_ARG, "%s: needs `pixels`, or both camera frames (image0 and image1)", label);
             if (s) return s;
         }
@@ -160,8 +171,7 @@ static ma_status load(const ma_model *m, const ma_request_src *src, ma_request *
             if (!q->prep.pixels) return MA_ERR_NOMEM;
             for (int i = 0; i < q->obs.n_images; i++)
                 if ((s = ma_preprocess_image(c, &q->imgs[i], q->prep.pixels + (size_t)i * P * pp, NULL, err))) return s;
-        } else if ((s = ma_prepare_observation(m, q->imgs, q->obs.n_images, task, strlen(task), state, state_dim, &q->prep, err)))
-            return s;
+        } else if ((s = ma_prepare_observation(m, q->imgs, q->obs.n_images, task, strlen(task), state, state_dim, &q->prep, err))) return s;
         q->obs.pixels = q->prep.pixels;
         if (!q->obs.input_ids) {
             q->obs.input_ids = q->prep.prompt.ids;
@@ -199,7 +209,10 @@ ma_status ma_request_synthetic(const ma_model *m, uint64_t seed, ma_request *q, 
         ma_image *im = &q->imgs[i];
         im->h = im->w = 256;
         im->rgb = ma_malloc(256 * 256 * 3, 1, err, "synthetic frame");
-        if (!im->rgb) { s = MA_ERR_NOMEM; break; }
+        if (!im->rgb) {
+            s = MA_ERR_NOMEM;
+            break;
+        }
         const int ox = (int)((seed * 37 + (uint64_t)i * 91) % 160), oy = (int)((seed * 53 + (uint64_t)i * 29) % 160);
         for (int y = 0; y < 256; y++)
             for (int x = 0; x < 256; x++) {
@@ -214,7 +227,10 @@ ma_status ma_request_synthetic(const ma_model *m, uint64_t seed, ma_request *q, 
     float state[8] = {0.02f, -0.05f, 0.9f, 3.1f, -0.1f, 0.05f, 0.03f, -0.03f};
     int dim = m->ns.has_state && m->ns.state.dim < 8 ? m->ns.state.dim : 8;
     if (!s) s = ma_prepare_observation(m, q->imgs, 2, task, strlen(task), state, dim, &q->prep, err);
-    if (s) { ma_request_free(q); return s; }
+    if (s) {
+        ma_request_free(q);
+        return s;
+    }
     q->obs.pixels = q->prep.pixels;
     q->obs.n_images = 2;
     q->obs.input_ids = q->prep.prompt.ids;

@@ -78,7 +78,8 @@ static int send_msg(int fd, const wire_msg *m, int pass_fd) {
         memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
     }
     ssize_t n;
-    do n = sendmsg(fd, &h, MSG_NOSIGNAL); while (n < 0 && errno == EINTR);
+    do n = sendmsg(fd, &h, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
     return n == (ssize_t)sizeof *m ? 0 : -1;
 }
 
@@ -94,7 +95,8 @@ static int recv_msg(int fd, wire_msg *m, int *got_fd) {
     h.msg_controllen = sizeof ctl;
     if (got_fd) *got_fd = -1;
     ssize_t n;
-    do n = recvmsg(fd, &h, MSG_CMSG_CLOEXEC); while (n < 0 && errno == EINTR);
+    do n = recvmsg(fd, &h, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
     if (n == 0) return 0;
     if (n < 0) return errno == ECONNRESET ? 0 : -1;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
@@ -129,10 +131,14 @@ static void shm_release(ma_worker *w) {
 
 /* reap a worker (already dead or killed); describe how it ended */
 static void reap(ma_worker *w, char *how, size_t cap) {
-    if (w->pid <= 0) { snprintf(how, cap, "not running"); return; }
+    if (w->pid <= 0) {
+        snprintf(how, cap, "not running");
+        return;
+    }
     int st = 0;
     pid_t p;
-    do p = waitpid(w->pid, &st, 0); while (p < 0 && errno == EINTR);
+    do p = waitpid(w->pid, &st, 0);
+    while (p < 0 && errno == EINTR);
     if (p == w->pid && WIFSIGNALED(st)) snprintf(how, cap, "killed by signal %d", WTERMSIG(st));
     else if (p == w->pid && WIFEXITED(st)) snprintf(how, cap, "exited with status %d", WEXITSTATUS(st));
     else snprintf(how, cap, "ended");
@@ -150,7 +156,8 @@ static void drop_worker(ma_worker *w, char *how, size_t cap) {
 static int wait_readable(int fd, int timeout_ms) {
     struct pollfd p = {fd, POLLIN, 0};
     int n;
-    do n = poll(&p, 1, timeout_ms); while (n < 0 && errno == EINTR);
+    do n = poll(&p, 1, timeout_ms);
+    while (n < 0 && errno == EINTR);
     return n;
 }
 
@@ -277,7 +284,8 @@ static ma_status spawn(ma_resident *r, int wi, ma_error *err) {
     char how[64];
     /* its settings: the start message (a worker never reads them from the environment) */
     ssize_t sent;
-    do sent = send(w->sock, r->start, r->start_len, MSG_NOSIGNAL); while (sent < 0 && errno == EINTR);
+    do sent = send(w->sock, r->start, r->start_len, MSG_NOSIGNAL);
+    while (sent < 0 && errno == EINTR);
     int ready = sent == (ssize_t)r->start_len ? wait_readable(w->sock, r->opts.startup_ms) : -1;
     int got = ready > 0 ? recv_msg(w->sock, &m, NULL) : -1;
     char echo[32];
@@ -311,8 +319,7 @@ static ma_status fault(ma_resident *r, int wi, const char *what, ma_error *err) 
     w->restarts++;
     ma_error e2 = {0};
     ma_status sp = spawn(r, wi, &e2);
-    return ma_fail(err, MA_ERR_WORKER, "worker %s (pid %d) %s (%s); %s", w->name, (int)pid, what, how,
-                   sp ? e2.msg : "it was restarted");
+    return ma_fail(err, MA_ERR_WORKER, "worker %s (pid %d) %s (%s); %s", w->name, (int)pid, what, how, sp ? e2.msg : "it was restarted");
 }
 
 /* give the worker a larger memfd; *ans is its answer: an empty acknowledgement, or the reply to a
@@ -324,9 +331,15 @@ static ma_status grow(ma_resident *r, int wi, size_t need, wire_msg *ans, ma_err
     snprintf(name, sizeof name, "molmoact-%s", w->name);
     int fd = memfd_create(name, MFD_CLOEXEC);
     if (fd < 0) return ma_fail(err, MA_ERR_IO, "worker %s: memfd_create: %s", w->name, strerror(errno));
-    if (ftruncate(fd, (off_t)size) != 0) { close(fd); return ma_fail(err, MA_ERR_NOMEM, "worker %s: %zu bytes of shared memory: %s", w->name, size, strerror(errno)); }
+    if (ftruncate(fd, (off_t)size) != 0) {
+        close(fd);
+        return ma_fail(err, MA_ERR_NOMEM, "worker %s: %zu bytes of shared memory: %s", w->name, size, strerror(errno));
+    }
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) { close(fd); return ma_fail(err, MA_ERR_NOMEM, "worker %s: mmap: %s", w->name, strerror(errno)); }
+    if (p == MAP_FAILED) {
+        close(fd);
+        return ma_fail(err, MA_ERR_NOMEM, "worker %s: mmap: %s", w->name, strerror(errno));
+    }
     wire_msg m;
     memset(&m, 0, sizeof m);
     m.magic = WIRE_MAGIC;
@@ -351,12 +364,13 @@ static ma_status grow(ma_resident *r, int wi, size_t need, wire_msg *ans, ma_err
 static int idle_dead(const ma_worker *w) {
     struct pollfd p = {w->sock, POLLIN, 0};
     int n;
-    do n = poll(&p, 1, 0); while (n < 0 && errno == EINTR);
+    do n = poll(&p, 1, 0);
+    while (n < 0 && errno == EINTR);
     return n != 0;
 }
 
-static ma_status remote_run(void *ctx, int which, int debug, unsigned kept, const ma_tensor *in, int n_in, ma_tensor *out,
-                            int *n_out, double *compute_ms, double *transfer_ms, ma_error *err) {
+static ma_status remote_run(void *ctx, int which, int debug, unsigned kept, const ma_tensor *in, int n_in, ma_tensor *out, int *n_out,
+                            double *compute_ms, double *transfer_ms, ma_error *err) {
     ma_resident *r = ctx;
     const int wi = ma_session_worker(which);
     ma_worker *w = &r->w[wi];
@@ -401,8 +415,8 @@ static ma_status remote_run(void *ctx, int which, int debug, unsigned kept, cons
             /* kept, and still where the last request put it: the same bytes at the same offset
              * (earlier inputs of another size would have moved it; a request to the other
              * session of this worker leaves its own inputs on record instead) */
-            const int in_place = ((kept >> i) & 1u) && w->sent[i] == in[i].data &&
-                                 w->sent_bytes[i] == in[i].nbytes && w->sent_off[i] == off;
+            const int in_place =
+                ((kept >> i) & 1u) && w->sent[i] == in[i].data && w->sent_bytes[i] == in[i].nbytes && w->sent_off[i] == off;
             if (in_place) m.kept |= 1u << i;
             else memcpy((uint8_t *)w->shm + off, in[i].data, in[i].nbytes);
             off += align64(in[i].nbytes);
@@ -473,8 +487,9 @@ static ma_status worker_envp(ma_resident *r, ma_error *err) {
             const size_t l = strlen(vars[j].name);
             if (!strncmp(e, vars[j].name, l) && e[l] == '=') v = j;
         }
-        if (v < 0) { r->envp[k++] = strdup(e); }
-        else {
+        if (v < 0) {
+            r->envp[k++] = strdup(e);
+        } else {
             const char *old = strchr(e, '=') + 1;
             const size_t len = strlen(vars[v].name) + strlen(vars[v].value) + strlen(old) + 3;
             if ((r->envp[k] = malloc(len)))
@@ -508,18 +523,27 @@ ma_status ma_resident_open(const ma_model *host, const ma_backend *be, const cha
     r->start = malloc(START_MAX);
     const size_t pl = strlen(START_PREFIX);
     const size_t sl = r->start ? ma_settings_encode(&host->set, r->start + pl, START_MAX - pl) : 0;
-    if (!sl) { ma_resident_close(r); return ma_fail(err, MA_ERR_NOMEM, "the workers' settings do not fit their start message"); }
+    if (!sl) {
+        ma_resident_close(r);
+        return ma_fail(err, MA_ERR_NOMEM, "the workers' settings do not fit their start message");
+    }
     memcpy(r->start, START_PREFIX, pl);
     r->start_len = pl + sl;
     ma_status es = worker_envp(r, err);
-    if (es) { ma_resident_close(r); return es; }
+    if (es) {
+        ma_resident_close(r);
+        return es;
+    }
     if (r->opts.startup_ms <= 0) r->opts.startup_ms = 300000;
     r->dir = strdup(dir);
     r->tag = strdup(tag ? tag : "libero");
     r->exe = strdup(r->opts.exe ? r->opts.exe : "/proc/self/exe");
     for (int i = 0; i < MA_NUM_WORKERS; i++) r->w[i].sock = r->w[i].shm_fd = -1;
     r->spawner = spawner_start();
-    if (!r->dir || !r->tag || !r->exe || !r->spawner) { ma_resident_close(r); return ma_fail(err, MA_ERR_NOMEM, "out of memory"); }
+    if (!r->dir || !r->tag || !r->exe || !r->spawner) {
+        ma_resident_close(r);
+        return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    }
     for (int i = 0; i < MA_NUM_WORKERS; i++) {
         r->w[i].name = MA_WORKER_NAMES[i];
         r->w[i].parts = ma_worker_parts(i);
@@ -568,8 +592,9 @@ int ma_resident_close(ma_resident *r) {
                 pid_t p = waitpid(w->pid, &st, WNOHANG);
                 if (p == w->pid) {
                     clean = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-                    if (!clean) fprintf(stderr, "molmoact: worker %s (pid %d) %s at shutdown\n", w->name, (int)w->pid,
-                                        WIFEXITED(st) ? "exited with an error" : "was killed by a signal");
+                    if (!clean)
+                        fprintf(stderr, "molmoact: worker %s (pid %d) %s at shutdown\n", w->name, (int)w->pid,
+                                WIFEXITED(st) ? "exited with an error" : "was killed by a signal");
                     w->pid = 0;
                     break;
                 }
@@ -582,7 +607,7 @@ int ma_resident_close(ma_resident *r) {
         char how[64];
         drop_worker(w, how, sizeof how); /* kills and reaps whatever did not quit */
     }
-    spawner_stop(r->spawner); /* after the workers: its end would kill them (PR_SET_PDEATHSIG) */
+    spawner_stop(r->spawner);    /* after the workers: its end would kill them (PR_SET_PDEATHSIG) */
     ma_runner_close(&r->runner); /* the buffers it keeps between requests (no sessions of its own) */
     for (size_t i = 0; r->envp && r->envp[i]; i++) free(r->envp[i]);
     free(r->envp);
@@ -630,7 +655,8 @@ static ma_status read_start(int fd, ma_settings *st, uint64_t *hash, ma_error *e
     char *buf = malloc(START_MAX);
     if (!buf) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
     ssize_t n;
-    do n = recv(fd, buf, START_MAX, 0); while (n < 0 && errno == EINTR);
+    do n = recv(fd, buf, START_MAX, 0);
+    while (n < 0 && errno == EINTR);
     const size_t pl = strlen(START_PREFIX);
     ma_status s = MA_OK;
     if (n < (ssize_t)pl || memcmp(buf, START_PREFIX, pl)) s = ma_fail(err, MA_ERR_FORMAT, "the start message is not one (%zd bytes)", n);
@@ -688,7 +714,10 @@ int ma_worker_main(int fd, ma_backend_finder find, const char *dir, const char *
     snprintf(m.msg, sizeof m.msg, "backend=%s threads=%d kernels=%s settings=%016llx", be->name, ma_kernel_threads(), ma_gemm_kernels(),
              (unsigned long long)hash);
     free(st);
-    if (send_msg(fd, &m, -1) != 0) { ma_model_close(&model); return 1; }
+    if (send_msg(fd, &m, -1) != 0) {
+        ma_model_close(&model);
+        return 1;
+    }
     void *shm = NULL;
     size_t shm_size = 0;
     int shm_fd = -1;
@@ -699,13 +728,19 @@ int ma_worker_main(int fd, ma_backend_finder find, const char *dir, const char *
     for (;;) {
         int passed;
         int got = recv_msg(fd, &m, &passed);
-        if (got != 1 || m.op == OP_QUIT) { if (got == 1 && passed >= 0) close(passed); break; }
+        if (got != 1 || m.op == OP_QUIT) {
+            if (got == 1 && passed >= 0) close(passed);
+            break;
+        }
         wire_msg rep;
         memset(&rep, 0, sizeof rep);
         rep.magic = WIRE_MAGIC;
         if (m.op == OP_SHM) {
             void *p = passed >= 0 ? mmap(NULL, (size_t)m.shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, passed, 0) : MAP_FAILED;
-            if (p == MAP_FAILED) { if (passed >= 0) close(passed); break; }
+            if (p == MAP_FAILED) {
+                if (passed >= 0) close(passed);
+                break;
+            }
             if (shm) munmap(shm, shm_size);
             if (shm_fd >= 0) close(shm_fd);
             shm = p;
@@ -741,7 +776,9 @@ int ma_worker_main(int fd, ma_backend_finder find, const char *dir, const char *
                 break;
             }
             in[i] = ma_tensor_view((ma_dtype)t->dtype, (int)t->ndim, t->shape, (uint8_t *)shm + t->off);
-            if (in[i].nbytes != t->nbytes) s = ma_fail(&err, MA_ERR_ARG, "input %d (%s) holds %llu bytes, its shape needs %zu", i, ma_dtype_name(in[i].dtype), (unsigned long long)t->nbytes, in[i].nbytes);
+            if (in[i].nbytes != t->nbytes)
+                s = ma_fail(&err, MA_ERR_ARG, "input %d (%s) holds %llu bytes, its shape needs %zu", i, ma_dtype_name(in[i].dtype),
+                            (unsigned long long)t->nbytes, in[i].nbytes);
             if (t->off + align64(t->nbytes) > end) end = (size_t)(t->off + align64(t->nbytes));
         }
         if (!s && delay_ms > 0) sleep_ms(delay_ms);
@@ -760,7 +797,8 @@ int ma_worker_main(int fd, ma_backend_finder find, const char *dir, const char *
         }
         if (send_msg(fd, &rep, -1) != 0) break;
         if (s && be->process_lost && be->process_lost()) { /* answered; a new process recovers (the next request restarts it) */
-            fprintf(stderr, "molmoact: worker %s: its backend cannot recover in this process; exiting to be started afresh\n", se ? se->name : "?");
+            fprintf(stderr, "molmoact: worker %s: its backend cannot recover in this process; exiting to be started afresh\n",
+                    se ? se->name : "?");
             status = 3;
             break;
         }

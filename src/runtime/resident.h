@@ -23,10 +23,10 @@
 
 
 typedef struct ma_resident_opts {
-    const char *exe;       /* the molmoact binary for workers; NULL = /proc/self/exe */
-    int deadline_ms;       /* per request and worker; 0 = settings.worker_deadline_ms or 60000 */
-    int startup_ms;        /* a worker's time to open its contexts; 0 = 300000 */
-    int worker_delay_ms;   /* tests: workers sleep this long before answering */
+    const char *exe;     /* the molmoact binary for workers; NULL = /proc/self/exe */
+    int deadline_ms;     /* per request and worker; 0 = settings.worker_deadline_ms or 60000 */
+    int startup_ms;      /* a worker's time to open its contexts; 0 = 300000 */
+    int worker_delay_ms; /* tests: workers sleep this long before answering */
     /* tests: called when a request has been sent to worker wi (pid) and before its answer is
      * awaited, i.e. while the request is in flight */
     void (*on_sent)(void *ctx, int wi, pid_t pid);
@@ -58,9 +58,9 @@ typedef struct ma_spawner ma_spawner;
 typedef struct ma_resident {
     const ma_model *model; /* the host part (borrowed); its settings are the workers' */
     const ma_backend *backend;
-    char *start;           /* the workers' start message (their settings) */
+    char *start; /* the workers' start message (their settings) */
     size_t start_len;
-    char **envp;           /* the workers' environment */
+    char **envp; /* the workers' environment */
     ma_spawner *spawner;
     char *dir, *tag, *exe;
     ma_resident_opts opts;

@@ -34,13 +34,15 @@ ma_status ma_session_open(const ma_backend *be, const ma_model *m, const char *n
     const int P = c->patch_h * c->patch_w, pp = 3 * c->patch * c->patch;
     if (!strcmp(name, "vision")) {
         s->kind = MA_SESS_VISION;
-        s->n_in = 1; s->n_out = 1;
+        s->n_in = 1;
+        s->n_out = 1;
         io_set(&s->in[0], "pixels", MA_DT_F32, 3, -1, P, pp, 0);
         io_set(&s->out[0], "image_features", MA_DT_F32, 2, -1, c->d, 0, 0);
     } else if (!strncmp(name, "llm_split", 9) && name[9] >= '0' && name[9] < '0' + MA_NUM_SPLITS && !name[10]) {
         s->kind = MA_SESS_LLM;
         s->split = name[9] - '0';
-        s->n_in = 3; s->n_out = 3;
+        s->n_in = 3;
+        s->n_out = 3;
         int nl = m->split_last[s->split] - m->split_first[s->split];
         io_set(&s->in[0], "hidden_in", MA_DT_F32, 2, -1, c->d, 0, 0);
         io_set(&s->in[1], "image_token_mask", MA_DT_U8, 1, -1, 0, 0, 0);
@@ -50,14 +52,16 @@ ma_status ma_session_open(const ma_backend *be, const ma_model *m, const char *n
         io_set(&s->out[2], "v", MA_DT_F32, 4, nl, -1, c->kv_heads, c->head_dim);
     } else if (!strcmp(name, "action_context")) {
         s->kind = MA_SESS_ACTION_CONTEXT;
-        s->n_in = 2; s->n_out = 2;
+        s->n_in = 2;
+        s->n_out = 2;
         io_set(&s->in[0], "k", MA_DT_F32, 4, c->layers, -1, c->kv_heads, c->head_dim);
         io_set(&s->in[1], "v", MA_DT_F32, 4, c->layers, -1, c->kv_heads, c->head_dim);
         io_set(&s->out[0], "ctx_k", MA_DT_F32, 4, c->layers, -1, c->e_heads, c->e_head_dim);
         io_set(&s->out[1], "ctx_v", MA_DT_F32, 4, c->layers, -1, c->e_heads, c->e_head_dim);
     } else if (!strcmp(name, "action_step")) {
         s->kind = MA_SESS_ACTION_STEP;
-        s->n_in = 5; s->n_out = 1;
+        s->n_in = 5;
+        s->n_out = 1;
         io_set(&s->in[0], "x", MA_DT_F32, 2, -1, c->max_action_dim, 0, 0);
         io_set(&s->in[1], "t", MA_DT_F32, 1, 1, 0, 0, 0);
         io_set(&s->in[2], "ctx_k", MA_DT_F32, 4, c->layers, -1, c->e_heads, c->e_head_dim);
@@ -70,7 +74,10 @@ ma_status ma_session_open(const ma_backend *be, const ma_model *m, const char *n
     }
     /* the backend (src/backend/) binds the session: runtime/ knows only this interface */
     ma_status st = be->attach(s, err);
-    if (st) { ma_session_close(s); return st; }
+    if (st) {
+        ma_session_close(s);
+        return st;
+    }
     *out = s;
     return MA_OK;
 }

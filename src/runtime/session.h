@@ -83,10 +83,10 @@ struct ma_session {
     ma_kctx kc;
     int n_in, n_out;
     ma_io in[MA_SESSION_MAX_IO], out[MA_SESSION_MAX_IO];
-    double last_ms; /* wall time of the last run's compute */
+    double last_ms;                         /* wall time of the last run's compute */
     const void *checked[MA_SESSION_MAX_IO]; /* each input's data as last found finite (address, bytes) */
     size_t checked_bytes[MA_SESSION_MAX_IO];
-    int debug;      /* vision: also output pooled, projected (and sample_coords with a sampler) */
+    int debug; /* vision: also output pooled, projected (and sample_coords with a sampler) */
 };
 
 /* name: vision, llm_split0..3, action_context, action_step, on backend be (fixed-shape backends

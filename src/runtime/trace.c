@@ -10,7 +10,10 @@
 void ma_trace_init(ma_trace *t) { memset(t, 0, sizeof *t); }
 
 void ma_trace_free(ma_trace *t) {
-    for (size_t i = 0; i < t->count; i++) { free(t->names[i]); ma_tensor_free(&t->tensors[i]); }
+    for (size_t i = 0; i < t->count; i++) {
+        free(t->names[i]);
+        ma_tensor_free(&t->tensors[i]);
+    }
     free(t->names);
     free(t->tensors);
     memset(t, 0, sizeof *t);
@@ -22,15 +25,25 @@ ma_status ma_trace_add(ma_trace *t, const char *name, const ma_tensor *x, ma_err
     if (s) return s;
     memcpy(copy.data, x->data, copy.nbytes);
     for (size_t i = 0; i < t->count; i++)
-        if (!strcmp(t->names[i], name)) { ma_tensor_free(&t->tensors[i]); t->tensors[i] = copy; return MA_OK; }
+        if (!strcmp(t->names[i], name)) {
+            ma_tensor_free(&t->tensors[i]);
+            t->tensors[i] = copy;
+            return MA_OK;
+        }
     /* two arrays of one capacity: each grown on its own, the smaller capacity kept */
     size_t cap_names = t->cap, cap_tensors = t->cap;
     const int grown = !ma_grow_array(&t->names, &cap_names, t->count, 1, sizeof *t->names) &&
                       !ma_grow_array(&t->tensors, &cap_tensors, t->count, 1, sizeof *t->tensors);
     t->cap = cap_names < cap_tensors ? cap_names : cap_tensors;
-    if (!grown) { ma_tensor_free(&copy); return ma_fail(err, MA_ERR_NOMEM, "trace: out of memory"); }
+    if (!grown) {
+        ma_tensor_free(&copy);
+        return ma_fail(err, MA_ERR_NOMEM, "trace: out of memory");
+    }
     t->names[t->count] = strdup(name);
-    if (!t->names[t->count]) { ma_tensor_free(&copy); return ma_fail(err, MA_ERR_NOMEM, "trace: out of memory"); }
+    if (!t->names[t->count]) {
+        ma_tensor_free(&copy);
+        return ma_fail(err, MA_ERR_NOMEM, "trace: out of memory");
+    }
     t->tensors[t->count++] = copy;
     return MA_OK;
 }

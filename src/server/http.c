@@ -17,9 +17,7 @@ static int refuse(int *status, int code, char *msg, size_t cap, const char *text
 }
 
 /* RFC 9110 token characters */
-static int tchar(uint8_t c) {
-    return isalnum(c) || (c && strchr("!#$%&'*+-.^_`|~", c));
-}
+static int tchar(uint8_t c) { return isalnum(c) || (c && strchr("!#$%&'*+-.^_`|~", c)); }
 
 /* does the comma-separated list v[0..n) contain the token t (case-insensitive)? */
 static int list_has(const char *v, size_t n, const char *t) {
@@ -37,9 +35,7 @@ static int list_has(const char *v, size_t n, const char *t) {
     return 0;
 }
 
-static int field_is(const char *name, size_t n, const char *want) {
-    return strlen(want) == n && !strncasecmp(name, want, n);
-}
+static int field_is(const char *name, size_t n, const char *want) { return strlen(want) == n && !strncasecmp(name, want, n); }
 
 int ma_http_parse_head(const uint8_t *buf, size_t len, ma_http_req *r, int *status, char *msg, size_t cap) {
     memset(r, 0, sizeof *r);
@@ -69,8 +65,10 @@ int ma_http_parse_head(const uint8_t *buf, size_t len, ma_http_req *r, int *stat
     while (q < end && tchar(buf[q])) q++;
     if (q == p || q - p >= sizeof r->method_name || buf[q] != ' ') return refuse(status, 400, msg, cap, "malformed request line");
     memcpy(r->method_name, buf + p, q - p);
-    r->method = !strcmp(r->method_name, "GET") ? MA_HTTP_GET : !strcmp(r->method_name, "HEAD") ? MA_HTTP_HEAD
-              : !strcmp(r->method_name, "POST") ? MA_HTTP_POST : MA_HTTP_OTHER;
+    r->method = !strcmp(r->method_name, "GET")    ? MA_HTTP_GET
+                : !strcmp(r->method_name, "HEAD") ? MA_HTTP_HEAD
+                : !strcmp(r->method_name, "POST") ? MA_HTTP_POST
+                                                  : MA_HTTP_OTHER;
     const size_t t0 = ++q;
     while (q < end && buf[q] > 0x20 && buf[q] < 0x7f) q++;
     if (q == t0 || buf[q] != ' ') return refuse(status, 400, msg, cap, "malformed request target");
@@ -88,13 +86,15 @@ int ma_http_parse_head(const uint8_t *buf, size_t len, ma_http_req *r, int *stat
     else if (target[0] != '/') return refuse(status, 400, msg, cap, "malformed request target");
     size_t pl = 0;
     while (pl < tl && target[pl] != '?') pl++;
-    if (pl >= sizeof r->path || (pl < tl && tl - pl - 1 >= sizeof r->query)) return refuse(status, 414, msg, cap, "request target too long");
+    if (pl >= sizeof r->path || (pl < tl && tl - pl - 1 >= sizeof r->query))
+        return refuse(status, 414, msg, cap, "request target too long");
     memcpy(r->path, target, pl);
     if (pl < tl) memcpy(r->query, target + pl + 1, tl - pl - 1);
     q++;
     static const char V[] = "HTTP/1.";
     if (end - q < 8 || memcmp(buf + q, V, 7)) {
-        if (end - q >= 5 && !memcmp(buf + q, "HTTP/", 5)) return refuse(status, 505, msg, cap, "HTTP version not supported (HTTP/1.0 and 1.1)");
+        if (end - q >= 5 && !memcmp(buf + q, "HTTP/", 5))
+            return refuse(status, 505, msg, cap, "HTTP version not supported (HTTP/1.0 and 1.1)");
         return refuse(status, 400, msg, cap, "malformed request line");
     }
     if (buf[q + 7] != '0' && buf[q + 7] != '1') return refuse(status, 505, msg, cap, "HTTP version not supported (HTTP/1.0 and 1.1)");
@@ -120,7 +120,8 @@ int ma_http_parse_head(const uint8_t *buf, size_t len, ma_http_req *r, int *stat
         const size_t nl = c - q;
         size_t v0 = c + 1, v1 = le;
         for (size_t k = v0; k < v1; k++)
-            if ((buf[k] < 0x20 && buf[k] != '\t') || buf[k] == 0x7f) return refuse(status, 400, msg, cap, "a control character in a header field");
+            if ((buf[k] < 0x20 && buf[k] != '\t') || buf[k] == 0x7f)
+                return refuse(status, 400, msg, cap, "a control character in a header field");
         while (v0 < v1 && (buf[v0] == ' ' || buf[v0] == '\t')) v0++;
         while (v1 > v0 && (buf[v1 - 1] == ' ' || buf[v1 - 1] == '\t')) v1--;
         const char *v = (const char *)buf + v0;
@@ -132,7 +133,8 @@ int ma_http_parse_head(const uint8_t *buf, size_t len, ma_http_req *r, int *stat
                 if (v[k] < '0' || v[k] > '9') return refuse(status, 400, msg, cap, "malformed Content-Length");
                 n = n * 10 + (v[k] - '0');
             }
-            if (r->content_length >= 0 && r->content_length != n) return refuse(status, 400, msg, cap, "two different Content-Length values");
+            if (r->content_length >= 0 && r->content_length != n)
+                return refuse(status, 400, msg, cap, "two different Content-Length values");
             r->content_length = n;
         } else if (field_is(name, nl, "transfer-encoding")) {
             if (have_te || !(vl == 7 && !strncasecmp(v, "chunked", 7)))
@@ -189,8 +191,8 @@ static int cfail(char *msg, size_t cap, const char *why) {
     return -1;
 }
 
-int ma_http_chunked_feed(ma_http_chunked *c, const uint8_t *in, size_t len, size_t *consumed, uint8_t *out, size_t *out_len,
-                         size_t out_cap, char *msg, size_t cap) {
+int ma_http_chunked_feed(ma_http_chunked *c, const uint8_t *in, size_t len, size_t *consumed, uint8_t *out, size_t *out_len, size_t out_cap,
+                         char *msg, size_t cap) {
     size_t i = 0;
     while (i < len) {
         const uint8_t b = in[i];
@@ -213,14 +215,18 @@ int ma_http_chunked_feed(ma_http_chunked *c, const uint8_t *in, size_t len, size
                      * ("2 9" is not a size of 2, F19) */
             if (b == ';') c->state = C_EXT;
             else if (b == '\r') c->state = C_SIZE_LF;
-            else if (b == '\n') { i++; goto size_done; }
-            else if ((b != ' ' && b != '\t') || ++c->line > 4096) return cfail(msg, cap, "bad character after the chunk size");
+            else if (b == '\n') {
+                i++;
+                goto size_done;
+            } else if ((b != ' ' && b != '\t') || ++c->line > 4096) return cfail(msg, cap, "bad character after the chunk size");
             i++;
             continue;
         case C_EXT:
             if (b == '\r') c->state = C_SIZE_LF;
-            else if (b == '\n') { i++; goto size_done; }
-            else if ((b < 0x20 && b != '\t') || ++c->line > 4096) return cfail(msg, cap, "bad chunk extension");
+            else if (b == '\n') {
+                i++;
+                goto size_done;
+            } else if ((b < 0x20 && b != '\t') || ++c->line > 4096) return cfail(msg, cap, "bad chunk extension");
             i++;
             continue;
         case C_SIZE_LF:
@@ -256,8 +262,10 @@ int ma_http_chunked_feed(ma_http_chunked *c, const uint8_t *in, size_t len, size
             continue;
         case C_TRAILER_START:
             if (b == '\r') c->state = C_END_LF;
-            else if (b == '\n') { *consumed = i + 1; return 1; }
-            else c->state = C_TRAILER_LINE;
+            else if (b == '\n') {
+                *consumed = i + 1;
+                return 1;
+            } else c->state = C_TRAILER_LINE;
             i++;
             continue;
         case C_TRAILER_LINE:
@@ -284,9 +292,18 @@ int ma_ws_parse_header(const uint8_t *buf, size_t len, ma_ws_frame *f, char *msg
     f->fin = buf[0] >> 7;
     f->opcode = buf[0] & 15;
     f->masked = buf[1] >> 7;
-    if (buf[0] & 0x70) { snprintf(msg, cap, "reserved bits set (no extension was negotiated)"); return -1; }
-    if (!(f->opcode <= 2 || (f->opcode >= 8 && f->opcode <= 10))) { snprintf(msg, cap, "reserved opcode %d", f->opcode); return -1; }
-    if (!f->masked) { snprintf(msg, cap, "an unmasked client frame"); return -1; }
+    if (buf[0] & 0x70) {
+        snprintf(msg, cap, "reserved bits set (no extension was negotiated)");
+        return -1;
+    }
+    if (!(f->opcode <= 2 || (f->opcode >= 8 && f->opcode <= 10))) {
+        snprintf(msg, cap, "reserved opcode %d", f->opcode);
+        return -1;
+    }
+    if (!f->masked) {
+        snprintf(msg, cap, "an unmasked client frame");
+        return -1;
+    }
     size_t h = 2;
     uint64_t n = buf[1] & 127;
     if (n == 126) {
@@ -295,12 +312,18 @@ int ma_ws_parse_header(const uint8_t *buf, size_t len, ma_ws_frame *f, char *msg
         h = 4;
     } else if (n == 127) {
         if (len < 10) return 0;
-        if (buf[2] & 0x80) { snprintf(msg, cap, "a 64-bit length with its top bit set"); return -1; }
+        if (buf[2] & 0x80) {
+            snprintf(msg, cap, "a 64-bit length with its top bit set");
+            return -1;
+        }
         n = 0;
         for (int i = 0; i < 8; i++) n = n << 8 | buf[2 + i];
         h = 10;
     }
-    if (f->opcode >= 8 && (!f->fin || n > 125)) { snprintf(msg, cap, "a fragmented or oversized control frame"); return -1; }
+    if (f->opcode >= 8 && (!f->fin || n > 125)) {
+        snprintf(msg, cap, "a fragmented or oversized control frame");
+        return -1;
+    }
     if (len < h + 4) return 0;
     memcpy(f->mask, buf + h, 4);
     f->len = n;
@@ -314,8 +337,16 @@ void ma_ws_unmask(uint8_t *p, size_t n, const uint8_t mask[4], uint64_t offset) 
 
 size_t ma_ws_frame_header(uint8_t out[10], int opcode, uint64_t len) {
     out[0] = (uint8_t)(0x80 | (opcode & 15));
-    if (len < 126) { out[1] = (uint8_t)len; return 2; }
-    if (len < 65536) { out[1] = 126; out[2] = (uint8_t)(len >> 8); out[3] = (uint8_t)len; return 4; }
+    if (len < 126) {
+        out[1] = (uint8_t)len;
+        return 2;
+    }
+    if (len < 65536) {
+        out[1] = 126;
+        out[2] = (uint8_t)(len >> 8);
+        out[3] = (uint8_t)len;
+        return 4;
+    }
     out[1] = 127;
     for (int i = 0; i < 8; i++) out[2 + i] = (uint8_t)(len >> (56 - 8 * i));
     return 10;
@@ -339,24 +370,43 @@ int ma_ws_accept_key(const char *key, char out[29]) {
 static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 static int b64val(uint8_t c) {
-    return c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26 : c >= '0' && c <= '9' ? c - '0' + 52
-         : c == '+' ? 62 : c == '/' ? 63 : -1;
+    return c >= 'A' && c <= 'Z'   ? c - 'A'
+           : c >= 'a' && c <= 'z' ? c - 'a' + 26
+           : c >= '0' && c <= '9' ? c - '0' + 52
+           : c == '+'             ? 62
+           : c == '/'             ? 63
+                                  : -1;
 }
 
 size_t ma_b64_decoded_max(size_t len) { return len / 4 * 3 + 3; }
 
 long ma_b64_decode(const char *in, size_t len, uint8_t *out, size_t *bad_at) {
     size_t n = len, pad = 0;
-    if (n >= 1 && in[n - 1] == '=') { n--; pad++; }
-    if (n >= 1 && in[n - 1] == '=') { n--; pad++; }
-    if (pad && len % 4) { *bad_at = len; return -1; }
-    if (n % 4 == 1) { *bad_at = len; return -1; }
+    if (n >= 1 && in[n - 1] == '=') {
+        n--;
+        pad++;
+    }
+    if (n >= 1 && in[n - 1] == '=') {
+        n--;
+        pad++;
+    }
+    if (pad && len % 4) {
+        *bad_at = len;
+        return -1;
+    }
+    if (n % 4 == 1) {
+        *bad_at = len;
+        return -1;
+    }
     size_t o = 0;
     uint32_t acc = 0;
     int bits = 0;
     for (size_t i = 0; i < n; i++) {
         const int v = b64val((uint8_t)in[i]);
-        if (v < 0) { *bad_at = i; return -1; }
+        if (v < 0) {
+            *bad_at = i;
+            return -1;
+        }
         acc = acc << 6 | (uint32_t)v;
         bits += 6;
         if (bits >= 8) {
@@ -365,7 +415,10 @@ long ma_b64_decode(const char *in, size_t len, uint8_t *out, size_t *bad_at) {
         }
     }
     /* the unused low bits of the last group must be zero (a canonical encoding) */
-    if (bits && (acc & ((1u << bits) - 1))) { *bad_at = n - 1; return -1; }
+    if (bits && (acc & ((1u << bits) - 1))) {
+        *bad_at = n - 1;
+        return -1;
+    }
     return (long)o;
 }
 

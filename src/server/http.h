@@ -23,20 +23,20 @@ typedef enum { MA_HTTP_GET, MA_HTTP_HEAD, MA_HTTP_POST, MA_HTTP_OTHER } ma_http_
 typedef struct ma_http_req {
     ma_http_method method;
     char method_name[16];
-    char path[1024];            /* the target before '?', percent-escapes kept */
-    char query[1024];           /* after '?', may be empty */
-    int minor;                  /* HTTP/1.<minor> */
-    int64_t content_length;     /* -1: none given */
-    int chunked;                /* Transfer-Encoding: chunked */
-    int expect_continue;        /* Expect: 100-continue */
-    int keep_alive;             /* after this request (HTTP/1.1 default, Connection: close/keep-alive) */
-    int upgrade_websocket;      /* Upgrade: websocket and Connection: upgrade */
-    int ws_version;             /* Sec-WebSocket-Version (0: absent) */
-    char ws_key[64];            /* Sec-WebSocket-Key */
-    char authorization[512];    /* as sent (truncated values are refused, not cut) */
+    char path[1024];         /* the target before '?', percent-escapes kept */
+    char query[1024];        /* after '?', may be empty */
+    int minor;               /* HTTP/1.<minor> */
+    int64_t content_length;  /* -1: none given */
+    int chunked;             /* Transfer-Encoding: chunked */
+    int expect_continue;     /* Expect: 100-continue */
+    int keep_alive;          /* after this request (HTTP/1.1 default, Connection: close/keep-alive) */
+    int upgrade_websocket;   /* Upgrade: websocket and Connection: upgrade */
+    int ws_version;          /* Sec-WebSocket-Version (0: absent) */
+    char ws_key[64];         /* Sec-WebSocket-Key */
+    char authorization[512]; /* as sent (truncated values are refused, not cut) */
     size_t authorization_len;
-    char accept[256];           /* Accept */
-    size_t head_len;            /* bytes of the head, including the blank line */
+    char accept[256]; /* Accept */
+    size_t head_len;  /* bytes of the head, including the blank line */
 } ma_http_req;
 
 /* Parse the head at the start of buf. Returns 1 when complete (r filled, r->head_len set), 0
@@ -46,18 +46,18 @@ int ma_http_parse_head(const uint8_t *buf, size_t len, ma_http_req *r, int *stat
 
 /* A chunked body, decoded as it arrives. */
 typedef struct ma_http_chunked {
-    int state;            /* internal */
-    uint64_t remaining;   /* of the current chunk's data */
-    int digits;           /* of the current size line */
-    size_t line;          /* bytes of the current size line or trailer line */
+    int state;          /* internal */
+    uint64_t remaining; /* of the current chunk's data */
+    int digits;         /* of the current size line */
+    size_t line;        /* bytes of the current size line or trailer line */
 } ma_http_chunked;
 
 /* Decode from in[0..len): data bytes are appended to out (at *out_len, at most out_cap in all).
  * Returns 1 when the body is complete (*consumed: the bytes of in that belong to it), 0 when
  * all of in was consumed and more is needed, -1 on a malformed body (msg), -2 when the data
  * would exceed out_cap. */
-int ma_http_chunked_feed(ma_http_chunked *c, const uint8_t *in, size_t len, size_t *consumed, uint8_t *out, size_t *out_len,
-                         size_t out_cap, char *msg, size_t cap);
+int ma_http_chunked_feed(ma_http_chunked *c, const uint8_t *in, size_t len, size_t *consumed, uint8_t *out, size_t *out_len, size_t out_cap,
+                         char *msg, size_t cap);
 
 /* ------------------------------------------------------------------------- websocket */
 
@@ -65,7 +65,7 @@ enum { MA_WS_CONT = 0, MA_WS_TEXT = 1, MA_WS_BINARY = 2, MA_WS_CLOSE = 8, MA_WS_
 
 typedef struct ma_ws_frame {
     int fin, opcode, masked;
-    uint64_t len;       /* payload bytes */
+    uint64_t len; /* payload bytes */
     uint8_t mask[4];
     size_t header_len;
 } ma_ws_frame;

@@ -19,8 +19,8 @@ typedef struct block {
 } block;
 
 struct ma_json {
-    block *blocks;          /* nodes and strings */
-    double **arrays;        /* numeric arrays (realloc'd as they grow) */
+    block *blocks;   /* nodes and strings */
+    double **arrays; /* numeric arrays (realloc'd as they grow) */
     size_t n_arrays, cap_arrays;
     size_t used, budget;
     ma_jv *root;
@@ -37,7 +37,10 @@ typedef struct {
 /* ------------------------------------------------------------------------------ memory */
 
 static int charge(parser *p, size_t n) {
-    if (n > p->j->budget - p->j->used) { p->over_budget = 1; return -1; }
+    if (n > p->j->budget - p->j->used) {
+        p->over_budget = 1;
+        return -1;
+    }
     p->j->used += n;
     return 0;
 }
@@ -49,7 +52,10 @@ static void *arena(parser *p, size_t n) {
         const size_t cap = n > CHUNK ? n : CHUNK;
         if (charge(p, sizeof(block) + cap)) return NULL;
         bl = malloc(sizeof(block) + cap);
-        if (!bl) { p->over_budget = 1; return NULL; }
+        if (!bl) {
+            p->over_budget = 1;
+            return NULL;
+        }
         bl->used = 0;
         bl->cap = cap;
         bl->next = p->j->blocks;
@@ -94,7 +100,8 @@ static double number(parser *p, int *ok) {
     if (i < p->len && b[i] == '-') i++;
     if (i >= p->len) return 0;
     if (b[i] == '0') i++;
-    else if (b[i] >= '1' && b[i] <= '9') while (i < p->len && b[i] >= '0' && b[i] <= '9') i++;
+    else if (b[i] >= '1' && b[i] <= '9')
+        while (i < p->len && b[i] >= '0' && b[i] <= '9') i++;
     else return 0;
     if (i < p->len && b[i] == '.') {
         i++;
@@ -148,9 +155,9 @@ static ma_status string(parser *p, const char **out, size_t *out_len) {
 typedef struct {
     double *v;
     size_t n, cap;
-    int leaf;           /* depth of the arrays holding numbers (-1: none yet) */
-    int deepest;        /* deepest array opened */
-    int64_t dim[4];     /* length per depth (-1: not yet known) */
+    int leaf;       /* depth of the arrays holding numbers (-1: none yet) */
+    int deepest;    /* deepest array opened */
+    int64_t dim[4]; /* length per depth (-1: not yet known) */
 } numarr;
 
 /* a rectangular array of numbers at p->pos; 1 parsed, 0 not such an array (p->pos unchanged
@@ -185,7 +192,10 @@ static int numarr_level(parser *p, numarr *a, int d) {
                     const size_t cap = ma_grow_cap(a->cap, a->n + 1, 64, most);
                     if (charge(p, (cap - a->cap) * sizeof(double))) return -1;
                     double *nv = realloc(a->v, cap * sizeof(double));
-                    if (!nv) { p->over_budget = 1; return -1; }
+                    if (!nv) {
+                        p->over_budget = 1;
+                        return -1;
+                    }
                     a->v = nv;
                     a->cap = cap;
                 }
@@ -194,8 +204,14 @@ static int numarr_level(parser *p, numarr *a, int d) {
             count++;
             ws(p);
             if (p->pos >= p->len) return 0;
-            if (p->b[p->pos] == ',') { p->pos++; continue; }
-            if (p->b[p->pos] == ']') { p->pos++; break; }
+            if (p->b[p->pos] == ',') {
+                p->pos++;
+                continue;
+            }
+            if (p->b[p->pos] == ']') {
+                p->pos++;
+                break;
+            }
             return 0;
         }
     }
@@ -257,7 +273,10 @@ static ma_status value(parser *p, ma_jv *v, int depth) {
         v->kind = c == '{' ? MA_JV_OBJ : MA_JV_ARR;
         p->pos++;
         ws(p);
-        if (p->pos < p->len && p->b[p->pos] == close) { p->pos++; return MA_OK; }
+        if (p->pos < p->len && p->b[p->pos] == close) {
+            p->pos++;
+            return MA_OK;
+        }
         ma_jv **tail = &v->first;
         for (;;) {
             ma_jv *e = arena(p, sizeof *e);
@@ -277,8 +296,14 @@ static ma_status value(parser *p, ma_jv *v, int depth) {
             v->len++;
             ws(p);
             if (p->pos >= p->len) return fail_at(p, p->pos, v->kind == MA_JV_OBJ ? "unterminated object" : "unterminated array");
-            if (p->b[p->pos] == ',') { p->pos++; continue; }
-            if (p->b[p->pos] == close) { p->pos++; return MA_OK; }
+            if (p->b[p->pos] == ',') {
+                p->pos++;
+                continue;
+            }
+            if (p->b[p->pos] == close) {
+                p->pos++;
+                return MA_OK;
+            }
             return fail_at(p, p->pos, v->kind == MA_JV_OBJ ? "expected ',' or '}'" : "expected ',' or ']'");
         }
     }
@@ -292,8 +317,11 @@ static ma_status value(parser *p, ma_jv *v, int depth) {
         v->num = number(p, &ok);
         return ok ? MA_OK : fail_at(p, p->pos, "a malformed number");
     }
-    static const struct { const char *w; ma_jv_kind k; double n; } WORDS[] = {
-        {"true", MA_JV_BOOL, 1}, {"false", MA_JV_BOOL, 0}, {"null", MA_JV_NULL, 0}};
+    static const struct {
+        const char *w;
+        ma_jv_kind k;
+        double n;
+    } WORDS[] = {{"true", MA_JV_BOOL, 1}, {"false", MA_JV_BOOL, 0}, {"null", MA_JV_NULL, 0}};
     for (int i = 0; i < 3; i++) {
         const size_t n = strlen(WORDS[i].w);
         if (p->len - p->pos >= n && !memcmp(p->b + p->pos, WORDS[i].w, n)) {
@@ -322,7 +350,9 @@ ma_status ma_json_parse(const char *buf, size_t len, size_t budget, ma_json **ou
     }
     if (!s) {
         ws(&p);
-        if (p.pos != len) s = ma_fail(err, MA_ERR_FORMAT, "request: %zu bytes after the JSON value (at byte %zu); send one object per request", len - p.pos, p.pos);
+        if (p.pos != len)
+            s = ma_fail(err, MA_ERR_FORMAT, "request: %zu bytes after the JSON value (at byte %zu); send one object per request",
+                        len - p.pos, p.pos);
     }
     if (s) {
         ma_json_free(j);

@@ -21,17 +21,17 @@ typedef enum { MA_JV_NULL, MA_JV_BOOL, MA_JV_NUM, MA_JV_STR, MA_JV_ARR, MA_JV_OB
 
 typedef struct ma_jv {
     ma_jv_kind kind;
-    struct ma_jv *next;      /* the next element of the array or member of the object */
-    const char *key;         /* as a member of an object: its name (NUL-terminated; key_len bytes) */
+    struct ma_jv *next; /* the next element of the array or member of the object */
+    const char *key;    /* as a member of an object: its name (NUL-terminated; key_len bytes) */
     size_t key_len;
-    double num;              /* MA_JV_NUM; MA_JV_BOOL: 0 or 1 */
-    const char *str;         /* MA_JV_STR: decoded UTF-8, NUL-terminated, `len` bytes (may hold NULs) */
-    size_t len;              /* MA_JV_STR: bytes; MA_JV_ARR / MA_JV_OBJ: elements */
-    struct ma_jv *first;     /* MA_JV_ARR / MA_JV_OBJ */
-    const double *nums;      /* MA_JV_NUMARR: row-major values */
-    int ndim;                /* MA_JV_NUMARR: 1..4 */
+    double num;          /* MA_JV_NUM; MA_JV_BOOL: 0 or 1 */
+    const char *str;     /* MA_JV_STR: decoded UTF-8, NUL-terminated, `len` bytes (may hold NULs) */
+    size_t len;          /* MA_JV_STR: bytes; MA_JV_ARR / MA_JV_OBJ: elements */
+    struct ma_jv *first; /* MA_JV_ARR / MA_JV_OBJ */
+    const double *nums;  /* MA_JV_NUMARR: row-major values */
+    int ndim;            /* MA_JV_NUMARR: 1..4 */
     int64_t shape[4];
-    size_t count;            /* MA_JV_NUMARR: product of shape */
+    size_t count; /* MA_JV_NUMARR: product of shape */
 } ma_jv;
 
 typedef struct ma_json ma_json;

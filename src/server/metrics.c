@@ -12,7 +12,7 @@ static const double REQ_LE[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10
 static const char *const REQ_TEXT[] = {"0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60"};
 static const double COMP_LE[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 static const char *const COMP_TEXT[] = {"0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25",
-                                        "0.5", "1", "2.5", "5", "10", "30", "60"};
+                                        "0.5",   "1",      "2.5",   "5",    "10",    "30",   "60"};
 
 const ma_buckets ma_request_buckets = {(int)(sizeof REQ_LE / sizeof REQ_LE[0]), REQ_LE, REQ_TEXT};
 const ma_buckets ma_component_buckets = {(int)(sizeof COMP_LE / sizeof COMP_LE[0]), COMP_LE, COMP_TEXT};
@@ -85,4 +85,3 @@ void ma_tb_histogram(ma_textbuf *t, const char *name, const char *labels, const 
     print_value(t, h->sum);
     ma_tb_printf(t, "\n%s_count%s%s%s %llu\n", name, *labels ? "{" : "", labels, *labels ? "}" : "", (unsigned long long)h->count);
 }
-

@@ -18,7 +18,7 @@
 
 typedef struct ma_buckets {
     int n;
-    const double *le;       /* upper bounds, increasing (+Inf implied after the last) */
+    const double *le;        /* upper bounds, increasing (+Inf implied after the last) */
     const char *const *text; /* the same bounds as the le="..." label shows them */
 } ma_buckets;
 

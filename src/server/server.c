@@ -42,9 +42,9 @@
 #include "server/metrics.h"
 #include "server/wire.h"
 
-#define HISTORY 64          /* requests kept for the status page */
-#define HEALTH_RESERVE 8    /* connections beyond --max-clients that may only ask /healthz or /health */
-#define LINGER_MS 2000      /* after our last bytes: read and drop what the client still sends */
+#define HISTORY 64       /* requests kept for the status page */
+#define HEALTH_RESERVE 8 /* connections beyond --max-clients that may only ask /healthz or /health */
+#define LINGER_MS 2000   /* after our last bytes: read and drop what the client still sends */
 #define READ_CHUNK 65536
 /* unsent output a connection may hold before the server stops reading it: a client that
  * pipelines requests and reads no replies makes the server hold at most this much (plus the
@@ -61,44 +61,44 @@ typedef struct conn {
     uint64_t id;
     char peer[64];
     int is_ws;
-    int reserved;          /* beyond --max-clients: health checks only */
+    int reserved; /* beyond --max-clients: health checks only */
     /* bytes read and not yet consumed */
     uint8_t *in;
     size_t in_len, in_cap;
     /* the message (websocket) or body (HTTP) being assembled */
     uint8_t *rx;
     size_t rx_len, rx_cap;
-    double msg_start;      /* first byte of the current message or request (0: none pending) */
-    double last_active;    /* the last complete request or reply (idle timers) */
-    int busy;              /* a request of this client is queued or running */
-    int closing;           /* no more requests: close once the output is written */
-    double linger_until;   /* after shutdown(SHUT_WR): when to close regardless */
-    int shut;              /* SHUT_WR done: lingering */
-    int peer_eof;          /* the client closed its side: nothing more comes */
-    int dead;              /* a socket error: close now, unwritten output dropped */
+    double msg_start;    /* first byte of the current message or request (0: none pending) */
+    double last_active;  /* the last complete request or reply (idle timers) */
+    int busy;            /* a request of this client is queued or running */
+    int closing;         /* no more requests: close once the output is written */
+    double linger_until; /* after shutdown(SHUT_WR): when to close regardless */
+    int shut;            /* SHUT_WR done: lingering */
+    int peer_eof;        /* the client closed its side: nothing more comes */
+    int dead;            /* a socket error: close now, unwritten output dropped */
     /* output */
     uint8_t *out;
     size_t out_len, out_off, out_cap;
-    double out_since;      /* when the oldest unwritten output was queued */
+    double out_since; /* when the oldest unwritten output was queued */
     /* HTTP */
     int hstate;
     ma_http_req req;
     ma_http_chunked chunk;
-    uint64_t body_left;    /* Content-Length bytes still to come */
-    int head_only;         /* answering HEAD */
-    int reset_route;       /* the body being read is POST /reset's */
+    uint64_t body_left; /* Content-Length bytes still to come */
+    int head_only;      /* answering HEAD */
+    int reset_route;    /* the body being read is POST /reset's */
     int keep_alive;
     /* websocket */
     ma_ws_frame frame;
     int in_frame;
     uint64_t frame_got;
-    int msg_opcode;        /* opcode of the message being assembled (0: none) */
+    int msg_opcode; /* opcode of the message being assembled (0: none) */
     int n_replies;
     double last_reply_ms;
-    double prev_total_ms;  /* the previous request's whole cycle (openpi's prev_total_ms) */
-    double cycle_start;    /* the end of the previous reply, or the connection's start */
-    int ignored_logged;    /* keys the server ignores: logged once per connection */
-    int paused;            /* input left unprocessed while the output is full (out_full) */
+    double prev_total_ms; /* the previous request's whole cycle (openpi's prev_total_ms) */
+    double cycle_start;   /* the end of the previous reply, or the connection's start */
+    int ignored_logged;   /* keys the server ignores: logged once per connection */
+    int paused;           /* input left unprocessed while the output is full (out_full) */
 } conn;
 
 typedef struct job {
@@ -108,36 +108,52 @@ typedef struct job {
     char peer[64];
     uint8_t *body;
     size_t bytes_in;
-    size_t body_held;      /* the body's bytes counted in S.rx_total until the job comes back */
+    size_t body_held; /* the body's bytes counted in S.rx_total until the job comes back */
     double t_recv, t_start, t_done;
-    double t_infer;        /* the inference call alone (openpi's infer_ms, AllenAI's dt_ms) */
-    double t_decoded;      /* when decoding ended and the inference call began */
+    double t_infer;   /* the inference call alone (openpi's infer_ms, AllenAI's dt_ms) */
+    double t_decoded; /* when decoding ended and the inference call began */
     ma_wire_request req;
     molmoact_result res;
-    int decoded;           /* 0: the request itself was refused (400) */
-    int server_seed;       /* the noise's seed was drawn by the server */
-    int list_format;       /* HTTP ?format=list: actions as nested JSON lists */
-    int status;            /* molmoact_status */
-    char msg[1024];        /* for the client: built, never copied from internals */
-    char log[1024];        /* for the log: the whole message */
+    int decoded;     /* 0: the request itself was refused (400) */
+    int server_seed; /* the noise's seed was drawn by the server */
+    int list_format; /* HTTP ?format=list: actions as nested JSON lists */
+    int status;      /* molmoact_status */
+    char msg[1024];  /* for the client: built, never copied from internals */
+    char log[1024];  /* for the log: the whole message */
 } job;
 
 /* Why a request failed: a bounded set (the reason label of /metrics and the status page's marks) */
 enum { F_BAD_REQUEST, F_TOO_LARGE, F_TIMEOUT, F_UNAUTHORIZED, F_OVERLOADED, F_SHUTTING_DOWN, F_WORKER, F_INTERNAL, F_PROTOCOL, F_N };
-static const char *const FAIL_REASON[F_N] = {"bad_request", "too_large", "timeout", "unauthorized", "overloaded",
-                                             "shutting_down", "worker", "internal", "protocol"};
+static const char *const FAIL_REASON[F_N] = {"bad_request",   "too_large", "timeout",  "unauthorized", "overloaded",
+                                             "shutting_down", "worker",    "internal", "protocol"};
 
 /* the timed parts of a request: queue (from its first byte until the inference thread takes it:
  * receiving it and waiting), decode (JSON / msgpack, base64), then molmoact_timing's (total: the
  * engine's whole pipeline) */
-enum { C_QUEUE, C_DECODE, C_PREPROCESS, C_VISION, C_LLM0, C_LLM1, C_LLM2, C_LLM3, C_ACTION_CONTEXT, C_ACTION_STEP, C_TRANSFER, C_HOST, C_TOTAL, C_N };
-static const char *const COMPONENT[C_N] = {"queue", "decode", "preprocess", "vision", "llm_split0", "llm_split1", "llm_split2", "llm_split3",
-                                           "action_context", "action_step", "transfer", "host", "total"};
+enum {
+    C_QUEUE,
+    C_DECODE,
+    C_PREPROCESS,
+    C_VISION,
+    C_LLM0,
+    C_LLM1,
+    C_LLM2,
+    C_LLM3,
+    C_ACTION_CONTEXT,
+    C_ACTION_STEP,
+    C_TRANSFER,
+    C_HOST,
+    C_TOTAL,
+    C_N
+};
+static const char *const COMPONENT[C_N] = {"queue",      "decode",     "preprocess", "vision",         "llm_split0",
+                                           "llm_split1", "llm_split2", "llm_split3", "action_context", "action_step",
+                                           "transfer",   "host",       "total"};
 
 typedef struct history_entry {
-    double t;          /* s since the start */
-    double request;    /* ms: the first byte of the request to its reply (or refusal) */
-    double c[C_N];     /* ms per component (successful requests) */
+    double t;       /* s since the start */
+    double request; /* ms: the first byte of the request to its reply (or refusal) */
+    double c[C_N];  /* ms per component (successful requests) */
     int ok, ws, reason;
 } history_entry;
 
@@ -151,10 +167,10 @@ static struct {
     size_t api_key_len;
     int have_key;
     size_t max_bytes, rx_total, rx_total_max;
-    uint64_t rng;          /* the noise seeds' generator */
+    uint64_t rng; /* the noise seeds' generator */
     int listen_fd, bound_port;
-    int port_lock_fd;      /* the abstract socket that claims the address while the engine loads */
-    int wake[2];           /* the inference thread and the signal handler wake the loop */
+    int port_lock_fd; /* the abstract socket that claims the address while the engine loads */
+    int wake[2];      /* the inference thread and the signal handler wake the loop */
     conn *conns;
     int n_conns;
     uint64_t next_id;
@@ -164,11 +180,11 @@ static struct {
     pthread_cond_t cv;
     job *queue, **queue_tail, *done;
     int running, quit;
-    int n_queued;          /* jobs waiting for the inference thread */
+    int n_queued; /* jobs waiting for the inference thread */
     /* statistics */
     double t_start, wall_start;
     long served, failed;
-    uint64_t requests[2];  /* http, websocket: answered or refused */
+    uint64_t requests[2]; /* http, websocket: answered or refused */
     uint64_t failures[F_N];
     ma_histogram req_hist, comp_hist[C_N];
     history_entry hist[HISTORY];
@@ -206,8 +222,8 @@ static void printable(char *s) {
  * library's message that are made of fixed words (an observation field, a worker's name), never
  * a path or other internal text; the whole message goes to the log. */
 static void client_error(int status, const char *msg, char *out, size_t cap) {
-    if ((status == MOLMOACT_ERR_ARG || status == MOLMOACT_ERR_SHAPE || status == MOLMOACT_ERR_RANGE ||
-         status == MOLMOACT_ERR_FORMAT || status == MOLMOACT_ERR_NOMEM || status == MOLMOACT_ERR_UNSUPPORTED) &&
+    if ((status == MOLMOACT_ERR_ARG || status == MOLMOACT_ERR_SHAPE || status == MOLMOACT_ERR_RANGE || status == MOLMOACT_ERR_FORMAT ||
+         status == MOLMOACT_ERR_NOMEM || status == MOLMOACT_ERR_UNSUPPORTED) &&
         !strncmp(msg, "observation", 11)) {
         snprintf(out, cap, "%s", msg); /* the API's checks of the observation name only its fields */
         printable(out);
@@ -234,15 +250,16 @@ static void client_error(int status, const char *msg, char *out, size_t cap) {
 
 static void log_line(const char *client, const char *proto, size_t bytes_in, size_t bytes_out, const job *j, const char *outcome) {
     char line[2048];
-    size_t k = (size_t)snprintf(line, sizeof line, "{\"client\": \"%s\", \"proto\": \"%s\", \"bytes_in\": %zu, \"bytes_out\": %zu", client, proto,
-                                bytes_in, bytes_out);
+    size_t k = (size_t)snprintf(line, sizeof line, "{\"client\": \"%s\", \"proto\": \"%s\", \"bytes_in\": %zu, \"bytes_out\": %zu", client,
+                                proto, bytes_in, bytes_out);
     if (j && j->status == MOLMOACT_OK && j->decoded) {
         const molmoact_timing *t = &j->res.timing;
         k += (size_t)snprintf(line + k, sizeof line - k,
                               ", \"ms\": {\"queue\": %.3f, \"total\": %.3f, \"vision\": %.3f, \"llm\": %.3f, \"action_context\": %.3f, "
                               "\"action_step\": %.3f, \"transfer\": %.3f, \"host\": %.3f}",
-                              j->t_start - j->t_recv, t->total, t->vision, t->llm_split[0] + t->llm_split[1] + t->llm_split[2] + t->llm_split[3],
-                              t->action_context, t->action_step, t->transfer, t->host);
+                              j->t_start - j->t_recv, t->total, t->vision,
+                              t->llm_split[0] + t->llm_split[1] + t->llm_split[2] + t->llm_split[3], t->action_context, t->action_step,
+                              t->transfer, t->host);
         if (j->server_seed) k += (size_t)snprintf(line + k, sizeof line - k, ", \"seed\": %llu", (unsigned long long)j->req.obs.seed);
     }
     fputs(line, stderr);
@@ -288,8 +305,19 @@ static void account(int ws, int reason, double t_first, const job *j) {
     h->reason = reason;
     if (reason < 0 && j) {
         const molmoact_timing *t = &j->res.timing;
-        const double c[C_N] = {j->t_start - j->t_recv, j->t_decoded - j->t_start, t->preprocess, t->vision, t->llm_split[0], t->llm_split[1], t->llm_split[2],
-                               t->llm_split[3], t->action_context, t->action_step, t->transfer, t->host, t->total};
+        const double c[C_N] = {j->t_start - j->t_recv,
+                               j->t_decoded - j->t_start,
+                               t->preprocess,
+                               t->vision,
+                               t->llm_split[0],
+                               t->llm_split[1],
+                               t->llm_split[2],
+                               t->llm_split[3],
+                               t->action_context,
+                               t->action_step,
+                               t->transfer,
+                               t->host,
+                               t->total};
         for (int i = 0; i < C_N; i++) {
             h->c[i] = c[i] > 0 ? c[i] : 0;
             ma_hist_observe(&S.comp_hist[i], h->c[i] / 1e3);
@@ -402,7 +430,10 @@ static conn *find_conn(uint64_t id) {
 
 static void conn_free(conn *c) {
     for (conn **p = &S.conns; *p; p = &(*p)->next)
-        if (*p == c) { *p = c->next; break; }
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
     S.n_conns--;
     S.rx_total -= c->rx_cap;
     close(c->fd);
@@ -569,8 +600,9 @@ static int history_values(const char *key, double *v) {
 }
 
 /* what the status page's percentile table lists: the whole request, then its parts */
-static const char *const PCT_KEYS[] = {"request", "queue", "decode", "preprocess", "vision", "llm_split0", "llm_split1", "llm_split2", "llm_split3",
-                                       "llm", "action_context", "action_step", "transfer", "host", "total"};
+static const char *const PCT_KEYS[] = {"request",        "queue",       "decode",     "preprocess", "vision",
+                                       "llm_split0",     "llm_split1",  "llm_split2", "llm_split3", "llm",
+                                       "action_context", "action_step", "transfer",   "host",       "total"};
 
 static cJSON *status_json(void) {
     cJSON *j = cJSON_CreateObject();
@@ -634,7 +666,8 @@ static cJSON *status_json(void) {
 /* GET /metrics: Prometheus' text format 0.0.4. Counters and histograms over the server's life. */
 static char *metrics_text(size_t *len) {
     ma_textbuf t = {0};
-    ma_tb_family(&t, "molmoact_info", "gauge", "The server: molmoact's version, the model's name and variant, the backend and the mode (always 1).");
+    ma_tb_family(&t, "molmoact_info", "gauge",
+                 "The server: molmoact's version, the model's name and variant, the backend and the mode (always 1).");
     ma_tb_printf(&t, "molmoact_info{version=\"");
     ma_tb_label_value(&t, molmoact_version());
     ma_tb_printf(&t, "\",model=\"");
@@ -687,7 +720,10 @@ static char *metrics_text(size_t *len) {
     ma_tb_printf(&t, "molmoact_queue_depth %d\n", queued);
     ma_tb_family(&t, "molmoact_requests_processing", "gauge", "Requests being decoded or run now (0 or 1).");
     ma_tb_printf(&t, "molmoact_requests_processing %d\n", running);
-    if (t.failed) { ma_tb_free(&t); return NULL; }
+    if (t.failed) {
+        ma_tb_free(&t);
+        return NULL;
+    }
     *len = t.b.len;
     return t.b.data;
 }
@@ -828,7 +864,7 @@ static void start_request(conn *c, int json) {
     j->json = json;
     j->list_format = !c->is_ws && query_has(c->req.query, "format", "list");
     j->bytes_in = c->rx_len;
-    j->body = c->rx; /* handed over: the next message gets a new buffer */
+    j->body = c->rx;          /* handed over: the next message gets a new buffer */
     j->body_held = c->rx_cap; /* still counted in S.rx_total until the job comes back */
     c->rx = NULL;
     c->rx_len = c->rx_cap = 0;
@@ -853,7 +889,10 @@ static void process_input(conn *c) {
 
 /* the HTTP status of a failed job, and its reason */
 static int job_http_code(const job *j) {
-    return !j->decoded ? 400 : j->status == MOLMOACT_ERR_WORKER ? 503 : (j->status == MOLMOACT_ERR_NOMEM || j->status == MOLMOACT_ERR_IO) ? 500 : 400;
+    return !j->decoded                                                         ? 400
+           : j->status == MOLMOACT_ERR_WORKER                                  ? 503
+           : (j->status == MOLMOACT_ERR_NOMEM || j->status == MOLMOACT_ERR_IO) ? 500
+                                                                               : 400;
 }
 
 static int job_reason(const job *j) {
@@ -952,8 +991,17 @@ static void collect_done(void) {
     S.done = NULL;
     pthread_mutex_unlock(&S.mu);
     job *rev = NULL; /* oldest first */
-    while (d) { job *n = d->next; d->next = rev; rev = d; d = n; }
-    while (rev) { job *n = rev->next; finish_job(rev); rev = n; }
+    while (d) {
+        job *n = d->next;
+        d->next = rev;
+        rev = d;
+        d = n;
+    }
+    while (rev) {
+        job *n = rev->next;
+        finish_job(rev);
+        rev = n;
+    }
 }
 
 /* ------------------------------------------------------------------------------ HTTP */
@@ -1011,22 +1059,38 @@ static void route(conn *c) {
             http_respond(c, 426, "text/plain", "websocket version 13 only", 25, "Sec-WebSocket-Version: 13\r\n", 1);
             return;
         }
-        if (ma_ws_accept_key(r->ws_key, accept)) { refused(c, 1, F_BAD_REQUEST); http_error(c, 400, "malformed Sec-WebSocket-Key", 1); return; }
-        if (S.stopping) { refused(c, 1, F_SHUTTING_DOWN); http_error(c, 503, "server: shutting down", 1); return; }
+        if (ma_ws_accept_key(r->ws_key, accept)) {
+            refused(c, 1, F_BAD_REQUEST);
+            http_error(c, 400, "malformed Sec-WebSocket-Key", 1);
+            return;
+        }
+        if (S.stopping) {
+            refused(c, 1, F_SHUTTING_DOWN);
+            http_error(c, 503, "server: shutting down", 1);
+            return;
+        }
         char h[256];
-        const int n = snprintf(h, sizeof h, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                                            "Sec-WebSocket-Accept: %s\r\n\r\n", accept);
+        const int n = snprintf(h, sizeof h,
+                               "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                               "Sec-WebSocket-Accept: %s\r\n\r\n",
+                               accept);
         out_append(c, h, (size_t)n);
         c->is_ws = 1;
         c->last_active = c->cycle_start = ma_now_ms();
         ma_wire_buf b;
         ma_error err = {0};
-        if (ma_wire_encode_metadata(&S.info, S.model_name, &b, &err)) { ws_close(c, 1011, "metadata"); return; }
+        if (ma_wire_encode_metadata(&S.info, S.model_name, &b, &err)) {
+            ws_close(c, 1011, "metadata");
+            return;
+        }
         ws_send(c, MA_WS_BINARY, b.data, b.len);
         free(b.data);
         return;
     }
-    if (!strcmp(p, "/reset") && r->method == MA_HTTP_POST && has_body_too_big(r)) { http_error(c, 413, "POST /reset: a body of at most 64 KiB", 1); return; }
+    if (!strcmp(p, "/reset") && r->method == MA_HTTP_POST && has_body_too_big(r)) {
+        http_error(c, 413, "POST /reset: a body of at most 64 KiB", 1);
+        return;
+    }
     if (!strcmp(p, "/reset") && r->method == MA_HTTP_POST) {
         /* MolmoAct2's serve_policy.py keeps sessions; this server keeps none: nothing to remove.
          * The body ({"session_id": ...}) is read and dropped. */
@@ -1053,7 +1117,8 @@ static void route(conn *c) {
         if (r->content_length > (int64_t)S.max_bytes) {
             refused(c, 0, F_TOO_LARGE);
             char m[160];
-            snprintf(m, sizeof m, "request body of %lld bytes exceeds --max-message-mb %.4g", (long long)r->content_length, S.o->max_message_mb);
+            snprintf(m, sizeof m, "request body of %lld bytes exceeds --max-message-mb %.4g", (long long)r->content_length,
+                     S.o->max_message_mb);
             log_line(c->peer, "http", (size_t)r->content_length, 0, NULL, m);
             http_error(c, 413, m, 1);
             return;
@@ -1067,8 +1132,8 @@ static void route(conn *c) {
         return;
     }
     /* everything else has no body: one that comes anyway is not read, and the connection closes */
-    const int known = !strcmp(p, "/healthz") || !strcmp(p, "/health") || !strcmp(p, "/act") || !strcmp(p, "/") || !strcmp(p, "/status.json") || !strcmp(p, "/status.js") ||
-                      !strcmp(p, "/metrics") || !strcmp(p, "/reset");
+    const int known = !strcmp(p, "/healthz") || !strcmp(p, "/health") || !strcmp(p, "/act") || !strcmp(p, "/") ||
+                      !strcmp(p, "/status.json") || !strcmp(p, "/status.js") || !strcmp(p, "/metrics") || !strcmp(p, "/reset");
     if (known && (!get || !strcmp(p, "/reset"))) { /* /reset is POST only (F16) */
         char m[128];
         const char *allow = !strcmp(p, "/act") ? "GET, HEAD, POST" : !strcmp(p, "/reset") ? "POST" : "GET, HEAD";
@@ -1078,19 +1143,22 @@ static void route(conn *c) {
         http_error_x(c, 405, m, hdr, has_body);
         return;
     }
-    if (!known) { http_error(c, 404, NOT_FOUND, has_body); return; }
+    if (!known) {
+        http_error(c, 404, NOT_FOUND, has_body);
+        return;
+    }
     if (!strcmp(p, "/healthz")) http_respond(c, 200, "text/plain", "OK", 2, NULL, has_body);
     else if (!strcmp(p, "/health") || !strcmp(p, "/act")) http_json(c, 200, health_json(), NULL, has_body);
     else if (!strcmp(p, "/")) http_respond(c, 200, "text/html; charset=utf-8", STATUS_PAGE, sizeof STATUS_PAGE - 1, PAGE_HEADERS, has_body);
-    else if (!strcmp(p, "/status.js")) http_respond(c, 200, "text/javascript; charset=utf-8", STATUS_JS, sizeof STATUS_JS - 1, NULL, has_body);
+    else if (!strcmp(p, "/status.js"))
+        http_respond(c, 200, "text/javascript; charset=utf-8", STATUS_JS, sizeof STATUS_JS - 1, NULL, has_body);
     else if (!strcmp(p, "/metrics")) {
         size_t len = 0;
         char *text = metrics_text(&len);
         if (text) http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, NULL, has_body);
         else http_error(c, 500, "server: out of memory", has_body);
         free(text);
-    }
-    else http_json(c, 200, status_json(), NULL, has_body);
+    } else http_json(c, 200, status_json(), NULL, has_body);
 }
 
 static void process_http(conn *c) {
@@ -1098,7 +1166,10 @@ static void process_http(conn *c) {
         if (c->hstate == H_BUSY) return; /* a pipelined request waits for the reply before it */
         if (c->hstate == H_HEAD) {
             if (!c->in_len) return;
-            if (out_full(c)) { c->paused = 1; return; } /* F3: replies first */
+            if (out_full(c)) {
+                c->paused = 1;
+                return;
+            } /* F3: replies first */
             if (!c->msg_start) c->msg_start = ma_now_ms();
             c->head_only = 0; /* HEAD is the request's, not the connection's (F15) */
             int status = 0;
@@ -1163,7 +1234,10 @@ static void process_ws(conn *c) {
     while (!c->closing) {
         if (!c->in_frame) {
             if (!c->in_len) return;
-            if (out_full(c)) { c->paused = 1; return; } /* pongs a client does not read (F3) */
+            if (out_full(c)) {
+                c->paused = 1;
+                return;
+            } /* pongs a client does not read (F3) */
             if (!c->msg_start) c->msg_start = ma_now_ms();
             char msg[128];
             const int r = ma_ws_parse_header(c->in, c->in_len, &c->frame, msg, sizeof msg);
@@ -1265,7 +1339,10 @@ static void conn_read(conn *c) {
             if (c->in_len > MA_HTTP_MAX_HEAD + READ_CHUNK) return;
             const size_t cap = c->in_len + READ_CHUNK;
             uint8_t *p = realloc(c->in, cap);
-            if (!p) { c->dead = 1; return; }
+            if (!p) {
+                c->dead = 1;
+                return;
+            }
             c->in = p;
             c->in_cap = cap;
         }
@@ -1276,7 +1353,7 @@ static void conn_read(conn *c) {
             if (c->shut) continue; /* lingering: dropped */
             c->in_len += (size_t)n;
             if (!c->is_ws) process_http(c);
-            if (c->is_ws) process_ws(c); /* also the bytes after an upgrade */
+            if (c->is_ws) process_ws(c);  /* also the bytes after an upgrade */
             if ((size_t)n < want) return; /* drained for now */
             continue;
         }
@@ -1319,7 +1396,10 @@ static void accept_clients(void) {
             continue;
         }
         conn *c = calloc(1, sizeof *c);
-        if (!c) { close(fd); continue; }
+        if (!c) {
+            close(fd);
+            continue;
+        }
         const int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         c->fd = fd;
@@ -1354,7 +1434,10 @@ static void check_timers(conn *c, double now) {
         log_line(c->peer, c->is_ws ? "ws" : "http", c->rx_len + c->in_len, 0, NULL, m);
         c->msg_start = 0;
         if (c->is_ws) ws_error(c, m, 1008);
-        else { c->keep_alive = 0; http_error(c, 408, m, 1); }
+        else {
+            c->keep_alive = 0;
+            http_error(c, 408, m, 1);
+        }
         return;
     }
     if (out_pending(c) && now - c->out_since > recv_ms) { /* the client reads nothing */
@@ -1399,7 +1482,12 @@ static int unanswered_input(const conn *c) {
 static int loop_once(int timeout_ms) {
     struct pollfd *pf = calloc((size_t)S.n_conns + 2, sizeof *pf);
     conn **pc = calloc((size_t)S.n_conns + 2, sizeof *pc);
-    if (!pf || !pc) { free(pf); free(pc); usleep(10000); return 0; }
+    if (!pf || !pc) {
+        free(pf);
+        free(pc);
+        usleep(10000);
+        return 0;
+    }
     int n = 0;
     pf[n++] = (struct pollfd){S.wake[0], POLLIN, 0};
     if (S.listen_fd >= 0) pf[n++] = (struct pollfd){S.listen_fd, POLLIN, 0};
@@ -1456,7 +1544,10 @@ static int read_key(const char *path) {
     char *text = NULL;
     size_t len;
     ma_error err = {0};
-    if (ma_read_file(path, 4096, &text, &len, &err)) { fprintf(stderr, "molmoact serve: %s\n", err.msg); return -1; }
+    if (ma_read_file(path, 4096, &text, &len, &err)) {
+        fprintf(stderr, "molmoact serve: %s\n", err.msg);
+        return -1;
+    }
     size_t a = 0, b = len;
     while (a < b && (text[a] == ' ' || text[a] == '\n' || text[a] == '\r' || text[a] == '\t')) a++;
     while (b > a && (text[b - 1] == ' ' || text[b - 1] == '\n' || text[b - 1] == '\r' || text[b - 1] == '\t')) b--;
@@ -1465,15 +1556,19 @@ static int read_key(const char *path) {
     else if (b - a > 255) why = "it is longer than 255 bytes";
     for (size_t i = a; !why && i < b; i++)
         if ((unsigned char)text[i] < 0x21 || (unsigned char)text[i] > 0x7e)
-            why = text[i] == '\0' ? "it contains a NUL byte (a binary key? encode it, e.g. base64)"
-                                  : "it contains a byte that is not printable ASCII (spaces, control bytes and UTF-8 cannot travel in the header)";
+            why = text[i] == '\0'
+                      ? "it contains a NUL byte (a binary key? encode it, e.g. base64)"
+                      : "it contains a byte that is not printable ASCII (spaces, control bytes and UTF-8 cannot travel in the header)";
     if (!why) {
         memcpy(S.api_key, text + a, b - a);
         S.api_key_len = b - a;
         S.have_key = 1;
     }
     free(text);
-    if (why) { fprintf(stderr, "molmoact serve: --api-key-file %s: %s; the key must be one line of printable ASCII\n", path, why); return -1; }
+    if (why) {
+        fprintf(stderr, "molmoact serve: --api-key-file %s: %s; the key must be one line of printable ASCII\n", path, why);
+        return -1;
+    }
     return 0;
 }
 
@@ -1494,11 +1589,17 @@ static int open_listener(const char *host, int port) {
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
     const int g = getaddrinfo(host, ps, &hints, &res);
-    if (g) { fprintf(stderr, "molmoact serve: --host %s: cannot resolve it (%s)\n", host, gai_strerror(g)); return -1; }
+    if (g) {
+        fprintf(stderr, "molmoact serve: --host %s: cannot resolve it (%s)\n", host, gai_strerror(g));
+        return -1;
+    }
     int fd = -1, e = 0;
     for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) { e = errno; continue; }
+        if (fd < 0) {
+            e = errno;
+            continue;
+        }
         const int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (bind(fd, ai->ai_addr, ai->ai_addrlen)) {
@@ -1510,8 +1611,9 @@ static int open_listener(const char *host, int port) {
     freeaddrinfo(res);
     if (fd < 0) {
         if (e == EADDRINUSE) port_in_use(host, port);
-        else fprintf(stderr, "molmoact serve: cannot listen on %s port %d: %s%s\n", host, port, strerror(e),
-                     e == EADDRNOTAVAIL ? " (not an address of this machine)" : "");
+        else
+            fprintf(stderr, "molmoact serve: cannot listen on %s port %d: %s%s\n", host, port, strerror(e),
+                    e == EADDRNOTAVAIL ? " (not an address of this machine)" : "");
         return -1;
     }
     struct sockaddr_storage sa;
@@ -1563,8 +1665,14 @@ int ma_serve(const ma_serve_opts *o) {
         fprintf(stderr, "molmoact serve: --max-message-mb must be in [0.001, 4096]\n");
         return 1;
     }
-    if (o->port < 0 || o->port > 65535) { fprintf(stderr, "molmoact serve: --port must be in [0, 65535]\n"); return 1; }
-    if (o->max_clients < 1 || o->max_clients > 100000) { fprintf(stderr, "molmoact serve: --max-clients must be in [1, 100000]\n"); return 1; }
+    if (o->port < 0 || o->port > 65535) {
+        fprintf(stderr, "molmoact serve: --port must be in [0, 65535]\n");
+        return 1;
+    }
+    if (o->max_clients < 1 || o->max_clients > 100000) {
+        fprintf(stderr, "molmoact serve: --max-clients must be in [1, 100000]\n");
+        return 1;
+    }
     S.max_bytes = (size_t)(o->max_message_mb * 1048576.0);
     if (o->have_seed) S.rng = o->seed;
     else if (getrandom(&S.rng, sizeof S.rng, 0) != (ssize_t)sizeof S.rng) S.rng = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 32;
@@ -1594,7 +1702,10 @@ int ma_serve(const ma_serve_opts *o) {
     opt = o->engine;
     molmoact_error err;
     int rc = 1;
-    if (molmoact_open(&opt, &S.engine, &err)) { fprintf(stderr, "molmoact serve: %s\n", err.message); goto out; }
+    if (molmoact_open(&opt, &S.engine, &err)) {
+        fprintf(stderr, "molmoact serve: %s\n", err.message);
+        goto out;
+    }
     if (molmoact_get_info(S.engine, &S.info, &err) || molmoact_get_setting(S.engine, "backend", S.backend, sizeof S.backend, &err)) {
         fprintf(stderr, "molmoact serve: %s\n", err.message);
         goto out;
@@ -1604,7 +1715,10 @@ int ma_serve(const ma_serve_opts *o) {
     if (S.n_components > (int)(sizeof S.weights / sizeof S.weights[0])) S.n_components = (int)(sizeof S.weights / sizeof S.weights[0]);
     for (int i = 0; i < S.n_components; i++) {
         S.weights[i].struct_size = sizeof S.weights[i];
-        if (molmoact_get_component(S.engine, i, &S.weights[i], &err)) { fprintf(stderr, "molmoact serve: %s\n", err.message); goto out; }
+        if (molmoact_get_component(S.engine, i, &S.weights[i], &err)) {
+            fprintf(stderr, "molmoact serve: %s\n", err.message);
+            goto out;
+        }
     }
 
     struct sigaction sa;
@@ -1624,7 +1738,10 @@ int ma_serve(const ma_serve_opts *o) {
     clock_gettime(CLOCK_REALTIME, &wall);
     S.wall_start = (double)wall.tv_sec + (double)wall.tv_nsec / 1e9;
     pthread_t th;
-    if (pthread_create(&th, NULL, infer_thread, NULL)) { fprintf(stderr, "molmoact serve: cannot start the inference thread\n"); goto out; }
+    if (pthread_create(&th, NULL, infer_thread, NULL)) {
+        fprintf(stderr, "molmoact serve: cannot start the inference thread\n");
+        goto out;
+    }
     fprintf(stderr, "{\"event\": \"listening\", \"host\": ");
     ma_json_write_string(stderr, o->host, strlen(o->host));
     fprintf(stderr, ", \"port\": %d, \"model\": ", S.bound_port);

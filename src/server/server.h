@@ -27,17 +27,17 @@
 typedef struct ma_serve_opts {
     /* the engine: model_dir, backend, threads, ... (molmoact_open's options; the CLI fills them) */
     molmoact_options engine;
-    const char *host;          /* default 127.0.0.1 */
-    int port;                  /* default 8000 */
-    const char *api_key_file;  /* NULL: no key */
-    double max_message_mb;     /* default 32 */
-    int max_clients;           /* default 512 */
-    int flip180;               /* rotate raw frames by 180 degrees (clients sending raw renders) */
-    int recv_timeout_s;        /* a message, body or head not complete this long after its first byte
+    const char *host;         /* default 127.0.0.1 */
+    int port;                 /* default 8000 */
+    const char *api_key_file; /* NULL: no key */
+    double max_message_mb;    /* default 32 */
+    int max_clients;          /* default 512 */
+    int flip180;              /* rotate raw frames by 180 degrees (clients sending raw renders) */
+    int recv_timeout_s;       /* a message, body or head not complete this long after its first byte
                                 * closes the client; so does a reply it does not read (default 30) */
-    int idle_timeout_s;        /* a websocket without a request for this long is closed (1001); 0: never */
-    int have_seed;             /* seed: the generator of the noise seeds of requests that bring */
-    unsigned long long seed;   /* neither noise nor seed (else seeded at random) */
+    int idle_timeout_s;       /* a websocket without a request for this long is closed (1001); 0: never */
+    int have_seed;            /* seed: the generator of the noise seeds of requests that bring */
+    unsigned long long seed;  /* neither noise nor seed (else seeded at random) */
 } ma_serve_opts;
 
 /* runs until SIGINT/SIGTERM; returns the process exit status (0 after a clean drain) */

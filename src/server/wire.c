@@ -43,36 +43,57 @@ static int walk(const uint8_t *b, size_t len, size_t *pos, int depth, uint64_t *
     uint64_t n = 0, items = 0;
     int lenbytes = 0, skip = 0, pairs = 0;
     if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) return 0;
-    if (t >= 0x80 && t <= 0x8f) { items = t & 0x0f; pairs = 1; }
-    else if (t >= 0x90 && t <= 0x9f) items = t & 0x0f;
+    if (t >= 0x80 && t <= 0x8f) {
+        items = t & 0x0f;
+        pairs = 1;
+    } else if (t >= 0x90 && t <= 0x9f) items = t & 0x0f;
     else if (t >= 0xa0 && t <= 0xbf) n = t & 0x1f;
     else switch (t) {
-    case 0xc4: case 0xd9: lenbytes = 1; break;             /* bin8, str8 */
-    case 0xc5: case 0xda: lenbytes = 2; break;             /* bin16, str16 */
-    case 0xc6: case 0xdb: lenbytes = 4; break;             /* bin32, str32 */
-    case 0xc7: lenbytes = 1; skip = 1; break;              /* ext8 */
-    case 0xc8: lenbytes = 2; skip = 1; break;
-    case 0xc9: lenbytes = 4; skip = 1; break;
-    case 0xca: n = 4; break;
-    case 0xcb: n = 8; break;
-    case 0xcc: case 0xd0: n = 1; break;
-    case 0xcd: case 0xd1: n = 2; break;
-    case 0xce: case 0xd2: n = 4; break;
-    case 0xcf: case 0xd3: n = 8; break;
-    case 0xd4: n = 2; break;
-    case 0xd5: n = 3; break;
-    case 0xd6: n = 5; break;
-    case 0xd7: n = 9; break;
-    case 0xd8: n = 17; break;
-    case 0xdc: case 0xdd: case 0xde: case 0xdf: { /* array16/32, map16/32 */
-        const int nb = (t & 1) ? 4 : 2;
-        if (rest < (size_t)nb) return -1;
-        items = be(b + *pos, nb);
-        *pos += (size_t)nb;
-        pairs = t >= 0xde;
-    } break;
-    default: return -1; /* 0xc1: never used */
-    }
+        case 0xc4:
+        case 0xd9: lenbytes = 1; break; /* bin8, str8 */
+        case 0xc5:
+        case 0xda: lenbytes = 2; break; /* bin16, str16 */
+        case 0xc6:
+        case 0xdb: lenbytes = 4; break; /* bin32, str32 */
+        case 0xc7:
+            lenbytes = 1;
+            skip = 1;
+            break; /* ext8 */
+        case 0xc8:
+            lenbytes = 2;
+            skip = 1;
+            break;
+        case 0xc9:
+            lenbytes = 4;
+            skip = 1;
+            break;
+        case 0xca: n = 4; break;
+        case 0xcb: n = 8; break;
+        case 0xcc:
+        case 0xd0: n = 1; break;
+        case 0xcd:
+        case 0xd1: n = 2; break;
+        case 0xce:
+        case 0xd2: n = 4; break;
+        case 0xcf:
+        case 0xd3: n = 8; break;
+        case 0xd4: n = 2; break;
+        case 0xd5: n = 3; break;
+        case 0xd6: n = 5; break;
+        case 0xd7: n = 9; break;
+        case 0xd8: n = 17; break;
+        case 0xdc:
+        case 0xdd:
+        case 0xde:
+        case 0xdf: { /* array16/32, map16/32 */
+            const int nb = (t & 1) ? 4 : 2;
+            if (rest < (size_t)nb) return -1;
+            items = be(b + *pos, nb);
+            *pos += (size_t)nb;
+            pairs = t >= 0xde;
+        } break;
+        default: return -1; /* 0xc1: never used */
+        }
     if (lenbytes) {
         if (rest < (size_t)lenbytes) return -1;
         n = be(b + *pos, lenbytes) + (uint64_t)skip;
@@ -109,17 +130,25 @@ typedef struct {
     size_t nbytes;
 } warray;
 
-static const struct { const char *name; wdtype dt; size_t size; } DTYPES[] = {
-    {"|u1", DT_U8, 1}, {"<u1", DT_U8, 1}, {"uint8", DT_U8, 1}, {"<f4", DT_F32, 4}, {"float32", DT_F32, 4},
-    {"<f8", DT_F64, 8}, {"float64", DT_F64, 8}, {"<i8", DT_I64, 8}, {"int64", DT_I64, 8}, {"<i4", DT_I32, 4}, {"int32", DT_I32, 4}};
+static const struct {
+    const char *name;
+    wdtype dt;
+    size_t size;
+} DTYPES[] = {{"|u1", DT_U8, 1},      {"<u1", DT_U8, 1},  {"uint8", DT_U8, 1},    {"<f4", DT_F32, 4},
+              {"float32", DT_F32, 4}, {"<f8", DT_F64, 8}, {"float64", DT_F64, 8}, {"<i8", DT_I64, 8},
+              {"int64", DT_I64, 8},   {"<i4", DT_I32, 4}, {"int32", DT_I32, 4}};
 
 static ma_status array_check(warray *a, const char *dtype, size_t dlen, const char *key, ma_error *err) {
     size_t es = 0;
     a->dt = DT_NONE;
     for (size_t i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; i++)
-        if (strlen(DTYPES[i].name) == dlen && !memcmp(DTYPES[i].name, dtype, dlen)) { a->dt = DTYPES[i].dt; es = DTYPES[i].size; }
+        if (strlen(DTYPES[i].name) == dlen && !memcmp(DTYPES[i].name, dtype, dlen)) {
+            a->dt = DTYPES[i].dt;
+            es = DTYPES[i].size;
+        }
     if (a->dt == DT_NONE)
-        return ma_fail(err, MA_ERR_FORMAT, "%s: dtype '%.*s' is not supported (|u1, <f4, <f8, <i4, <i8)", key, (int)(dlen > 16 ? 16 : dlen), dtype);
+        return ma_fail(err, MA_ERR_FORMAT, "%s: dtype '%.*s' is not supported (|u1, <f4, <f8, <i4, <i8)", key, (int)(dlen > 16 ? 16 : dlen),
+                       dtype);
     uint64_t n = 1;
     for (int d = 0; d < a->ndim; d++) {
         if (a->shape[d] < 0 || a->shape[d] > (1 << 30)) return ma_fail(err, MA_ERR_SHAPE, "%s: bad shape", key);
@@ -135,10 +164,26 @@ static double element(const warray *a, size_t i) {
     const uint8_t *p = a->data;
     switch (a->dt) {
     case DT_U8: return p[i];
-    case DT_F32: { float f; memcpy(&f, p + 4 * i, 4); return f; }
-    case DT_F64: { double d; memcpy(&d, p + 8 * i, 8); return d; }
-    case DT_I64: { int64_t v; memcpy(&v, p + 8 * i, 8); return (double)v; }
-    case DT_I32: { int32_t v; memcpy(&v, p + 4 * i, 4); return v; }
+    case DT_F32: {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    case DT_F64: {
+        double d;
+        memcpy(&d, p + 8 * i, 8);
+        return d;
+    }
+    case DT_I64: {
+        int64_t v;
+        memcpy(&v, p + 8 * i, 8);
+        return (double)v;
+    }
+    case DT_I32: {
+        int32_t v;
+        memcpy(&v, p + 4 * i, 4);
+        return v;
+    }
     default: return 0;
     }
 }
@@ -157,17 +202,34 @@ static void shape_str(const warray *a, char *out, size_t cap) {
  * and are refused by name; any other key is ignored (the server logs it once per connection). */
 typedef enum { R_IMAGE, R_WRIST, R_STATE, R_TASK, R_NOISE, R_SEED, R_NORM_TAG, R_NUM_STEPS, R_N_ACTION_STEPS, R_IMAGES, R_NONE } role;
 
-static const struct { const char *key; role r; } KEYS[] = {
-    {"observation/image", R_IMAGE}, {"image", R_IMAGE}, {"observation.images.image", R_IMAGE},
-    {"observation/wrist_image", R_WRIST}, {"wrist_image", R_WRIST}, {"observation.images.wrist_image", R_WRIST},
-    {"observation/state", R_STATE}, {"state", R_STATE}, {"states", R_STATE}, {"observation.state", R_STATE},
-    {"prompt", R_TASK}, {"instruction", R_TASK}, {"task", R_TASK}, {"question", R_TASK},
-    {"noise", R_NOISE}, {"seed", R_SEED},
-    {"norm_tag", R_NORM_TAG}, {"tag", R_NORM_TAG}, {"normalization_tag", R_NORM_TAG},
-    {"num_steps", R_NUM_STEPS}, {"n_action_steps", R_N_ACTION_STEPS}, {"images", R_IMAGES}};
+static const struct {
+    const char *key;
+    role r;
+} KEYS[] = {{"observation/image", R_IMAGE},
+            {"image", R_IMAGE},
+            {"observation.images.image", R_IMAGE},
+            {"observation/wrist_image", R_WRIST},
+            {"wrist_image", R_WRIST},
+            {"observation.images.wrist_image", R_WRIST},
+            {"observation/state", R_STATE},
+            {"state", R_STATE},
+            {"states", R_STATE},
+            {"observation.state", R_STATE},
+            {"prompt", R_TASK},
+            {"instruction", R_TASK},
+            {"task", R_TASK},
+            {"question", R_TASK},
+            {"noise", R_NOISE},
+            {"seed", R_SEED},
+            {"norm_tag", R_NORM_TAG},
+            {"tag", R_NORM_TAG},
+            {"normalization_tag", R_NORM_TAG},
+            {"num_steps", R_NUM_STEPS},
+            {"n_action_steps", R_N_ACTION_STEPS},
+            {"images", R_IMAGES}};
 
-static const char *const ROLE_NAME[] = {"the agent camera", "the wrist camera", "the state", "the task", "the noise", "the seed",
-                                        "the norm tag", "the flow steps", "the action steps", "both cameras"};
+static const char *const ROLE_NAME[] = {"the agent camera", "the wrist camera", "the state",      "the task",         "the noise",
+                                        "the seed",         "the norm tag",     "the flow steps", "the action steps", "both cameras"};
 
 static role role_of(const char *k, size_t n) {
     for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0]; i++)
@@ -239,7 +301,8 @@ static ma_status array_image(const warray *a, const char *key, ma_image *out, ma
     shape_str(a, sh, sizeof sh);
     int nd = a->ndim, off = 0;
     if (nd == 4 && a->shape[0] == 1) nd = 3, off = 1; /* a batch of one */
-    if (nd != 2 && nd != 3) return ma_fail(err, MA_ERR_SHAPE, "%s: shape %s, expected [H, W, 3] (or [3, H, W], [H, W], a batch of 1)", key, sh);
+    if (nd != 2 && nd != 3)
+        return ma_fail(err, MA_ERR_SHAPE, "%s: shape %s, expected [H, W, 3] (or [3, H, W], [H, W], a batch of 1)", key, sh);
     for (int d = 0; d < nd; d++)
         if (a->shape[off + d] < 1) return ma_fail(err, MA_ERR_SHAPE, "%s: shape %s is empty", key, sh);
     for (int d = 0; d < nd; d++)
@@ -259,7 +322,10 @@ static ma_status array_image(const warray *a, const char *key, ma_image *out, ma
         if (!u) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", key);
         for (size_t i = 0; i < n; i++) {
             const double v = element(a, i);
-            if (v < 0 || v > 255) { free(conv); return ma_fail(err, MA_ERR_RANGE, "%s: an integer frame's values must be in [0, 255] (%.0f at %zu)", key, v, i); }
+            if (v < 0 || v > 255) {
+                free(conv);
+                return ma_fail(err, MA_ERR_RANGE, "%s: an integer frame's values must be in [0, 255] (%.0f at %zu)", key, v, i);
+            }
             u[i] = (uint8_t)v;
         }
         t.dtype = MA_DT_U8;
@@ -292,8 +358,8 @@ static ma_status take_image(const wvalue *v, int slot, int flip, ma_wire_request
     }
     char sh[64];
     shape_str(a, sh, sizeof sh);
-    if (a->dt == DT_U8 && a->ndim == 3 && a->shape[2] == 3 && a->shape[0] >= 1 && a->shape[1] >= 1 &&
-        a->shape[0] <= MA_IMAGE_MAX_SIDE && a->shape[1] <= MA_IMAGE_MAX_SIDE) { /* the common case: as it is */
+    if (a->dt == DT_U8 && a->ndim == 3 && a->shape[2] == 3 && a->shape[0] >= 1 && a->shape[1] >= 1 && a->shape[0] <= MA_IMAGE_MAX_SIDE &&
+        a->shape[1] <= MA_IMAGE_MAX_SIDE) { /* the common case: as it is */
         r->img[slot] = malloc(a->nbytes);
         if (!r->img[slot]) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", v->key);
         memcpy(r->img[slot], a->data, a->nbytes);
@@ -317,7 +383,8 @@ static ma_status build(wvalue *v, int flip, const ma_wire_model *m, ma_wire_requ
         if (!v[i].kind) {
             char keys[200];
             role_keys((role)i, keys, sizeof keys);
-            return ma_fail(err, MA_ERR_ARG, "missing key for %s: one of %s%s", ROLE_NAME[i], keys, i < 2 ? ", or images (a list of two frames)" : "");
+            return ma_fail(err, MA_ERR_ARG, "missing key for %s: one of %s%s", ROLE_NAME[i], keys,
+                           i < 2 ? ", or images (a list of two frames)" : "");
         }
     if ((s = image_strings(v, err))) return s;
     if ((s = take_image(&v[R_IMAGE], 0, flip, r, err)) || (s = take_image(&v[R_WRIST], 1, flip, r, err))) return s;
@@ -327,7 +394,8 @@ static ma_status build(wvalue *v, int flip, const ma_wire_model *m, ma_wire_requ
     if (st->kind != 1 || (st->a.dt != DT_F32 && st->a.dt != DT_F64) || (st->a.ndim != 1 && !st2))
         return ma_fail(err, MA_ERR_FORMAT, "%s: expected a float32 or float64 [%d] array (or a list of numbers)", st->key, m->state_dim);
     const int64_t sn = st->a.shape[st->a.ndim - 1];
-    if (sn != m->state_dim || sn > MAX_STATE) return ma_fail(err, MA_ERR_SHAPE, "%s: %lld values, the model's state has %d", st->key, (long long)sn, m->state_dim);
+    if (sn != m->state_dim || sn > MAX_STATE)
+        return ma_fail(err, MA_ERR_SHAPE, "%s: %lld values, the model's state has %d", st->key, (long long)sn, m->state_dim);
     for (int64_t i = 0; i < sn; i++) {
         const double d = element(&st->a, (size_t)i);
         if (isnan(d)) return ma_fail(err, MA_ERR_RANGE, "%s[%lld] is NaN", st->key, (long long)i);
@@ -370,7 +438,8 @@ static ma_status build(wvalue *v, int flip, const ma_wire_model *m, ma_wire_requ
     }
     if (v[R_NORM_TAG].kind) {
         const wvalue *t = &v[R_NORM_TAG];
-        if (t->kind != 3 || !t->nbytes || t->nbytes > 63) return ma_fail(err, MA_ERR_FORMAT, "%s: expected a tag name (1 to 63 characters)", t->key);
+        if (t->kind != 3 || !t->nbytes || t->nbytes > 63)
+            return ma_fail(err, MA_ERR_FORMAT, "%s: expected a tag name (1 to 63 characters)", t->key);
         for (size_t i = 0; i < t->nbytes; i++)
             if (t->bytes[i] < 0x21 || t->bytes[i] > 0x7e) return ma_fail(err, MA_ERR_FORMAT, "%s: a tag name is printable ASCII", t->key);
         memcpy(r->norm_tag, t->bytes, t->nbytes);
@@ -450,81 +519,104 @@ static uint64_t obj_count(const msgpack_object *o, int depth) {
 
 static ma_status mp_value(const msgpack_object *o, wvalue *v, ma_error *err) {
     switch (o->type) {
-    case MSGPACK_OBJECT_STR: v->kind = 3; v->bytes = (const uint8_t *)o->via.str.ptr; v->nbytes = o->via.str.size; return MA_OK;
-    case MSGPACK_OBJECT_BIN: v->kind = 2; v->bytes = (const uint8_t *)o->via.bin.ptr; v->nbytes = o->via.bin.size; return MA_OK;
-    case MSGPACK_OBJECT_POSITIVE_INTEGER: v->kind = 4; v->u = o->via.u64; return MA_OK;
+    case MSGPACK_OBJECT_STR:
+        v->kind = 3;
+        v->bytes = (const uint8_t *)o->via.str.ptr;
+        v->nbytes = o->via.str.size;
+        return MA_OK;
+    case MSGPACK_OBJECT_BIN:
+        v->kind = 2;
+        v->bytes = (const uint8_t *)o->via.bin.ptr;
+        v->nbytes = o->via.bin.size;
+        return MA_OK;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        v->kind = 4;
+        v->u = o->via.u64;
+        return MA_OK;
     case MSGPACK_OBJECT_NEGATIVE_INTEGER: return ma_fail(err, MA_ERR_RANGE, "%s: negative", v->key);
     case MSGPACK_OBJECT_ARRAY: /* nested lists of numbers (from clients without numpy), or a batch of one string */
         if (o->via.array.size == 1 && o->via.array.ptr[0].type == MSGPACK_OBJECT_STR) return mp_value(&o->via.array.ptr[0], v, err);
         {
-        int64_t shape[4];
-        int ndim = 0;
-        const msgpack_object *x = o;
-        while (x->type == MSGPACK_OBJECT_ARRAY) {
-            if (ndim == 4) return ma_fail(err, MA_ERR_SHAPE, "%s: a list nested deeper than 4 levels", v->key);
-            shape[ndim++] = x->via.array.size;
-            if (!x->via.array.size) break;
-            x = &x->via.array.ptr[0];
-        }
-        /* The element count is the product of the first list's size at each level. Each size is
+            int64_t shape[4];
+            int ndim = 0;
+            const msgpack_object *x = o;
+            while (x->type == MSGPACK_OBJECT_ARRAY) {
+                if (ndim == 4) return ma_fail(err, MA_ERR_SHAPE, "%s: a list nested deeper than 4 levels", v->key);
+                shape[ndim++] = x->via.array.size;
+                if (!x->via.array.size) break;
+                x = &x->via.array.ptr[0];
+            }
+            /* The element count is the product of the first list's size at each level. Each size is
          * bounded by the bytes that follow it, but their product is not: four sizes can multiply
          * past 2^64 to a small number (27905 x 34724 x 49477 x 384773 = 2^64 + 4). Multiply with
          * a check against the objects this value holds (each leaf is one of them; the value
          * alone, not the list of frames it may be one of) before any
          * allocation; the walk below then writes exactly n leaves (every list's size is checked
          * against the shape) and never past n. */
-        const uint64_t limit = obj_count(o, 16);
-        uint64_t n = 1;
-        for (int d = 0; d < ndim; d++) {
-            if (!shape[d]) { n = 0; break; }
-            if (n > limit / (uint64_t)shape[d])
-                return ma_fail(err, MA_ERR_SHAPE, "%s: nested lists that are not rectangular (the first lists' sizes multiply past the elements given)", v->key);
-            n *= (uint64_t)shape[d];
-        }
-        if (!n) return ma_fail(err, MA_ERR_SHAPE, "%s: an empty list", v->key);
-        double *vals = malloc(n * sizeof(double));
-        if (!vals) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", v->key);
-        v->owned = (uint8_t *)vals;
-        size_t k = 0;
-        /* walk every leaf in order, checking that the lists are rectangular */
-        const msgpack_object *stack[4] = {o};
-        uint32_t idx[4] = {0};
-        int d = 0;
-        for (;;) {
-            const msgpack_object *cur = stack[d];
-            if (cur->type != MSGPACK_OBJECT_ARRAY || cur->via.array.size != (uint32_t)shape[d])
-                return ma_fail(err, MA_ERR_SHAPE, "%s: the nested lists are not rectangular", v->key);
-            if (idx[d] == cur->via.array.size) {
-                if (d == 0) break;
-                idx[d] = 0;
-                d--;
-                idx[d]++;
-                continue;
+            const uint64_t limit = obj_count(o, 16);
+            uint64_t n = 1;
+            for (int d = 0; d < ndim; d++) {
+                if (!shape[d]) {
+                    n = 0;
+                    break;
+                }
+                if (n > limit / (uint64_t)shape[d])
+                    return ma_fail(err, MA_ERR_SHAPE,
+                                   "%s: nested lists that are not rectangular (the first lists' sizes multiply past the elements given)",
+                                   v->key);
+                n *= (uint64_t)shape[d];
             }
-            const msgpack_object *e = &cur->via.array.ptr[idx[d]];
-            if (d + 1 < ndim) { stack[++d] = e; continue; }
-            double dv;
-            if (e->type == MSGPACK_OBJECT_FLOAT32 || e->type == MSGPACK_OBJECT_FLOAT64) dv = e->via.f64;
-            else if (e->type == MSGPACK_OBJECT_POSITIVE_INTEGER) dv = (double)e->via.u64;
-            else if (e->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) dv = (double)e->via.i64;
-            else return ma_fail(err, MA_ERR_FORMAT, "%s: element %zu is not a number", v->key, k);
-            if (k >= n) return ma_fail(err, MA_ERR_SHAPE, "%s: the nested lists are not rectangular", v->key);
-            vals[k++] = dv;
-            idx[d]++;
+            if (!n) return ma_fail(err, MA_ERR_SHAPE, "%s: an empty list", v->key);
+            double *vals = malloc(n * sizeof(double));
+            if (!vals) return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", v->key);
+            v->owned = (uint8_t *)vals;
+            size_t k = 0;
+            /* walk every leaf in order, checking that the lists are rectangular */
+            const msgpack_object *stack[4] = {o};
+            uint32_t idx[4] = {0};
+            int d = 0;
+            for (;;) {
+                const msgpack_object *cur = stack[d];
+                if (cur->type != MSGPACK_OBJECT_ARRAY || cur->via.array.size != (uint32_t)shape[d])
+                    return ma_fail(err, MA_ERR_SHAPE, "%s: the nested lists are not rectangular", v->key);
+                if (idx[d] == cur->via.array.size) {
+                    if (d == 0) break;
+                    idx[d] = 0;
+                    d--;
+                    idx[d]++;
+                    continue;
+                }
+                const msgpack_object *e = &cur->via.array.ptr[idx[d]];
+                if (d + 1 < ndim) {
+                    stack[++d] = e;
+                    continue;
+                }
+                double dv;
+                if (e->type == MSGPACK_OBJECT_FLOAT32 || e->type == MSGPACK_OBJECT_FLOAT64) dv = e->via.f64;
+                else if (e->type == MSGPACK_OBJECT_POSITIVE_INTEGER) dv = (double)e->via.u64;
+                else if (e->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) dv = (double)e->via.i64;
+                else return ma_fail(err, MA_ERR_FORMAT, "%s: element %zu is not a number", v->key, k);
+                if (k >= n) return ma_fail(err, MA_ERR_SHAPE, "%s: the nested lists are not rectangular", v->key);
+                vals[k++] = dv;
+                idx[d]++;
+            }
+            v->kind = 1;
+            v->from_list = 1;
+            v->a.dt = DT_F64;
+            v->a.ndim = ndim;
+            for (int i = 0; i < ndim; i++) v->a.shape[i] = shape[i];
+            v->a.data = (const uint8_t *)vals;
+            v->a.nbytes = n * sizeof(double);
+            return MA_OK;
         }
-        v->kind = 1;
-        v->from_list = 1;
-        v->a.dt = DT_F64;
-        v->a.ndim = ndim;
-        for (int i = 0; i < ndim; i++) v->a.shape[i] = shape[i];
-        v->a.data = (const uint8_t *)vals;
-        v->a.nbytes = n * sizeof(double);
-        return MA_OK;
-    }
     case MSGPACK_OBJECT_MAP: {
         const msgpack_object *nd = map_get(o, "__ndarray__"), *gen = map_get(o, "__npgeneric__");
         const msgpack_object *data = map_get(o, "data"), *dtype = map_get(o, "dtype"), *shape = map_get(o, "shape");
-        if (gen && data && data->type == MSGPACK_OBJECT_POSITIVE_INTEGER) { v->kind = 4; v->u = data->via.u64; return MA_OK; }
+        if (gen && data && data->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+            v->kind = 4;
+            v->u = data->via.u64;
+            return MA_OK;
+        }
         if (gen) return ma_fail(err, MA_ERR_FORMAT, "%s: a numpy scalar here is not supported", v->key);
         if (!nd || !data || !dtype || !shape || data->type != MSGPACK_OBJECT_BIN ||
             (dtype->type != MSGPACK_OBJECT_STR && dtype->type != MSGPACK_OBJECT_BIN) || shape->type != MSGPACK_OBJECT_ARRAY)
@@ -533,7 +625,8 @@ static ma_status mp_value(const msgpack_object *o, wvalue *v, ma_error *err) {
         v->a.ndim = (int)shape->via.array.size;
         for (int d = 0; d < v->a.ndim; d++) {
             const msgpack_object *e = &shape->via.array.ptr[d];
-            if (e->type != MSGPACK_OBJECT_POSITIVE_INTEGER || e->via.u64 > (1u << 30)) return ma_fail(err, MA_ERR_SHAPE, "%s: bad shape", v->key);
+            if (e->type != MSGPACK_OBJECT_POSITIVE_INTEGER || e->via.u64 > (1u << 30))
+                return ma_fail(err, MA_ERR_SHAPE, "%s: bad shape", v->key);
             v->a.shape[d] = (int64_t)e->via.u64;
         }
         v->a.data = (const uint8_t *)data->via.bin.ptr;
@@ -551,7 +644,11 @@ static ma_status mp_value(const msgpack_object *o, wvalue *v, ma_error *err) {
 static int str_at(const uint8_t *b, const char **p, size_t *n) {
     const uint8_t t = b[0];
     int lb = 0;
-    if (t >= 0xa0 && t <= 0xbf) { *n = t & 0x1f; *p = (const char *)b + 1; return 0; }
+    if (t >= 0xa0 && t <= 0xbf) {
+        *n = t & 0x1f;
+        *p = (const char *)b + 1;
+        return 0;
+    }
     if (t == 0xd9 || t == 0xc4) lb = 1;
     else if (t == 0xda || t == 0xc5) lb = 2;
     else if (t == 0xdb || t == 0xc6) lb = 4;
@@ -571,10 +668,10 @@ size_t ma_wire_msgpack_budget(size_t len) { return len > (SIZE_MAX - (16u << 20)
  * is known. Its cost: one msgpack_object per object, and a double per element of a nested list
  * (at most one per object); all of them together must fit ma_wire_msgpack_budget (4x the
  * message + 16 MiB, the JSON path's form), counted before anything is allocated. */
-ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, const ma_wire_model *m, ma_wire_request *out,
-                                 ma_error *err) {
+ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, const ma_wire_model *m, ma_wire_request *out, ma_error *err) {
     memset(out, 0, sizeof *out);
-    if (ma_wire_msgpack_sane(buf, len, 16)) return ma_fail(err, MA_ERR_FORMAT, "request: not a msgpack message (malformed, truncated or trailing bytes)");
+    if (ma_wire_msgpack_sane(buf, len, 16))
+        return ma_fail(err, MA_ERR_FORMAT, "request: not a msgpack message (malformed, truncated or trailing bytes)");
     const uint8_t t = buf[0];
     uint64_t pairs;
     size_t pos;
@@ -592,21 +689,34 @@ ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, co
     for (uint64_t i = 0; !s && i < pairs; i++) {
         const size_t kpos = pos;
         uint64_t objects = 0;
-        if (walk(buf, len, &pos, 15, &objects)) { s = ma_fail(err, MA_ERR_FORMAT, "request: not a msgpack message"); break; }
+        if (walk(buf, len, &pos, 15, &objects)) {
+            s = ma_fail(err, MA_ERR_FORMAT, "request: not a msgpack message");
+            break;
+        }
         const char *ks;
         size_t kl;
-        if (str_at(buf + kpos, &ks, &kl)) { s = ma_fail(err, MA_ERR_FORMAT, "request: a key is not a string"); break; }
+        if (str_at(buf + kpos, &ks, &kl)) {
+            s = ma_fail(err, MA_ERR_FORMAT, "request: a key is not a string");
+            break;
+        }
         const size_t vpos = pos;
         objects = 0;
-        if (walk(buf, len, &pos, 15, &objects)) { s = ma_fail(err, MA_ERR_FORMAT, "request: not a msgpack message"); break; }
+        if (walk(buf, len, &pos, 15, &objects)) {
+            s = ma_fail(err, MA_ERR_FORMAT, "request: not a msgpack message");
+            break;
+        }
         const role r = role_of(ks, kl);
-        if (r == R_NONE) { note_ignored(out, ks, kl); continue; }
+        if (r == R_NONE) {
+            note_ignored(out, ks, kl);
+            continue;
+        }
         if ((s = claim(v, r, ks, kl, err))) break;
         const uint64_t need = objects * (sizeof(msgpack_object) + sizeof(double));
         if (need > budget - cost) {
             char k[64];
             snprintf(k, sizeof k, "%.*s", (int)(kl < 48 ? kl : 48), ks);
-            s = ma_fail(err, MA_ERR_NOMEM, "%s: decoding it would take %llu bytes, beyond what a message of %zu bytes may cost "
+            s = ma_fail(err, MA_ERR_NOMEM,
+                        "%s: decoding it would take %llu bytes, beyond what a message of %zu bytes may cost "
                         "(4x its size + 16 MiB): send arrays as msgpack-numpy (bin data) or frames as PNG/JPEG bytes",
                         k, (unsigned long long)(need + cost), len);
             break;
@@ -622,7 +732,8 @@ ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, co
         const msgpack_object *val = &up->data;
         if (r == R_IMAGES) { /* a list of two frames (arrays or bytes) */
             if (val->type != MSGPACK_OBJECT_ARRAY || val->via.array.size != 2) {
-                s = ma_fail(err, MA_ERR_FORMAT, "%.*s: expected a list of two frames (the agent camera, then the wrist camera)", (int)(kl < 48 ? kl : 48), ks);
+                s = ma_fail(err, MA_ERR_FORMAT, "%.*s: expected a list of two frames (the agent camera, then the wrist camera)",
+                            (int)(kl < 48 ? kl : 48), ks);
                 break;
             }
             for (int c = 0; c < 2 && !s; c++) s = mp_value(&val->via.array.ptr[c], &v[c], err);
@@ -645,7 +756,8 @@ static ma_status b64_into(wvalue *v, const char *txt, size_t len, const char *wh
     size_t bad = 0;
     const long n = ma_b64_decode(txt, len, v->owned, &bad);
     if (n < 0) {
-        if (bad >= len) return ma_fail(err, MA_ERR_FORMAT, "%s: %s is not base64 (its length, %zu, is not that of whole groups)", v->key, what, len);
+        if (bad >= len)
+            return ma_fail(err, MA_ERR_FORMAT, "%s: %s is not base64 (its length, %zu, is not that of whole groups)", v->key, what, len);
         const unsigned char c = (unsigned char)txt[bad];
         return ma_fail(err, MA_ERR_FORMAT, "%s: %s is not base64 (character %zu is %s%c%s)", v->key, what, bad,
                        c >= 0x21 && c < 0x7f ? "'" : "byte 0x", c >= 0x21 && c < 0x7f ? c : '?', c >= 0x21 && c < 0x7f ? "'" : "");
@@ -663,15 +775,21 @@ static const ma_jv *member(const ma_jv *o, const char *key) {
 
 static ma_status json_value(const ma_jv *j, wvalue *v, ma_error *err) {
     switch (j->kind) {
-    case MA_JV_STR: v->kind = 3; v->bytes = (const uint8_t *)j->str; v->nbytes = j->len; return MA_OK;
+    case MA_JV_STR:
+        v->kind = 3;
+        v->bytes = (const uint8_t *)j->str;
+        v->nbytes = j->len;
+        return MA_OK;
     case MA_JV_NUM:
         if (j->num < 0 || j->num != floor(j->num) || j->num >= 1.8446744073709552e19)
             return ma_fail(err, MA_ERR_RANGE, "%s: expected a non-negative integer", v->key);
         /* past 2^53 a JSON number (a double here, as in most clients) no longer holds every
          * integer: 2^53 + 1 would arrive as 2^53. Refused rather than rounded (F18) */
         if (j->num >= 9007199254740992.0)
-            return ma_fail(err, MA_ERR_RANGE, "%s: %.17g is 2^53 or above, where JSON numbers are not exact; send a smaller integer "
-                           "(or msgpack, which carries 64-bit integers)", v->key, j->num);
+            return ma_fail(err, MA_ERR_RANGE,
+                           "%s: %.17g is 2^53 or above, where JSON numbers are not exact; send a smaller integer "
+                           "(or msgpack, which carries 64-bit integers)",
+                           v->key, j->num);
         v->kind = 4;
         v->u = (uint64_t)j->num;
         return MA_OK;
@@ -759,9 +877,15 @@ ma_status ma_wire_decode_json(const char *buf, size_t len, int flip180, const ma
     wvalue v[R_NONE];
     memset(v, 0, sizeof v);
     for (const ma_jv *e = s ? NULL : root->first; e; e = e->next) {
-        if (memchr(e->key, 0, e->key_len)) { s = ma_fail(err, MA_ERR_ARG, "request: a key contains a NUL character"); break; }
+        if (memchr(e->key, 0, e->key_len)) {
+            s = ma_fail(err, MA_ERR_ARG, "request: a key contains a NUL character");
+            break;
+        }
         const role r = role_of(e->key, e->key_len);
-        if (r == R_NONE) { note_ignored(out, e->key, e->key_len); continue; }
+        if (r == R_NONE) {
+            note_ignored(out, e->key, e->key_len);
+            continue;
+        }
         if ((s = claim(v, r, e->key, e->key_len, err))) break;
         if (r == R_IMAGES) s = json_images(e, v, err);
         else s = json_value(e, &v[r], err);
@@ -787,8 +911,7 @@ static int buf_write(void *data, const char *p, size_t n) {
 static void pack_str(msgpack_packer *pk, const char *s) { msgpack_pack_str_with_body(pk, s, strlen(s)); }
 static void pack_bin_key(msgpack_packer *pk, const char *s) { msgpack_pack_bin_with_body(pk, s, strlen(s)); }
 
-ma_status ma_wire_encode_reply(const molmoact_result *res, double server_infer_ms, double prev_total_ms, ma_wire_buf *out,
-                               ma_error *err) {
+ma_status ma_wire_encode_reply(const molmoact_result *res, double server_infer_ms, double prev_total_ms, ma_wire_buf *out, ma_error *err) {
     memset(out, 0, sizeof *out);
     msgpack_packer pk;
     msgpack_packer_init(&pk, out, buf_write);
@@ -808,14 +931,22 @@ ma_status ma_wire_encode_reply(const molmoact_result *res, double server_infer_m
     const molmoact_timing *t = &res->timing;
     pack_str(&pk, "policy_timing");
     msgpack_pack_map(&pk, 9);
-    pack_str(&pk, "infer_ms"); msgpack_pack_double(&pk, t->total);
-    pack_str(&pk, "preprocess_ms"); msgpack_pack_double(&pk, t->preprocess);
-    pack_str(&pk, "vision_ms"); msgpack_pack_double(&pk, t->vision);
-    pack_str(&pk, "llm_ms"); msgpack_pack_double(&pk, t->llm_split[0] + t->llm_split[1] + t->llm_split[2] + t->llm_split[3]);
-    pack_str(&pk, "action_context_ms"); msgpack_pack_double(&pk, t->action_context);
-    pack_str(&pk, "action_step_ms"); msgpack_pack_double(&pk, t->action_step);
-    pack_str(&pk, "transfer_ms"); msgpack_pack_double(&pk, t->transfer);
-    pack_str(&pk, "host_ms"); msgpack_pack_double(&pk, t->host);
+    pack_str(&pk, "infer_ms");
+    msgpack_pack_double(&pk, t->total);
+    pack_str(&pk, "preprocess_ms");
+    msgpack_pack_double(&pk, t->preprocess);
+    pack_str(&pk, "vision_ms");
+    msgpack_pack_double(&pk, t->vision);
+    pack_str(&pk, "llm_ms");
+    msgpack_pack_double(&pk, t->llm_split[0] + t->llm_split[1] + t->llm_split[2] + t->llm_split[3]);
+    pack_str(&pk, "action_context_ms");
+    msgpack_pack_double(&pk, t->action_context);
+    pack_str(&pk, "action_step_ms");
+    msgpack_pack_double(&pk, t->action_step);
+    pack_str(&pk, "transfer_ms");
+    msgpack_pack_double(&pk, t->transfer);
+    pack_str(&pk, "host_ms");
+    msgpack_pack_double(&pk, t->host);
     pack_str(&pk, "llm_split_ms");
     msgpack_pack_array(&pk, 4);
     for (int i = 0; i < 4; i++) msgpack_pack_double(&pk, t->llm_split[i]);
@@ -836,19 +967,30 @@ ma_status ma_wire_encode_metadata(const molmoact_info *info, const char *model_n
     msgpack_packer pk;
     msgpack_packer_init(&pk, out, buf_write);
     msgpack_pack_map(&pk, 9);
-    pack_str(&pk, "model"); pack_str(&pk, model_name);
-    pack_str(&pk, "variant"); pack_str(&pk, info->variant);
-    pack_str(&pk, "action_horizon"); msgpack_pack_int(&pk, info->n_steps);
-    pack_str(&pk, "action_dim"); msgpack_pack_int(&pk, info->action_dim);
-    pack_str(&pk, "norm_tag"); pack_str(&pk, info->norm_tag);
+    pack_str(&pk, "model");
+    pack_str(&pk, model_name);
+    pack_str(&pk, "variant");
+    pack_str(&pk, info->variant);
+    pack_str(&pk, "action_horizon");
+    msgpack_pack_int(&pk, info->n_steps);
+    pack_str(&pk, "action_dim");
+    msgpack_pack_int(&pk, info->action_dim);
+    pack_str(&pk, "norm_tag");
+    pack_str(&pk, info->norm_tag);
     pack_str(&pk, "precision");
     msgpack_pack_map(&pk, 3);
-    pack_str(&pk, "vision"); pack_str(&pk, info->precision[0]);
-    pack_str(&pk, "llm"); pack_str(&pk, info->precision[1]);
-    pack_str(&pk, "action"); pack_str(&pk, info->precision[2]);
-    pack_str(&pk, "prompt_seq"); msgpack_pack_int(&pk, info->prompt_seq);
-    pack_str(&pk, "state_dim"); msgpack_pack_int(&pk, info->state_dim);
-    pack_str(&pk, "molmoact_version"); pack_str(&pk, molmoact_version());
+    pack_str(&pk, "vision");
+    pack_str(&pk, info->precision[0]);
+    pack_str(&pk, "llm");
+    pack_str(&pk, info->precision[1]);
+    pack_str(&pk, "action");
+    pack_str(&pk, info->precision[2]);
+    pack_str(&pk, "prompt_seq");
+    msgpack_pack_int(&pk, info->prompt_seq);
+    pack_str(&pk, "state_dim");
+    msgpack_pack_int(&pk, info->state_dim);
+    pack_str(&pk, "molmoact_version");
+    pack_str(&pk, molmoact_version());
     if (!out->data) return ma_fail(err, MA_ERR_NOMEM, "metadata: out of memory");
     return MA_OK;
 }

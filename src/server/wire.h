@@ -28,14 +28,14 @@
 /* a decoded request: the observation points into the owned buffers here */
 typedef struct ma_wire_request {
     molmoact_observation obs;
-    uint8_t *img[2];     /* raw frames or encoded bytes (owned copies) */
+    uint8_t *img[2]; /* raw frames or encoded bytes (owned copies) */
     float state[64];
     float *noise;
     char *task;
     int flip180;
-    char norm_tag[64];       /* obs.norm_tag points here when the request names a tag */
-    int n_action_steps;      /* the request's n_action_steps (0: the whole chunk) */
-    char ignored[256];       /* keys the request gave that mean nothing here, comma-separated */
+    char norm_tag[64];  /* obs.norm_tag points here when the request names a tag */
+    int n_action_steps; /* the request's n_action_steps (0: the whole chunk) */
+    char ignored[256];  /* keys the request gave that mean nothing here, comma-separated */
 } ma_wire_request;
 
 void ma_wire_request_free(ma_wire_request *r);
@@ -48,8 +48,7 @@ typedef struct ma_wire_model {
 /* msgpack-numpy request -> observation. flip180 rotates raw frames by 180 degrees. Decoding
  * costs at most ma_wire_msgpack_budget(len) (4x the message + 16 MiB), counted before any
  * allocation; values under keys that mean nothing are skipped, never unpacked. */
-ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, const ma_wire_model *m, ma_wire_request *out,
-                                 ma_error *err);
+ma_status ma_wire_decode_msgpack(const uint8_t *buf, size_t len, int flip180, const ma_wire_model *m, ma_wire_request *out, ma_error *err);
 /* json_numpy request -> observation; parsing costs at most 4x the body + 4 MiB (server/json.h) */
 ma_status ma_wire_decode_json(const char *buf, size_t len, int flip180, const ma_wire_model *m, ma_wire_request *out, ma_error *err);
 
@@ -66,8 +65,7 @@ typedef struct ma_wire_buf {
 } ma_wire_buf;
 
 /* the openpi reply: actions (msgpack-numpy float32 [n, d]), policy_timing, server_timing */
-ma_status ma_wire_encode_reply(const molmoact_result *res, double server_infer_ms, double prev_total_ms, ma_wire_buf *out,
-                               ma_error *err);
+ma_status ma_wire_encode_reply(const molmoact_result *res, double server_infer_ms, double prev_total_ms, ma_wire_buf *out, ma_error *err);
 /* the metadata sent once on connect: a msgpack map of string -> (string | int | map) */
 ma_status ma_wire_encode_metadata(const molmoact_info *info, const char *model_name, ma_wire_buf *out, ma_error *err);
 

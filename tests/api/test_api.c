@@ -162,8 +162,14 @@ static void check_variant(const char *variant) {
     remove(npy);
 }
 
-static void test_equals_cli_grid(void **state) { (void)state; check_variant("tiny-grid"); }
-static void test_equals_cli_original(void **state) { (void)state; check_variant("tiny-original"); }
+static void test_equals_cli_grid(void **state) {
+    (void)state;
+    check_variant("tiny-grid");
+}
+static void test_equals_cli_original(void **state) {
+    (void)state;
+    check_variant("tiny-original");
+}
 
 /* raw frames: the same pixels at stride 3 x width (or 0) and with padded rows give the same actions */
 static void test_raw_frames_with_stride(void **state) {
@@ -219,12 +225,12 @@ static void test_raw_frames_with_stride(void **state) {
     molmoact_close(&e);
 }
 
-#define EXPECT_FAIL(call, code, needle)                                                                   \
-    do {                                                                                                  \
-        molmoact_status _s = (call);                                                                      \
-        if (_s != (code)) fail_msg("%s returned %s, expected %s (%s)", #call, molmoact_status_name(_s),   \
-                                   molmoact_status_name(code), err.message);                              \
-        if (!strstr(err.message, needle)) fail_msg("\"%s\" does not name %s", err.message, needle);     \
+#define EXPECT_FAIL(call, code, needle)                                                                                             \
+    do {                                                                                                                            \
+        molmoact_status _s = (call);                                                                                                \
+        if (_s != (code))                                                                                                           \
+            fail_msg("%s returned %s, expected %s (%s)", #call, molmoact_status_name(_s), molmoact_status_name(code), err.message); \
+        if (!strstr(err.message, needle)) fail_msg("\"%s\" does not name %s", err.message, needle);                                 \
     } while (0)
 
 static void test_failures_named(void **state) {
@@ -238,7 +244,7 @@ static void test_failures_named(void **state) {
     EXPECT_FAIL(molmoact_open(&opt, NULL, &err), MOLMOACT_ERR_ARG, "out");
     opt.model_dir = MA_SOURCE_DIR "/no/such/model";
     EXPECT_FAIL(molmoact_open(&opt, &e, &err), MOLMOACT_ERR_IO, "no/such/model");
-    opt.model_dir = MA_SOURCE_DIR "/assets";   /* a directory, but no model in it */
+    opt.model_dir = MA_SOURCE_DIR "/assets"; /* a directory, but no model in it */
     EXPECT_FAIL(molmoact_open(&opt, &e, &err), MOLMOACT_ERR_IO, "config.json");
     assert_null(e);
     opt.model_dir = MA_SOURCE_DIR "/assets/tiny-grid/model";
@@ -411,10 +417,8 @@ static void test_two_threads_one_engine(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_equals_cli_grid),
-        cmocka_unit_test(test_equals_cli_original),
-        cmocka_unit_test(test_raw_frames_with_stride),
-        cmocka_unit_test(test_failures_named),
+        cmocka_unit_test(test_equals_cli_grid),        cmocka_unit_test(test_equals_cli_original),
+        cmocka_unit_test(test_raw_frames_with_stride), cmocka_unit_test(test_failures_named),
         cmocka_unit_test(test_two_threads_one_engine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -60,11 +60,28 @@ static void test_encoding_round_trips(void **state) {
     ma_settings a, b;
     ma_settings_init(&a);
     ma_error err = {0};
-    const char *kv[][2] = {{"backend", "qnn"}, {"threads", "3"}, {"kernels", "portable"}, {"gemm_panels", "convert"}, {"gemm_parts", "2"},
-                           {"compute", "bf16"}, {"preload", "1"}, {"prompt_seq", "400"}, {"vision_suffix", "_a"}, {"llm_suffix", "_w4a16"},
-                           {"action_suffix", "_q"}, {"base_dir", "/b a se"}, {"hub_cache", "/h=c"}, {"worker_exe", "/bin/x"},
-                           {"worker_deadline_ms", "1234"}, {"verbose", "1"}, {"progress", "1"}, {"qnn_lib_dir", "/q l"},
-                           {"qnn_io_map", "/m.json"}, {"qnn_soc", "77"}, {"qnn_perf", "burst"}, {"qnn_zero_copy", "1"},
+    const char *kv[][2] = {{"backend", "qnn"},
+                           {"threads", "3"},
+                           {"kernels", "portable"},
+                           {"gemm_panels", "convert"},
+                           {"gemm_parts", "2"},
+                           {"compute", "bf16"},
+                           {"preload", "1"},
+                           {"prompt_seq", "400"},
+                           {"vision_suffix", "_a"},
+                           {"llm_suffix", "_w4a16"},
+                           {"action_suffix", "_q"},
+                           {"base_dir", "/b a se"},
+                           {"hub_cache", "/h=c"},
+                           {"worker_exe", "/bin/x"},
+                           {"worker_deadline_ms", "1234"},
+                           {"verbose", "1"},
+                           {"progress", "1"},
+                           {"qnn_lib_dir", "/q l"},
+                           {"qnn_io_map", "/m.json"},
+                           {"qnn_soc", "77"},
+                           {"qnn_perf", "burst"},
+                           {"qnn_zero_copy", "1"},
                            {"adsp_library_path", "/d;/e"}};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
         if (ma_settings_set(&a, kv[i][0], kv[i][1], "test", &err)) fail_msg("%s: %s", kv[i][0], err.msg);

@@ -23,11 +23,11 @@ static void test_grow_cap(void **state) {
     assert_int_equal(ma_grow_cap(16, 16, 16, SIZE_MAX), 16); /* already holds it */
     assert_int_equal(ma_grow_cap(16, 17, 16, SIZE_MAX), 32);
     assert_int_equal(ma_grow_cap(16, 100, 16, SIZE_MAX), 128);
-    assert_int_equal(ma_grow_cap(16, 100, 16, 100), 100);    /* clamped to max */
+    assert_int_equal(ma_grow_cap(16, 100, 16, 100), 100); /* clamped to max */
     assert_int_equal(ma_grow_cap(16, 100, 16, 120), 120);
-    assert_int_equal(ma_grow_cap(16, 101, 16, 100), 0);      /* past max: nothing */
-    assert_int_equal(ma_grow_cap(0, 10, 0, SIZE_MAX), 16);    /* first 0: from 1 */
-    assert_int_equal(ma_grow_cap(0, 5, 65536, 1000), 1000);  /* first past max: max */
+    assert_int_equal(ma_grow_cap(16, 101, 16, 100), 0);     /* past max: nothing */
+    assert_int_equal(ma_grow_cap(0, 10, 0, SIZE_MAX), 16);  /* first 0: from 1 */
+    assert_int_equal(ma_grow_cap(0, 5, 65536, 1000), 1000); /* first past max: max */
     /* doubling near the top of size_t stops at max instead of wrapping to 0 */
     const size_t half = SIZE_MAX / 2 + 1;
     assert_true(ma_grow_cap(half, half + 1, 16, SIZE_MAX) == SIZE_MAX);
@@ -144,7 +144,10 @@ static size_t ref_seq(const uint8_t *s, size_t len, uint32_t *cp) {
     if (!len) return 0;
     size_t n;
     uint32_t v, min;
-    if (s[0] < 0x80) { *cp = s[0]; return 1; }
+    if (s[0] < 0x80) {
+        *cp = s[0];
+        return 1;
+    }
     if ((s[0] & 0xe0) == 0xc0) n = 2, v = s[0] & 0x1f, min = 0x80;
     else if ((s[0] & 0xf0) == 0xe0) n = 3, v = s[0] & 0x0f, min = 0x800;
     else if ((s[0] & 0xf8) == 0xf0) n = 4, v = s[0] & 0x07, min = 0x10000;
@@ -161,33 +164,36 @@ static size_t ref_seq(const uint8_t *s, size_t len, uint32_t *cp) {
 
 static void test_utf8_edges(void **state) {
     (void)state;
-    static const struct { const char *s; size_t len, want; } C[] = {
-        {"", 0, 0},                      /* empty */
+    static const struct {
+        const char *s;
+        size_t len, want;
+    } C[] = {
+        {"", 0, 0}, /* empty */
         {"a", 1, 1},
         {"\x7f", 1, 1},
-        {"\x80", 1, 0},                  /* stray continuation */
-        {"\xc0\xaf", 2, 0},              /* overlong '/' */
+        {"\x80", 1, 0},     /* stray continuation */
+        {"\xc0\xaf", 2, 0}, /* overlong '/' */
         {"\xc1\xbf", 2, 0},
-        {"\xc2\x80", 2, 2},              /* U+0080 */
-        {"\xc2\x80", 1, 0},              /* cut by len */
+        {"\xc2\x80", 2, 2}, /* U+0080 */
+        {"\xc2\x80", 1, 0}, /* cut by len */
         {"\xdf\xbf", 2, 2},
-        {"\xe0\x9f\xbf", 3, 0},          /* overlong */
-        {"\xe0\xa0\x80", 3, 3},          /* U+0800 */
-        {"\xe2\x82\xac", 3, 3},          /* euro */
-        {"\xe2\x82", 2, 0},              /* truncated */
-        {"\xe2\x82\xac", 2, 0},          /* truncated by len */
-        {"\xe2\x28\xa1", 3, 0},          /* bad second byte */
-        {"\xe2\x82\x28", 3, 0},          /* bad third byte */
-        {"\xed\x9f\xbf", 3, 3},          /* U+D7FF */
-        {"\xed\xa0\x80", 3, 0},          /* U+D800: a surrogate */
-        {"\xed\xbf\xbf", 3, 0},          /* U+DFFF */
-        {"\xee\x80\x80", 3, 3},          /* U+E000 */
-        {"\xef\xbf\xbf", 3, 3},          /* U+FFFF */
-        {"\xf0\x8f\xbf\xbf", 4, 0},      /* overlong */
-        {"\xf0\x90\x80\x80", 4, 4},      /* U+10000 */
-        {"\xf0\x9f\x98\x80", 3, 0},      /* truncated by len */
-        {"\xf4\x8f\xbf\xbf", 4, 4},      /* U+10FFFF */
-        {"\xf4\x90\x80\x80", 4, 0},      /* past U+10FFFF */
+        {"\xe0\x9f\xbf", 3, 0},     /* overlong */
+        {"\xe0\xa0\x80", 3, 3},     /* U+0800 */
+        {"\xe2\x82\xac", 3, 3},     /* euro */
+        {"\xe2\x82", 2, 0},         /* truncated */
+        {"\xe2\x82\xac", 2, 0},     /* truncated by len */
+        {"\xe2\x28\xa1", 3, 0},     /* bad second byte */
+        {"\xe2\x82\x28", 3, 0},     /* bad third byte */
+        {"\xed\x9f\xbf", 3, 3},     /* U+D7FF */
+        {"\xed\xa0\x80", 3, 0},     /* U+D800: a surrogate */
+        {"\xed\xbf\xbf", 3, 0},     /* U+DFFF */
+        {"\xee\x80\x80", 3, 3},     /* U+E000 */
+        {"\xef\xbf\xbf", 3, 3},     /* U+FFFF */
+        {"\xf0\x8f\xbf\xbf", 4, 0}, /* overlong */
+        {"\xf0\x90\x80\x80", 4, 4}, /* U+10000 */
+        {"\xf0\x9f\x98\x80", 3, 0}, /* truncated by len */
+        {"\xf4\x8f\xbf\xbf", 4, 4}, /* U+10FFFF */
+        {"\xf4\x90\x80\x80", 4, 0}, /* past U+10FFFF */
         {"\xf5\x80\x80\x80", 4, 0},
         {"\xff", 1, 0},
     };
@@ -196,8 +202,11 @@ static void test_utf8_edges(void **state) {
         if (got != C[i].want) fail_msg("case %zu: %zu, want %zu", i, got, C[i].want);
     }
     assert_int_equal(ma_utf8_valid_prefix((const uint8_t *)"", 0), 0);
-    assert_int_equal(ma_utf8_valid_prefix((const uint8_t *)"ab\xe2\x82\xac" "c", 6), 6);
-    assert_int_equal(ma_utf8_valid_prefix((const uint8_t *)"ab\xe2\x82", 4), 2); /* cut at the end */
+    assert_int_equal(ma_utf8_valid_prefix((const uint8_t *)"ab\xe2\x82\xac"
+                                                           "c",
+                                          6),
+                     6);
+    assert_int_equal(ma_utf8_valid_prefix((const uint8_t *)"ab\xe2\x82", 4), 2);       /* cut at the end */
     assert_int_equal(ma_utf8_valid_prefix((const uint8_t *)"a\0b\xed\xa0\x80", 6), 3); /* NUL is valid */
 }
 
@@ -256,25 +265,29 @@ static void test_json_unescape(void **state) {
     assert_string_equal(o, "\xc3\xa9\xf0\x9f\x98\x80");
     assert_null(unescape("\\udbff\\udfff", o, &n, &at)); /* U+10FFFF */
     assert_string_equal(o, "\xf4\x8f\xbf\xbf");
-    static const struct { const char *lit; size_t at; const char *why; } BAD[] = {
+    static const struct {
+        const char *lit;
+        size_t at;
+        const char *why;
+    } BAD[] = {
         {"ab\\udc00", 2, "lone low surrogate"},
-        {"\\ud800", 0, "high surrogate without"},          /* at the end */
+        {"\\ud800", 0, "high surrogate without"}, /* at the end */
         {"x\\ud800y", 1, "high surrogate without"},
-        {"\\ud800\\u0041", 0, "high surrogate without"},   /* followed by no low one */
+        {"\\ud800\\u0041", 0, "high surrogate without"}, /* followed by no low one */
         {"\\ud800\\ud800", 0, "high surrogate without"},
-        {"\\ud800\\udc0", 0, "high surrogate without"},    /* its low one cut short */
+        {"\\ud800\\udc0", 0, "high surrogate without"}, /* its low one cut short */
         {"\\ud800\\n", 0, "high surrogate without"},
-        {"ab\\u12", 2, "malformed \\u"},                    /* truncated */
+        {"ab\\u12", 2, "malformed \\u"}, /* truncated */
         {"\\u12g4", 0, "malformed \\u"},
         {"\\u", 0, "malformed \\u"},
         {"a\\x", 1, "unknown escape"},
         {"a\\'", 1, "unknown escape"},
-        {"ab\\", 2, "unknown escape"},                      /* a backslash at the end */
+        {"ab\\", 2, "unknown escape"}, /* a backslash at the end */
         {"a\tb", 1, "control character"},
         {"a\x1f", 1, "control character"},
-        {"a\xc0\xaf", 1, "not valid UTF-8"},                /* overlong */
-        {"ab\xed\xa0\x80", 2, "not valid UTF-8"},           /* a raw surrogate */
-        {"abc\xe2\x82", 3, "not valid UTF-8"},              /* truncated */
+        {"a\xc0\xaf", 1, "not valid UTF-8"},      /* overlong */
+        {"ab\xed\xa0\x80", 2, "not valid UTF-8"}, /* a raw surrogate */
+        {"abc\xe2\x82", 3, "not valid UTF-8"},    /* truncated */
         {"\xff", 0, "not valid UTF-8"},
     };
     /* the literal ends where len says, not at a NUL: an escape cut there is refused, not read on */
@@ -295,10 +308,10 @@ static void test_json_string_end(void **state) {
     assert_int_equal(ma_json_string_end("", 0), 0);
     assert_int_equal(ma_json_string_end("\"", 1), 0);
     assert_int_equal(ma_json_string_end("abc\"def", 7), 3);
-    assert_int_equal(ma_json_string_end("a\\\"b\"", 5), 4);    /* an escaped quote is inside */
-    assert_int_equal(ma_json_string_end("a\\\\\"b", 5), 3);    /* an escaped backslash, then the end */
-    assert_int_equal(ma_json_string_end("abc", 3), 3);         /* unterminated */
-    assert_int_equal(ma_json_string_end("abc\\", 4), 4);       /* a backslash at the very end */
+    assert_int_equal(ma_json_string_end("a\\\"b\"", 5), 4); /* an escaped quote is inside */
+    assert_int_equal(ma_json_string_end("a\\\\\"b", 5), 3); /* an escaped backslash, then the end */
+    assert_int_equal(ma_json_string_end("abc", 3), 3);      /* unterminated */
+    assert_int_equal(ma_json_string_end("abc\\", 4), 4);    /* a backslash at the very end */
     assert_int_equal(ma_json_string_end("ab\\\"", 4), 4);
 }
 
@@ -348,11 +361,11 @@ static void test_percentile(void **state) {
     double one[1] = {7};
     assert_true(ma_percentile(one, 1, 50) == 7 && ma_percentile(one, 1, 99) == 7 && ma_percentile(one, 1, 100) == 7);
     double ten[10] = {10, 9, 8, 7, 6, 5, 4, 3, 2, 1};
-    assert_true(ma_percentile(ten, 10, 90) == 9);  /* not the 10th: 90% of 10 is exactly 9 */
+    assert_true(ma_percentile(ten, 10, 90) == 9); /* not the 10th: 90% of 10 is exactly 9 */
     double hundred[100];
     for (int i = 0; i < 100; i++) hundred[i] = 100 - i;
     assert_true(ma_percentile(hundred, 100, 0.07 * 100) == 7); /* p 7.000000000000001: p * n rounded first */
-    assert_true(ma_percentile(ten, 10, 0.001) == 1); /* a rank below 1: the smallest */
+    assert_true(ma_percentile(ten, 10, 0.001) == 1);           /* a rank below 1: the smallest */
     assert_true(ma_percentile(ten, 10, 100) == 10);
 }
 
@@ -374,10 +387,10 @@ static void test_median(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_grow_cap),       cmocka_unit_test(test_grow_array),     cmocka_unit_test(test_buf),
-        cmocka_unit_test(test_buf_cap),        cmocka_unit_test(test_utf8_edges),     cmocka_unit_test(test_utf8_exhaustive),
-        cmocka_unit_test(test_utf8_put),       cmocka_unit_test(test_json_unescape),  cmocka_unit_test(test_json_string_end),
-        cmocka_unit_test(test_clock),          cmocka_unit_test(test_percentile),     cmocka_unit_test(test_median),
+        cmocka_unit_test(test_grow_cap), cmocka_unit_test(test_grow_array),    cmocka_unit_test(test_buf),
+        cmocka_unit_test(test_buf_cap),  cmocka_unit_test(test_utf8_edges),    cmocka_unit_test(test_utf8_exhaustive),
+        cmocka_unit_test(test_utf8_put), cmocka_unit_test(test_json_unescape), cmocka_unit_test(test_json_string_end),
+        cmocka_unit_test(test_clock),    cmocka_unit_test(test_percentile),    cmocka_unit_test(test_median),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -96,7 +96,10 @@ static void test_devices_and_fifos_written_in_place(void **state) {
     }
     /* opening the node must work (a nodev mount refuses it) */
     int probe = open(null_dev, O_WRONLY);
-    if (probe < 0) { tu_rmdir(dir); skip(); }
+    if (probe < 0) {
+        tu_rmdir(dir);
+        skip();
+    }
     close(probe);
     struct stat st;
     assert_int_equal(ma_write_file(null_dev, "data", 4, &err), MA_OK);
@@ -180,10 +183,8 @@ static void test_truncated_mapping_reported_not_fatal(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_regular_and_new_files_replaced_atomically),
-        cmocka_unit_test(test_symlinks_followed_to_their_target),
-        cmocka_unit_test(test_devices_and_fifos_written_in_place),
-        cmocka_unit_test(test_inputs_that_are_not_regular_files),
+        cmocka_unit_test(test_regular_and_new_files_replaced_atomically), cmocka_unit_test(test_symlinks_followed_to_their_target),
+        cmocka_unit_test(test_devices_and_fifos_written_in_place),        cmocka_unit_test(test_inputs_that_are_not_regular_files),
         cmocka_unit_test(test_truncated_mapping_reported_not_fatal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -14,9 +14,11 @@ static void test_round_trip(void **state) {
     uint16_t h[64];
     for (int i = 0; i < 64; i++) h[i] = ma_f32_to_f16((float)i / 8);
     uint8_t q8[2 * 34] = {0};
-    q8[0] = 0x00; q8[1] = 0x3c; /* d = 1.0 */
+    q8[0] = 0x00;
+    q8[1] = 0x3c; /* d = 1.0 */
     for (int i = 0; i < 32; i++) q8[2 + i] = (uint8_t)(int8_t)(i - 16);
-    q8[34] = 0x00; q8[35] = 0x38; /* d = 0.5 */
+    q8[34] = 0x00;
+    q8[35] = 0x38; /* d = 0.5 */
     for (int i = 0; i < 32; i++) q8[36 + i] = (uint8_t)(int8_t)(3 * i - 40);
     uint8_t q4[18] = {0x00, 0x3c};
     for (int j = 0; j < 16; j++) q4[2 + j] = (uint8_t)((j & 0xf) | ((15 - j) << 4));

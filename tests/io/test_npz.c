@@ -50,7 +50,7 @@ static void test_reads_python_written_goldens(void **state) {
     const ma_tensor *ids = ma_npz_get(&z, "input_ids");
     assert_non_null(ids);
     assert_int_equal(ids->dtype, MA_DT_I64);
-    assert_int_equal(((int64_t *)ids->data)[0], 151645);   /* BOS = <|im_end|> */
+    assert_int_equal(((int64_t *)ids->data)[0], 151645); /* BOS = <|im_end|> */
     assert_non_null(ma_npz_get(&z, "noise"));
     ma_npz_free(&z);
 }
@@ -89,7 +89,8 @@ static void test_hostile_archives(void **state) {
     uint8_t npy[256];
     memcpy(npy, "\x93NUMPY\x01\x00", 8);
     size_t hl = strlen(npy_hdr);
-    npy[8] = (uint8_t)hl; npy[9] = 0;
+    npy[8] = (uint8_t)hl;
+    npy[9] = 0;
     memcpy(npy + 10, npy_hdr, hl);
     ma_tensor out;
     assert_int_not_equal(ma_npy_parse(npy, 10 + hl, "huge", &out, &err), MA_OK);
@@ -107,7 +108,7 @@ static void test_hostile_archives(void **state) {
     /* a header that ends right after a key's colon: no value to read (was a 1-byte over-read) */
     const char *cut = "{'fortran_order': False, 'shape': (2,), 'descr':";
     hl = strlen(cut);
-    uint8_t *exact = malloc(10 + hl);  /* nothing after the header: ASan sees any over-read */
+    uint8_t *exact = malloc(10 + hl); /* nothing after the header: ASan sees any over-read */
     memcpy(exact, "\x93NUMPY\x01\x00", 8);
     exact[8] = (uint8_t)hl;
     exact[9] = 0;

@@ -11,7 +11,7 @@ static void write_blob(const char *path, const void *p, size_t n) {
 
 /* a valid file image with one F32 [2, 3] tensor "w", built by hand */
 static size_t hand_file(uint8_t *buf, const char *header, size_t data_len) {
-    size_t raw = strlen(header), hl = (raw + 7) / 8 * 8;   /* pad with spaces so data starts 8-aligned */
+    size_t raw = strlen(header), hl = (raw + 7) / 8 * 8; /* pad with spaces so data starts 8-aligned */
     for (int i = 0; i < 8; i++) buf[i] = (uint8_t)((uint64_t)hl >> (8 * i));
     memcpy(buf + 8, header, raw);
     memset(buf + 8 + raw, ' ', hl - raw);
@@ -26,7 +26,10 @@ static void test_round_trip(void **state) {
     snprintf(path, sizeof path, "%s/x.safetensors", dir);
     float a[6] = {1, 2, 3, 4, 5, 6};
     uint16_t h[4], b[4];
-    for (int i = 0; i < 4; i++) { h[i] = ma_f32_to_f16((float)i * 0.5f); b[i] = ma_f32_to_bf16((float)i * -1.25f); }
+    for (int i = 0; i < 4; i++) {
+        h[i] = ma_f32_to_f16((float)i * 0.5f);
+        b[i] = ma_f32_to_bf16((float)i * -1.25f);
+    }
     int64_t sa[2] = {2, 3}, sh[1] = {4}, sb[2] = {2, 2};
     ma_st_entry e[3] = {{"zeta.f32", MA_DT_F32, 2, sa, a}, {"alpha.f16", MA_DT_F16, 1, sh, h}, {"mid.bf16", MA_DT_BF16, 2, sb, b}};
     ma_error err = {0};
@@ -69,16 +72,18 @@ static void test_hostile_headers(void **state) {
     ma_error err = {0};
     assert_int_equal(ma_st_parse(buf, n, "ok", &ts, &count, &err), MA_OK);
     ma_st_free_tensors(ts, count);
-    expect_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,28]}}", 24, "w");       /* beyond data */
-    expect_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,4],\"data_offsets\":[0,24]}}", 24, "w");       /* shape mismatch */
-    expect_refused("{\"w\":{\"dtype\":\"I64\",\"shape\":[3],\"data_offsets\":[0,24]}}", 24, "I64");       /* dtype named */
+    expect_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,28]}}", 24, "w"); /* beyond data */
+    expect_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,4],\"data_offsets\":[0,24]}}", 24, "w"); /* shape mismatch */
+    expect_refused("{\"w\":{\"dtype\":\"I64\",\"shape\":[3],\"data_offsets\":[0,24]}}", 24, "I64"); /* dtype named */
     expect_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[-2,3],\"data_offsets\":[0,24]}}", 24, "w");
-    expect_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3]}}", 24, "w");                             /* no offsets */
+    expect_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3]}}", 24, "w"); /* no offsets */
     expect_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
-                   "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,24]}}", 24, "overlap");
+                   "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,24]}}",
+                   24, "overlap");
     expect_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[2,10]}}", 24, "aligned");
     expect_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                   "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 24, "twice");
+                   "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                   24, "twice");
     expect_refused("[1,2,3]", 0, "object");
     expect_refused("{\"w\": ", 0, "header: JSON syntax error");
     /* truncated: every prefix of the valid file is refused (no crash, no over-read under ASan) */
@@ -90,7 +95,10 @@ static void test_hostile_headers(void **state) {
     }
     /* header length larger than the file */
     uint8_t big[16] = {0};
-    big[0] = 0xff; big[1] = 0xff; big[2] = 0xff; big[3] = 0x7f;
+    big[0] = 0xff;
+    big[1] = 0xff;
+    big[2] = 0xff;
+    big[3] = 0x7f;
     assert_int_not_equal(ma_st_parse(big, sizeof big, "big", &ts, &count, &err), MA_OK);
 }
 

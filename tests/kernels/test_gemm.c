@@ -15,8 +15,8 @@
 #include "kernels/vecmath.h"
 
 /* reference C = A W^T (+ C0) (+ bias) in double on the f32 values W holds after conversion */
-static void reference(int64_t M, int64_t N, int64_t K, const float *A, const float *W, const float *bias, const float *C0,
-                      double *ref, double *mag) {
+static void reference(int64_t M, int64_t N, int64_t K, const float *A, const float *W, const float *bias, const float *C0, double *ref,
+                      double *mag) {
     for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < N; n++) {
             double s = C0 ? C0[m * N + n] : 0.0, a = C0 ? fabs(C0[m * N + n]) : 0.0;
@@ -24,7 +24,10 @@ static void reference(int64_t M, int64_t N, int64_t K, const float *A, const flo
                 s += (double)A[m * K + k] * W[n * K + k];
                 a += fabs((double)A[m * K + k] * W[n * K + k]);
             }
-            if (bias) { s += bias[n]; a += fabs(bias[n]); }
+            if (bias) {
+                s += bias[n];
+                a += fabs(bias[n]);
+            }
             ref[m * N + n] = s;
             mag[m * N + n] = a;
         }
@@ -61,14 +64,16 @@ static void expect_close_q(const float *got, const double *ref, const double *ma
                            const char *what) {
     for (int64_t i = 0; i < n; i++) {
         const double tol = rel * mag[i] + (qb ? qb[i] : 0.0) + 1e-6;
-        if (!(fabs(got[i] - ref[i]) <= tol)) fail_msg("%s: element %lld is %.9g, expected %.9g (tol %.3g)", what, (long long)i, got[i], ref[i], tol);
+        if (!(fabs(got[i] - ref[i]) <= tol))
+            fail_msg("%s: element %lld is %.9g, expected %.9g (tol %.3g)", what, (long long)i, got[i], ref[i], tol);
     }
 }
 
 static void expect_close(const float *got, const double *ref, const double *mag, int64_t n, double rel, const char *what) {
     for (int64_t i = 0; i < n; i++) {
         const double tol = rel * mag[i] + 1e-6;
-        if (!(fabs(got[i] - ref[i]) <= tol)) fail_msg("%s: element %lld is %.9g, expected %.9g (tol %.3g)", what, (long long)i, got[i], ref[i], tol);
+        if (!(fabs(got[i] - ref[i]) <= tol))
+            fail_msg("%s: element %lld is %.9g, expected %.9g (tol %.3g)", what, (long long)i, got[i], ref[i], tol);
     }
 }
 
@@ -122,8 +127,8 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
             float *out = layout ? C2 : C;
             memcpy(out, C0, sizeof(float) * M * N);
             ma_gemm(M, N, K, A, K, &b, with_bias ? bias : NULL, accumulate, out, N);
-            snprintf(what, sizeof what, "%s %s %s M=%lld N=%lld K=%lld", ma_dtype_name(dt), kname,
-                     layout ? "panels" : "rows", (long long)M, (long long)N, (long long)K);
+            snprintf(what, sizeof what, "%s %s %s M=%lld N=%lld K=%lld", ma_dtype_name(dt), kname, layout ? "panels" : "rows", (long long)M,
+                     (long long)N, (long long)K);
             /* the int8 kernels (panels only) are held to the int8 bound on top; the amx set
              * takes them for 12 rows or fewer only (its tiles, fp32-accurate, beyond) */
             const int int8 = qb && layout && ma_gemm_kernel_int8_activations(ks) && (M <= MA_GEMM_MR_MAX || strcmp(kname, "amx"));
@@ -134,7 +139,7 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
          * where the AVX-512 small-M kernel, also the AMX set's, reads the panels directly:
          * another summation order) */
         const int small_direct = M <= MA_GEMM_MR_MAX && (!strcmp(kname, "avx512") || !strcmp(kname, "vnni") || !strcmp(kname, "amx") ||
-                                                   !strcmp(kname, "neon") || !strcmp(kname, "neon_dot"));
+                                                         !strcmp(kname, "neon") || !strcmp(kname, "neon_dot"));
         const int int8_panels = quant && (!strcmp(kname, "vnni") || !strcmp(kname, "neon_dot")); /* the rows layout stays fp32 */
         if (!small_direct && !int8_panels) assert_memory_equal(C, C2, sizeof(float) * M * N);
         /* f16 / bf16 / f32 panels read in place or converted into a shared buffer first (the
@@ -148,15 +153,25 @@ static void check_shape(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_b
     }
     ma_gemm_select_portable(0);
     free(qb);
-    free(A); free(W); free(Wq); free(bias); free(C0); free(C); free(C2); free(ref); free(mag); free(rows); free(panels);
+    free(A);
+    free(W);
+    free(Wq);
+    free(bias);
+    free(C0);
+    free(C);
+    free(C2);
+    free(ref);
+    free(mag);
+    free(rows);
+    free(panels);
 }
 
 static void test_gemm_every_type_and_edge(void **state) {
     (void)state;
     static const int64_t Ms[] = {1, 5, 7, 12, 13, 150}; /* the 6- and 12-row tiles, past a 144-row block */
     static const int64_t Ns[] = {1, 16, 17, 50};
-    static const int64_t Kf[] = {1, 7, 64, 400};   /* float types: any K, past one 384 chunk */
-    static const int64_t Kq[] = {32, 96, 416};     /* quantised: multiples of 32 */
+    static const int64_t Kf[] = {1, 7, 64, 400}; /* float types: any K, past one 384 chunk */
+    static const int64_t Kq[] = {32, 96, 416};   /* quantised: multiples of 32 */
     static const ma_dtype types[] = {MA_DT_F32, MA_DT_F16, MA_DT_BF16, MA_DT_Q8_0, MA_DT_Q4_0};
     uint64_t seed = 1;
     for (size_t t = 0; t < 5; t++) {
@@ -243,8 +258,20 @@ static void check_bf16(ma_dtype dt, int64_t M, int64_t N, int64_t K, int with_bi
     if (M > MA_GEMM_MR_MAX && ma_gemm_kernel_bf16(ma_gemm_kernel_count() - 1) == MA_COMPUTE_BF16 && bf16_runs < 2)
         fail_msg("bf16 compute %s M=%lld: the bf16 plan ran %d times on a CPU with %s", ma_dtype_name(dt), (long long)M, bf16_runs,
                  ma_gemm_bf16_unit());
-    free(A); free(W); free(Wq); free(Ar); free(Wr); free(bias); free(C0); free(C); free(ref); free(mag); free(refr); free(magr);
-    free(rows); free(panels);
+    free(A);
+    free(W);
+    free(Wq);
+    free(Ar);
+    free(Wr);
+    free(bias);
+    free(C0);
+    free(C);
+    free(ref);
+    free(mag);
+    free(refr);
+    free(magr);
+    free(rows);
+    free(panels);
 }
 
 static void bf16_cases(void) {
@@ -287,7 +314,11 @@ static void test_gemm_bf16_compute(void **state) {
     b1f.compute = MA_COMPUTE_F32;
     ma_gemm(M, 16, K, A, K, &b1f, NULL, 0, S1, 16);
     assert_memory_equal(C1, S1, sizeof(float) * M * 16);
-    free(A); free(W); free(C1); free(C2); free(S1);
+    free(A);
+    free(W);
+    free(C1);
+    free(C2);
+    free(S1);
 }
 
 /* one fused job over parts of several types and widths = separate GEMMs, bit for bit; the scalar
@@ -343,12 +374,20 @@ static void check_fused(int64_t M) {
     }
     for (int64_t i = 0; i < M * 48; i++) assert_true(fabsf(y1[i] - y2[i]) <= 1e-4f * (1.0f + fabsf(y2[i])) + slack);
     ma_mat other = {MA_DT_F16, 17, K + 1, st[0], "w2", 1, MA_COMPUTE_F32};
-    assert_int_equal(ma_linear_fused(&kc, A, M, 2, (const ma_mat *[2]){&wp, &other}, (const float *[2]){NULL, NULL},
-                                     (float *[2]){y1, y2}, &err), MA_ERR_SHAPE);
+    assert_int_equal(
+        ma_linear_fused(&kc, A, M, 2, (const ma_mat *[2]){&wp, &other}, (const float *[2]){NULL, NULL}, (float *[2]){y1, y2}, &err),
+        MA_ERR_SHAPE);
     assert_non_null(strstr(err.msg, "w2"));
     ma_kctx_free(&kc);
-    for (int i = 0; i < 3; i++) { free(st[i]); free(fused[i]); free(single[i]); }
-    free(A); free(W); free(y1); free(y2);
+    for (int i = 0; i < 3; i++) {
+        free(st[i]);
+        free(fused[i]);
+        free(single[i]);
+    }
+    free(A);
+    free(W);
+    free(y1);
+    free(y2);
 }
 
 /* MA_COMPUTE_EXACT: q8_0 / q4_0 products keep fp32 activations on every kernel set, the int8
@@ -384,11 +423,20 @@ static void test_gemm_exact_activations(void **state) {
                 /* fused with the same weights on the default path: the exact part as alone */
                 const ma_gemm_part parts[2] = {{&exact, N, NULL, C2, N}, {&plain, N, NULL, C, N}};
                 ma_gemm_fused(M, K, A, K, parts, 2);
-                snprintf(what, sizeof what, "exact part of a fused job %s %s M=%lld", ma_dtype_name(dt), ma_gemm_kernel_name(ks), (long long)M);
+                snprintf(what, sizeof what, "exact part of a fused job %s %s M=%lld", ma_dtype_name(dt), ma_gemm_kernel_name(ks),
+                         (long long)M);
                 expect_close(C2, ref, mag, M * N, kernel_rel_dt(ks, dt), what);
             }
             ma_gemm_select_portable(0);
-            free(A); free(W); free(Wq); free(C); free(C2); free(ref); free(mag); free(rows); free(panels);
+            free(A);
+            free(W);
+            free(Wq);
+            free(C);
+            free(C2);
+            free(ref);
+            free(mag);
+            free(rows);
+            free(panels);
         }
     }
     if (!int8_sets) printf("  (no int8 kernel set on this CPU: the exact path is the only one)\n");
@@ -429,7 +477,12 @@ static void test_gemm_phase_timers(void **state) {
     }
     ma_gemm_select_portable(0);
     ma_gemm_phases_reset();
-    free(A); free(W); free(Wq); free(C); free(rows); free(panels);
+    free(A);
+    free(W);
+    free(Wq);
+    free(C);
+    free(rows);
+    free(panels);
 }
 
 static void test_gemm_fused_parts(void **state) {
@@ -457,7 +510,12 @@ static void test_gemm_cols_layout(void **state) {
         expect_close(C, ref, mag, M * N, kernel_rel_dt(ks, MA_DT_F32), "cols layout");
     }
     ma_gemm_select_portable(0);
-    free(A); free(B); free(Bt); free(C); free(ref); free(mag);
+    free(A);
+    free(B);
+    free(Bt);
+    free(C);
+    free(ref);
+    free(mag);
 }
 
 /* a weight W [R][C] used from row r0 as B [K][N] (the pooling's q_h W_h): the rows layout
@@ -503,7 +561,15 @@ static void test_gemm_weight_as_cols(void **state) {
                 }
     }
     ma_gemm_select_portable(0);
-    free(W); free(Wq); free(A); free(C); free(Bt); free(ref); free(mag); free(rows); free(panels);
+    free(W);
+    free(Wq);
+    free(A);
+    free(C);
+    free(Bt);
+    free(ref);
+    free(mag);
+    free(rows);
+    free(panels);
 }
 
 static void test_gemm_strides_and_empty(void **state) {
@@ -529,7 +595,9 @@ static void test_gemm_strides_and_empty(void **state) {
     ma_gemm(M, N, 0, A, lda, &b, bias, 0, C, ldc);
     for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < N; n++) assert_true(C[m * ldc + n] == (float)n);
-    free(A); free(W); free(C);
+    free(A);
+    free(W);
+    free(C);
 }
 
 static void test_panel_packing_layout(void **state) {
@@ -541,8 +609,7 @@ static void test_panel_packing_layout(void **state) {
     ma_pack_panels(MA_DT_F16, rows, N, K, pk);
     assert_int_equal(ma_panels_size(MA_DT_F16, N, K), 32 * K * 2);
     for (int64_t n = 0; n < 32; n++)
-        for (int64_t k = 0; k < K; k++)
-            assert_int_equal(pk[((n / 16) * K + k) * 16 + n % 16], n < N ? (uint16_t)(n * K + k) : 0);
+        for (int64_t k = 0; k < K; k++) assert_int_equal(pk[((n / 16) * K + k) * 16 + n % 16], n < N ? (uint16_t)(n * K + k) : 0);
     float w[32 * 64];
     tu_fill(w, 32 * 64, 5);
     uint8_t q[32 * 2 * 34], qp[32 * 2 * 34];
@@ -552,12 +619,12 @@ static void test_panel_packing_layout(void **state) {
     const uint8_t *blk = qp + (1 * 2 + 1) * 544, *src = q + ((16 + 3) * 2 + 1) * 34;
     assert_memory_equal(blk + 6, src, 2);
     assert_int_equal(blk[32 + 5 * 16 + 3], src[2 + 5]);
-    free(rows); free(pk);
+    free(rows);
+    free(pk);
 }
 
 /* ---- attention: fast batched path vs the scalar per-head path */
-static void check_attention(int n_seq, int heads, int kv, int64_t lq, int64_t lk, int64_t hd, const ma_attn_mask *mask,
-                            uint64_t seed) {
+static void check_attention(int n_seq, int heads, int kv, int64_t lq, int64_t lk, int64_t hd, const ma_attn_mask *mask, uint64_t seed) {
     const int64_t qd = heads * hd, kd = kv * hd;
     float *q = malloc(sizeof(float) * n_seq * lq * qd), *k = malloc(sizeof(float) * n_seq * lk * kd);
     float *v = malloc(sizeof(float) * n_seq * lk * kd), *o1 = malloc(sizeof(float) * n_seq * lq * qd);
@@ -577,38 +644,43 @@ static void check_attention(int n_seq, int heads, int kv, int64_t lq, int64_t lk
     a.out = o2;
     assert_int_equal(ma_attention(&slow, &a, &err), MA_OK);
     for (int64_t i = 0; i < n_seq * lq * qd; i++)
-        if (fabsf(o1[i] - o2[i]) > 2e-5f) fail_msg("attention %lld x %lld: element %lld %.7g vs %.7g", (long long)lq, (long long)lk, (long long)i, o1[i], o2[i]);
+        if (fabsf(o1[i] - o2[i]) > 2e-5f)
+            fail_msg("attention %lld x %lld: element %lld %.7g vs %.7g", (long long)lq, (long long)lk, (long long)i, o1[i], o2[i]);
     ma_kctx_free(&fast);
     ma_kctx_free(&slow);
-    free(q); free(k); free(v); free(o1); free(o2);
+    free(q);
+    free(k);
+    free(v);
+    free(o1);
+    free(o2);
 }
 
 static void attention_cases(void) {
-    check_attention(2, 4, 2, 150, 150, 24, NULL, 1);             /* 2 images, GQA, 3 query blocks */
-    check_attention(1, 3, 3, 10, 77, 16, NULL, 2);               /* expert cross attention */
-    check_attention(1, 2, 2, 260, 40, 24, NULL, 6);              /* a block of 256, then one of 4 */
-    check_attention(1, 8, 8, 10, 10, 96, NULL, 7);               /* expert self attention, real head width */
+    check_attention(2, 4, 2, 150, 150, 24, NULL, 1); /* 2 images, GQA, 3 query blocks */
+    check_attention(1, 3, 3, 10, 77, 16, NULL, 2);   /* expert cross attention */
+    check_attention(1, 2, 2, 260, 40, 24, NULL, 6);  /* a block of 256, then one of 4 */
+    check_attention(1, 8, 8, 10, 10, 96, NULL, 7);   /* expert self attention, real head width */
     uint8_t valid[77], bidir[130];
     for (int i = 0; i < 77; i++) valid[i] = i % 5 != 0;
     ma_attn_mask km = {valid, 0, NULL};
     check_attention(1, 3, 1, 10, 77, 16, &km, 3);
     for (int i = 0; i < 130; i++) bidir[i] = i >= 20 && i < 60;
     ma_attn_mask causal = {NULL, 1, bidir};
-    check_attention(1, 8, 2, 130, 130, 32, &causal, 4);          /* LLM prefill with image block */
+    check_attention(1, 8, 2, 130, 130, 32, &causal, 4); /* LLM prefill with image block */
     uint8_t none[12] = {0};
-    ma_attn_mask all_masked = {none, 0, NULL};                   /* uniform rows, as PyTorch */
+    ma_attn_mask all_masked = {none, 0, NULL}; /* uniform rows, as PyTorch */
     check_attention(1, 2, 2, 5, 12, 8, &all_masked, 5);
     /* the few-query path (lq <= MA_FEW_Q): edge sizes of queries, keys and head width */
-    check_attention(1, 2, 2, 1, 1, 8, NULL, 8);                  /* one query, one key */
-    check_attention(2, 4, 2, 16, 130, 72, NULL, 9);              /* 16 queries (two AVX2 groups), GQA, 72 wide */
-    check_attention(1, 3, 3, 7, 9, 100, NULL, 10);               /* 9 keys: one block of 8 and one; 100 = 12 x 8 + 4 */
-    check_attention(1, 2, 2, 17, 20, 8, NULL, 11);               /* 17: the GEMM path again */
-    check_attention(1, 1, 1, 3, 5, 3, NULL, 12);                 /* head narrower than a block of 8 */
+    check_attention(1, 2, 2, 1, 1, 8, NULL, 8);     /* one query, one key */
+    check_attention(2, 4, 2, 16, 130, 72, NULL, 9); /* 16 queries (two AVX2 groups), GQA, 72 wide */
+    check_attention(1, 3, 3, 7, 9, 100, NULL, 10);  /* 9 keys: one block of 8 and one; 100 = 12 x 8 + 4 */
+    check_attention(1, 2, 2, 17, 20, 8, NULL, 11);  /* 17: the GEMM path again */
+    check_attention(1, 1, 1, 3, 5, 3, NULL, 12);    /* head narrower than a block of 8 */
     ma_attn_mask causal_only = {NULL, 1, NULL};
-    check_attention(1, 2, 1, 10, 10, 96, &causal_only, 13);      /* a causal expert */
+    check_attention(1, 2, 1, 10, 10, 96, &causal_only, 13); /* a causal expert */
     uint8_t some[20];
     for (int i = 0; i < 20; i++) some[i] = i >= 3 && i % 4 != 1;
-    ma_attn_mask key_causal = {some, 1, NULL};                   /* queries 0..2 see no key: uniform */
+    ma_attn_mask key_causal = {some, 1, NULL}; /* queries 0..2 see no key: uniform */
     check_attention(1, 2, 2, 12, 20, 24, &key_causal, 14);
     check_attention(1, 2, 2, 12, 12, 16, &all_masked, 15);
     ma_attn_mask key_only = {some, 0, NULL};
@@ -646,7 +718,8 @@ static void test_vecmath(void **state) {
     for (int set = 1; set < ma_vecmath_count(); set++) {
         ma_vecmath_select(set);
         for (int n = 0; n < 80; n++) {
-            if (ma_vecmath_get()->sum(x, n) != s0[n]) fail_msg("%s sum of %d: %.17g vs %.17g", ma_vecmath_name(set), n, ma_vecmath_get()->sum(x, n), s0[n]);
+            if (ma_vecmath_get()->sum(x, n) != s0[n])
+                fail_msg("%s sum of %d: %.17g vs %.17g", ma_vecmath_name(set), n, ma_vecmath_get()->sum(x, n), s0[n]);
             if (ma_vecmath_get()->sum_sq(x + 3, n, 2.5) != q0[n]) fail_msg("%s sum_sq of %d differs", ma_vecmath_name(set), n);
         }
     }
@@ -659,7 +732,10 @@ static void test_vecmath(void **state) {
         double ref_sum = 0;
         for (int i = 0; i < N; i++) {
             double e = exp((double)(x[i] - 1.5f)); /* the float argument the kernels see */
-            if (e > 3.4028234e38) { assert_true(y[i] >= 3.4e38f); continue; } /* overflow: huge (SIMD) or inf (libm) */
+            if (e > 3.4028234e38) {
+                assert_true(y[i] >= 3.4e38f);
+                continue;
+            } /* overflow: huge (SIMD) or inf (libm) */
             ref_sum += e;
             if (!(fabs(y[i] - e) <= 4e-7 * e + 2e-38)) fail_msg("exp(%.7g) = %.9g, expected %.9g", x[i] - 1.5, y[i], e);
         }
@@ -692,7 +768,8 @@ static void test_vecmath(void **state) {
             const double arg = (double)sc * y[i] - (double)sc * mx, e = i == 5 ? 0.0 : exp(arg);
             ref_sum += e;
             /* the float argument carries a rounding of s x (and of s max): |arg| ulps of the result */
-            if (i == 5 ? z[i] != 0.0f : !(fabs(z[i] - e) <= (1e-6 + 2.4e-7 * fabs(arg)) * e + 2e-38)) fail_msg("%s exp_scaled_sum [%d] %.9g, expected %.9g", ma_vecmath_name(set), i, z[i], e);
+            if (i == 5 ? z[i] != 0.0f : !(fabs(z[i] - e) <= (1e-6 + 2.4e-7 * fabs(arg)) * e + 2e-38))
+                fail_msg("%s exp_scaled_sum [%d] %.9g, expected %.9g", ma_vecmath_name(set), i, z[i], e);
         }
         assert_true(fabs(sum - ref_sum) <= 1e-6 * ref_sum);
         memcpy(y, x, sizeof y);
@@ -740,8 +817,9 @@ static void test_first_nonfinite(void **state) {
         for (int pos = 0; pos < N; pos += (pos < 80 || (pos > 1000 && pos < 1060) || pos > 2120) ? 1 : 37) {
             const float keep = x[pos];
             x[pos] = bad[pos % 3];
-            if (vm->first_nonfinite(x, N) != pos) fail_msg("%s: bad element at %d found at %lld", ma_vecmath_name(set), pos, (long long)vm->first_nonfinite(x, N));
-            assert_int_equal(vm->first_nonfinite(x, pos), pos);             /* just past the end: not seen */
+            if (vm->first_nonfinite(x, N) != pos)
+                fail_msg("%s: bad element at %d found at %lld", ma_vecmath_name(set), pos, (long long)vm->first_nonfinite(x, N));
+            assert_int_equal(vm->first_nonfinite(x, pos), pos); /* just past the end: not seen */
             assert_int_equal(vm->first_nonfinite(x + pos, N - pos), 0);
             if (pos + 500 < N) {
                 x[pos + 500] = NAN;
@@ -769,7 +847,11 @@ static void test_first_nonfinite(void **state) {
 }
 
 /* ---- the pool: every part runs once per call; nested calls run serially */
-typedef struct { atomic_int hits[64]; atomic_int nested; int T; } pool_probe;
+typedef struct {
+    atomic_int hits[64];
+    atomic_int nested;
+    int T;
+} pool_probe;
 
 static void inner_task(void *ctx, int t, int T) {
     pool_probe *p = ctx;

@@ -20,11 +20,11 @@ static void test_f16_bf16_conversions(void **state) {
     assert_true(ma_f16_to_f32(0xc000) == -2.0f);
     assert_true(ma_f16_to_f32(0x0001) == 5.9604644775390625e-08f); /* smallest subnormal */
     assert_true(ma_f16_to_f32(0x7bff) == 65504.0f);
-    assert_int_equal(ma_f32_to_f16(65520.0f), 0x7c00);              /* rounds to inf */
-    assert_int_equal(ma_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);    /* tie to even */
+    assert_int_equal(ma_f32_to_f16(65520.0f), 0x7c00);           /* rounds to inf */
+    assert_int_equal(ma_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00); /* tie to even */
     assert_int_equal(ma_f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);
     assert_true(ma_bf16_to_f32(0x3f80) == 1.0f);
-    assert_int_equal(ma_f32_to_bf16(1.0f + 1.0f / 256), 0x3f80);    /* tie to even */
+    assert_int_equal(ma_f32_to_bf16(1.0f + 1.0f / 256), 0x3f80); /* tie to even */
     assert_int_equal(ma_f32_to_bf16(1.0f + 3.0f / 256), 0x3f82);
     assert_true(isnan(ma_bf16_to_f32(ma_f32_to_bf16(NAN))));
 }
@@ -45,7 +45,11 @@ static void quant_q8_0(const float *w, int64_t n, uint8_t *out) {
 static void quant_q4_0(const float *w, int64_t n, uint8_t *out) {
     for (int64_t b = 0; b < n / 32; b++) {
         float amax = 0, mx = 0;
-        for (int i = 0; i < 32; i++) if (fabsf(w[b * 32 + i]) > amax) { amax = fabsf(w[b * 32 + i]); mx = w[b * 32 + i]; }
+        for (int i = 0; i < 32; i++)
+            if (fabsf(w[b * 32 + i]) > amax) {
+                amax = fabsf(w[b * 32 + i]);
+                mx = w[b * 32 + i];
+            }
         float d = mx / -8.0f, id = d ? 1.0f / d : 0.0f;
         uint16_t dh = ma_f32_to_f16(d);
         out[b * 18] = (uint8_t)dh;
@@ -73,8 +77,10 @@ static void check_linear(ma_dtype dt, int64_t M, int64_t N, int64_t K, uint64_t 
     for (int64_t r = 0; r < N; r++) {
         const float *row = wf + r * K;
         if (dt == MA_DT_F32) memcpy(wq + r * K * 4, row, K * 4);
-        else if (dt == MA_DT_F16) for (int64_t k = 0; k < K; k++) ((uint16_t *)wq)[r * K + k] = ma_f32_to_f16(row[k]);
-        else if (dt == MA_DT_BF16) for (int64_t k = 0; k < K; k++) ((uint16_t *)wq)[r * K + k] = ma_f32_to_bf16(row[k]);
+        else if (dt == MA_DT_F16)
+            for (int64_t k = 0; k < K; k++) ((uint16_t *)wq)[r * K + k] = ma_f32_to_f16(row[k]);
+        else if (dt == MA_DT_BF16)
+            for (int64_t k = 0; k < K; k++) ((uint16_t *)wq)[r * K + k] = ma_f32_to_bf16(row[k]);
         else if (dt == MA_DT_Q8_0) quant_q8_0(row, K, wq + r * (K / 32) * 34);
         else quant_q4_0(row, K, wq + r * (K / 32) * 18);
     }
@@ -94,8 +100,8 @@ static void check_linear(ma_dtype dt, int64_t M, int64_t N, int64_t K, uint64_t 
             for (int64_t k = 0; k < K; k++) ref += (double)x[i * K + k] * deq[j * K + k];
             double tol = 1e-5 * (double)K + 1e-5;
             if (fabs(y1[i * N + j] - ref) > tol || fabs(y2[i * N + j] - ref) > tol)
-                fail_msg("%s M=%lld N=%lld K=%lld at (%lld,%lld): fast %g scalar %g ref %g", ma_dtype_name(dt), (long long)M,
-                         (long long)N, (long long)K, (long long)i, (long long)j, y1[i * N + j], y2[i * N + j], ref);
+                fail_msg("%s M=%lld N=%lld K=%lld at (%lld,%lld): fast %g scalar %g ref %g", ma_dtype_name(dt), (long long)M, (long long)N,
+                         (long long)K, (long long)i, (long long)j, y1[i * N + j], y2[i * N + j], ref);
         }
     /* dequantisation error of the stored precision is bounded */
     double err_max = 0;
@@ -104,7 +110,13 @@ static void check_linear(ma_dtype dt, int64_t M, int64_t N, int64_t K, uint64_t 
     assert_true(err_max <= bound);
     ma_kctx_free(&fast);
     ma_kctx_free(&slow);
-    free(x); free(wf); free(deq); free(bias); free(y1); free(y2); free(wq);
+    free(x);
+    free(wf);
+    free(deq);
+    free(bias);
+    free(y1);
+    free(y2);
+    free(wq);
 }
 
 static void test_linear_all_types(void **state) {
@@ -142,8 +154,14 @@ static void check_attention(int64_t lq, int64_t lk, int64_t hd, const ma_attn_ma
             p[j] = ok ? sc / sqrt((double)hd) : -INFINITY;
             any |= ok;
         }
-        for (int64_t j = 0; j < lk; j++) { if (!any) p[j] = 0; mx = fmax(mx, p[j]); }
-        for (int64_t j = 0; j < lk; j++) { p[j] = exp(p[j] - mx); sum += p[j]; }
+        for (int64_t j = 0; j < lk; j++) {
+            if (!any) p[j] = 0;
+            mx = fmax(mx, p[j]);
+        }
+        for (int64_t j = 0; j < lk; j++) {
+            p[j] = exp(p[j] - mx);
+            sum += p[j];
+        }
         for (int64_t e = 0; e < hd; e++) {
             double ref = 0;
             for (int64_t j = 0; j < lk; j++) ref += p[j] / sum * v[j * hd + e];
@@ -151,7 +169,11 @@ static void check_attention(int64_t lq, int64_t lk, int64_t hd, const ma_attn_ma
         }
     }
     ma_kctx_free(&kc);
-    free(q); free(k); free(v); free(o); free(p);
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+    free(p);
 }
 
 static void test_attention_masks(void **state) {
@@ -203,7 +225,9 @@ static void test_add_large(void **state) {
     for (int64_t i = 0; i < n; i++) ref[i] = y[i] + x[i];
     ma_add(y, x, n);
     assert_memory_equal(y, ref, sizeof(float) * n);
-    free(y); free(x); free(ref);
+    free(y);
+    free(x);
+    free(ref);
 }
 
 /* ma_gemm_nt (every beta) and ma_gemm_nn: the fast path against the scalar one */
@@ -265,7 +289,10 @@ static void test_glu(void **state) {
     }
     ma_kctx_free(&fast);
     ma_kctx_free(&slow);
-    free(in); free(a); free(b); free(up);
+    free(in);
+    free(a);
+    free(b);
+    free(up);
 }
 
 static void test_norms_many_rows(void **state) {
@@ -294,8 +321,8 @@ static void test_norms_many_rows(void **state) {
                 for (int64_t i = 0; i < dim; i++) {
                     const double ref = rms ? w[i] * v[i] * inv : (v[i] - m) * inv * w[i] + b[i];
                     if (!(fabs(y[r * dim + i] - ref) <= 2e-6 * (fabs(ref) + 1.0)))
-                        fail_msg("%s dim %lld row %lld [%lld]: %.9g, expected %.9g", rms ? "rmsnorm" : "layernorm",
-                                 (long long)dim, (long long)r, (long long)i, y[r * dim + i], ref);
+                        fail_msg("%s dim %lld row %lld [%lld]: %.9g, expected %.9g", rms ? "rmsnorm" : "layernorm", (long long)dim,
+                                 (long long)r, (long long)i, y[r * dim + i], ref);
                 }
                 if (r % 97 == 0) {
                     /* out of place: the same bits, the input untouched */
@@ -310,7 +337,11 @@ static void test_norms_many_rows(void **state) {
                 }
             }
         }
-        free(x); free(y); free(one); free(w); free(b);
+        free(x);
+        free(y);
+        free(one);
+        free(w);
+        free(b);
     }
 }
 
@@ -318,16 +349,15 @@ int main(void) {
     /* MOLMOACT_KERNELS=<set> holds that set to the scalar twin (read through the one table) */
     ma_settings st;
     ma_error err = {0};
-    if (ma_settings_from_env(&st, &err) || ma_kernels_configure(&st, &err)) { fprintf(stderr, "test_kernels: %s\n", err.msg); return 2; }
+    if (ma_settings_from_env(&st, &err) || ma_kernels_configure(&st, &err)) {
+        fprintf(stderr, "test_kernels: %s\n", err.msg);
+        return 2;
+    }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_f16_bf16_conversions),
-        cmocka_unit_test(test_linear_all_types),
-        cmocka_unit_test(test_attention_masks),
-        cmocka_unit_test(test_norms_and_activations),
-        cmocka_unit_test(test_norms_many_rows),
-        cmocka_unit_test(test_glu),
-        cmocka_unit_test(test_gemm_nt_nn),
-        cmocka_unit_test(test_add_large),
+        cmocka_unit_test(test_f16_bf16_conversions), cmocka_unit_test(test_linear_all_types),
+        cmocka_unit_test(test_attention_masks),      cmocka_unit_test(test_norms_and_activations),
+        cmocka_unit_test(test_norms_many_rows),      cmocka_unit_test(test_glu),
+        cmocka_unit_test(test_gemm_nt_nn),           cmocka_unit_test(test_add_large),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

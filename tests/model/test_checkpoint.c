@@ -35,7 +35,7 @@ static void make_variant(const char *dir, variant v) {
     ma_st_entry *e = calloc(st.count + 1, sizeof *e);
     char **names = calloc(st.count + 1, sizeof *names);
     void **bufs = calloc(st.count + 1, sizeof *bufs);
-    int64_t (*shapes)[MA_MAX_DIMS] = calloc(st.count + 1, sizeof *shapes);
+    int64_t(*shapes)[MA_MAX_DIMS] = calloc(st.count + 1, sizeof *shapes);
     size_t n = 0;
     for (size_t i = 0; i < st.count; i++) {
         const ma_st_tensor *t = &st.tensors[i];
@@ -86,8 +86,14 @@ static void make_variant(const char *dir, variant v) {
         if (ma_st_write(p, e, n, &err)) fail_msg("%s", err.msg);
         free(p);
     }
-    for (size_t i = 0; i <= st.count; i++) { free(names[i]); free(bufs[i]); }
-    free(e); free(names); free(bufs); free(shapes);
+    for (size_t i = 0; i <= st.count; i++) {
+        free(names[i]);
+        free(bufs[i]);
+    }
+    free(e);
+    free(names);
+    free(bufs);
+    free(shapes);
     ma_st_close(&st);
 }
 
@@ -97,7 +103,10 @@ static void expect_parity(const char *dir) {
     if (ma_model_open(dir, "libero", &m, &err)) fail_msg("%s: %s", dir, err.msg);
     ma_parity_report rep;
     if (ma_parity_run(&ma_cpu_backend, &m, GOLDEN, 0.9999, &rep, &err)) fail_msg("%s", err.msg);
-    if (!rep.pass) { ma_parity_print(&rep, stderr, 0); fail_msg("%s: parity failed", dir); }
+    if (!rep.pass) {
+        ma_parity_print(&rep, stderr, 0);
+        fail_msg("%s: parity failed", dir);
+    }
     assert_true(rep.action_cosine > 0.99999);
     ma_parity_free(&rep);
     ma_model_close(&m);
@@ -118,7 +127,10 @@ static void test_layouts(void **state) {
 
 static void test_broken_checkpoints_are_named(void **state) {
     (void)state;
-    struct { variant v; const char *needle; } cases[] = {
+    struct {
+        variant v;
+        const char *needle;
+    } cases[] = {
         {V_DROP, "model.transformer.blocks.2.mlp.ff_out.weight"},
         {V_MISSHAPE, "model.action_expert.blocks.1.self_attn.qkv.weight"},
         {V_EXTRA, "model.extra.thing"},
@@ -172,7 +184,9 @@ static void patched_copy(const char *dir, const char *file, const char *from, co
 /* config.json and norm_stats.json fields that contradict the weights or the config */
 static void test_contradicting_fields_refused(void **state) {
     (void)state;
-    struct { const char *file, *from, *to, *needle; } cases[] = {
+    struct {
+        const char *file, *from, *to, *needle;
+    } cases[] = {
         {"config.json", "\"use_grid_token_sampler\": true", "\"use_grid_token_sampler\": false", "use_grid_token_sampler false"},
         {"config.json", "\"grid_token_sampler_num_tokens\": 16", "\"grid_token_sampler_num_tokens\": 8",
          "grid_token_sampler_num_tokens is 8 but the token sampler"},

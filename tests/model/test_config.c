@@ -23,12 +23,12 @@ static void test_committed_tiny_config(void **state) {
     assert_int_equal(ma_config_load(MA_SOURCE_DIR "/assets/tiny-grid/model/config.json", &c, &err), MA_OK);
     assert_int_equal(c.patch_h, 27);
     assert_int_equal(c.pooled_h, 14);
-    assert_int_equal(c.vit_built, 8);          /* taps (-3, -9) of 10 -> blocks 7 and 1 */
+    assert_int_equal(c.vit_built, 8); /* taps (-3, -9) of 10 -> blocks 7 and 1 */
     assert_int_equal(c.taps[0], 7);
     assert_int_equal(c.taps[1], 1);
     assert_int_equal(c.layers, 4);
     assert_int_equal(c.e_layers, 4);
-    assert_int_equal(c.e_inner, 256);          /* round_up(int(64 * 8/3) = 170, 256) */
+    assert_int_equal(c.e_inner, 256); /* round_up(int(64 * 8/3) = 170, 256) */
     assert_int_equal(c.image_patch_id, 155650);
     assert_int_equal(c.eos_id, 151645);
     assert_true(c.qk_norm && c.qk_norm_qwen3 && c.pool_mask && c.action_mode_both);
@@ -61,7 +61,7 @@ static void test_refusals_name_the_field(void **state) {
                        "\"text_config\": {\"hidden_size\": 3584%s}%s}";
     char buf[512];
     snprintf(buf, sizeof buf, base, "", "");
-    assert_int_equal(parse(buf, &err), MA_OK);   /* upstream defaults, expert = one block per LLM layer */
+    assert_int_equal(parse(buf, &err), MA_OK); /* upstream defaults, expert = one block per LLM layer */
     snprintf(buf, sizeof buf, base, ", \"sliding_window\": 4", "");
     assert_fails_naming(parse(buf, &err), err, "text_config.sliding_window");
     snprintf(buf, sizeof buf, base, ", \"rope_scaling\": {\"type\": \"yarn\"}", "");
@@ -94,7 +94,8 @@ static void test_refusals_name_the_field(void **state) {
     assert_fails_naming(parse("{\"vit_config\": 3}", &err), err, "vit_config");
     /* a section that is an array: its items have no names (fuzz_json found the unknown-key
      * listing reading them as NULL) */
-    assert_fails_naming(parse("{\"adapter_config\": [2, -4], \"text_config\": [{\"a\": 1}]}", &err), err, "adapter_config is not an object");
+    assert_fails_naming(parse("{\"adapter_config\": [2, -4], \"text_config\": [{\"a\": 1}]}", &err), err,
+                        "adapter_config is not an object");
     /* size-like fields are bounded (a huge flow_matching_num_steps hung run and made compile
      * allocate 512 GB), epsilons and the RoPE base must be positive */
     snprintf(buf, sizeof buf, base, "", ", \"flow_matching_num_steps\": 100000");
@@ -114,7 +115,9 @@ static void test_refusals_name_the_field(void **state) {
     snprintf(buf, sizeof buf, base, ", \"layer_norm_eps\": 0", "");
     assert_fails_naming(parse(buf, &err), err, "text_config.layer_norm_eps must be > 0");
     assert_fails_naming(parse("{\"image_patch_id\": 5, \"eos_token_id\": 1, \"vit_config\": {\"image_num_pos\": 729, "
-                              "\"layer_norm_eps\": -1e-6}}", &err), err, "vit_config.layer_norm_eps");
+                              "\"layer_norm_eps\": -1e-6}}",
+                              &err),
+                        err, "vit_config.layer_norm_eps");
     snprintf(buf, sizeof buf, base, "", ", \"grid_token_sampler_num_tokens\": -3");
     assert_fails_naming(parse(buf, &err), err, "grid_token_sampler_num_tokens");
     /* a syntax error gives its line and column */
@@ -147,13 +150,16 @@ static void test_rope_scaling_default_is_accepted(void **state) {
     ma_config cu;
     assert_int_equal(ma_config_parse(buf, "config.json", &cu, &err), MA_OK);
     assert_string_equal(cu.unknown, "text_config.rope_scaling.factor");
-    struct { const char *rs, *needle; } bad[] = {
+    struct {
+        const char *rs, *needle;
+    } bad[] = {
         {"{\"rope_type\": \"yarn\", \"factor\": 2.0}", "text_config.rope_scaling.rope_type yarn is not supported"},
         {"{\"type\": \"linear\", \"factor\": 2.0}", "text_config.rope_scaling.type linear"},
         {"{\"rope_type\": \"default\", \"type\": \"dynamic\"}", "rope_scaling.type dynamic"},
         {"{\"factor\": 2.0}", "rope_scaling has no rope_type"},
         {"{\"rope_type\": 1}", "rope_scaling.rope_type (not a string)"},
-        {"{\"rope_type\": \"default\", \"rope_theta\": 10000}", "rope_scaling.rope_theta 10000 disagrees with text_config.rope_theta 5e+06"},
+        {"{\"rope_type\": \"default\", \"rope_theta\": 10000}",
+         "rope_scaling.rope_theta 10000 disagrees with text_config.rope_theta 5e+06"},
         {"{\"rope_type\": \"default\", \"rope_theta\": \"x\"}", "rope_scaling.rope_theta must be a number"},
         {"\"default\"", "rope_scaling must be an object"},
     };
@@ -255,12 +261,9 @@ static void test_long_prompt_refused_at_the_configs_limit(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_committed_tiny_config),
-        cmocka_unit_test(test_upstream_fixture_config),
-        cmocka_unit_test(test_refusals_name_the_field),
-        cmocka_unit_test(test_rope_scaling_default_is_accepted),
-        cmocka_unit_test(test_max_position_embeddings),
-        cmocka_unit_test(test_long_prompt_refused_at_the_configs_limit),
+        cmocka_unit_test(test_committed_tiny_config),   cmocka_unit_test(test_upstream_fixture_config),
+        cmocka_unit_test(test_refusals_name_the_field), cmocka_unit_test(test_rope_scaling_default_is_accepted),
+        cmocka_unit_test(test_max_position_embeddings), cmocka_unit_test(test_long_prompt_refused_at_the_configs_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

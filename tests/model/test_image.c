@@ -5,8 +5,10 @@
 
 static void test_decoders(void **state) {
     (void)state;
-    struct { const char *file; int h, w; } cases[] = {
-        {"rgb.png", 9, 11}, {"gray.png", 9, 11}, {"rgba.png", 8, 8}, {"rgb.jpg", 16, 8}};
+    struct {
+        const char *file;
+        int h, w;
+    } cases[] = {{"rgb.png", 9, 11}, {"gray.png", 9, 11}, {"rgba.png", 8, 8}, {"rgb.jpg", 16, 8}};
     for (size_t i = 0; i < 4; i++) {
         char path[1200];
         snprintf(path, sizeof path, MA_SOURCE_DIR "/fuzz/corpus/image/%s", cases[i].file);
@@ -41,7 +43,7 @@ static void test_raw_buffers(void **state) {
     assert_int_equal(ma_image_from_tensor(&t, "chw", &im, &err), MA_OK);
     assert_int_equal(im.h, 2);
     assert_int_equal(im.rgb[0 * 3 + 0], 0);
-    assert_int_equal(im.rgb[1 * 3 + 0], 63);    /* 0.25 * 255 = 63.75, truncated */
+    assert_int_equal(im.rgb[1 * 3 + 0], 63); /* 0.25 * 255 = 63.75, truncated */
     assert_int_equal(im.rgb[3 * 3 + 0], 255);
     assert_int_equal(im.rgb[3 * 3 + 2], 255);
     ma_image_free(&im);

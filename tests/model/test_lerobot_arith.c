@@ -162,11 +162,13 @@ static void test_task_text(void **state) {
 /* issue 36 (F12): statistics whose de-normalised range overflows float32 are refused at load,
  * naming the key; a non-finite de-normalised action fails ma_unnormalize (the one point every
  * action passes), whatever the statistics */
-static ma_status parse_one(const char *mode, const char *arith, const char *action_stats, const char *state_stats, ma_normstats *ns, ma_error *err) {
+static ma_status parse_one(const char *mode, const char *arith, const char *action_stats, const char *state_stats, ma_normstats *ns,
+                           ma_error *err) {
     char text[2048];
-    snprintf(text, sizeof text,
-             "{\"format\": \"molmoact2_norm_stats.v1\", \"norm_mode\": \"%s\", \"metadata_by_tag\": {\"t\": {%s \"action_stats\": {%s}%s%s%s}}}", mode,
-             arith, action_stats, state_stats ? ", \"state_stats\": {" : "", state_stats ? state_stats : "", state_stats ? "}" : "");
+    snprintf(
+        text, sizeof text,
+        "{\"format\": \"molmoact2_norm_stats.v1\", \"norm_mode\": \"%s\", \"metadata_by_tag\": {\"t\": {%s \"action_stats\": {%s}%s%s%s}}}",
+        mode, arith, action_stats, state_stats ? ", \"state_stats\": {" : "", state_stats ? state_stats : "", state_stats ? "}" : "");
     return ma_normstats_parse(text, "ns.json", "t", ns, err);
 }
 
@@ -192,10 +194,12 @@ static void test_overflowing_statistics_refused(void **state) {
         assert_int_equal(parse_one("q01_q99", ARITH[a], "\"q01\": [0], \"q99\": [1e39]", NULL, &ns, &err), MA_ERR_RANGE);
         assert_non_null(strstr(err.msg, "q99[0] = 1e+39 is beyond float32"));
         /* the state's range as well (the normaliser divides by it) */
-        assert_int_equal(parse_one("q01_q99", ARITH[a], "\"q01\": [0], \"q99\": [1]", "\"q01\": [-3e38], \"q99\": [3e38]", &ns, &err), MA_ERR_RANGE);
+        assert_int_equal(parse_one("q01_q99", ARITH[a], "\"q01\": [0], \"q99\": [1]", "\"q01\": [-3e38], \"q99\": [3e38]", &ns, &err),
+                         MA_ERR_RANGE);
         assert_non_null(strstr(err.msg, "t.state_stats.q99[0]"));
         /* a pass-through dimension's statistics are not used */
-        assert_int_equal(parse_one("q01_q99", ARITH[a], "\"q01\": [0, -3e38], \"q99\": [1, 3e38], \"mask\": [true, false]", NULL, &ns, &err), MA_OK);
+        assert_int_equal(
+            parse_one("q01_q99", ARITH[a], "\"q01\": [0, -3e38], \"q99\": [1, 3e38], \"mask\": [true, false]", NULL, &ns, &err), MA_OK);
         /* large but sound: accepted */
         assert_int_equal(parse_one("q01_q99", ARITH[a], "\"q01\": [-1e37], \"q99\": [1e37]", NULL, &ns, &err), MA_OK);
     }
@@ -217,8 +221,11 @@ static void test_non_finite_action_refused(void **state) {
     static const char *const MODE[4] = {"q01_q99", "min_max", "mean_std", "none"};
     for (int a = 0; a < 2; a++)
         for (int m = 0; m < 4; m++) {
-            assert_int_equal(parse_one(MODE[m], ARITH[a], "\"q01\": [0, 0], \"q99\": [1, 1], \"min\": [0, 0], \"max\": [1, 1], \"mean\": [0, 0], "
-                                                          "\"std\": [1, 1], \"mask\": [true, false]", NULL, &ns, &err), MA_OK);
+            assert_int_equal(parse_one(MODE[m], ARITH[a],
+                                       "\"q01\": [0, 0], \"q99\": [1, 1], \"min\": [0, 0], \"max\": [1, 1], \"mean\": [0, 0], "
+                                       "\"std\": [1, 1], \"mask\": [true, false]",
+                                       NULL, &ns, &err),
+                             MA_OK);
             for (int d = 0; d < 2; d++) {
                 float xn[2] = {0.0f, 0.0f};
                 xn[d] = NAN;
@@ -237,7 +244,8 @@ static void test_per_feature_modes(void **state) {
     ma_normstats ns;
     ma_error err = {0};
     assert_int_equal(parse_one("q01_q99", "\"arithmetic\": \"lerobot\",", "\"q01\": [-1], \"q99\": [3]",
-                               "\"norm_mode\": \"min_max\", \"eps\": 0.5, \"min\": [0], \"max\": [0]", &ns, &err), MA_OK);
+                               "\"norm_mode\": \"min_max\", \"eps\": 0.5, \"min\": [0], \"max\": [0]", &ns, &err),
+                     MA_OK);
     assert_int_equal(ns.action.mode, MA_NORM_Q01_Q99);
     assert_int_equal(ns.state.mode, MA_NORM_MIN_MAX);
     assert_true(ns.state.eps == 0.5f && ns.action.eps == 1e-8f);
@@ -245,15 +253,19 @@ static void test_per_feature_modes(void **state) {
     ma_normalize(&ns, &ns.state, x, y);
     assert_true(y[0] == 2.0f * 0.125f / 0.5f - 1.0f); /* LeRobot: a zero range divides by eps */
     /* the HF arithmetic has one mode for the file */
-    assert_int_equal(parse_one("q01_q99", "", "\"q01\": [-1], \"q99\": [3]", "\"norm_mode\": \"min_max\", \"min\": [0], \"max\": [1]", &ns, &err),
-                     MA_ERR_UNSUPPORTED);
+    assert_int_equal(
+        parse_one("q01_q99", "", "\"q01\": [-1], \"q99\": [3]", "\"norm_mode\": \"min_max\", \"min\": [0], \"max\": [1]", &ns, &err),
+        MA_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "t.state_stats.norm_mode"));
-    assert_int_equal(parse_one("q01_q99", "\"arithmetic\": \"lerobot\",", "\"q01\": [-1], \"q99\": [3], \"norm_mode\": 3", NULL, &ns, &err), MA_ERR_FORMAT);
+    assert_int_equal(parse_one("q01_q99", "\"arithmetic\": \"lerobot\",", "\"q01\": [-1], \"q99\": [3], \"norm_mode\": 3", NULL, &ns, &err),
+                     MA_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "t.action_stats.norm_mode must be a string"));
-    assert_int_equal(parse_one("q01_q99", "\"arithmetic\": \"lerobot\",", "\"q01\": [-1], \"q99\": [3], \"norm_mode\": \"x\\ny\"", NULL, &ns, &err),
-                     MA_ERR_UNSUPPORTED);
+    assert_int_equal(
+        parse_one("q01_q99", "\"arithmetic\": \"lerobot\",", "\"q01\": [-1], \"q99\": [3], \"norm_mode\": \"x\\ny\"", NULL, &ns, &err),
+        MA_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "\"x\\x0ay\"")); /* escaped, not echoed raw */
-    assert_int_equal(parse_one("q01_q99", "\"arithmetic\": \"lerobot\", \"eps\": \"x\",", "\"q01\": [-1], \"q99\": [3]", NULL, &ns, &err), MA_ERR_RANGE);
+    assert_int_equal(parse_one("q01_q99", "\"arithmetic\": \"lerobot\", \"eps\": \"x\",", "\"q01\": [-1], \"q99\": [3]", NULL, &ns, &err),
+                     MA_ERR_RANGE);
     assert_non_null(strstr(err.msg, "t.eps must be a number"));
     assert_int_equal(parse_one("q01_q99", "\"setup_type\": 5,", "\"q01\": [-1], \"q99\": [3]", NULL, &ns, &err), MA_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "setup_type must be a string"));
@@ -269,10 +281,14 @@ int main(void) {
     root = cJSON_Parse(text);
     free(text);
     if (!root) return 1;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_state_and_action_bit_for_bit), cmocka_unit_test(test_zero_range_uses_eps),
-                                       cmocka_unit_test(test_bins_at_the_edges), cmocka_unit_test(test_pass_through_outside_the_range_is_refused),
-                                       cmocka_unit_test(test_task_text), cmocka_unit_test(test_overflowing_statistics_refused),
-                                       cmocka_unit_test(test_non_finite_action_refused), cmocka_unit_test(test_per_feature_modes)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_state_and_action_bit_for_bit),
+                                       cmocka_unit_test(test_zero_range_uses_eps),
+                                       cmocka_unit_test(test_bins_at_the_edges),
+                                       cmocka_unit_test(test_pass_through_outside_the_range_is_refused),
+                                       cmocka_unit_test(test_task_text),
+                                       cmocka_unit_test(test_overflowing_statistics_refused),
+                                       cmocka_unit_test(test_non_finite_action_refused),
+                                       cmocka_unit_test(test_per_feature_modes)};
     const int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cJSON_Delete(root);
     return rc;

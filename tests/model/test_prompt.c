@@ -21,18 +21,18 @@ static void test_task_normalisation(void **state) {
     expect_task("open the drawer. Then close it?", "open the drawer; then close it");
     expect_task("   ", "");
     expect_task("goal:stack   the\tblocks", "stack the blocks");
-    expect_task("\xc4\xb0STANBUL", "i\xcc\x87stanbul");            /* Python lower(): U+0130 -> i + U+0307 */
+    expect_task("\xc4\xb0STANBUL", "i\xcc\x87stanbul"); /* Python lower(): U+0130 -> i + U+0307 */
     expect_task("\xce\xa3\xce\x9f\xce\xa6\xce\x9f\xce\xa3", "\xcf\x83\xce\xbf\xcf\x86\xce\xbf\xcf\x82"); /* final sigma */
 }
 
 static void test_state_bins(void **state) {
     (void)state;
-    assert_int_equal(ma_state_bin(NAN, 256), 128);   /* nan -> 0 -> rint(127.5) = 128 */
+    assert_int_equal(ma_state_bin(NAN, 256), 128); /* nan -> 0 -> rint(127.5) = 128 */
     assert_int_equal(ma_state_bin(INFINITY, 256), 255);
     assert_int_equal(ma_state_bin(-INFINITY, 256), 0);
     assert_int_equal(ma_state_bin(-1.0f, 256), 0);
     assert_int_equal(ma_state_bin(1.0f, 256), 255);
-    assert_int_equal(ma_state_bin(7.0f, 256), 255);  /* clipped */
+    assert_int_equal(ma_state_bin(7.0f, 256), 255); /* clipped */
     assert_int_equal(ma_state_bin(1.0f / 255.0f, 256), 128);
 }
 
@@ -54,7 +54,7 @@ static void test_prompt_layout(void **state) {
     }
     assert_int_equal(patches, 32);
     assert_int_equal(states, 8);
-    assert_int_equal(p.ids[p.n - 1], 151931);  /* <action_output> closes the prompt */
+    assert_int_equal(p.ids[p.n - 1], 151931); /* <action_output> closes the prompt */
     assert_string_equal(p.task, "put the bowl on the plate");
     assert_non_null(strstr(p.text, "<setup_start>single franka robotic arm in libero<setup_end>"));
     ma_prompt_free(&p);

@@ -80,15 +80,21 @@ static void test_hostile_tokenizer_files(void **state) {
     (void)state;
     ma_tokenizer *t;
     ma_error err = {0};
-    struct { const char *json, *needle; } cases[] = {
+    struct {
+        const char *json, *needle;
+    } cases[] = {
         {"not json", "JSON"},
         {"{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", "BPE"},
-        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\"]}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}", "merge 0"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\"]}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "merge 0"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -4}}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}", "bad id"},
-        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}, \"normalizer\": {\"type\": \"Lowercase\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}", "Lowercase"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}, \"normalizer\": {\"type\": \"Lowercase\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "Lowercase"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}, \"pre_tokenizer\": {\"type\": \"Whitespace\"}}", "Whitespace"},
-        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"byte_fallback\": true}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}", "byte_fallback"},
-        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"added_tokens\": [{\"id\": 3}]}", "added token"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"byte_fallback\": true}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "byte_fallback"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"added_tokens\": [{\"id\": 3}]}",
+         "added token"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         assert_fails_naming(ma_tokenizer_parse(cases[i].json, strlen(cases[i].json), "tok", &t, &err), err, cases[i].needle);

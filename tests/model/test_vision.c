@@ -15,8 +15,7 @@
 #include "model/checkpoint.h"
 #include "model/model.h"
 
-static void run_vision(const ma_model *m, const float *pixels, int n, int scalar, float *features, float *pooled,
-                       float *coords) {
+static void run_vision(const ma_model *m, const float *pixels, int n, int scalar, float *features, float *pooled, float *coords) {
     ma_kctx kc;
     ma_kctx_init(&kc);
     kc.scalar = scalar;
@@ -62,7 +61,11 @@ static void check_model(const char *name, int pool_mask) {
     expect_near("pooled", p[0], p[1], np);
     if (m.vision.sampler_place != MA_SAMPLER_NONE) expect_near("sampler coordinates", co[0], co[1], nc);
     expect_near("image features", f[0], f[1], nf);
-    for (int s = 0; s < 2; s++) { free(f[s]); free(p[s]); free(co[s]); }
+    for (int s = 0; s < 2; s++) {
+        free(f[s]);
+        free(p[s]);
+        free(co[s]);
+    }
     ma_npz_free(&z);
     ma_model_close(&m);
 }
@@ -96,7 +99,9 @@ static void test_mask_matters(void **state) {
         run_vision(&m, px->data, n, 0, f, p[mask], NULL);
     }
     assert_true(tu_maxrel(p[0], p[1], np) > 1e-3);
-    free(f); free(p[0]); free(p[1]);
+    free(f);
+    free(p[0]);
+    free(p[1]);
     ma_npz_free(&z);
     ma_model_close(&m);
 }
@@ -143,7 +148,8 @@ static void test_sampler_coordinates_exact(void **state) {
     const ma_config *c = &m.cfg;
     const size_t nf = (size_t)n * ma_vision_tokens(c, &m.vision) * c->d, np = (size_t)n * c->pooled_h * c->pooled_w * c->pool_hidden;
     const size_t nc = (size_t)n * 2 * m.vision.sampler.tokens;
-    float *f = malloc(sizeof(float) * nf), *p = malloc(sizeof(float) * np), *ref = malloc(sizeof(float) * nc), *co = malloc(sizeof(float) * nc);
+    float *f = malloc(sizeof(float) * nf), *p = malloc(sizeof(float) * np), *ref = malloc(sizeof(float) * nc),
+          *co = malloc(sizeof(float) * nc);
     ma_gemm_select_portable(1);
     run_vision(&m, px->data, n, 0, f, p, ref);
     int int8_sets = 0;
@@ -165,7 +171,10 @@ static void test_sampler_coordinates_exact(void **state) {
     }
     ma_gemm_select_portable(0);
     if (!int8_sets) printf("  (no int8 kernel set on this CPU: nothing to compare)\n");
-    free(f); free(p); free(ref); free(co);
+    free(f);
+    free(p);
+    free(ref);
+    free(co);
     for (int i = 0; i < 3; i++) free(bufs[i]);
     ma_npz_free(&z);
     ma_model_close(&m);

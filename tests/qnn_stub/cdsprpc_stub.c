@@ -49,7 +49,8 @@ static void trace(const char *fmt, ...) {
     if (fd < 0) return;
     size_t n = strlen(line);
     line[n] = '\n';
-    if (write(fd, line, n + 1) < 0) { /* nothing to do */ }
+    if (write(fd, line, n + 1) < 0) { /* nothing to do */
+    }
     close(fd);
 }
 

@@ -105,7 +105,10 @@ static void gate(const char *src, const char *golden, const char *prec, double t
     ma_parity_report rep;
     assert_int_equal(ma_parity_run_e2e(&ma_cpu_backend, &m, golden, g, &rep, &err), MA_OK);
     printf("  %-52s %-5s end-to-end action cosine %.6f (gate %.3g)\n", src, prec, rep.action_cosine, g);
-    if (!rep.pass) { ma_parity_print(&rep, stderr, 0); fail_msg("%s %s below its gate", src, prec); }
+    if (!rep.pass) {
+        ma_parity_print(&rep, stderr, 0);
+        fail_msg("%s %s below its gate", src, prec);
+    }
     ma_parity_free(&rep);
     ma_model_close(&m);
     tu_rmdir(dir);
@@ -135,8 +138,14 @@ static void test_keep_tensors_at_higher_precision(void **state) {
     (void)state;
     char dir[1024];
     tu_tmpdir(dir, sizeof dir, "ctx-keep");
-    ma_compile_opts o = {.vision = "q4_0", .llm = "q4_0", .action = "q4_0", .suffix = "", .prompt_seq = 128, .n_keep = 2,
-                         .keep_pattern = {"*.ff_out.*", "*scout_mlp*"}, .keep_prec = {"q8_0", "f16"}};
+    ma_compile_opts o = {.vision = "q4_0",
+                         .llm = "q4_0",
+                         .action = "q4_0",
+                         .suffix = "",
+                         .prompt_seq = 128,
+                         .n_keep = 2,
+                         .keep_pattern = {"*.ff_out.*", "*scout_mlp*"},
+                         .keep_prec = {"q8_0", "f16"}};
     ma_error err = {0};
     if (ma_compile(TINY, dir, &o, &err)) fail_msg("compile: %s", err.msg);
     ma_model m;
@@ -168,8 +177,14 @@ static void test_compute_plan(void **state) {
     (void)state;
     char dir[1024];
     tu_tmpdir(dir, sizeof dir, "ctx-compute");
-    ma_compile_opts o = {.vision = "f16", .llm = "f16", .action = "f16", .suffix = "", .prompt_seq = 128,
-                         .compute = {"bf16", "fp32", "bf16"}, .n_compute_keep = 1, .compute_keep = {"*scout*"}};
+    ma_compile_opts o = {.vision = "f16",
+                         .llm = "f16",
+                         .action = "f16",
+                         .suffix = "",
+                         .prompt_seq = 128,
+                         .compute = {"bf16", "fp32", "bf16"},
+                         .n_compute_keep = 1,
+                         .compute_keep = {"*scout*"}};
     ma_error err = {0};
     if (ma_compile(TINY, dir, &o, &err)) fail_msg("compile: %s", err.msg);
     ma_model m;
@@ -209,8 +224,7 @@ static void test_compute_plan(void **state) {
     if (!rep.pass) {
         for (size_t i = 0; i < rep.n; i++)
             if (!rep.rows[i].pass) printf("  below the gate: %s %s %.9f\n", rep.rows[i].session, rep.rows[i].tensor, rep.rows[i].c.cosine);
-        fail_msg("bf16 compute (%s): action cosine %.9f, gate %.4g%s", ma_gemm_bf16_unit(), rep.action_cosine, g,
-                 e2e ? " end to end" : "");
+        fail_msg("bf16 compute (%s): action cosine %.9f, gate %.4g%s", ma_gemm_bf16_unit(), rep.action_cosine, g, e2e ? " end to end" : "");
     }
     ma_parity_free(&rep);
     ma_model_close(&m);
@@ -287,7 +301,10 @@ static void patch(const char *path, const char *from, const char *to) {
     assert_int_equal(ma_read_file(path, 64u << 20, &buf, &len, &err), MA_OK);
     size_t fl = strlen(from);
     for (size_t i = 0; i + fl <= len; i++)
-        if (!memcmp(buf + i, from, fl)) { memcpy(buf + i, to, fl); break; }
+        if (!memcmp(buf + i, from, fl)) {
+            memcpy(buf + i, to, fl);
+            break;
+        }
     assert_int_equal(ma_write_file(path, buf, len, &err), MA_OK);
     free(buf);
 }

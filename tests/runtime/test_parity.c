@@ -18,13 +18,19 @@ static void check_golden(const char *model_dir, const char *golden_dir) {
     if (ma_parity_run(&ma_cpu_backend, &m, golden_dir, 0.9999, &rep, &err)) fail_msg("%s: %s", golden_dir, err.msg);
     int tight = 1;
     for (size_t i = 0; i < rep.n; i++) tight &= rep.rows[i].c.max_rel <= 1e-3;
-    if (!rep.pass || !tight) { ma_parity_print(&rep, stderr, 0); fail_msg("%s: parity failed", golden_dir); }
+    if (!rep.pass || !tight) {
+        ma_parity_print(&rep, stderr, 0);
+        fail_msg("%s: parity failed", golden_dir);
+    }
     /* gated: vision, 4 x 3 llm, 2 context, velocity, trajectory, actions; then the vision
      * session's intermediates that the golden has (pooled, projected, and the Grid Sampler's
      * coordinates), reported beside them and never gated */
     size_t gated = 0, info = 0;
     for (size_t i = 0; i < rep.n; i++) {
-        if (!rep.rows[i].info) { gated++; continue; }
+        if (!rep.rows[i].info) {
+            gated++;
+            continue;
+        }
         info++;
         assert_string_equal(rep.rows[i].session, "vision");
     }
@@ -97,8 +103,8 @@ static void run_upstream(const char *obs_name) {
     ma_trace tr;
     ma_trace_init(&tr);
     if (ma_runner_run(&r, &obs, &res, &tr, &err)) fail_msg("%s", err.msg);
-    const char *same[][2] = {{"pooled", "pooled"}, {"projected", "projected"}, {"ctx_k", "ctx_k"}, {"ctx_v", "ctx_v"},
-                             {"trajectory", "traj_final"}, {"actions", "actions"}, {"llm_input", "llm_input"}};
+    const char *same[][2] = {{"pooled", "pooled"},         {"projected", "projected"}, {"ctx_k", "ctx_k"},        {"ctx_v", "ctx_v"},
+                             {"trajectory", "traj_final"}, {"actions", "actions"},     {"llm_input", "llm_input"}};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
         const ma_tensor *g = ma_trace_get(&tr, same[i][0]), *f = ma_npz_get(&z, same[i][1]);
         assert_true(g && f);
@@ -130,8 +136,14 @@ static void run_upstream(const char *obs_name) {
     ma_model_close(&m);
 }
 
-static void test_upstream_obs0(void **state) { (void)state; run_upstream("obs0"); }
-static void test_upstream_obs1(void **state) { (void)state; run_upstream("obs1"); }
+static void test_upstream_obs0(void **state) {
+    (void)state;
+    run_upstream("obs0");
+}
+static void test_upstream_obs1(void **state) {
+    (void)state;
+    run_upstream("obs1");
+}
 
 /* ---- bad inputs are refused with the tensor named, never crash */
 static void test_bad_inputs_refused(void **state) {
@@ -161,10 +173,10 @@ static void test_bad_inputs_refused(void **state) {
     obs.seq_len = ids->shape[0] - 20; /* drops <im_patch> tokens? no: the tail; still consistent */
     assert_int_equal(ma_runner_run(&r, &obs, &res, NULL, &err), MA_OK);
     ma_result_free(&res);
-    obs.seq_len = 10;                 /* cuts the image tokens: feature count mismatch */
+    obs.seq_len = 10; /* cuts the image tokens: feature count mismatch */
     assert_fails_naming(ma_runner_run(&r, &obs, &res, NULL, &err), err, "<im_patch>");
     obs.seq_len = ids->shape[0];
-    obs.n_images = 1;                 /* one camera's features for a two-camera prompt */
+    obs.n_images = 1; /* one camera's features for a two-camera prompt */
     assert_fails_naming(ma_runner_run(&r, &obs, &res, NULL, &err), err, "<im_patch>");
     /* session level: shapes that disagree */
     ma_session *s = r.sess[1];
@@ -186,11 +198,8 @@ static void test_bad_inputs_refused(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_committed_goldens),
-        cmocka_unit_test(test_generated_goldens),
-        cmocka_unit_test(test_upstream_obs0),
-        cmocka_unit_test(test_upstream_obs1),
-        cmocka_unit_test(test_bad_inputs_refused),
+        cmocka_unit_test(test_committed_goldens), cmocka_unit_test(test_generated_goldens),  cmocka_unit_test(test_upstream_obs0),
+        cmocka_unit_test(test_upstream_obs1),     cmocka_unit_test(test_bad_inputs_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

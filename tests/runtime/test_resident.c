@@ -199,7 +199,10 @@ static void same_bits(const char *model, const char *golden) {
     int e2e;
     double g = ma_parity_default_gate(&b.host, &e2e);
     assert_int_equal(ma_parity_run_runner(b.runner, golden, g, e2e, &rep, &err), MA_OK);
-    if (!rep.pass) { ma_parity_print(&rep, stderr, 0); fail_msg("parity through the workers failed for %s", model); }
+    if (!rep.pass) {
+        ma_parity_print(&rep, stderr, 0);
+        fail_msg("parity through the workers failed for %s", model);
+    }
     ma_parity_free(&rep);
     assert_true(b.resident->faults == 0);
     ma_request_free(&q);
@@ -240,7 +243,11 @@ static void kept_context(int inproc) {
         fail_msg("%s", err.msg);
     const ma_tensor *x = ma_npz_get(&z, "x"), *t = ma_npz_get(&z, "t"), *ck = ma_npz_get(&z, "ctx_k");
     const ma_tensor *cv = ma_npz_get(&z, "ctx_v"), *mask = ma_npz_get(&z, "cross_mask");
-    assert_non_null(x); assert_non_null(t); assert_non_null(ck); assert_non_null(cv); assert_non_null(mask);
+    assert_non_null(x);
+    assert_non_null(t);
+    assert_non_null(ck);
+    assert_non_null(cv);
+    assert_non_null(mask);
     const int64_t xs[2] = {x->shape[1], x->shape[2]}, ts[1] = {1};
     const int64_t step = xs[0] * xs[1];
     const unsigned KEPT = (1u << 2) | (1u << 3) | (1u << 4);
@@ -438,8 +445,8 @@ static void test_no_rss_growth(void **state) {
         if (i == requests / 2) rss_mid = total_rss(&e);
     }
     const long rss_end = total_rss(&e);
-    printf("  %d requests: RSS of orchestrator + workers %ld KiB after %d, %ld KiB after %d, %ld KiB at the end\n",
-           requests, rss_warm, warm, rss_mid, requests / 2, rss_end);
+    printf("  %d requests: RSS of orchestrator + workers %ld KiB after %d, %ld KiB after %d, %ld KiB at the end\n", requests, rss_warm,
+           warm, rss_mid, requests / 2, rss_end);
 #if RUNNING_UNDER_ASAN
     /* ASan's quarantine holds freed memory back, so RSS grows by design; LeakSanitizer checks instead */
     (void)rss_warm;
@@ -481,14 +488,10 @@ static void test_worker_refuses_manual_start(void **state) {
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_resident_equals_inproc),
-        cmocka_unit_test(test_kept_context),
-        cmocka_unit_test(test_kill_each_worker),
-        cmocka_unit_test(test_stopped_worker_hits_deadline),
-        cmocka_unit_test(test_faults_leak_nothing),
-        cmocka_unit_test(test_no_rss_growth),
-        cmocka_unit_test(test_bad_context_stops_start),
-        cmocka_unit_test(test_worker_refuses_manual_start),
+        cmocka_unit_test(test_resident_equals_inproc),  cmocka_unit_test(test_kept_context),
+        cmocka_unit_test(test_kill_each_worker),        cmocka_unit_test(test_stopped_worker_hits_deadline),
+        cmocka_unit_test(test_faults_leak_nothing),     cmocka_unit_test(test_no_rss_growth),
+        cmocka_unit_test(test_bad_context_stops_start), cmocka_unit_test(test_worker_refuses_manual_start),
     };
     /* MOLMOACT_RESIDENT_ONLY=name,name: only those tests (the device build under qemu runs the
      * ones whose behaviour depends on the machine: equal results, workers re-executed after a
@@ -502,11 +505,17 @@ int main(void) {
             for (const char *p = only; *p;) {
                 const char *comma = strchr(p, ',');
                 const size_t k = comma ? (size_t)(comma - p) : strlen(p);
-                if (k == l && !strncmp(p, tests[i].name, l)) { picked[n++] = tests[i]; break; }
+                if (k == l && !strncmp(p, tests[i].name, l)) {
+                    picked[n++] = tests[i];
+                    break;
+                }
                 p += k + (comma != NULL);
             }
         }
-        if (!n) { fprintf(stderr, "MOLMOACT_RESIDENT_ONLY=%s names no test\n", only); return 1; }
+        if (!n) {
+            fprintf(stderr, "MOLMOACT_RESIDENT_ONLY=%s names no test\n", only);
+            return 1;
+        }
         return _cmocka_run_group_tests("test_resident", picked, n, NULL, NULL);
     }
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -21,7 +21,8 @@ static void test_heads(void **state) {
     (void)state;
     ma_http_req r;
     int st = 0;
-    assert_int_equal(head("POST /act?format=list HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\nExpect: 100-Continue\r\n\r\nrest", &r, &st), 1);
+    assert_int_equal(head("POST /act?format=list HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\nExpect: 100-Continue\r\n\r\nrest", &r, &st),
+                     1);
     assert_int_equal(r.method, MA_HTTP_POST);
     assert_string_equal(r.path, "/act");
     assert_string_equal(r.query, "format=list");
@@ -33,14 +34,18 @@ static void test_heads(void **state) {
     assert_string_equal(r.path, "/healthz");
     assert_false(r.keep_alive);
     assert_int_equal(head("GET / HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\nUpgrade: WebSocket\r\nSec-WebSocket-Version: 13\r\n"
-                          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", &r, &st), 1);
+                          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+                          &r, &st),
+                     1);
     assert_true(r.upgrade_websocket);
     assert_int_equal(r.ws_version, 13);
     /* HTTP/1.0: no chunked framing, no websocket upgrade (RFC 9112 6.1, RFC 6455 4.1; F19) */
     assert_int_equal(head("POST /act HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", &r, &st), -1);
     assert_int_equal(st, 400);
     assert_int_equal(head("GET / HTTP/1.0\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
-                          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", &r, &st), -1);
+                          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+                          &r, &st),
+                     -1);
     assert_int_equal(st, 400);
     /* refusals */
     assert_int_equal(head("POST /act HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", &r, &st), -1);
@@ -58,7 +63,7 @@ static void test_heads(void **state) {
     assert_int_equal(st, 417);
     assert_int_equal(head("GET nothing HTTP/1.1\r\n\r\n", &r, &st), -1);
     assert_int_equal(head("\x16\x03\x01\x02\x00\x01", &r, &st), -1); /* a TLS hello: refused at once */
-    assert_int_equal(head("GET / HTTP/1.1\r\nHost: x", &r, &st), 0);  /* more to come */
+    assert_int_equal(head("GET / HTTP/1.1\r\nHost: x", &r, &st), 0); /* more to come */
     static char big[MA_HTTP_MAX_HEAD + 10];
     memset(big, 'a', sizeof big - 1);
     memcpy(big, "GET / HTTP/1.1\r\nX: ", 19);
@@ -98,18 +103,21 @@ static void test_chunked(void **state) {
     n = 0;
     assert_int_equal(ma_http_chunked_feed(&c, (const uint8_t *)"zz\r\n", 4, &used, out, &n, sizeof out, msg, sizeof msg), -1);
     memset(&c, 0, sizeof c);
-    assert_int_equal(ma_http_chunked_feed(&c, (const uint8_t *)"1234567890abcdef0\r\n", 19, &used, out, &n, sizeof out, msg, sizeof msg), -1);
+    assert_int_equal(ma_http_chunked_feed(&c, (const uint8_t *)"1234567890abcdef0\r\n", 19, &used, out, &n, sizeof out, msg, sizeof msg),
+                     -1);
     memset(&c, 0, sizeof c);
     n = 0;
     assert_int_equal(ma_http_chunked_feed(&c, (const uint8_t *)"2\r\nabc\r\n", 8, &used, out, &n, sizeof out, msg, sizeof msg), -1);
     /* whitespace after the size only before an extension (issue 36 F19: "2 9" was read as 2) */
     memset(&c, 0, sizeof c);
     n = 0;
-    assert_int_equal(ma_http_chunked_feed(&c, (const uint8_t *)"2 9\r\nab\r\n0\r\n\r\n", 17, &used, out, &n, sizeof out, msg, sizeof msg), -1);
+    assert_int_equal(ma_http_chunked_feed(&c, (const uint8_t *)"2 9\r\nab\r\n0\r\n\r\n", 17, &used, out, &n, sizeof out, msg, sizeof msg),
+                     -1);
     assert_non_null(strstr(msg, "after the chunk size"));
     memset(&c, 0, sizeof c);
     n = 0;
-    assert_int_equal(ma_http_chunked_feed(&c, (const uint8_t *)"2 \t; a=b\r\nab\r\n0\r\n\r\n", 22, &used, out, &n, sizeof out, msg, sizeof msg), 1);
+    assert_int_equal(
+        ma_http_chunked_feed(&c, (const uint8_t *)"2 \t; a=b\r\nab\r\n0\r\n\r\n", 22, &used, out, &n, sizeof out, msg, sizeof msg), 1);
     assert_int_equal(n, 2);
 }
 
@@ -210,8 +218,8 @@ static void test_metrics_text(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_heads), cmocka_unit_test(test_chunked), cmocka_unit_test(test_websocket),
-                                       cmocka_unit_test(test_base64), cmocka_unit_test(test_percentiles),
-                                       cmocka_unit_test(test_metrics_text)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_heads),       cmocka_unit_test(test_chunked),
+                                       cmocka_unit_test(test_websocket),   cmocka_unit_test(test_base64),
+                                       cmocka_unit_test(test_percentiles), cmocka_unit_test(test_metrics_text)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

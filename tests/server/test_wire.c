@@ -15,7 +15,10 @@
 #include "core/util.h"
 #include "server/wire.h"
 
-typedef struct { uint8_t *p; size_t n, cap; } mbuf;
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+} mbuf;
 
 static void put(mbuf *b, const void *d, size_t n) {
     assert_int_equal(ma_grow_array(&b->p, &b->cap, b->n, n, 1), MA_OK);
@@ -27,8 +30,13 @@ static void be32(mbuf *b, uint8_t tag, uint32_t v) {
     const uint8_t h[5] = {tag, (uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
     put(b, h, 5);
 }
-static void str(mbuf *b, const char *s) { byte(b, (uint8_t)(0xa0 | strlen(s))); put(b, s, strlen(s)); }
-static void nils(mbuf *b, size_t n) { for (size_t i = 0; i < n; i++) byte(b, 0xc0); }
+static void str(mbuf *b, const char *s) {
+    byte(b, (uint8_t)(0xa0 | strlen(s)));
+    put(b, s, strlen(s));
+}
+static void nils(mbuf *b, size_t n) {
+    for (size_t i = 0; i < n; i++) byte(b, 0xc0);
+}
 
 static const ma_wire_model M = {10, 32, 8, 10};
 
@@ -61,7 +69,7 @@ static void test_ragged_list_refused(void **state) {
     mbuf b = {0};
     byte(&b, 0x81);
     str(&b, "state");
-    byte(&b, 0x92);                               /* [ [1, 2], [3] ] */
+    byte(&b, 0x92); /* [ [1, 2], [3] ] */
     byte(&b, 0x92), byte(&b, 1), byte(&b, 2);
     byte(&b, 0x91), byte(&b, 3);
     ma_wire_request r;
@@ -89,8 +97,7 @@ static void test_decoding_cost_bounded(void **state) {
         if (used) {
             assert_non_null(strstr(err.msg, "noise: decoding it would take"));
             assert_non_null(strstr(err.msg, "4x its size + 16 MiB"));
-        } else
-            assert_non_null(strstr(err.msg, "missing key"));
+        } else assert_non_null(strstr(err.msg, "missing key"));
         free(b.p);
     }
     assert_true(ma_wire_msgpack_budget(1000) == 4000 + (16u << 20));
@@ -105,7 +112,10 @@ static void test_map_and_key_forms(void **state) {
         for (int k = 0; k < 3; k++) {
             mbuf b = {0};
             if (f == 0) put(&b, forms[0], 3);
-            else { put(&b, forms[1], 4); byte(&b, 0x01); }
+            else {
+                put(&b, forms[1], 4);
+                byte(&b, 0x01);
+            }
             static const uint8_t key_hdr[3][3] = {{0xd9, 5}, {0xda, 0, 5}, {0xc4, 5}};
             put(&b, key_hdr[k], k == 1 ? 3 : 2);
             put(&b, "state", 5);

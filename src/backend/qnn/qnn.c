@@ -45,8 +45,8 @@ static struct {
      * restart; a vote that fails is a warning (see vote_locked) */
     const qnn_htp_infrastructure *infra;
     uint32_t power_id;
-    int voted;      /* power_id is live (destroyed before a new one is made, and at teardown) */
-    int vote_tried; /* the first vote of this process was attempted */
+    int voted;         /* power_id is live (destroyed before a new one is made, and at teardown) */
+    int vote_tried;    /* the first vote of this process was attempted */
     unsigned restarts; /* DSP restarts (1007) seen by this process, named in its messages */
     int lost;          /* a 1011: the DSP restart did not recover, nothing QNN made here works again */
     /* zero-copy (--qnn-zero-copy) */
@@ -61,30 +61,85 @@ static struct {
 
 /* the published error codes, by name (the low 16 bits of an error handle; several components
  * share 1000-1100) */
-static const struct { unsigned code; const char *name; } QNN_ERRORS[] = {
-    {1000, "NOT_SUPPORTED"}, {1002, "MEM_ALLOC"}, {1003, "SYSTEM"}, {1004, "INVALID_ARGUMENT"}, {1005, "OPERATION_NOT_PERMITTED"},
-    {1006, "PLATFORM_NOT_SUPPORTED"}, {1007, "SYSTEM_COMMUNICATION: the DSP subsystem restarted"}, {1008, "INCOMPATIBLE_BINARIES"},
-    {1009, "LOADING_BINARIES"}, {1010, "RESOURCE_UNAVAILABLE"}, {1011, "SYSTEM_COMMUNICATION_FATAL: the DSP subsystem restart did not recover"},
-    {1100, "GENERAL"}, {2000, "PROPERTY_UNKNOWN_KEY"}, {4000, "BACKEND_CANNOT_INITIALIZE"}, {4002, "BACKEND_TERMINATE_FAILED"},
-    {4003, "BACKEND_NOT_SUPPORTED"}, {4004, "BACKEND_INVALID_ARGUMENT"}, {4010, "BACKEND_INCONSISTENT_CONFIG"},
-    {4011, "BACKEND_INVALID_HANDLE"}, {4012, "BACKEND_INVALID_CONFIG"}, {5000, "CONTEXT_INVALID_ARGUMENT"},
-    {5001, "CONTEXT_DOES_NOT_EXIST"}, {5002, "CONTEXT_INVALID_HANDLE"}, {5003, "CONTEXT_NOT_FINALIZED"},
-    {5004, "CONTEXT_BINARY_VERSION"}, {5005, "CONTEXT_CREATE_FROM_BINARY"}, {5006, "CONTEXT_GET_BINARY_SIZE_FAILED"},
-    {5007, "CONTEXT_GET_BINARY_FAILED"}, {5008, "CONTEXT_BINARY_CONFIGURATION: not built for this device"},
-    {5009, "CONTEXT_SET_PROFILE"}, {5010, "CONTEXT_INVALID_CONFIG"}, {5011, "CONTEXT_BINARY_SUBOPTIMAL"},
-    {5012, "CONTEXT_ABORTED"}, {5013, "CONTEXT_TIMED_OUT"}, {6000, "GRAPH_INVALID_ARGUMENT"}, {6001, "GRAPH_INVALID_HANDLE"},
-    {6002, "GRAPH_DOES_NOT_EXIST"}, {6003, "GRAPH_INVALID_NAME"}, {6004, "GRAPH_INVALID_TENSOR"},
-    {6005, "GRAPH_INVALID_OP_CONFIG"}, {6023, "GRAPH_NOT_FINALIZED"}, {6031, "GRAPH_ABORTED"}, {6033, "GRAPH_TIMED_OUT"},
-    {6034, "GRAPH_SUBGRAPH"}, {6035, "GRAPH_DISABLED"}, {6036, "GRAPH_DYNAMIC_TENSOR_SHAPE"}, {6039, "GRAPH_INVALID_CONTEXT"},
-    {7001, "TENSOR_INVALID_HANDLE"}, {7002, "TENSOR_DOES_NOT_EXIST"}, {7004, "TENSOR_INVALID_TENSOR_PARAM"},
-    {7005, "TENSOR_UNSUPPORTED_TENSOR_PARAM"}, {8000, "MEM_INVALID_ARGUMENT"}, {8001, "MEM_INVALID_HANDLE"},
-    {8002, "MEM_ALREADY_REGISTERED"}, {8003, "MEM_MAPPING"}, {8004, "MEM_INVALID_SHAPE"}, {8005, "MEM_UNSUPPORTED_MEMTYPE"},
-    {11002, "LOG_INITIALIZATION"}, {11003, "LOG_INVALID_ARGUMENT"}, {11004, "LOG_INVALID_HANDLE"},
-    {13000, "PERF_INVALID_HANDLE_PTR"}, {13001, "PERF_INVALID_INPUT"}, {13002, "PERF_UNSUPPORTED_CONFIG"},
-    {13003, "PERF_TRANSPORT"}, {13004, "PERF_UNSUPPORTED"}, {13005, "PERF_MEM_ALLOC"}, {13006, "PERF_FAILED"},
-    {14000, "DEVICE_INVALID_HANDLE"}, {14001, "DEVICE_INVALID_CONFIG"}, {14002, "DEVICE_HARDWARE_UNAVAILABLE"},
-    {14003, "DEVICE_ASSOCIATED_TO_CONTEXT"}, {30000, "SYSTEM_CONTEXT_INVALID_HANDLE"}, {30001, "SYSTEM_CONTEXT_INVALID_ARGUMENT"},
-    {30002, "SYSTEM_CONTEXT_OPERATION_FAILED"}, {30010, "SYSTEM_CONTEXT_MALFORMED_BINARY"},
+static const struct {
+    unsigned code;
+    const char *name;
+} QNN_ERRORS[] = {
+    {1000, "NOT_SUPPORTED"},
+    {1002, "MEM_ALLOC"},
+    {1003, "SYSTEM"},
+    {1004, "INVALID_ARGUMENT"},
+    {1005, "OPERATION_NOT_PERMITTED"},
+    {1006, "PLATFORM_NOT_SUPPORTED"},
+    {1007, "SYSTEM_COMMUNICATION: the DSP subsystem restarted"},
+    {1008, "INCOMPATIBLE_BINARIES"},
+    {1009, "LOADING_BINARIES"},
+    {1010, "RESOURCE_UNAVAILABLE"},
+    {1011, "SYSTEM_COMMUNICATION_FATAL: the DSP subsystem restart did not recover"},
+    {1100, "GENERAL"},
+    {2000, "PROPERTY_UNKNOWN_KEY"},
+    {4000, "BACKEND_CANNOT_INITIALIZE"},
+    {4002, "BACKEND_TERMINATE_FAILED"},
+    {4003, "BACKEND_NOT_SUPPORTED"},
+    {4004, "BACKEND_INVALID_ARGUMENT"},
+    {4010, "BACKEND_INCONSISTENT_CONFIG"},
+    {4011, "BACKEND_INVALID_HANDLE"},
+    {4012, "BACKEND_INVALID_CONFIG"},
+    {5000, "CONTEXT_INVALID_ARGUMENT"},
+    {5001, "CONTEXT_DOES_NOT_EXIST"},
+    {5002, "CONTEXT_INVALID_HANDLE"},
+    {5003, "CONTEXT_NOT_FINALIZED"},
+    {5004, "CONTEXT_BINARY_VERSION"},
+    {5005, "CONTEXT_CREATE_FROM_BINARY"},
+    {5006, "CONTEXT_GET_BINARY_SIZE_FAILED"},
+    {5007, "CONTEXT_GET_BINARY_FAILED"},
+    {5008, "CONTEXT_BINARY_CONFIGURATION: not built for this device"},
+    {5009, "CONTEXT_SET_PROFILE"},
+    {5010, "CONTEXT_INVALID_CONFIG"},
+    {5011, "CONTEXT_BINARY_SUBOPTIMAL"},
+    {5012, "CONTEXT_ABORTED"},
+    {5013, "CONTEXT_TIMED_OUT"},
+    {6000, "GRAPH_INVALID_ARGUMENT"},
+    {6001, "GRAPH_INVALID_HANDLE"},
+    {6002, "GRAPH_DOES_NOT_EXIST"},
+    {6003, "GRAPH_INVALID_NAME"},
+    {6004, "GRAPH_INVALID_TENSOR"},
+    {6005, "GRAPH_INVALID_OP_CONFIG"},
+    {6023, "GRAPH_NOT_FINALIZED"},
+    {6031, "GRAPH_ABORTED"},
+    {6033, "GRAPH_TIMED_OUT"},
+    {6034, "GRAPH_SUBGRAPH"},
+    {6035, "GRAPH_DISABLED"},
+    {6036, "GRAPH_DYNAMIC_TENSOR_SHAPE"},
+    {6039, "GRAPH_INVALID_CONTEXT"},
+    {7001, "TENSOR_INVALID_HANDLE"},
+    {7002, "TENSOR_DOES_NOT_EXIST"},
+    {7004, "TENSOR_INVALID_TENSOR_PARAM"},
+    {7005, "TENSOR_UNSUPPORTED_TENSOR_PARAM"},
+    {8000, "MEM_INVALID_ARGUMENT"},
+    {8001, "MEM_INVALID_HANDLE"},
+    {8002, "MEM_ALREADY_REGISTERED"},
+    {8003, "MEM_MAPPING"},
+    {8004, "MEM_INVALID_SHAPE"},
+    {8005, "MEM_UNSUPPORTED_MEMTYPE"},
+    {11002, "LOG_INITIALIZATION"},
+    {11003, "LOG_INVALID_ARGUMENT"},
+    {11004, "LOG_INVALID_HANDLE"},
+    {13000, "PERF_INVALID_HANDLE_PTR"},
+    {13001, "PERF_INVALID_INPUT"},
+    {13002, "PERF_UNSUPPORTED_CONFIG"},
+    {13003, "PERF_TRANSPORT"},
+    {13004, "PERF_UNSUPPORTED"},
+    {13005, "PERF_MEM_ALLOC"},
+    {13006, "PERF_FAILED"},
+    {14000, "DEVICE_INVALID_HANDLE"},
+    {14001, "DEVICE_INVALID_CONFIG"},
+    {14002, "DEVICE_HARDWARE_UNAVAILABLE"},
+    {14003, "DEVICE_ASSOCIATED_TO_CONTEXT"},
+    {30000, "SYSTEM_CONTEXT_INVALID_HANDLE"},
+    {30001, "SYSTEM_CONTEXT_INVALID_ARGUMENT"},
+    {30002, "SYSTEM_CONTEXT_OPERATION_FAILED"},
+    {30010, "SYSTEM_CONTEXT_MALFORMED_BINARY"},
 };
 
 /* a published QNN error code's name (e.g. 5005 CONTEXT_CREATE_FROM_BINARY), NULL when unknown */
@@ -106,8 +161,8 @@ static void log_cb(const char *fmt, uint32_t level, uint64_t ts, va_list args) {
 static ma_status qfail(ma_error *err, const char *fn, const char *file, qnn_err_t e) {
     const char *msg = NULL, *name = ma_qnn_error_name(QNN_CODE(e));
     if (G.qi && G.qi->t.error_get_message && G.qi->t.error_get_message(e, &msg) != QNN_OK) msg = NULL;
-    return ma_fail(err, MA_ERR_IO, "%s on %s: error %u%s%s%s%s%s", fn, file, QNN_CODE(e), name ? " (" : "", name ? name : "", name ? ")" : "",
-                   msg && *msg ? ": " : "", msg && *msg ? msg : "");
+    return ma_fail(err, MA_ERR_IO, "%s on %s: error %u%s%s%s%s%s", fn, file, QNN_CODE(e), name ? " (" : "", name ? name : "",
+                   name ? ")" : "", msg && *msg ? ": " : "", msg && *msg ? msg : "");
 }
 
 /* A library file is checked before dlopen maps it: the loader reads its headers and segments
@@ -116,7 +171,8 @@ static ma_status qfail(ma_error *err, const char *fn, const char *file, qnn_err_
  * machine's class and architecture. */
 static ma_status check_elf(const char *path, ma_error *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO here: refused below, not waited on */
-    if (fd < 0) return ma_fail(err, MA_ERR_IO, "qnn: cannot load %s (%s)%s", path, strerror(errno), errno == ENOENT ? "; check --qnn-lib-dir" : "");
+    if (fd < 0)
+        return ma_fail(err, MA_ERR_IO, "qnn: cannot load %s (%s)%s", path, strerror(errno), errno == ENOENT ? "; check --qnn-lib-dir" : "");
     struct stat st;
     Elf64_Ehdr eh;
     const char *why = NULL;
@@ -135,7 +191,10 @@ static ma_status check_elf(const char *path, ma_error *err) {
         why = "truncated or malformed (its program headers lie outside the file)";
     for (int i = 0; !why && i < eh.e_phnum; i++) {
         Elf64_Phdr ph;
-        if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (uint64_t)i * sizeof ph)) != (ssize_t)sizeof ph) { why = "unreadable"; break; }
+        if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (uint64_t)i * sizeof ph)) != (ssize_t)sizeof ph) {
+            why = "unreadable";
+            break;
+        }
         if ((ph.p_type == PT_LOAD || ph.p_type == PT_DYNAMIC) &&
             (ph.p_offset > (uint64_t)st.st_size || ph.p_filesz > (uint64_t)st.st_size - ph.p_offset)) {
             snprintf(buf, sizeof buf, "truncated: a segment ends at byte %llu of %lld", (unsigned long long)(ph.p_offset + ph.p_filesz),
@@ -222,7 +281,8 @@ static ma_status libs_open_locked(ma_error *err) {
         char seen[256] = "";
         for (uint32_t i = 0; i < n; i++) {
             const qnn_api_version *v = &prov[i]->api_version;
-            snprintf(seen + strlen(seen), sizeof seen - strlen(seen), "%s%u.%u.%u", i ? ", " : "", v->core.major, v->core.minor, v->core.patch);
+            snprintf(seen + strlen(seen), sizeof seen - strlen(seen), "%s%u.%u.%u", i ? ", " : "", v->core.major, v->core.minor,
+                     v->core.patch);
             if (v->core.major == MA_QNN_CORE_MAJOR && v->core.minor >= MA_QNN_CORE_MIN_MINOR && !G.qi) G.qi = prov[i];
         }
         if (!G.qi)
@@ -232,7 +292,9 @@ static ma_status libs_open_locked(ma_error *err) {
         if (!t->backend_create || !t->backend_free || !t->context_create_from_binary || !t->context_free || !t->graph_retrieve ||
             !t->graph_execute) {
             G.qi = NULL;
-            return ma_fail(err, MA_ERR_IO, "qnn: %s lacks a function molmoact needs (backendCreate, contextCreateFromBinary, graphRetrieve, graphExecute)", G.htp_path);
+            return ma_fail(err, MA_ERR_IO,
+                           "qnn: %s lacks a function molmoact needs (backendCreate, contextCreateFromBinary, graphRetrieve, graphExecute)",
+                           G.htp_path);
         }
     }
     if (!G.lib_sys && !(G.lib_sys = open_lib("libQnnSystem.so", G.sys_path, sizeof G.sys_path, err, &st))) return st;
@@ -265,8 +327,10 @@ static ma_status libs_open_locked(ma_error *err) {
         }
         if (!G.sys.context_create || !G.sys.context_free || (!G.sys.context_get_metadata && !G.sys.context_get_binary_info)) {
             memset(&G.sys, 0, sizeof G.sys);
-            return ma_fail(err, MA_ERR_IO, "qnn: %s provides neither QnnSystemContext_create/_getMetadata/_free nor a system interface "
-                           "%u.x (it has: %s)", G.sys_path, MA_QNN_SYSTEM_MAJOR, seen[0] ? seen : "none");
+            return ma_fail(err, MA_ERR_IO,
+                           "qnn: %s provides neither QnnSystemContext_create/_getMetadata/_free nor a system interface "
+                           "%u.x (it has: %s)",
+                           G.sys_path, MA_QNN_SYSTEM_MAJOR, seen[0] ? seen : "none");
         }
     }
     return MA_OK;
@@ -361,7 +425,8 @@ static ma_status global_acquire(const ma_settings *set, ma_error *err) {
         if (same) G.refs++;
         pthread_mutex_unlock(&G.mu);
         return same ? MA_OK
-                    : ma_fail(err, MA_ERR_ARG, "qnn: this process already runs the QNN libraries of --qnn-lib-dir \"%.200s\" (soc %ld, arch %ld): "
+                    : ma_fail(err, MA_ERR_ARG,
+                              "qnn: this process already runs the QNN libraries of --qnn-lib-dir \"%.200s\" (soc %ld, arch %ld): "
                               "an engine with other QNN settings needs its own process (the resident workers have one each)",
                               G.lib_dir, G.soc, G.arch);
     }
@@ -374,8 +439,14 @@ static ma_status global_acquire(const ma_settings *set, ma_error *err) {
     qnn_err_t e;
     if ((st = preload_stub(err)) || (st = libs_open_locked(err))) goto fail;
     const qnn_interface_table *t = &G.qi->t;
-    if (t->log_create && (e = t->log_create(log_cb, 2, &G.log)) != QNN_OK) { st = qfail(err, "QnnLog_create", G.htp_path, e); goto fail; }
-    if ((e = t->backend_create(G.log, NULL, &G.backend)) != QNN_OK) { st = qfail(err, "QnnBackend_create", G.htp_path, e); goto fail; }
+    if (t->log_create && (e = t->log_create(log_cb, 2, &G.log)) != QNN_OK) {
+        st = qfail(err, "QnnLog_create", G.htp_path, e);
+        goto fail;
+    }
+    if ((e = t->backend_create(G.log, NULL, &G.backend)) != QNN_OK) {
+        st = qfail(err, "QnnBackend_create", G.htp_path, e);
+        goto fail;
+    }
     G.api = G.qi->api_version;
     qnn_api_version reported;
     if (t->backend_get_api_version && t->backend_get_api_version(&reported) == QNN_OK && reported.backend.major) G.api = reported;
@@ -399,11 +470,15 @@ static ma_status global_acquire(const ma_settings *set, ma_error *err) {
         int k = 0;
         if (has_soc) cfg[k++] = &cs;
         if (has_arch) cfg[k++] = &ca;
-        if ((e = t->device_create(G.log, k ? cfg : NULL, &G.device)) != QNN_OK) { st = qfail(err, "QnnDevice_create", G.htp_path, e); goto fail; }
+        if ((e = t->device_create(G.log, k ? cfg : NULL, &G.device)) != QNN_OK) {
+            st = qfail(err, "QnnDevice_create", G.htp_path, e);
+            goto fail;
+        }
     }
     /* no power vote yet: it follows the first context (ma_qnn_session_attach) */
     if (!set->adsp_library_path[0] && !set->dsp_library_path[0] && set->qnn_lib_dir[0])
-        fprintf(stderr, "molmoact: qnn: note: ADSP_LIBRARY_PATH is not set: the DSP side looks for libQnnHtpV%ldSkel.so only in its default "
+        fprintf(stderr,
+                "molmoact: qnn: note: ADSP_LIBRARY_PATH is not set: the DSP side looks for libQnnHtpV%ldSkel.so only in its default "
                 "directories (resident workers get --qnn-lib-dir; in this process set ADSP_LIBRARY_PATH=%s yourself)\n",
                 set->qnn_arch >= 0 ? set->qnn_arch : 73L, set->qnn_lib_dir);
     pthread_mutex_unlock(&G.mu);
@@ -431,14 +506,14 @@ typedef struct qtensor {
     float scale;
     int32_t offset;
     size_t bytes;
-    void *buf;       /* calloc'd, or an rpcmem allocation (zero-copy) */
-    int rpc;         /* buf is rpcmem's */
-    qnn_handle mem;  /* zero-copy: its registration with the context */
+    void *buf;      /* calloc'd, or an rpcmem allocation (zero-copy) */
+    int rpc;        /* buf is rpcmem's */
+    qnn_handle mem; /* zero-copy: its registration with the context */
 } qtensor;
 
 typedef struct qnn_sess {
-    char file[256];  /* ctx/... as the messages name it */
-    char *path;      /* the binary, read again when the context is recreated after a DSP restart */
+    char file[256];   /* ctx/... as the messages name it */
+    char *path;       /* the binary, read again when the context is recreated after a DSP restart */
     char *graph_name; /* as the binary info gives it (up to 255 bytes, list_graphs) */
     int zero_copy;
     qnn_handle context, graph;
@@ -465,9 +540,13 @@ static const char *dt_name(uint32_t dt) {
     }
 }
 
-static size_t dt_size(uint32_t dt) { return (dt & 0xff) == 0x08 ? 1 : (dt & 0xff) == 0x16 ? 2 : (dt & 0xff) == 0x32 ? 4 : (dt & 0xff) == 0x64 ? 8 : 0; }
+static size_t dt_size(uint32_t dt) {
+    return (dt & 0xff) == 0x08 ? 1 : (dt & 0xff) == 0x16 ? 2 : (dt & 0xff) == 0x32 ? 4 : (dt & 0xff) == 0x64 ? 8 : 0;
+}
 
-static int is_fixed(uint32_t dt) { return dt == QNN_DT_UFIXED_8 || dt == QNN_DT_UFIXED_16 || dt == QNN_DT_SFIXED_8 || dt == QNN_DT_SFIXED_16; }
+static int is_fixed(uint32_t dt) {
+    return dt == QNN_DT_UFIXED_8 || dt == QNN_DT_UFIXED_16 || dt == QNN_DT_SFIXED_8 || dt == QNN_DT_SFIXED_16;
+}
 
 /* the graph types an io-spec type converts to and from */
 static int convertible(ma_dtype ours, uint32_t dt) {
@@ -477,9 +556,18 @@ static int convertible(ma_dtype ours, uint32_t dt) {
 }
 
 static const char *encoding_name(uint32_t e) {
-    static const char *names[] = {"scale_offset", "axis_scale_offset", "bw_scale_offset", "bw_axis_scale_offset", "block",
-                                  "blockwise_expansion", "vector", "float_block", "bw_axis_scale_offset_mapped", "bw_block_mapped",
-                                  "bw_blockwise_expansion_mapped", "bw_float_block"};
+    static const char *names[] = {"scale_offset",
+                                  "axis_scale_offset",
+                                  "bw_scale_offset",
+                                  "bw_axis_scale_offset",
+                                  "block",
+                                  "blockwise_expansion",
+                                  "vector",
+                                  "float_block",
+                                  "bw_axis_scale_offset_mapped",
+                                  "bw_block_mapped",
+                                  "bw_blockwise_expansion_mapped",
+                                  "bw_float_block"};
     return e < sizeof names / sizeof names[0] ? names[e] : e == QNN_QENC_UNDEFINED ? "undefined" : "unknown";
 }
 
@@ -494,7 +582,8 @@ static ma_status copy_desc(qtensor *q, const qnn_tensor *src, const char *file, 
     q->version = src->version;
     q->name = strdup(v->name ? v->name : "");
     if (!q->name) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
-    if (src->version != 1 && src->version != 2) return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s has version %u (1 or 2 known)", file, q->name, src->version);
+    if (src->version != 1 && src->version != 2)
+        return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s has version %u (1 or 2 known)", file, q->name, src->version);
     q->rank = v->rank <= MA_MAX_DIMS ? v->rank : MA_MAX_DIMS + 1;
     if (v->rank && !v->dims) return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s has rank %u and no dimensions", file, q->name, v->rank);
     for (uint32_t i = 0; i < v->rank && i < MA_MAX_DIMS; i++) q->dims[i] = v->dims[i];
@@ -502,12 +591,17 @@ static ma_status copy_desc(qtensor *q, const qnn_tensor *src, const char *file, 
     q->scale = 1.0f;
     q->offset = 0;
     const int defined = v->quant.definition == QNN_DEF_DEFINED;
-    if (defined && v->quant.encoding == QNN_QENC_SCALE_OFFSET) { q->scale = v->quant.u.so.scale; q->offset = v->quant.u.so.offset; }
-    else if (defined && v->quant.encoding == QNN_QENC_BW_SCALE_OFFSET) { q->scale = v->quant.u.bw.scale; q->offset = v->quant.u.bw.offset; }
-    else if (defined && v->quant.encoding != QNN_QENC_UNDEFINED)
-        return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: tensor %s is quantised with the %s encoding (%u); molmoact applies one scale and offset "
-                       "per tensor (scale_offset, bw_scale_offset): rebuild the graph's I/O with per-tensor encodings", file, q->name,
-                       encoding_name(v->quant.encoding), v->quant.encoding);
+    if (defined && v->quant.encoding == QNN_QENC_SCALE_OFFSET) {
+        q->scale = v->quant.u.so.scale;
+        q->offset = v->quant.u.so.offset;
+    } else if (defined && v->quant.encoding == QNN_QENC_BW_SCALE_OFFSET) {
+        q->scale = v->quant.u.bw.scale;
+        q->offset = v->quant.u.bw.offset;
+    } else if (defined && v->quant.encoding != QNN_QENC_UNDEFINED)
+        return ma_fail(err, MA_ERR_UNSUPPORTED,
+                       "%s: tensor %s is quantised with the %s encoding (%u); molmoact applies one scale and offset "
+                       "per tensor (scale_offset, bw_scale_offset): rebuild the graph's I/O with per-tensor encodings",
+                       file, q->name, encoding_name(v->quant.encoding), v->quant.encoding);
     else if (is_fixed(q->dtype))
         return ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s is fixed-point without a scale and offset (encoding %s)", file, q->name,
                        encoding_name(v->quant.encoding));
@@ -541,7 +635,8 @@ static void describe(char *out, size_t cap, const qtensor *q) {
 
 static void describe_ours(char *out, size_t cap, const ma_io *io) {
     int n = snprintf(out, cap, "%s %s [", io->name, ma_dtype_name(io->dtype));
-    for (int i = 0; i < io->ndim && n > 0 && (size_t)n < cap; i++) n += snprintf(out + n, cap - (size_t)n, "%s%lld", i ? ", " : "", (long long)io->shape[i]);
+    for (int i = 0; i < io->ndim && n > 0 && (size_t)n < cap; i++)
+        n += snprintf(out + n, cap - (size_t)n, "%s%lld", i ? ", " : "", (long long)io->shape[i]);
     if (n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, "]");
 }
 
@@ -549,9 +644,15 @@ static void describe_ours(char *out, size_t cap, const ma_io *io) {
 static void sides(char *out, size_t cap, const ma_io *ours, int n_ours, const qtensor *g, int n_g) {
     size_t n = (size_t)snprintf(out, cap, "ours:");
     char d[160];
-    for (int i = 0; i < n_ours && n < cap; i++) { describe_ours(d, sizeof d, &ours[i]); n += (size_t)snprintf(out + n, cap - n, " %s;", d); }
+    for (int i = 0; i < n_ours && n < cap; i++) {
+        describe_ours(d, sizeof d, &ours[i]);
+        n += (size_t)snprintf(out + n, cap - n, " %s;", d);
+    }
     if (n < cap) n += (size_t)snprintf(out + n, cap - n, " graph:");
-    for (int i = 0; i < n_g && n < cap; i++) { describe(d, sizeof d, &g[i]); n += (size_t)snprintf(out + n, cap - n, " %s;", d); }
+    for (int i = 0; i < n_g && n < cap; i++) {
+        describe(d, sizeof d, &g[i]);
+        n += (size_t)snprintf(out + n, cap - n, " %s;", d);
+    }
 }
 
 static int shape_fits(const ma_io *io, const qtensor *q) {
@@ -576,19 +677,25 @@ static ma_status io_map(const char *path, cJSON **root, ma_error *err) {
         int known = 0;
         for (int i = 0; i < 7; i++) known |= !strcmp(s->string, MA_SESSION_NAMES[i]);
         if (!known || !cJSON_IsObject(s)) {
-            st = ma_fail(err, MA_ERR_FORMAT, "%s: \"%s\" is not a session (vision, llm_split0..3, action_context, action_step) with an object of names", path, s->string);
+            st = ma_fail(err, MA_ERR_FORMAT,
+                         "%s: \"%s\" is not a session (vision, llm_split0..3, action_context, action_step) with an object of names", path,
+                         s->string);
             break;
         }
         for (cJSON *e = s->child; e && !st; e = e->next)
-            if (!cJSON_IsString(e)) st = ma_fail(err, MA_ERR_FORMAT, "%s: %s.%s must be a string (the graph's tensor name)", path, s->string, e->string);
+            if (!cJSON_IsString(e))
+                st = ma_fail(err, MA_ERR_FORMAT, "%s: %s.%s must be a string (the graph's tensor name)", path, s->string, e->string);
     }
-    if (st) { cJSON_Delete(*root); *root = NULL; }
+    if (st) {
+        cJSON_Delete(*root);
+        *root = NULL;
+    }
     return st;
 }
 
 /* bind our ios to graph tensors: io map, then names, then order and shape */
-static ma_status bind(const char *session, const char *file, const ma_io *ours, int n_ours, const qtensor *g, int n_g,
-                      const cJSON *map, int *idx, const char *what, ma_error *err) {
+static ma_status bind(const char *session, const char *file, const ma_io *ours, int n_ours, const qtensor *g, int n_g, const cJSON *map,
+                      int *idx, const char *what, ma_error *err) {
     char both[2048];
     if (n_ours != n_g) {
         sides(both, sizeof both, ours, n_ours, g, n_g);
@@ -604,7 +711,8 @@ static ma_status bind(const char *session, const char *file, const ma_io *ours, 
             if (!strcmp(g[j].name, want)) idx[i] = j;
         if (idx[i] < 0 && m) {
             sides(both, sizeof both, ours, n_ours, g, n_g);
-            return ma_fail(err, MA_ERR_SHAPE, "%s (%s): --qnn-io-map names %s for %s, the graph has no such tensor (%s)", file, session, want, ours[i].name, both);
+            return ma_fail(err, MA_ERR_SHAPE, "%s (%s): --qnn-io-map names %s for %s, the graph has no such tensor (%s)", file, session,
+                           want, ours[i].name, both);
         }
         if (idx[i] < 0) by_name = 0;
     }
@@ -617,8 +725,8 @@ static ma_status bind(const char *session, const char *file, const ma_io *ours, 
             char a[160], b[160];
             describe_ours(a, sizeof a, &ours[i]);
             describe(b, sizeof b, q);
-            return ma_fail(err, MA_ERR_SHAPE, "%s (%s): %s %s does not fit graph tensor %s (bound by %s; %s)", file, session, what,
-                           a, b, by_name ? "name" : "order", both);
+            return ma_fail(err, MA_ERR_SHAPE, "%s (%s): %s %s does not fit graph tensor %s (bound by %s; %s)", file, session, what, a, b,
+                           by_name ? "name" : "order", both);
         }
     }
     return MA_OK;
@@ -648,21 +756,24 @@ static ma_status fix_dims(ma_session *s, qnn_sess *q, ma_error *err) {
                 if (!is_seq) continue;
                 if (S < 0) S = io[i].shape[d];
                 else if (S != io[i].shape[d])
-                    return ma_fail(err, MA_ERR_SHAPE, "%s (%s): the graph's prompt lengths disagree (%lld and %lld at %s)", q->file, s->name,
-                                   (long long)S, (long long)io[i].shape[d], io[i].name);
+                    return ma_fail(err, MA_ERR_SHAPE, "%s (%s): the graph's prompt lengths disagree (%lld and %lld at %s)", q->file,
+                                   s->name, (long long)S, (long long)io[i].shape[d], io[i].name);
             }
     }
     if (S >= 0) {
         int want = expected_seq(s);
         if (S != want)
-            return ma_fail(err, MA_ERR_SHAPE, "%s (%s): built for prompt length %lld, the run pads to %d (MOLMOACT_PROMPT_SEQ, or the "
-                           "length the directory was compiled for)", q->file, s->name, (long long)S, want);
+            return ma_fail(err, MA_ERR_SHAPE,
+                           "%s (%s): built for prompt length %lld, the run pads to %d (MOLMOACT_PROMPT_SEQ, or the "
+                           "length the directory was compiled for)",
+                           q->file, s->name, (long long)S, want);
     }
     if (s->kind == MA_SESS_VISION && s->out[0].shape[0] != s->in[0].shape[0] * s->model->tokens_per_image)
-        return ma_fail(err, MA_ERR_SHAPE, "%s (vision): %lld feature rows for %lld images of %d tokens", q->file, (long long)s->out[0].shape[0],
-                       (long long)s->in[0].shape[0], s->model->tokens_per_image);
+        return ma_fail(err, MA_ERR_SHAPE, "%s (vision): %lld feature rows for %lld images of %d tokens", q->file,
+                       (long long)s->out[0].shape[0], (long long)s->in[0].shape[0], s->model->tokens_per_image);
     if (s->kind == MA_SESS_ACTION_STEP && s->in[0].shape[0] != s->out[0].shape[0])
-        return ma_fail(err, MA_ERR_SHAPE, "%s (action_step): x has %lld steps, velocity %lld", q->file, (long long)s->in[0].shape[0], (long long)s->out[0].shape[0]);
+        return ma_fail(err, MA_ERR_SHAPE, "%s (action_step): x has %lld steps, velocity %lld", q->file, (long long)s->in[0].shape[0],
+                       (long long)s->out[0].shape[0]);
     return MA_OK;
 }
 
@@ -682,10 +793,22 @@ static float fixed_get(uint32_t dt, const void *p, size_t i, float scale, int32_
 static void fixed_put(uint32_t dt, void *p, size_t i, float x, float scale, int32_t offset) {
     double q = nearbyint((double)x / scale) - offset, lo, hi;
     switch (dt) {
-    case QNN_DT_UFIXED_8: lo = 0; hi = 255; break;
-    case QNN_DT_UFIXED_16: lo = 0; hi = 65535; break;
-    case QNN_DT_SFIXED_8: lo = -128; hi = 127; break;
-    default: lo = -32768; hi = 32767; break;
+    case QNN_DT_UFIXED_8:
+        lo = 0;
+        hi = 255;
+        break;
+    case QNN_DT_UFIXED_16:
+        lo = 0;
+        hi = 65535;
+        break;
+    case QNN_DT_SFIXED_8:
+        lo = -128;
+        hi = 127;
+        break;
+    default:
+        lo = -32768;
+        hi = 32767;
+        break;
     }
     q = q < lo ? lo : q > hi ? hi : q;
     switch (dt) {
@@ -707,16 +830,22 @@ static double ours_get(const ma_tensor *t, size_t i) {
 
 static void to_graph(const ma_tensor *t, qtensor *g) {
     const size_t n = (size_t)ma_tensor_numel(t);
-    if (t->dtype == MA_DT_F32 && g->dtype == QNN_DT_FLOAT_32) { memcpy(g->buf, t->data, n * 4); return; }
+    if (t->dtype == MA_DT_F32 && g->dtype == QNN_DT_FLOAT_32) {
+        memcpy(g->buf, t->data, n * 4);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         const double v = ours_get(t, i);
         switch (g->dtype) {
         case QNN_DT_FLOAT_32: ((float *)g->buf)[i] = (float)v; break;
         case QNN_DT_FLOAT_16: ((uint16_t *)g->buf)[i] = ma_f32_to_f16((float)v); break;
-        case QNN_DT_UFIXED_8: case QNN_DT_UFIXED_16: case QNN_DT_SFIXED_8: case QNN_DT_SFIXED_16:
-            fixed_put(g->dtype, g->buf, i, (float)v, g->scale, g->offset); break;
+        case QNN_DT_UFIXED_8:
+        case QNN_DT_UFIXED_16:
+        case QNN_DT_SFIXED_8:
+        case QNN_DT_SFIXED_16: fixed_put(g->dtype, g->buf, i, (float)v, g->scale, g->offset); break;
         case QNN_DT_INT_8: ((int8_t *)g->buf)[i] = (int8_t)v; break;
-        case QNN_DT_UINT_8: case QNN_DT_BOOL_8: ((uint8_t *)g->buf)[i] = (uint8_t)v; break;
+        case QNN_DT_UINT_8:
+        case QNN_DT_BOOL_8: ((uint8_t *)g->buf)[i] = (uint8_t)v; break;
         case QNN_DT_INT_32: ((int32_t *)g->buf)[i] = (int32_t)v; break;
         case QNN_DT_UINT_32: ((uint32_t *)g->buf)[i] = (uint32_t)v; break;
         default: ((int64_t *)g->buf)[i] = (int64_t)v; break;
@@ -777,12 +906,13 @@ static ma_status list_graphs(const qnn_binary_info *info, const char *file, grap
         snprintf(about, about_cap, "binary info v%u, built by %.80s (QNN API %u.%u.%u)%s%.40s", info->version, name_ok(build) ? build : "?",
                  core->major, core->minor, core->patch, name_ok(soc) ? ", soc " : "", name_ok(soc) ? soc : "");
     if (count == 0 || !base) return ma_fail(err, MA_ERR_FORMAT, "%s: holds no graph", file);
-    if (count > MA_QNN_MAX_GRAPHS) return ma_fail(err, MA_ERR_FORMAT, "%s: holds %u graphs (at most %d read)", file, count, MA_QNN_MAX_GRAPHS);
+    if (count > MA_QNN_MAX_GRAPHS)
+        return ma_fail(err, MA_ERR_FORMAT, "%s: holds %u graphs (at most %d read)", file, count, MA_QNN_MAX_GRAPHS);
     const uint32_t minor = G.qi ? G.qi->api_version.core.minor : 0;
     const int verified = G.qi && minor <= MA_QNN_CORE_MINOR_VERIFIED;
     if (count > 1 && !G.qi)
-        return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: holds %u graphs, and without libQnnHtp.so (its API version) the graph list's layout is not known",
-                       file, count);
+        return ma_fail(err, MA_ERR_UNSUPPORTED,
+                       "%s: holds %u graphs, and without libQnnHtp.so (its API version) the graph list's layout is not known", file, count);
     const uint32_t stride = ma_qnn_graph_stride(minor);
     for (uint32_t k = 0; k < count; k++) {
         const qnn_graph_info *g = (const qnn_graph_info *)(const void *)(base + (size_t)k * stride);
@@ -796,11 +926,12 @@ static ma_status list_graphs(const qnn_binary_info *info, const char *file, grap
         else if ((v->n_inputs && !v->inputs) || (v->n_outputs && !v->outputs)) why = "tensor counts without tensors";
         if (why) {
             if (count > 1 && !verified)
-                return ma_fail(err, MA_ERR_UNSUPPORTED, "%s: holds %u graphs and this library's QNN API %u.%u is newer than the versions whose "
-                               "graph list layout is known (up to 2.%u, SDK 2.43): graph %u has %s at stride %u", file, count,
-                               G.qi->api_version.core.major, minor, MA_QNN_CORE_MINOR_VERIFIED, k, why, stride);
-            return ma_fail(err, MA_ERR_FORMAT, "%s: graph %u of %u has %s (graph info version %u, stride %u for QNN API 2.%u)", file, k, count,
-                           why, g->version, stride, minor);
+                return ma_fail(err, MA_ERR_UNSUPPORTED,
+                               "%s: holds %u graphs and this library's QNN API %u.%u is newer than the versions whose "
+                               "graph list layout is known (up to 2.%u, SDK 2.43): graph %u has %s at stride %u",
+                               file, count, G.qi->api_version.core.major, minor, MA_QNN_CORE_MINOR_VERIFIED, k, why, stride);
+            return ma_fail(err, MA_ERR_FORMAT, "%s: graph %u of %u has %s (graph info version %u, stride %u for QNN API 2.%u)", file, k,
+                           count, why, g->version, stride, minor);
         }
         out[k] = (graph_view){g->version, v->name, v->n_inputs, v->n_outputs, v->inputs, v->outputs};
     }
@@ -858,7 +989,8 @@ static void print_tensor(FILE *f, const qnn_tensor *t) {
     fprintf(f, "]");
     if (v->quant.definition == QNN_DEF_DEFINED && v->quant.encoding == QNN_QENC_SCALE_OFFSET)
         fprintf(f, " scale %g offset %d", (double)v->quant.u.so.scale, v->quant.u.so.offset);
-    else if (v->quant.definition == QNN_DEF_DEFINED && v->quant.encoding != QNN_QENC_UNDEFINED) fprintf(f, " encoding %s", encoding_name(v->quant.encoding));
+    else if (v->quant.definition == QNN_DEF_DEFINED && v->quant.encoding != QNN_QENC_UNDEFINED)
+        fprintf(f, " encoding %s", encoding_name(v->quant.encoding));
 }
 
 ma_status ma_qnn_inspect(const ma_settings *set, const char *path, FILE *f, ma_error *err) {
@@ -869,7 +1001,8 @@ ma_status ma_qnn_inspect(const ma_settings *set, const char *path, FILE *f, ma_e
     ma_mapfile wmf = {0};
     qnn_handle sys = NULL;
     qnn_err_t e;
-    if (!st && !(st = ma_map_file(&mf, path, err)) && (e = G.sys.context_create(&sys)) != QNN_OK) st = qfail(err, "QnnSystemContext_create", path, e);
+    if (!st && !(st = ma_map_file(&mf, path, err)) && (e = G.sys.context_create(&sys)) != QNN_OK)
+        st = qfail(err, "QnnSystemContext_create", path, e);
     const qnn_binary_info *info = NULL;
     const char *how = NULL;
     if (!st) st = binary_info(sys, &mf, path, path, &info, &wmf, &how, err);
@@ -880,12 +1013,20 @@ ma_status ma_qnn_inspect(const ma_settings *set, const char *path, FILE *f, ma_e
     if (!st) {
         fprintf(f, "%s: %u graph%s:", path, n, n == 1 ? "" : "s");
         for (uint32_t k = 0; k < n; k++) fprintf(f, "%s %s", k ? "," : "", gv[k].name);
-        fprintf(f, " (%s; read with %s, QNN API %u.%u)\n", about, how,
-                G.qi ? G.qi->api_version.core.major : 0, G.qi ? G.qi->api_version.core.minor : 0);
+        fprintf(f, " (%s; read with %s, QNN API %u.%u)\n", about, how, G.qi ? G.qi->api_version.core.major : 0,
+                G.qi ? G.qi->api_version.core.minor : 0);
         for (uint32_t k = 0; k < n; k++) {
             fprintf(f, "  graph %s (graph info v%u)\n", gv[k].name, gv[k].version);
-            for (uint32_t i = 0; i < gv[k].n_in; i++) { fprintf(f, "    input  "); print_tensor(f, &gv[k].in[i]); fprintf(f, "\n"); }
-            for (uint32_t i = 0; i < gv[k].n_out; i++) { fprintf(f, "    output "); print_tensor(f, &gv[k].out[i]); fprintf(f, "\n"); }
+            for (uint32_t i = 0; i < gv[k].n_in; i++) {
+                fprintf(f, "    input  ");
+                print_tensor(f, &gv[k].in[i]);
+                fprintf(f, "\n");
+            }
+            for (uint32_t i = 0; i < gv[k].n_out; i++) {
+                fprintf(f, "    output ");
+                print_tensor(f, &gv[k].out[i]);
+                fprintf(f, "\n");
+            }
         }
     }
     if (sys) G.sys.context_free(sys);
@@ -900,16 +1041,20 @@ ma_status ma_qnn_inspect(const ma_settings *set, const char *path, FILE *f, ma_e
 static ma_status qnn_prepare(const ma_settings *set, ma_error *err) {
     const char *adsp = set->adsp_library_path, *dsp = set->dsp_library_path;
     if (strchr(adsp, ':'))
-        return ma_fail(err, MA_ERR_ARG, "ADSP_LIBRARY_PATH=%s: the DSP loader separates directories with ';', not ':' "
-                       "(e.g. ADSP_LIBRARY_PATH=\"$PWD/dsp_libs;/usr/lib/rfsa/adsp;/dsp\")", adsp);
+        return ma_fail(err, MA_ERR_ARG,
+                       "ADSP_LIBRARY_PATH=%s: the DSP loader separates directories with ';', not ':' "
+                       "(e.g. ADSP_LIBRARY_PATH=\"$PWD/dsp_libs;/usr/lib/rfsa/adsp;/dsp\")",
+                       adsp);
     if (strchr(dsp, ':'))
         return ma_fail(err, MA_ERR_ARG, "DSP_LIBRARY_PATH=%s: the DSP loader separates directories with ';', not ':'", dsp);
     /* FastRPC looks the DSP libraries up in DSP_LIBRARY_PATH instead of ADSP_LIBRARY_PATH when
      * the former is set (qualcomm/fastrpc src/apps_std_imp.c @ 29851fde11d4e2a4ce221536485d0f7d46ffca30,
      * apps_std_fopen_with_env): say so, a value in ADSP_LIBRARY_PATH then counts for nothing */
     if (*dsp)
-        fprintf(stderr, "molmoact: qnn: warning: DSP_LIBRARY_PATH=%s is set: FastRPC looks for the HTP skel there and ignores "
-                "ADSP_LIBRARY_PATH%s%s%s\n", dsp, *adsp ? " (" : "", adsp, *adsp ? ")" : "");
+        fprintf(stderr,
+                "molmoact: qnn: warning: DSP_LIBRARY_PATH=%s is set: FastRPC looks for the HTP skel there and ignores "
+                "ADSP_LIBRARY_PATH%s%s%s\n",
+                dsp, *adsp ? " (" : "", adsp, *adsp ? ")" : "");
     return MA_OK;
 }
 
@@ -959,7 +1104,8 @@ static ma_status rpc_open_locked(ma_error *err) {
     if (!G.lib_rpc) G.lib_rpc = dlopen("libcdsprpc.so", RTLD_NOW | RTLD_LOCAL);
     if (!G.lib_rpc) {
         const char *why = dlerror();
-        return ma_fail(err, MA_ERR_IO, "qnn: --qnn-zero-copy needs libcdsprpc.so (the FastRPC library of the device), which cannot be loaded (%s)",
+        return ma_fail(err, MA_ERR_IO,
+                       "qnn: --qnn-zero-copy needs libcdsprpc.so (the FastRPC library of the device), which cannot be loaded (%s)",
                        why ? why : "not found");
     }
     *(void **)&G.rpc_alloc = dlsym(G.lib_rpc, "rpcmem_alloc");
@@ -979,7 +1125,9 @@ static ma_status register_buffers(qnn_sess *q, ma_error *err) {
         for (int i = 0; i < (side ? q->n_out : q->n_in); i++) {
             qtensor *t = side ? &q->out[i] : &q->in[i];
             if (!t->rpc) {
-                if (t->bytes > 0x7fffffffu) return ma_fail(err, MA_ERR_SHAPE, "%s: tensor %s holds %zu bytes (rpcmem_alloc takes at most 2 GiB)", q->file, t->name, t->bytes);
+                if (t->bytes > 0x7fffffffu)
+                    return ma_fail(err, MA_ERR_SHAPE, "%s: tensor %s holds %zu bytes (rpcmem_alloc takes at most 2 GiB)", q->file, t->name,
+                                   t->bytes);
                 void *p = G.rpc_alloc(MA_RPCMEM_HEAP_ID_SYSTEM, MA_RPCMEM_DEFAULT_FLAGS, (int)(t->bytes ? t->bytes : 1));
                 if (!p) return ma_fail(err, MA_ERR_NOMEM, "%s: rpcmem_alloc of %zu bytes for tensor %s failed", q->file, t->bytes, t->name);
                 free(t->buf);
@@ -1047,8 +1195,9 @@ static void qnn_close(ma_session *s) {
  * the two so. Nothing this process made can be used again: every later request fails at once, and
  * a resident worker exits after answering so that its supervisor starts it afresh (a new process,
  * a new FastRPC session: ma_qnn_process_lost). */
-#define LOST_WHY "the DSP subsystem restarted and did not recover; this process's QNN backend cannot be used again (a resident worker " \
-                 "exits and is started afresh for the next request; with --inproc restart molmoact, or the device's cDSP if it persists)"
+#define LOST_WHY                                                                                                           \
+    "the DSP subsystem restarted and did not recover; this process's QNN backend cannot be used again (a resident worker " \
+    "exits and is started afresh for the next request; with --inproc restart molmoact, or the device's cDSP if it persists)"
 
 static void note_error(qnn_err_t e) {
     if (QNN_CODE(e) == QNN_ERR_COMMON_SYSTEM_COMMUNICATION_FATAL) __atomic_store_n(&G.lost, 1, __ATOMIC_SEQ_CST);
@@ -1103,8 +1252,10 @@ static ma_status recover(qnn_sess *q, ma_error *err) {
 static qnn_err_t execute(qnn_sess *q) {
     for (int i = 0; i < q->n_in; i++) {
         q->run_in[i] = q->in[i].desc;
-        if (q->zero_copy) { q->run_in[i].u.v1.mem_type = QNN_MEM_HANDLE; q->run_in[i].u.v1.buf.mem = q->in[i].mem; }
-        else {
+        if (q->zero_copy) {
+            q->run_in[i].u.v1.mem_type = QNN_MEM_HANDLE;
+            q->run_in[i].u.v1.buf.mem = q->in[i].mem;
+        } else {
             q->run_in[i].u.v1.mem_type = QNN_MEM_RAW;
             q->run_in[i].u.v1.buf.client.data = q->in[i].buf;
             q->run_in[i].u.v1.buf.client.size = (uint32_t)q->in[i].bytes;
@@ -1112,8 +1263,10 @@ static qnn_err_t execute(qnn_sess *q) {
     }
     for (int i = 0; i < q->n_out; i++) {
         q->run_out[i] = q->out[i].desc;
-        if (q->zero_copy) { q->run_out[i].u.v1.mem_type = QNN_MEM_HANDLE; q->run_out[i].u.v1.buf.mem = q->out[i].mem; }
-        else {
+        if (q->zero_copy) {
+            q->run_out[i].u.v1.mem_type = QNN_MEM_HANDLE;
+            q->run_out[i].u.v1.buf.mem = q->out[i].mem;
+        } else {
             q->run_out[i].u.v1.mem_type = QNN_MEM_RAW;
             q->run_out[i].u.v1.buf.client.data = q->out[i].buf;
             q->run_out[i].u.v1.buf.client.size = (uint32_t)q->out[i].bytes;
@@ -1126,9 +1279,11 @@ static ma_status qnn_run(ma_session *s, const ma_tensor *in, ma_tensor *out, ma_
     qnn_sess *q = s->impl;
     ma_status st = MA_OK;
     if (ma_qnn_process_lost())
-        return ma_fail(err, MA_ERR_IO, "%s (%s): error 1011 (SYSTEM_COMMUNICATION_FATAL) earlier in this process: %s", q->file, s->name, LOST_WHY);
+        return ma_fail(err, MA_ERR_IO, "%s (%s): error 1011 (SYSTEM_COMMUNICATION_FATAL) earlier in this process: %s", q->file, s->name,
+                       LOST_WHY);
     if (!q->context) { /* a recovery that failed before: try again */
-        if ((st = recover(q, err))) return ma_error_wrap(err, st, "%s (%s): the context lost in a DSP restart cannot be created again", q->file, s->name);
+        if ((st = recover(q, err)))
+            return ma_error_wrap(err, st, "%s (%s): the context lost in a DSP restart cannot be created again", q->file, s->name);
     }
     for (int i = 0; i < q->n_in; i++) to_graph(&in[i], &q->in[i]);
     qnn_err_t e = execute(q);
@@ -1136,21 +1291,27 @@ static ma_status qnn_run(ma_session *s, const ma_tensor *in, ma_tensor *out, ma_
         pthread_mutex_lock(&G.mu);
         const unsigned n = ++G.restarts;
         pthread_mutex_unlock(&G.mu);
-        fprintf(stderr, "molmoact: qnn: %s (%s): the DSP subsystem restarted (error 1007); creating the context again and retrying "
-                "(restart %u seen by this process)\n", q->file, s->name, n);
+        fprintf(stderr,
+                "molmoact: qnn: %s (%s): the DSP subsystem restarted (error 1007); creating the context again and retrying "
+                "(restart %u seen by this process)\n",
+                q->file, s->name, n);
         if ((st = recover(q, err)))
-            return ma_error_wrap(err, st, "%s (%s): after a DSP subsystem restart (error 1007, SYSTEM_COMMUNICATION) the context cannot be "
-                                 "created again", q->file, s->name);
+            return ma_error_wrap(err, st,
+                                 "%s (%s): after a DSP subsystem restart (error 1007, SYSTEM_COMMUNICATION) the context cannot be "
+                                 "created again",
+                                 q->file, s->name);
         for (int i = 0; i < q->n_in; i++) to_graph(&in[i], &q->in[i]); /* zero-copy buffers may be new */
         e = execute(q);
     }
     note_error(e);
     if (QNN_CODE(e) == QNN_ERR_COMMON_SYSTEM_COMMUNICATION_FATAL)
-        return ma_fail(err, MA_ERR_IO, "QnnGraph_execute on %s (%s): error 1011 (SYSTEM_COMMUNICATION_FATAL): %s", q->file, s->name, LOST_WHY);
+        return ma_fail(err, MA_ERR_IO, "QnnGraph_execute on %s (%s): error 1011 (SYSTEM_COMMUNICATION_FATAL): %s", q->file, s->name,
+                       LOST_WHY);
     if (e != QNN_OK) return qfail(err, "QnnGraph_execute", q->file, e);
     for (int i = 0; i < q->n_out && !st; i++) {
         if ((st = ma_tensor_alloc(&out[i], MA_DT_F32, s->out[i].ndim, s->out[i].shape, err))) break;
-        if (from_graph(&q->out[i], &out[i])) st = ma_fail(err, MA_ERR_RANGE, "%s (%s): output %s holds a value that is not finite", q->file, s->name, s->out[i].name);
+        if (from_graph(&q->out[i], &out[i]))
+            st = ma_fail(err, MA_ERR_RANGE, "%s (%s): output %s holds a value that is not finite", q->file, s->name, s->out[i].name);
     }
     return st;
 }
@@ -1159,26 +1320,36 @@ static const ma_session_ops qnn_ops = {"qnn", qnn_run, qnn_close};
 
 /* the context file of a session: ctx/<name><suffix>_socid77_archv73.bin (the settings' suffix) */
 static void ma_qnn_context_name(const ma_settings *set, const char *session, char *out, size_t cap) {
-    const int which = !strcmp(session, "vision") ? MA_SUFFIX_VISION
+    const int which = !strcmp(session, "vision")          ? MA_SUFFIX_VISION
                       : !strncmp(session, "llm_split", 9) ? MA_SUFFIX_LLM
-                      : !strcmp(session, "action_step") ? MA_SUFFIX_ACTION : -1;
+                      : !strcmp(session, "action_step")   ? MA_SUFFIX_ACTION
+                                                          : -1;
     snprintf(out, cap, "ctx/%s%s_socid77_archv73.bin", session, which >= 0 ? set->suffix[which] : "");
 }
 
 /* the session's graph: the only one, or (several) the one named as the session or by the io
  * map's "@graph" entry; never chosen by its position */
-static ma_status pick_graph(const ma_session *s, const char *file, const graph_view *gv, uint32_t n, const cJSON *map, uint32_t *k, ma_error *err) {
-    if (n == 1) { *k = 0; return MA_OK; }
+static ma_status pick_graph(const ma_session *s, const char *file, const graph_view *gv, uint32_t n, const cJSON *map, uint32_t *k,
+                            ma_error *err) {
+    if (n == 1) {
+        *k = 0;
+        return MA_OK;
+    }
     const cJSON *sm = map ? cJSON_GetObjectItemCaseSensitive(map, s->name) : NULL;
     const cJSON *named = sm ? cJSON_GetObjectItemCaseSensitive(sm, "@graph") : NULL;
     const char *want = named ? named->valuestring : s->name;
     for (uint32_t i = 0; i < n; i++)
-        if (!strcmp(gv[i].name, want)) { *k = i; return MA_OK; }
+        if (!strcmp(gv[i].name, want)) {
+            *k = i;
+            return MA_OK;
+        }
     char names[1024] = "";
     size_t l = 0;
-    for (uint32_t i = 0; i < n && l + 2 < sizeof names; i++) l += (size_t)snprintf(names + l, sizeof names - l, "%s%.64s", i ? ", " : "", gv[i].name);
+    for (uint32_t i = 0; i < n && l + 2 < sizeof names; i++)
+        l += (size_t)snprintf(names + l, sizeof names - l, "%s%.64s", i ? ", " : "", gv[i].name);
     return ma_fail(err, MA_ERR_FORMAT, "%s: holds %u graphs (%s) and none is named %s%s", file, n, names, want,
-                   named ? " (--qnn-io-map's @graph)" : "; name the session's graph in --qnn-io-map: {\"SESSION\": {\"@graph\": \"NAME\"}}");
+                   named ? " (--qnn-io-map's @graph)"
+                         : "; name the session's graph in --qnn-io-map: {\"SESSION\": {\"@graph\": \"NAME\"}}");
 }
 
 ma_status ma_qnn_session_attach(ma_session *s, ma_error *err) {
@@ -1186,10 +1357,17 @@ ma_status ma_qnn_session_attach(ma_session *s, ma_error *err) {
     if (!q) return ma_fail(err, MA_ERR_NOMEM, "session %s: out of memory", s->name);
     const ma_settings *set = &s->model->set;
     ma_qnn_context_name(set, s->name, q->file, sizeof q->file);
-    if (expected_seq(s) < 0) { free(q); return ma_fail(err, MA_ERR_ARG, "session %s: the prompt length %lld is not in [1, %d]", s->name, (long long)s->static_seq, MA_MAX_PROMPT_SEQ); }
+    if (expected_seq(s) < 0) {
+        free(q);
+        return ma_fail(err, MA_ERR_ARG, "session %s: the prompt length %lld is not in [1, %d]", s->name, (long long)s->static_seq,
+                       MA_MAX_PROMPT_SEQ);
+    }
     q->zero_copy = set->qnn_zero_copy;
     ma_status st = global_acquire(set, err);
-    if (st) { free(q); return st; }
+    if (st) {
+        free(q);
+        return st;
+    }
     s->impl = q;
     s->ops = &qnn_ops; /* from here qnn_close undoes everything */
     q->path = ma_path_join(s->model->dir, q->file);
@@ -1197,17 +1375,29 @@ ma_status ma_qnn_session_attach(ma_session *s, ma_error *err) {
     cJSON *map = NULL;
     qnn_handle sys = NULL;
     qnn_err_t e;
-    if (!q->path) { st = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto done; }
+    if (!q->path) {
+        st = ma_fail(err, MA_ERR_NOMEM, "out of memory");
+        goto done;
+    }
     if (q->zero_copy) {
         pthread_mutex_lock(&G.mu);
         st = rpc_open_locked(err);
         pthread_mutex_unlock(&G.mu);
         if (st) goto done;
     }
-    if ((st = ma_map_file(&mf, q->path, err))) { st = ma_error_wrap(err, st, "qnn context for %s", s->name); goto done; }
-    if (!mf.size) { st = ma_fail(err, MA_ERR_FORMAT, "%s: empty context binary", q->file); goto done; }
+    if ((st = ma_map_file(&mf, q->path, err))) {
+        st = ma_error_wrap(err, st, "qnn context for %s", s->name);
+        goto done;
+    }
+    if (!mf.size) {
+        st = ma_fail(err, MA_ERR_FORMAT, "%s: empty context binary", q->file);
+        goto done;
+    }
     if ((st = io_map(set->qnn_io_map, &map, err))) goto done;
-    if ((e = G.sys.context_create(&sys)) != QNN_OK) { st = qfail(err, "QnnSystemContext_create", q->file, e); goto done; }
+    if ((e = G.sys.context_create(&sys)) != QNN_OK) {
+        st = qfail(err, "QnnSystemContext_create", q->file, e);
+        goto done;
+    }
     const qnn_binary_info *info = NULL;
     const char *how = NULL;
     if ((st = binary_info(sys, &mf, q->path, q->file, &info, &wmf, &how, err))) goto done;
@@ -1222,7 +1412,10 @@ ma_status ma_qnn_session_attach(ma_session *s, ma_error *err) {
     }
     if ((st = pick_graph(s, q->file, gv, n_graphs, map, &k, err))) goto done;
     const graph_view *gi = &gv[k];
-    if (!(q->graph_name = strdup(gi->name))) { st = ma_fail(err, MA_ERR_NOMEM, "out of memory"); goto done; }
+    if (!(q->graph_name = strdup(gi->name))) {
+        st = ma_fail(err, MA_ERR_NOMEM, "out of memory");
+        goto done;
+    }
     if (gi->n_in > MA_SESSION_MAX_IO || gi->n_out > MA_SESSION_MAX_IO) {
         st = ma_fail(err, MA_ERR_SHAPE, "%s: graph %s has %u inputs and %u outputs, the session %d and %d", q->file, q->graph_name,
                      gi->n_in, gi->n_out, s->n_in, s->n_out);
@@ -1238,14 +1431,29 @@ ma_status ma_qnn_session_attach(ma_session *s, ma_error *err) {
     if (!st) st = bind(s->name, q->file, s->in, s->n_in, gin, (int)gi->n_in, map, bi, "inputs", err);
     if (!st) st = bind(s->name, q->file, s->out, s->n_out, gout, (int)gi->n_out, map, bo, "outputs", err);
     if (!st) {
-        for (int i = 0; i < s->n_in; i++) { q->in[i] = gin[bi[i]]; gin[bi[i]].name = NULL; }
-        for (int i = 0; i < s->n_out; i++) { q->out[i] = gout[bo[i]]; gout[bo[i]].name = NULL; }
+        for (int i = 0; i < s->n_in; i++) {
+            q->in[i] = gin[bi[i]];
+            gin[bi[i]].name = NULL;
+        }
+        for (int i = 0; i < s->n_out; i++) {
+            q->out[i] = gout[bo[i]];
+            gout[bo[i]].name = NULL;
+        }
         q->n_in = s->n_in;
         q->n_out = s->n_out;
-        for (int i = 0; i < q->n_in; i++) { q->in[i].desc.u.v1.name = q->in[i].name; q->in[i].desc.u.v1.dims = q->in[i].dims; }
-        for (int i = 0; i < q->n_out; i++) { q->out[i].desc.u.v1.name = q->out[i].name; q->out[i].desc.u.v1.dims = q->out[i].dims; }
+        for (int i = 0; i < q->n_in; i++) {
+            q->in[i].desc.u.v1.name = q->in[i].name;
+            q->in[i].desc.u.v1.dims = q->in[i].dims;
+        }
+        for (int i = 0; i < q->n_out; i++) {
+            q->out[i].desc.u.v1.name = q->out[i].name;
+            q->out[i].desc.u.v1.dims = q->out[i].dims;
+        }
     }
-    for (int i = 0; i < MA_SESSION_MAX_IO; i++) { free(gin[i].name); free(gout[i].name); }
+    for (int i = 0; i < MA_SESSION_MAX_IO; i++) {
+        free(gin[i].name);
+        free(gout[i].name);
+    }
     if (st) goto done;
     G.sys.context_free(sys); /* nothing of the binary info is used after this */
     sys = NULL;
@@ -1256,10 +1464,16 @@ ma_status ma_qnn_session_attach(ma_session *s, ma_error *err) {
             size_t n = 1;
             for (uint32_t d = 0; d < t->rank; d++) n *= t->dims[d];
             t->bytes = n * dt_size(t->dtype);
-            if (t->bytes > 0xffffffffu) { st = ma_fail(err, MA_ERR_SHAPE, "%s: tensor %s holds %zu bytes (a client buffer takes at most 4 GiB)", q->file, t->name, t->bytes); break; }
-            if (!(t->buf = calloc(t->bytes ? t->bytes : 1, 1))) st = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory for tensor %s", q->file, t->name);
+            if (t->bytes > 0xffffffffu) {
+                st = ma_fail(err, MA_ERR_SHAPE, "%s: tensor %s holds %zu bytes (a client buffer takes at most 4 GiB)", q->file, t->name,
+                             t->bytes);
+                break;
+            }
+            if (!(t->buf = calloc(t->bytes ? t->bytes : 1, 1)))
+                st = ma_fail(err, MA_ERR_NOMEM, "%s: out of memory for tensor %s", q->file, t->name);
             if (is_fixed(t->dtype) && !(t->scale > 0.0f && isfinite(t->scale)))
-                st = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s is %s with scale %g (must be positive)", q->file, t->name, dt_name(t->dtype), (double)t->scale);
+                st = ma_fail(err, MA_ERR_FORMAT, "%s: tensor %s is %s with scale %g (must be positive)", q->file, t->name,
+                             dt_name(t->dtype), (double)t->scale);
         }
     if (st) goto done;
     ma_unmap_file(&wmf); /* after the system context (freed above): nothing points into it now */

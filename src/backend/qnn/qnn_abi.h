@@ -26,31 +26,44 @@
 
 typedef uint64_t qnn_err_t; /* the low 16 bits are the error code */
 #define QNN_OK 0u
-#define QNN_CODE(e) ((unsigned)((e) & 0xffffu))
+#define QNN_CODE(e) ((unsigned)((e)&0xffffu))
 typedef void *qnn_handle;
 
 /* error codes (the low 16 bits of an error handle) that we act on or name; ma_qnn_error_name in
  * qnn.c names the rest of the published ones */
 #define QNN_ERR_COMMON_NOT_SUPPORTED 1000u
 #define QNN_ERR_COMMON_INVALID_ARGUMENT 1004u
-#define QNN_ERR_COMMON_SYSTEM_COMMUNICATION 1007u       /* the DSP subsystem restarted (recovered) */
+#define QNN_ERR_COMMON_SYSTEM_COMMUNICATION 1007u /* the DSP subsystem restarted (recovered) */
 #define QNN_ERR_COMMON_INCOMPATIBLE_BINARIES 1008u
 #define QNN_ERR_COMMON_SYSTEM_COMMUNICATION_FATAL 1011u /* the DSP subsystem restart did not recover */
 #define QNN_ERR_CONTEXT_CREATE_FROM_BINARY 5005u
 #define QNN_ERR_GRAPH_DOES_NOT_EXIST 6002u
 
-typedef struct { uint32_t major, minor, patch; } qnn_version;
-typedef struct { qnn_version core, backend; } qnn_api_version;
+typedef struct {
+    uint32_t major, minor, patch;
+} qnn_version;
+typedef struct {
+    qnn_version core, backend;
+} qnn_api_version;
 
 #define QNN_BACKEND_HTP 6u
 
 /* data types: the high byte is the kind, the low byte the bits (hexadecimal, 0x16 = 16) */
 enum {
-    QNN_DT_INT_8 = 0x0008, QNN_DT_INT_16 = 0x0016, QNN_DT_INT_32 = 0x0032, QNN_DT_INT_64 = 0x0064,
-    QNN_DT_UINT_8 = 0x0108, QNN_DT_UINT_16 = 0x0116, QNN_DT_UINT_32 = 0x0132, QNN_DT_UINT_64 = 0x0164,
-    QNN_DT_FLOAT_16 = 0x0216, QNN_DT_FLOAT_32 = 0x0232,
-    QNN_DT_SFIXED_8 = 0x0308, QNN_DT_SFIXED_16 = 0x0316,
-    QNN_DT_UFIXED_8 = 0x0408, QNN_DT_UFIXED_16 = 0x0416,
+    QNN_DT_INT_8 = 0x0008,
+    QNN_DT_INT_16 = 0x0016,
+    QNN_DT_INT_32 = 0x0032,
+    QNN_DT_INT_64 = 0x0064,
+    QNN_DT_UINT_8 = 0x0108,
+    QNN_DT_UINT_16 = 0x0116,
+    QNN_DT_UINT_32 = 0x0132,
+    QNN_DT_UINT_64 = 0x0164,
+    QNN_DT_FLOAT_16 = 0x0216,
+    QNN_DT_FLOAT_32 = 0x0232,
+    QNN_DT_SFIXED_8 = 0x0308,
+    QNN_DT_SFIXED_16 = 0x0316,
+    QNN_DT_UFIXED_8 = 0x0408,
+    QNN_DT_UFIXED_16 = 0x0416,
     QNN_DT_BOOL_8 = 0x0508,
 };
 
@@ -60,16 +73,32 @@ enum { QNN_MEM_RETRIEVE_RAW = 2 };
 /* quantisation encodings: we apply the two per-tensor ones (scale-offset, with or without a bit
  * width) and refuse every other by name (per axis, per block, vector, float block, mapped) */
 enum {
-    QNN_QENC_SCALE_OFFSET = 0, QNN_QENC_AXIS_SCALE_OFFSET = 1, QNN_QENC_BW_SCALE_OFFSET = 2, QNN_QENC_BW_AXIS_SCALE_OFFSET = 3,
-    QNN_QENC_BLOCK = 4, QNN_QENC_BLOCKWISE_EXPANSION = 5, QNN_QENC_VECTOR = 6, QNN_QENC_FLOAT_BLOCK = 7,
-    QNN_QENC_BW_AXIS_SCALE_OFFSET_MAPPED = 8, QNN_QENC_BW_BLOCK_MAPPED = 9, QNN_QENC_BW_BLOCKWISE_EXPANSION_MAPPED = 10,
-    QNN_QENC_BW_FLOAT_BLOCK = 11, QNN_QENC_UNDEFINED = 0x7fffffff
+    QNN_QENC_SCALE_OFFSET = 0,
+    QNN_QENC_AXIS_SCALE_OFFSET = 1,
+    QNN_QENC_BW_SCALE_OFFSET = 2,
+    QNN_QENC_BW_AXIS_SCALE_OFFSET = 3,
+    QNN_QENC_BLOCK = 4,
+    QNN_QENC_BLOCKWISE_EXPANSION = 5,
+    QNN_QENC_VECTOR = 6,
+    QNN_QENC_FLOAT_BLOCK = 7,
+    QNN_QENC_BW_AXIS_SCALE_OFFSET_MAPPED = 8,
+    QNN_QENC_BW_BLOCK_MAPPED = 9,
+    QNN_QENC_BW_BLOCKWISE_EXPANSION_MAPPED = 10,
+    QNN_QENC_BW_FLOAT_BLOCK = 11,
+    QNN_QENC_UNDEFINED = 0x7fffffff
 };
 enum { QNN_DEF_IMPL_GENERATED = 0, QNN_DEF_DEFINED = 1, QNN_DEF_UNDEFINED = 0x7fffffff };
 
 /* real = (stored + offset) * scale */
-typedef struct { float scale; int32_t offset; } qnn_scale_offset;
-typedef struct { uint32_t bitwidth; float scale; int32_t offset; } qnn_bw_scale_offset;
+typedef struct {
+    float scale;
+    int32_t offset;
+} qnn_scale_offset;
+typedef struct {
+    uint32_t bitwidth;
+    float scale;
+    int32_t offset;
+} qnn_bw_scale_offset;
 
 typedef struct {
     uint32_t definition;
@@ -82,7 +111,10 @@ typedef struct {
     /* the union is pointer-aligned: the per-axis encodings hold pointers */
 } qnn_quant_params __attribute__((aligned(8)));
 
-typedef struct { void *data; uint32_t size; } qnn_client_buf;
+typedef struct {
+    void *data;
+    uint32_t size;
+} qnn_client_buf;
 
 typedef struct {
     uint32_t id;
@@ -94,19 +126,28 @@ typedef struct {
     uint32_t rank;
     uint32_t *dims;
     uint32_t mem_type;
-    union { qnn_client_buf client; qnn_handle mem; } buf;
+    union {
+        qnn_client_buf client;
+        qnn_handle mem;
+    } buf;
 } qnn_tensor_v1;
 
 typedef struct {
     qnn_tensor_v1 v1; /* version 2 begins with every field of version 1 */
     uint8_t *dynamic_dims;
-    struct { uint32_t type; uint32_t a, b; } sparse;
+    struct {
+        uint32_t type;
+        uint32_t a, b;
+    } sparse;
     uint8_t produced;
 } qnn_tensor_v2;
 
 typedef struct {
     uint32_t version; /* 1 or 2 */
-    union { qnn_tensor_v1 v1; qnn_tensor_v2 v2; } u;
+    union {
+        qnn_tensor_v1 v1;
+        qnn_tensor_v2 v2;
+    } u;
 } qnn_tensor;
 
 _Static_assert(sizeof(void *) == 8, "the QNN declarations are for LP64");
@@ -119,7 +160,10 @@ _Static_assert(sizeof(qnn_tensor) == 144, "Qnn_Tensor_t is 144 bytes");
 typedef void (*qnn_log_cb)(const char *fmt, uint32_t level, uint64_t timestamp, va_list args);
 
 /* device configs: a NULL-terminated array of pointers; option 0 = a backend-specific config */
-typedef struct { uint32_t option; const void *custom; } qnn_device_config;
+typedef struct {
+    uint32_t option;
+    const void *custom;
+} qnn_device_config;
 enum { QNN_DEVICE_CONFIG_CUSTOM = 0 };
 /* HTP custom device config: option 0 = soc model, 1 = minimum arch {device id, arch}. Two
  * layouts, chosen by the backend API version the loaded libQnnHtp.so reports (never by the
@@ -133,14 +177,28 @@ enum { QNN_DEVICE_CONFIG_CUSTOM = 0 };
  * A config written at the wrong offset reads as soc 0 / device 73 to the library. */
 typedef struct {
     uint32_t option;
-    union { uint32_t soc_model; struct { uint32_t device_id; uint32_t arch; } arch; } u;
+    union {
+        uint32_t soc_model;
+        struct {
+            uint32_t device_id;
+            uint32_t arch;
+        } arch;
+    } u;
 } qnn_htp_device_config;
 typedef struct {
     uint32_t option;
-    union { uint32_t soc_model; struct { uint32_t device_id; uint32_t arch; } arch; void *extension; } u;
+    union {
+        uint32_t soc_model;
+        struct {
+            uint32_t device_id;
+            uint32_t arch;
+        } arch;
+        void *extension;
+    } u;
 } qnn_htp_device_config_548;
 _Static_assert(__builtin_offsetof(qnn_htp_device_config, u) == 4 && sizeof(qnn_htp_device_config) == 12, "HTP device config to 5.4x");
-_Static_assert(__builtin_offsetof(qnn_htp_device_config_548, u) == 8 && sizeof(qnn_htp_device_config_548) == 16, "HTP device config from 5.48");
+_Static_assert(__builtin_offsetof(qnn_htp_device_config_548, u) == 8 && sizeof(qnn_htp_device_config_548) == 16,
+               "HTP device config from 5.48");
 #define MA_QNN_HTP_DEVICE_CONFIG_PTR_MINOR 48u /* HTP API 5.x from which the union holds a pointer */
 enum { QNN_HTP_DEVICE_CONFIG_SOC = 0, QNN_HTP_DEVICE_CONFIG_ARCH = 1 };
 
@@ -158,13 +216,13 @@ typedef struct {
     qnn_fn backend_register_op_package, backend_get_supported_operations, backend_validate_op_config;
     qnn_err_t (*backend_free)(qnn_handle backend);
     qnn_fn context_create, context_set_config, context_get_binary_size, context_get_binary;
-    qnn_err_t (*context_create_from_binary)(qnn_handle backend, qnn_handle device, const void **config, const void *buf,
-                                            uint64_t size, qnn_handle *context, qnn_handle profile);
+    qnn_err_t (*context_create_from_binary)(qnn_handle backend, qnn_handle device, const void **config, const void *buf, uint64_t size,
+                                            qnn_handle *context, qnn_handle profile);
     qnn_err_t (*context_free)(qnn_handle context, qnn_handle profile);
     qnn_fn graph_create, graph_create_subgraph, graph_set_config, graph_add_node, graph_finalize;
     qnn_err_t (*graph_retrieve)(qnn_handle context, const char *name, qnn_handle *graph);
-    qnn_err_t (*graph_execute)(qnn_handle graph, const qnn_tensor *in, uint32_t n_in, qnn_tensor *out, uint32_t n_out,
-                               qnn_handle profile, qnn_handle signal);
+    qnn_err_t (*graph_execute)(qnn_handle graph, const qnn_tensor *in, uint32_t n_in, qnn_tensor *out, uint32_t n_out, qnn_handle profile,
+                               qnn_handle signal);
     qnn_fn graph_execute_async;
     qnn_fn tensor_create_context_tensor, tensor_create_graph_tensor;
     qnn_err_t (*log_create)(qnn_log_cb cb, uint32_t max_level, qnn_handle *log);
@@ -216,7 +274,7 @@ typedef struct {
     uint32_t n_context_tensors;
     qnn_tensor *context_tensors;
     uint32_t n_graphs;
-    void *graphs; /* graph infos at the library's stride (ma_qnn_graph_stride) */
+    void *graphs;        /* graph infos at the library's stride (ma_qnn_graph_stride) */
     void *platform_info; /* version 2 */
 } qnn_binary_info_v1;
 
@@ -239,7 +297,10 @@ typedef struct {
 
 typedef struct {
     uint32_t version; /* 1, 2 (the v1 view) or 3 */
-    union { qnn_binary_info_v1 v1; qnn_binary_info_v3 v3; } u;
+    union {
+        qnn_binary_info_v1 v1;
+        qnn_binary_info_v3 v3;
+    } u;
 } qnn_binary_info;
 
 _Static_assert(__builtin_offsetof(qnn_binary_info_v1, n_graphs) == 112, "binary info v1/v2: numGraphs at +112");
@@ -274,7 +335,10 @@ typedef struct {
 
 typedef struct {
     uint32_t version; /* 1..3 */
-    union { qnn_graph_info_v1 v1; qnn_graph_info_v3 v3; } u;
+    union {
+        qnn_graph_info_v1 v1;
+        qnn_graph_info_v3 v3;
+    } u;
 } qnn_graph_info;
 
 _Static_assert(__builtin_offsetof(qnn_graph_info, u) == 8, "graph info: the union at 8");
@@ -292,8 +356,7 @@ static inline unsigned ma_qnn_graph_stride(unsigned core_minor) {
 
 typedef struct {
     qnn_err_t (*context_create)(qnn_handle *sys);
-    qnn_err_t (*context_get_binary_info)(qnn_handle sys, void *buf, uint64_t size, const qnn_binary_info **info,
-                                         uint64_t *info_size);
+    qnn_err_t (*context_get_binary_info)(qnn_handle sys, void *buf, uint64_t size, const qnn_binary_info **info, uint64_t *info_size);
     qnn_err_t (*context_get_metadata)(qnn_handle sys, const void *buf, uint64_t size, const qnn_binary_info **info);
     qnn_err_t (*context_free)(qnn_handle sys);
 } qnn_system_table;
@@ -313,10 +376,21 @@ typedef qnn_err_t (*qnn_system_get_providers_fn)(const qnn_system_interface ***l
  * ION descriptor; a tensor then names the handle (mem type QNN_MEM_HANDLE) instead of a client
  * buffer. Deregistered before the context is freed, freed after. */
 typedef struct qnn_mem_descriptor {
-    struct { uint32_t rank; uint32_t *dims; const char *shape_config; } shape;
+    struct {
+        uint32_t rank;
+        uint32_t *dims;
+        const char *shape_config;
+    } shape;
     uint32_t data_type;
     uint32_t mem_type; /* QNN_MEMTYPE_ION */
-    union { int32_t ion_fd; void *custom; struct { int32_t fd; void *data; } dma_buf; } u;
+    union {
+        int32_t ion_fd;
+        void *custom;
+        struct {
+            int32_t fd;
+            void *data;
+        } dma_buf;
+    } u;
 } qnn_mem_descriptor;
 enum { QNN_MEMTYPE_ION = 1, QNN_MEMTYPE_CUSTOM = 2, QNN_MEMTYPE_DMA_BUF = 3 };
 _Static_assert(sizeof(qnn_mem_descriptor) == 48 && __builtin_offsetof(qnn_mem_descriptor, u) == 32, "Qnn_MemDescriptor_t is 48 bytes");
@@ -346,7 +420,11 @@ typedef struct {
 
 typedef struct {
     uint32_t option; /* QNN_HTP_POWER_* */
-    union { qnn_htp_dcvs_v3 dcvs; uint32_t rpc_control_latency_us; uint32_t rpc_polling_time_us; } u;
+    union {
+        qnn_htp_dcvs_v3 dcvs;
+        uint32_t rpc_control_latency_us;
+        uint32_t rpc_polling_time_us;
+    } u;
 } qnn_htp_power_config;
 _Static_assert(sizeof(qnn_htp_power_config) == 68 && __builtin_offsetof(qnn_htp_power_config, u) == 4, "the power config is 68 bytes");
 enum { QNN_HTP_POWER_DCVS_V3 = 1, QNN_HTP_POWER_RPC_CONTROL_LATENCY = 2, QNN_HTP_POWER_RPC_POLLING_TIME = 3 };

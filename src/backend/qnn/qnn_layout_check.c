@@ -124,9 +124,12 @@ SAME_OFFSET(QnnSystemContext_BinaryInfoV2_t, numGraphs, qnn_binary_info_v1, n_gr
 SAME_OFFSET(QnnSystemContext_BinaryInfoV2_t, graphs, qnn_binary_info_v1, graphs);
 SAME_OFFSET(QnnSystemContext_BinaryInfoV2_t, platformInfo, qnn_binary_info_v1, platform_info);
 /* every SDK's graph info array stride is the one chosen from its core API version */
-_Static_assert(sizeof(QnnSystemContext_GraphInfo_t) == MA_QNN_GRAPH_STRIDE_V1 + (QNN_API_VERSION_MINOR >= 17) * 16 + (QNN_API_VERSION_MINOR >= 21) * 24,
+_Static_assert(sizeof(QnnSystemContext_GraphInfo_t) ==
+                   MA_QNN_GRAPH_STRIDE_V1 + (QNN_API_VERSION_MINOR >= 17) * 16 + (QNN_API_VERSION_MINOR >= 21) * 24,
                "sizeof(QnnSystemContext_GraphInfo_t) follows the core API version as ma_qnn_graph_stride says");
-_Static_assert(sizeof(QnnSystemContext_GraphInfo_t) == (QNN_API_VERSION_MINOR <= 16 ? 48 : QNN_API_VERSION_MINOR <= 20 ? 64 : 88),
+_Static_assert(sizeof(QnnSystemContext_GraphInfo_t) == (QNN_API_VERSION_MINOR <= 16   ? 48
+                                                        : QNN_API_VERSION_MINOR <= 20 ? 64
+                                                                                      : 88),
                "the graph info stride of this SDK");
 SAME_OFFSET(QnnSystemContext_GraphInfo_t, graphInfoV1, qnn_graph_info, u.v1);
 SAME_OFFSET(QnnSystemContext_GraphInfoV1_t, graphName, qnn_graph_info_v1, name);
@@ -179,9 +182,11 @@ SAME_OFFSET(QNN_INTERFACE_VER_TYPE, deviceGetInfrastructure, qnn_interface_table
 SAME_SIZE(QnnHtpDevice_Infrastructure_t, qnn_htp_infrastructure);
 SAME_OFFSET(QnnHtpDevice_Infrastructure_t, perfInfra, qnn_htp_infrastructure, create_power_config_id);
 _Static_assert(offsetof(QnnHtpDevice_Infrastructure_t, perfInfra) + offsetof(QnnHtpDevice_PerfInfrastructure_t, setPowerConfig) ==
-                   offsetof(qnn_htp_infrastructure, set_power_config), "setPowerConfig is at our set_power_config");
+                   offsetof(qnn_htp_infrastructure, set_power_config),
+               "setPowerConfig is at our set_power_config");
 _Static_assert(offsetof(QnnHtpDevice_Infrastructure_t, perfInfra) + offsetof(QnnHtpDevice_PerfInfrastructure_t, destroyPowerConfigId) ==
-                   offsetof(qnn_htp_infrastructure, destroy_power_config_id), "destroyPowerConfigId is at our destroy_power_config_id");
+                   offsetof(qnn_htp_infrastructure, destroy_power_config_id),
+               "destroyPowerConfigId is at our destroy_power_config_id");
 SAME_SIZE(QnnHtpPerfInfrastructure_PowerConfig_t, qnn_htp_power_config);
 SAME_OFFSET(QnnHtpPerfInfrastructure_PowerConfig_t, dcvsV3Config, qnn_htp_power_config, u.dcvs);
 SAME_OFFSET(QnnHtpPerfInfrastructure_PowerConfig_t, rpcControlLatencyConfig, qnn_htp_power_config, u.rpc_control_latency_us);
