@@ -1,4 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* its hand layout: clang-format 14 folds statement macros (DECL(0) DECL(1) ..., X-lists) into one
+ * line with the code after them */
+/* clang-format off */
 /* Integer dot products for q8_0 / q4_0 panels on aarch64 with the dot-product instructions
  * (ARMv8.2 SDOT, HWCAP asimddp: the Cortex-A78AE, not the A72; compiled with
  * -march=armv8.2-a+dotprod and used only where the CPU reports them).
@@ -74,15 +77,15 @@ static inline void block_dots(const int8x16_t (*w)[4], const float *dw16, const 
     for (int r = 0; r < mr; r++) {
         const int8x16_t a0 = vld1q_s8(qa->q[r]), a1 = vld1q_s8(qa->q[r] + 16);
         int32x4_t s0 = vdupq_n_s32(0), s1 = s0, s2 = s0, s3 = s0;
-#define GROUP(g, av, lane)                       \
-    s0 = vdotq_laneq_s32(s0, w[g][0], av, lane); \
-    s1 = vdotq_laneq_s32(s1, w[g][1], av, lane); \
-    s2 = vdotq_laneq_s32(s2, w[g][2], av, lane); \
-    s3 = vdotq_laneq_s32(s3, w[g][3], av, lane);
-        GROUP(0, a0, 0)
-        GROUP(1, a0, 1) GROUP(2, a0, 2) GROUP(3, a0, 3) GROUP(4, a1, 0) GROUP(5, a1, 1) GROUP(6, a1, 2) GROUP(7, a1, 3)
+#define GROUP(g, av, lane)                                \
+        s0 = vdotq_laneq_s32(s0, w[g][0], av, lane);       \
+        s1 = vdotq_laneq_s32(s1, w[g][1], av, lane);       \
+        s2 = vdotq_laneq_s32(s2, w[g][2], av, lane);       \
+        s3 = vdotq_laneq_s32(s3, w[g][3], av, lane);
+        GROUP(0, a0, 0) GROUP(1, a0, 1) GROUP(2, a0, 2) GROUP(3, a0, 3)
+        GROUP(4, a1, 0) GROUP(5, a1, 1) GROUP(6, a1, 2) GROUP(7, a1, 3)
 #undef GROUP
-            const float32x4_t da = vdupq_n_f32(qa->d[r]);
+        const float32x4_t da = vdupq_n_f32(qa->d[r]);
         float *c = acc[r];
         vst1q_f32(c, vfmaq_f32(vld1q_f32(c), vcvtq_f32_s32(s0), vmulq_f32(dw[0], da)));
         vst1q_f32(c + 4, vfmaq_f32(vld1q_f32(c + 4), vcvtq_f32_s32(s1), vmulq_f32(dw[1], da)));
@@ -99,8 +102,8 @@ static inline void scales16(const uint8_t *blk, float *dw) {
     vst1q_f32(dw + 12, vcvt_high_f32_f16(h1));
 }
 
-static void q_panels(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const void *qa_, int mr, float *C, int64_t ldc,
-                     int accumulate) {
+static void q_panels(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const void *qa_, int mr,
+                     float *C, int64_t ldc, int accumulate) {
     const int64_t p = n0 / NR;
     const int nb = kc / 32;
     const qa_block *qa = qa_;

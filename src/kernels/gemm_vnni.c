@@ -1,4 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* its hand layout: clang-format 14 folds statement macros (DECL(0) DECL(1) ..., X-lists) into one
+ * line with the code after them */
+/* clang-format off */
 /* Integer dot products for q8_0 / q4_0 weights with at most 12 rows of A (the action expert's 10
  * tokens), on AVX-512 VNNI + VBMI (compiled with -mavx512f -mavx512bw -mavx512vnni -mavx512vbmi
  * -mf16c; used only when the CPU has them).
@@ -60,9 +63,10 @@ static void qa_pack(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t
 /* byte 4c + j of the result = byte 16j + c of the source: four k rows of 16 columns -> 16
  * columns of four k */
 static inline __m512i k4_transpose(__m512i v) {
-    static const int8_t idx[64] = {0,  16, 32, 48, 1,  17, 33, 49, 2,  18, 34, 50, 3,  19, 35, 51, 4,  20, 36, 52, 5,  21,
-                                   37, 53, 6,  22, 38, 54, 7,  23, 39, 55, 8,  24, 40, 56, 9,  25, 41, 57, 10, 26, 42, 58,
-                                   11, 27, 43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63};
+    static const int8_t idx[64] = {
+        0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51, 4, 20, 36, 52, 5, 21, 37, 53,
+        6, 22, 38, 54, 7, 23, 39, 55, 8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59,
+        12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63};
     return _mm512_permutexvar_epi8(_mm512_loadu_si512(idx), v);
 }
 
@@ -78,28 +82,23 @@ static inline __m512i k4_transpose(__m512i v) {
  * VPDPBUSD, issued k-group by k-group across the rows (each row's chain is 8 deep at 5 cycles a
  * step: interleaved, the rows' chains overlap from the first step); then each block sum is
  * scaled into the row's fp32 accumulator */
-#define SUM_INIT(r)                        \
-    __m512i s##r = _mm512_setzero_si512(); \
-    if (mr > r) s##r = _mm512_set1_epi32(neg[r]);
-#define SUM_STEP(r, i) \
-    if (mr > r) s##r = _mm512_dpbusd_epi32(s##r, w##i, _mm512_set1_epi32(((const int32_t *)qa->q[r])[i]));
-#define SUM_FINISH(r) \
-    if (mr > r) c##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s##r), _mm512_mul_ps(dw, _mm512_set1_ps(qa->d[r])), c##r);
-#define STEP_ALL(i)                                                                                                                        \
-    SUM_STEP(0, i)                                                                                                                         \
-    SUM_STEP(1, i) SUM_STEP(2, i) SUM_STEP(3, i) SUM_STEP(4, i) SUM_STEP(5, i) SUM_STEP(6, i) SUM_STEP(7, i) SUM_STEP(8, i) SUM_STEP(9, i) \
-        SUM_STEP(10, i) SUM_STEP(11, i)
-#define ROW_DOTS()                                                                                                       \
-    do {                                                                                                                 \
-        ROWS(SUM_INIT)                                                                                                   \
-        STEP_ALL(0) STEP_ALL(1) STEP_ALL(2) STEP_ALL(3) STEP_ALL(4) STEP_ALL(5) STEP_ALL(6) STEP_ALL(7) ROWS(SUM_FINISH) \
+#define SUM_INIT(r) __m512i s##r = _mm512_setzero_si512(); if (mr > r) s##r = _mm512_set1_epi32(neg[r]);
+#define SUM_STEP(r, i) if (mr > r) s##r = _mm512_dpbusd_epi32(s##r, w##i, _mm512_set1_epi32(((const int32_t *)qa->q[r])[i]));
+#define SUM_FINISH(r) if (mr > r) c##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s##r), _mm512_mul_ps(dw, _mm512_set1_ps(qa->d[r])), c##r);
+#define STEP_ALL(i) SUM_STEP(0, i) SUM_STEP(1, i) SUM_STEP(2, i) SUM_STEP(3, i) SUM_STEP(4, i) SUM_STEP(5, i) \
+    SUM_STEP(6, i) SUM_STEP(7, i) SUM_STEP(8, i) SUM_STEP(9, i) SUM_STEP(10, i) SUM_STEP(11, i)
+#define ROW_DOTS()                                                                               \
+    do {                                                                                         \
+        ROWS(SUM_INIT)                                                                           \
+        STEP_ALL(0) STEP_ALL(1) STEP_ALL(2) STEP_ALL(3) STEP_ALL(4) STEP_ALL(5) STEP_ALL(6) STEP_ALL(7) \
+        ROWS(SUM_FINISH)                                                                         \
     } while (0)
 #define ACC_DECL(r) __m512 c##r = _mm512_setzero_ps();
 #define ACC_STORE(r) \
     if (mr > r) ma_store_row16(C + r * ldc, c##r, m, accumulate);
 
-static inline __attribute__((always_inline)) void dot_q8(int mr, const uint8_t *blk, const qa_block *qa, int nb, float *C, int64_t ldc,
-                                                         int nr, int accumulate) {
+static inline __attribute__((always_inline)) void dot_q8(int mr, const uint8_t *blk, const qa_block *qa, int nb, float *C,
+                                                          int64_t ldc, int nr, int accumulate) {
     ROWS(ACC_DECL)
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     for (int b = 0; b < nb; b++, blk += 544, qa++) {
@@ -122,8 +121,8 @@ static inline __attribute__((always_inline)) void dot_q8(int mr, const uint8_t *
 }
 
 /* q4_0 panel block: byte [j][c] holds column c's k = j (low nibble) and k = j + 16 (high) */
-static inline __attribute__((always_inline)) void dot_q4(int mr, const uint8_t *blk, const qa_block *qa, int nb, float *C, int64_t ldc,
-                                                         int nr, int accumulate) {
+static inline __attribute__((always_inline)) void dot_q4(int mr, const uint8_t *blk, const qa_block *qa, int nb, float *C,
+                                                          int64_t ldc, int nr, int accumulate) {
     ROWS(ACC_DECL)
     const __m512i low = _mm512_set1_epi8(0x0f);
     for (int b = 0; b < nb; b++, blk += 288, qa++) {
@@ -148,8 +147,8 @@ static inline __attribute__((always_inline)) void dot_q4(int mr, const uint8_t *
 }
 
 
-static void q_panels(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const void *qa, int mr, float *C, int64_t ldc,
-                     int accumulate) {
+static void q_panels(const ma_bmat *B, int64_t K, int64_t n0, int nr, int64_t k0, int kc, const void *qa, int mr,
+                     float *C, int64_t ldc, int accumulate) {
     const int64_t p = n0 / NR;
     const int nb = kc / 32;
     const qa_block *a = qa;
@@ -198,8 +197,8 @@ static void q_transform(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, int
  * issuing twice a cycle the load ports were as busy as the vector ports). The same sums in the
  * same order per element as dot_q8 / dot_q4, so the same bits. Keeping the fp32 sums in C
  * instead (to spare 12 registers) measured 10-20 % slower. */
-static inline __attribute__((always_inline)) void dot_t(int R, int NP, const uint8_t *wt, size_t ws, const qa_block *qa, int r0, int nb,
-                                                        int q4, float *C, int64_t ldc, int nr_last, int accumulate) {
+static inline __attribute__((always_inline)) void dot_t(int R, int NP, const uint8_t *wt, size_t ws, const qa_block *qa, int r0,
+                                                         int nb, int q4, float *C, int64_t ldc, int nr_last, int accumulate) {
     __m512 c[4][3];
     for (int r = 0; r < R; r++)
         for (int p = 0; p < NP; p++) c[r][p] = _mm512_setzero_ps();
@@ -229,30 +228,26 @@ static inline __attribute__((always_inline)) void dot_t(int R, int NP, const uin
 }
 
 #define DOT_T(R, NP) dot_t(R, NP, w, ws, a, r0, nb, q4, C + r0 * ldc, ldc, nr_last, accumulate)
-#define DOT_R(NP)                 \
-    switch (rows) {               \
-    case 4: DOT_T(4, NP); break;  \
-    case 3: DOT_T(3, NP); break;  \
-    case 2: DOT_T(2, NP); break;  \
-    default: DOT_T(1, NP); break; \
+#define DOT_R(NP)                                   \
+    switch (rows) {                                 \
+    case 4: DOT_T(4, NP); break;                    \
+    case 3: DOT_T(3, NP); break;                    \
+    case 2: DOT_T(2, NP); break;                    \
+    default: DOT_T(1, NP); break;                   \
     }
 
 /* C[mr <= 12, 16 (np - 1) + nr_last] (+)= a 12-row tile of quantised A x np <= 3 rearranged
  * panels (ws bytes apart), 4 rows at a time */
-static void q_tile(ma_dtype dt, const void *wt, size_t ws, int np, int kc, const void *qa, int mr, float *C, int64_t ldc, int nr_last,
-                   int accumulate) {
+static void q_tile(ma_dtype dt, const void *wt, size_t ws, int np, int kc, const void *qa, int mr, float *C, int64_t ldc,
+                   int nr_last, int accumulate) {
     const int nb = kc / 32, q4 = dt == MA_DT_Q4_0;
     const uint8_t *w = wt;
     const qa_block *a = qa;
     for (int r0 = 0; r0 < mr; r0 += 4) {
         const int rows = mr - r0 < 4 ? mr - r0 : 4;
-        if (np == 3) {
-            DOT_R(3)
-        } else if (np == 2) {
-            DOT_R(2)
-        } else {
-            DOT_R(1)
-        }
+        if (np == 3) { DOT_R(3) }
+        else if (np == 2) { DOT_R(2) }
+        else { DOT_R(1) }
     }
 }
 

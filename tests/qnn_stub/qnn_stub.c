@@ -1,4 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* its hand layout: clang-format 14 folds statement macros (DECL(0) DECL(1) ..., X-lists) into one
+ * line with the code after them */
+/* clang-format off */
 /* A stand-in for libQnnHtp.so and libQnnSystem.so (one source, built as both), for testing the qnn
  * backend without the SDK or a device.
  *
@@ -117,58 +120,24 @@ typedef uint64_t q_status; /* Qnn_ErrorHandle_t: the code is the low 16 bits */
 typedef void *q_handle;
 typedef void (*q_fn)(void); /* an interface table slot */
 
-typedef struct {
-    uint32_t major, minor, patch;
-} q_version;
-typedef struct {
-    q_version core, backend;
-} q_api_version;
+typedef struct { uint32_t major, minor, patch; } q_version;
+typedef struct { q_version core, backend; } q_api_version;
 SA(sizeof(q_version) == 12 && sizeof(q_api_version) == 24);
 
 /* quantization */
 enum { Q_DEF_IMPL_GENERATED = 0, Q_DEF_DEFINED = 1, Q_UNDEFINED = 0x7fffffff };
-enum {
-    Q_ENC_SCALE_OFFSET = 0,
-    Q_ENC_AXIS_SCALE_OFFSET = 1,
-    Q_ENC_BW_SCALE_OFFSET = 2,
-    Q_ENC_BW_AXIS_SCALE_OFFSET = 3,
-    Q_ENC_BLOCK = 4,
-    Q_ENC_BLOCKWISE_EXPANSION = 5,
-    Q_ENC_VECTOR = 6
-};
-typedef struct {
-    float scale;
-    int32_t offset;
-} q_scale_offset; /* real = (q + offset) * scale */
-typedef struct {
-    uint32_t bitwidth;
-    float scale;
-    int32_t offset;
-} q_bw_scale_offset;
-typedef struct {
-    int32_t axis;
-    uint32_t count;
-    q_scale_offset *per_channel;
-} q_axis_scale_offset;
-typedef struct {
-    uint32_t bitwidth;
-    int32_t axis;
-    uint32_t count;
-    float *scales;
-    int32_t *offsets;
-} q_bw_axis_scale_offset;
-typedef struct {
-    uint32_t *block_size;
-    q_scale_offset *per_block;
-} q_block;
+enum { Q_ENC_SCALE_OFFSET = 0, Q_ENC_AXIS_SCALE_OFFSET = 1, Q_ENC_BW_SCALE_OFFSET = 2, Q_ENC_BW_AXIS_SCALE_OFFSET = 3,
+       Q_ENC_BLOCK = 4, Q_ENC_BLOCKWISE_EXPANSION = 5, Q_ENC_VECTOR = 6 };
+typedef struct { float scale; int32_t offset; } q_scale_offset;                   /* real = (q + offset) * scale */
+typedef struct { uint32_t bitwidth; float scale; int32_t offset; } q_bw_scale_offset;
+typedef struct { int32_t axis; uint32_t count; q_scale_offset *per_channel; } q_axis_scale_offset;
+typedef struct { uint32_t bitwidth; int32_t axis; uint32_t count; float *scales; int32_t *offsets; } q_bw_axis_scale_offset;
+typedef struct { uint32_t *block_size; q_scale_offset *per_block; } q_block;
 typedef struct {
     int32_t axis;
     q_scale_offset *per_channel;
     uint32_t blocks_per_axis, block_scale_bits, block_scale_storage; /* storage: 0 = 8-bit, 1 = 16-bit */
-    union {
-        uint8_t *s8;
-        uint16_t *s16;
-    } block_scales;
+    union { uint8_t *s8; uint16_t *s16; } block_scales;
 } q_blockwise_expansion;
 typedef struct {
     q_bw_axis_scale_offset bw_axis;
@@ -194,25 +163,12 @@ SA(sizeof(q_vector) == 48 && offsetof(q_vector, vector_dim) == 40);
 SA(sizeof(q_quant) == 40 && offsetof(q_quant, u) == 8);
 
 /* tensors */
-enum {
-    Q_DT_INT_8 = 0x008,
-    Q_DT_INT_32 = 0x032,
-    Q_DT_INT_64 = 0x064,
-    Q_DT_UINT_8 = 0x108,
-    Q_DT_FLOAT_16 = 0x216,
-    Q_DT_FLOAT_32 = 0x232,
-    Q_DT_SFIXED_8 = 0x308,
-    Q_DT_SFIXED_16 = 0x316,
-    Q_DT_UFIXED_8 = 0x408,
-    Q_DT_UFIXED_16 = 0x416,
-    Q_DT_BOOL_8 = 0x508
-};
+enum { Q_DT_INT_8 = 0x008, Q_DT_INT_32 = 0x032, Q_DT_INT_64 = 0x064, Q_DT_UINT_8 = 0x108, Q_DT_FLOAT_16 = 0x216,
+       Q_DT_FLOAT_32 = 0x232, Q_DT_SFIXED_8 = 0x308, Q_DT_SFIXED_16 = 0x316, Q_DT_UFIXED_8 = 0x408,
+       Q_DT_UFIXED_16 = 0x416, Q_DT_BOOL_8 = 0x508 };
 enum { Q_TENSOR_APP_WRITE = 0, Q_TENSOR_APP_READ = 1 };
 enum { Q_MEM_RAW = 0, Q_MEM_HANDLE = 1, Q_MEM_RETRIEVE_RAW = 2 };
-typedef struct {
-    void *data;
-    uint32_t size;
-} q_client_buf;
+typedef struct { void *data; uint32_t size; } q_client_buf;
 typedef struct {
     uint32_t id;
     const char *name;
@@ -221,51 +177,24 @@ typedef struct {
     uint32_t rank;
     uint32_t *dims;
     uint32_t mem_type;
-    union {
-        q_client_buf client;
-        q_handle mem;
-        void *retrieve;
-    } buf;
+    union { q_client_buf client; q_handle mem; void *retrieve; } buf;
 } q_tensor_v1;
 typedef struct {
     q_tensor_v1 base; /* version 2 extends version 1 */
     uint8_t *dynamic_dims;
-    struct {
-        uint32_t layout, specified, sparse_dims;
-    } sparse;
+    struct { uint32_t layout, specified, sparse_dims; } sparse;
     uint8_t produced;
 } q_tensor_v2;
-typedef struct {
-    uint32_t version;
-    union {
-        q_tensor_v1 v1;
-        q_tensor_v2 v2;
-    } u;
-} q_tensor;
+typedef struct { uint32_t version; union { q_tensor_v1 v1; q_tensor_v2 v2; } u; } q_tensor;
 SA(offsetof(q_tensor_v1, quant) == 32 && offsetof(q_tensor_v1, rank) == 72 && offsetof(q_tensor_v1, dims) == 80);
 SA(offsetof(q_tensor_v1, mem_type) == 88 && offsetof(q_tensor_v1, buf) == 96 && sizeof(q_tensor_v1) == 112);
 SA(offsetof(q_tensor_v2, dynamic_dims) == 112 && offsetof(q_tensor_v2, produced) == 132 && sizeof(q_tensor_v2) == 136);
 SA(offsetof(q_tensor, u) == 8 && sizeof(q_tensor) == 144);
 
 /* system context: graph info (versioned, the union grew with the SDKs) and binary info */
-typedef struct {
-    const char *name;
-    uint32_t n_in;
-    q_tensor *in;
-    uint32_t n_out;
-    q_tensor *out;
-} q_graph_v1;
-typedef struct {
-    q_graph_v1 v1;
-    uint32_t n_updateable;
-    q_tensor *updateable;
-} q_graph_v2;
-typedef struct {
-    q_graph_v2 v2;
-    uint32_t blob_size;
-    void *blob;
-    uint32_t first_op, last_op;
-} q_graph_v3;
+typedef struct { const char *name; uint32_t n_in; q_tensor *in; uint32_t n_out; q_tensor *out; } q_graph_v1;
+typedef struct { q_graph_v1 v1; uint32_t n_updateable; q_tensor *updateable; } q_graph_v2;
+typedef struct { q_graph_v2 v2; uint32_t blob_size; void *blob; uint32_t first_op, last_op; } q_graph_v3;
 SA(sizeof(q_graph_v1) == 40 && sizeof(q_graph_v2) == 56 && sizeof(q_graph_v3) == 80);
 #define Q_GRAPH_BODY 8 /* the union's offset after the 32-bit version */
 
@@ -283,10 +212,7 @@ typedef struct {
     uint32_t n_graphs;
     void *graphs; /* records of the SDK's graph info size */
 } q_binary_v1;
-typedef struct {
-    q_binary_v1 v1;
-    void *platform;
-} q_binary_v2;
+typedef struct { q_binary_v1 v1; void *platform; } q_binary_v2;
 typedef struct {
     uint32_t backend_id;
     const char *build_id;
@@ -303,14 +229,7 @@ typedef struct {
     void *metadata;
     uint32_t soc_model;
 } q_binary_v3;
-typedef struct {
-    uint32_t version;
-    union {
-        q_binary_v1 v1;
-        q_binary_v2 v2;
-        q_binary_v3 v3;
-    } u;
-} q_binary_info;
+typedef struct { uint32_t version; union { q_binary_v1 v1; q_binary_v2 v2; q_binary_v3 v3; } u; } q_binary_info;
 SA(offsetof(q_binary_v1, n_graphs) == 112 && offsetof(q_binary_v1, graphs) == 120 && sizeof(q_binary_v1) == 128);
 SA(offsetof(q_binary_v2, platform) == 128 && sizeof(q_binary_v2) == 136);
 SA(offsetof(q_binary_v3, blob_size) == 64 && offsetof(q_binary_v3, n_graphs) == 88 && offsetof(q_binary_v3, graphs) == 96);
@@ -318,46 +237,34 @@ SA(offsetof(q_binary_v3, soc_model) == 128 && sizeof(q_binary_v3) == 136);
 SA(offsetof(q_binary_info, u) == 8 && sizeof(q_binary_info) == 144);
 
 /* interface tables: a header, then function pointers in the SDK's order */
-typedef struct {
-    uint32_t backend_id;
-    const char *name;
-    q_api_version api;
-    q_fn fn[];
-} q_interface;
-typedef struct {
-    uint32_t backend_id;
-    const char *name;
-    q_version sys_api;
-    q_fn fn[];
-} q_sys_interface;
+typedef struct { uint32_t backend_id; const char *name; q_api_version api; q_fn fn[]; } q_interface;
+typedef struct { uint32_t backend_id; const char *name; q_version sys_api; q_fn fn[]; } q_sys_interface;
 SA(offsetof(q_interface, fn) == 40 && offsetof(q_sys_interface, fn) == 32);
 #define Q_BACKEND_HTP 6
 
-#define CORE_TABLE(X)                                                                                                                      \
-    X(propertyHasCapability)                                                                                                               \
-    X(backendCreate) X(backendSetConfig) X(backendGetApiVersion) X(backendGetBuildId) X(backendRegisterOpPackage)                          \
-        X(backendGetSupportedOperations) X(backendValidateOpConfig) X(backendFree) X(contextCreate) X(contextSetConfig)                    \
-            X(contextGetBinarySize) X(contextGetBinary) X(contextCreateFromBinary) X(contextFree) X(graphCreate) X(graphCreateSubgraph)    \
-                X(graphSetConfig) X(graphAddNode) X(graphFinalize) X(graphRetrieve) X(graphExecute) X(graphExecuteAsync)                   \
-                    X(tensorCreateContextTensor) X(tensorCreateGraphTensor) X(logCreate) X(logSetLogLevel) X(logFree) X(profileCreate) X(  \
-                        profileSetConfig) X(profileGetEvents) X(profileGetSubEvents) X(profileGetEventData) X(profileGetExtendedEventData) \
-                        X(profileFree) X(memRegister) X(memDeRegister) X(deviceGetPlatformInfo) X(deviceFreePlatformInfo)                  \
-                            X(deviceGetInfrastructure) X(deviceCreate) X(deviceSetConfig) X(deviceGetInfo) X(deviceFree) X(signalCreate)   \
-                                X(signalSetConfig) X(signalTrigger) X(signalFree) X(errorGetMessage) X(errorGetVerboseMessage)             \
-                                    X(errorFreeVerboseMessage) X(graphPrepareExecutionEnvironment) X(graphReleaseExecutionEnvironment)     \
-                                        X(graphGetProperty) X(contextValidateBinary) X(contextCreateFromBinaryWithSignal)                  \
-                                            X(contextCreateFromBinaryListAsync) X(tensorUpdateGraphTensors) X(tensorUpdateContextTensors)  \
-                                                X(contextGetBinarySectionSize) X(contextGetBinarySection) X(contextApplyBinarySection)     \
-                                                    X(backendGetProperty) X(contextGetProperty) X(contextGetIncrementalBinary)             \
-                                                        X(contextReleaseIncrementalBinary) X(contextFinalize) X(globalConfigSet)           \
-                                                            X(contextCreateFromBinaryWithCallback) X(contextGetBinarySectionUpdate)        \
-                                                                X(contextFreeBinarySectionUpdate)
-#define SYS_TABLE(X)                                                                                                                    \
-    X(systemContextCreate)                                                                                                              \
-    X(systemContextGetBinaryInfo) X(systemContextGetMetaData) X(systemContextFree) X(systemTensorGetMemoryFootprint) X(systemLogCreate) \
-        X(systemLogSetLogLevel) X(systemLogFree) X(systemDlcCreateFromFile) X(systemDlcCreateFromBinary) X(systemDlcComposeGraphs)      \
-            X(systemDlcGetOpMappings) X(systemDlcFree) X(systemProfileCreateSerializationTarget) X(systemProfileSerializeEventData)     \
-                X(systemProfileFreeSerializationTarget)
+#define CORE_TABLE(X)                                                                                               \
+    X(propertyHasCapability) X(backendCreate) X(backendSetConfig) X(backendGetApiVersion) X(backendGetBuildId)     \
+    X(backendRegisterOpPackage) X(backendGetSupportedOperations) X(backendValidateOpConfig) X(backendFree)         \
+    X(contextCreate) X(contextSetConfig) X(contextGetBinarySize) X(contextGetBinary) X(contextCreateFromBinary)    \
+    X(contextFree) X(graphCreate) X(graphCreateSubgraph) X(graphSetConfig) X(graphAddNode) X(graphFinalize)        \
+    X(graphRetrieve) X(graphExecute) X(graphExecuteAsync) X(tensorCreateContextTensor) X(tensorCreateGraphTensor)  \
+    X(logCreate) X(logSetLogLevel) X(logFree) X(profileCreate) X(profileSetConfig) X(profileGetEvents)            \
+    X(profileGetSubEvents) X(profileGetEventData) X(profileGetExtendedEventData) X(profileFree) X(memRegister)     \
+    X(memDeRegister) X(deviceGetPlatformInfo) X(deviceFreePlatformInfo) X(deviceGetInfrastructure) X(deviceCreate) \
+    X(deviceSetConfig) X(deviceGetInfo) X(deviceFree) X(signalCreate) X(signalSetConfig) X(signalTrigger)         \
+    X(signalFree) X(errorGetMessage) X(errorGetVerboseMessage) X(errorFreeVerboseMessage)                          \
+    X(graphPrepareExecutionEnvironment) X(graphReleaseExecutionEnvironment) X(graphGetProperty)                    \
+    X(contextValidateBinary) X(contextCreateFromBinaryWithSignal) X(contextCreateFromBinaryListAsync)              \
+    X(tensorUpdateGraphTensors) X(tensorUpdateContextTensors) X(contextGetBinarySectionSize)                       \
+    X(contextGetBinarySection) X(contextApplyBinarySection) X(backendGetProperty) X(contextGetProperty)            \
+    X(contextGetIncrementalBinary) X(contextReleaseIncrementalBinary) X(contextFinalize) X(globalConfigSet)        \
+    X(contextCreateFromBinaryWithCallback) X(contextGetBinarySectionUpdate) X(contextFreeBinarySectionUpdate)
+#define SYS_TABLE(X)                                                                                                \
+    X(systemContextCreate) X(systemContextGetBinaryInfo) X(systemContextGetMetaData) X(systemContextFree)          \
+    X(systemTensorGetMemoryFootprint) X(systemLogCreate) X(systemLogSetLogLevel) X(systemLogFree)                  \
+    X(systemDlcCreateFromFile) X(systemDlcCreateFromBinary) X(systemDlcComposeGraphs) X(systemDlcGetOpMappings)    \
+    X(systemDlcFree) X(systemProfileCreateSerializationTarget) X(systemProfileSerializeEventData)                  \
+    X(systemProfileFreeSerializationTarget)
 #define AS_INDEX(n) CI_##n,
 #define AS_SYS_INDEX(n) SI_##n,
 #define AS_NAME(n) #n,
@@ -370,24 +277,13 @@ SA(CI_errorGetMessage == 48 && CI_graphExecute == 21 && CI_contextCreateFromBina
 SA(SI_COUNT == 16 && SI_systemContextFree == 3);
 
 /* devices: configs and the HTP perf infrastructure */
-typedef struct {
-    uint32_t option;
-    union {
-        void *custom;
-        void *platform;
-    } u;
-} q_device_config;
+typedef struct { uint32_t option; union { void *custom; void *platform; } u; } q_device_config;
 typedef struct {
     uint32_t option;
     union {
         uint32_t soc_model;
-        struct {
-            uint32_t device_id, arch;
-        } arch;
-        struct {
-            uint32_t device_id;
-            bool on;
-        } pd;
+        struct { uint32_t device_id, arch; } arch;
+        struct { uint32_t device_id; bool on; } pd;
     } u;
 } q_htp_device_config;
 /* from HTP API 5.48 the union also holds a pointer (an extension config): 8-aligned */
@@ -395,13 +291,8 @@ typedef struct {
     uint32_t option;
     union {
         uint32_t soc_model;
-        struct {
-            uint32_t device_id, arch;
-        } arch;
-        struct {
-            uint32_t device_id;
-            bool on;
-        } pd;
+        struct { uint32_t device_id, arch; } arch;
+        struct { uint32_t device_id; bool on; } pd;
         void *extension;
     } u;
 } q_htp_device_config_548;
@@ -411,12 +302,10 @@ enum { Q_DEVICE_CONFIG_CUSTOM = 0, Q_DEVICE_CONFIG_PLATFORM_INFO = 1 };
 enum { Q_HTP_CONFIG_SOC = 0, Q_HTP_CONFIG_ARCH = 1, Q_HTP_CONFIG_SIGNEDPD = 2, Q_HTP_CONFIG_SECUREPD = 3 };
 
 typedef struct {
-    uint32_t context_id, set_dcvs_enable, dcvs_enable, power_mode, set_sleep_latency, sleep_latency, set_sleep_disable, sleep_disable,
-        set_bus_params, bus_min, bus_target, bus_max, set_core_params, core_min, core_target, core_max;
+    uint32_t context_id, set_dcvs_enable, dcvs_enable, power_mode, set_sleep_latency, sleep_latency, set_sleep_disable,
+        sleep_disable, set_bus_params, bus_min, bus_target, bus_max, set_core_params, core_min, core_target, core_max;
 } q_dcvs_v3;
-typedef struct {
-    uint32_t pick_default, corner_min, corner_target, corner_max, perf_mode;
-} q_hmx_v2;
+typedef struct { uint32_t pick_default, corner_min, corner_target, corner_max, perf_mode; } q_hmx_v2;
 typedef struct {
     uint32_t option;
     union {
@@ -426,69 +315,33 @@ typedef struct {
         uint32_t adaptive_polling_time, ddr_perf_mode;
     } u;
 } q_power_config;
-typedef struct {
-    uint32_t option;
-    union {
-        uint32_t grow_size;
-    } u;
-} q_memory_config;
+typedef struct { uint32_t option; union { uint32_t grow_size; } u; } q_memory_config;
 typedef struct {
     q_status (*create_power_config_id)(uint32_t device_id, uint32_t core_id, uint32_t *id);
     q_status (*destroy_power_config_id)(uint32_t id);
     q_status (*set_power_config)(uint32_t id, const q_power_config **list);
     q_status (*set_memory_config)(uint32_t device_id, uint32_t core_id, const q_memory_config **list);
 } q_perf_infra;
-typedef struct {
-    uint32_t type;
-    union {
-        q_perf_infra perf;
-    } u;
-} q_htp_infra;
+typedef struct { uint32_t type; union { q_perf_infra perf; } u; } q_htp_infra;
 SA(sizeof(q_dcvs_v3) == 64 && offsetof(q_dcvs_v3, sleep_latency) == 20 && offsetof(q_dcvs_v3, bus_min) == 36);
 SA(offsetof(q_dcvs_v3, core_min) == 52 && sizeof(q_hmx_v2) == 20);
 SA(sizeof(q_power_config) == 68 && offsetof(q_power_config, u) == 4);
 SA(sizeof(q_htp_infra) == 40 && offsetof(q_htp_infra, u) == 8);
-enum {
-    Q_POWER_DCVS_V3 = 1,
-    Q_POWER_RPC_CONTROL_LATENCY = 2,
-    Q_POWER_RPC_POLLING_TIME = 3,
-    Q_POWER_HMX_TIMEOUT = 4,
-    Q_POWER_HMX_V2 = 5,
-    Q_POWER_ADAPTIVE_POLLING = 6,
-    Q_POWER_DDR_PERF_MODE = 7
-};
+enum { Q_POWER_DCVS_V3 = 1, Q_POWER_RPC_CONTROL_LATENCY = 2, Q_POWER_RPC_POLLING_TIME = 3, Q_POWER_HMX_TIMEOUT = 4,
+       Q_POWER_HMX_V2 = 5, Q_POWER_ADAPTIVE_POLLING = 6, Q_POWER_DDR_PERF_MODE = 7 };
 enum { Q_INFRA_PERF = 0 };
 
 /* registered memory */
-typedef struct {
-    uint32_t rank;
-    uint32_t *dims;
-    const char *shape_config;
-} q_mem_shape;
+typedef struct { uint32_t rank; uint32_t *dims; const char *shape_config; } q_mem_shape;
 typedef struct {
     q_mem_shape shape;
     uint32_t dtype, mem_type;
-    union {
-        struct {
-            int32_t fd;
-        } ion;
-        void *custom;
-        struct {
-            int32_t fd;
-            void *data;
-        } dma_buf;
-    } u;
+    union { struct { int32_t fd; } ion; void *custom; struct { int32_t fd; void *data; } dma_buf; } u;
 } q_mem_desc;
 typedef struct {
     uint32_t type;
     uint64_t size;
-    union {
-        uint32_t qurt_address;
-        struct {
-            int32_t fd;
-            uint64_t offset;
-        } shared;
-    } u;
+    union { uint32_t qurt_address; struct { int32_t fd; uint64_t offset; } shared; } u;
 } q_htp_mem_desc;
 SA(sizeof(q_mem_shape) == 24 && offsetof(q_mem_desc, dtype) == 24 && offsetof(q_mem_desc, mem_type) == 28);
 SA(offsetof(q_mem_desc, u) == 32 && sizeof(q_mem_desc) == 48);
@@ -504,73 +357,32 @@ enum { Q_LOG_ERROR = 1, Q_LOG_WARN = 2, Q_LOG_INFO = 3, Q_LOG_VERBOSE = 4, Q_LOG
 
 enum {
     E_OK = 0,
-    E_NOT_SUPPORTED = 1000,
-    E_MEM_ALLOC = 1002,
-    E_SYSTEM = 1003,
-    E_INVALID_ARGUMENT = 1004,
-    E_NOT_PERMITTED = 1005,
-    E_PLATFORM_NOT_SUPPORTED = 1006,
-    E_SYSTEM_COMMUNICATION = 1007,
-    E_INCOMPATIBLE_BINARIES = 1008,
-    E_LOADING_BINARIES = 1009,
-    E_RESOURCE_UNAVAILABLE = 1010,
-    E_SYSTEM_COMMUNICATION_FATAL = 1011,
-    E_GENERAL = 1100,
+    E_NOT_SUPPORTED = 1000, E_MEM_ALLOC = 1002, E_SYSTEM = 1003, E_INVALID_ARGUMENT = 1004, E_NOT_PERMITTED = 1005,
+    E_PLATFORM_NOT_SUPPORTED = 1006, E_SYSTEM_COMMUNICATION = 1007, E_INCOMPATIBLE_BINARIES = 1008,
+    E_LOADING_BINARIES = 1009, E_RESOURCE_UNAVAILABLE = 1010, E_SYSTEM_COMMUNICATION_FATAL = 1011, E_GENERAL = 1100,
     E_PROPERTY_UNKNOWN_KEY = 2000,
-    E_BACKEND_INVALID_ARGUMENT = 4004,
-    E_BACKEND_INVALID_HANDLE = 4011,
-    E_CTX_INVALID_ARGUMENT = 5000,
-    E_CTX_DOES_NOT_EXIST = 5001,
-    E_CTX_INVALID_HANDLE = 5002,
-    E_CTX_NOT_FINALIZED = 5003,
-    E_CTX_BINARY_VERSION = 5004,
-    E_CTX_CREATE_FROM_BINARY = 5005,
-    E_CTX_GET_BINARY_SIZE_FAILED = 5006,
-    E_CTX_GET_BINARY_FAILED = 5007,
-    E_CTX_BINARY_CONFIGURATION = 5008,
-    E_CTX_SET_PROFILE = 5009,
-    E_CTX_INVALID_CONFIG = 5010,
-    E_CTX_BINARY_SUBOPTIMAL = 5011,
-    E_GRAPH_INVALID_ARGUMENT = 6000,
-    E_GRAPH_INVALID_HANDLE = 6001,
-    E_GRAPH_DOES_NOT_EXIST = 6002,
-    E_GRAPH_INVALID_NAME = 6003,
-    E_GRAPH_INVALID_TENSOR = 6004,
-    E_GRAPH_NOT_FINALIZED = 6023,
-    E_GRAPH_TIMED_OUT = 6033,
-    E_GRAPH_INVALID_CONTEXT = 6039,
-    E_MEM_INVALID_ARGUMENT = 8000,
-    E_MEM_INVALID_HANDLE = 8001,
-    E_MEM_ALREADY_REGISTERED = 8002,
-    E_MEM_MAPPING = 8003,
-    E_MEM_INVALID_SHAPE = 8004,
-    E_MEM_UNSUPPORTED_MEMTYPE = 8005,
-    E_ERROR_INVALID_ARGUMENT = 10000,
-    E_ERROR_INVALID_HANDLE = 10001,
-    E_LOG_INVALID_ARGUMENT = 11003,
-    E_LOG_INVALID_HANDLE = 11004,
-    E_PERF_INVALID_HANDLE_PTR = 13000,
-    E_PERF_INVALID_INPUT = 13001,
-    E_PERF_UNSUPPORTED_CONFIG = 13002,
-    E_PERF_TRANSPORT = 13003,
-    E_PERF_UNSUPPORTED = 13004,
-    E_PERF_MEM_ALLOC = 13005,
-    E_PERF_FAILED = 13006,
-    E_DEVICE_INVALID_HANDLE = 14000,
-    E_DEVICE_INVALID_CONFIG = 14001,
-    E_DEVICE_HARDWARE_UNAVAILABLE = 14002,
-    E_SYS_INVALID_HANDLE = 30000,
-    E_SYS_INVALID_ARGUMENT = 30001,
-    E_SYS_OPERATION_FAILED = 30002,
+    E_BACKEND_INVALID_ARGUMENT = 4004, E_BACKEND_INVALID_HANDLE = 4011,
+    E_CTX_INVALID_ARGUMENT = 5000, E_CTX_DOES_NOT_EXIST = 5001, E_CTX_INVALID_HANDLE = 5002,
+    E_CTX_NOT_FINALIZED = 5003, E_CTX_BINARY_VERSION = 5004, E_CTX_CREATE_FROM_BINARY = 5005,
+    E_CTX_GET_BINARY_SIZE_FAILED = 5006, E_CTX_GET_BINARY_FAILED = 5007, E_CTX_BINARY_CONFIGURATION = 5008,
+    E_CTX_SET_PROFILE = 5009, E_CTX_INVALID_CONFIG = 5010, E_CTX_BINARY_SUBOPTIMAL = 5011,
+    E_GRAPH_INVALID_ARGUMENT = 6000, E_GRAPH_INVALID_HANDLE = 6001, E_GRAPH_DOES_NOT_EXIST = 6002,
+    E_GRAPH_INVALID_NAME = 6003, E_GRAPH_INVALID_TENSOR = 6004, E_GRAPH_NOT_FINALIZED = 6023,
+    E_GRAPH_TIMED_OUT = 6033, E_GRAPH_INVALID_CONTEXT = 6039,
+    E_MEM_INVALID_ARGUMENT = 8000, E_MEM_INVALID_HANDLE = 8001, E_MEM_ALREADY_REGISTERED = 8002, E_MEM_MAPPING = 8003,
+    E_MEM_INVALID_SHAPE = 8004, E_MEM_UNSUPPORTED_MEMTYPE = 8005,
+    E_ERROR_INVALID_ARGUMENT = 10000, E_ERROR_INVALID_HANDLE = 10001,
+    E_LOG_INVALID_ARGUMENT = 11003, E_LOG_INVALID_HANDLE = 11004,
+    E_PERF_INVALID_HANDLE_PTR = 13000, E_PERF_INVALID_INPUT = 13001, E_PERF_UNSUPPORTED_CONFIG = 13002,
+    E_PERF_TRANSPORT = 13003, E_PERF_UNSUPPORTED = 13004, E_PERF_MEM_ALLOC = 13005, E_PERF_FAILED = 13006,
+    E_DEVICE_INVALID_HANDLE = 14000, E_DEVICE_INVALID_CONFIG = 14001, E_DEVICE_HARDWARE_UNAVAILABLE = 14002,
+    E_SYS_INVALID_HANDLE = 30000, E_SYS_INVALID_ARGUMENT = 30001, E_SYS_OPERATION_FAILED = 30002,
     E_SYS_MALFORMED_BINARY = 30010,
     E_INTERFACE_INVALID_PARAMETER = 1004,
 };
 
 /* the name a code has in the SDK (components share the common range: those read as common) */
-static const struct {
-    unsigned code;
-    const char *name;
-} code_names[] = {
+static const struct { unsigned code; const char *name; } code_names[] = {
     {E_OK, "QNN_SUCCESS"},
     {E_NOT_SUPPORTED, "QNN_COMMON_ERROR_NOT_SUPPORTED"},
     {E_MEM_ALLOC, "QNN_COMMON_ERROR_MEM_ALLOC"},
@@ -663,23 +475,19 @@ static const char *code_name(unsigned code) {
 
 typedef struct {
     unsigned major, minor;
-    const char *sdk; /* the QAIRT release whose headers give these numbers ("" between known ones) */
+    const char *sdk;           /* the QAIRT release whose headers give these numbers ("" between known ones) */
     q_version sys_api, htp_api;
-    unsigned core_entries; /* interface table length */
+    unsigned core_entries;     /* interface table length */
     unsigned sys_entries;
-    unsigned graph_info_max; /* newest QnnSystemContext_GraphInfo_t version */
-    size_t graph_info_size;  /* sizeof(QnnSystemContext_GraphInfo_t): the graphs array stride */
+    unsigned graph_info_max;   /* newest QnnSystemContext_GraphInfo_t version */
+    size_t graph_info_size;    /* sizeof(QnnSystemContext_GraphInfo_t): the graphs array stride */
     unsigned binary_info_max;
-    unsigned tensor_version; /* Qnn_TensorV2_t from API 2.14 */
-    bool has_metadata;       /* QnnSystemContext_getMetadata: system API 1.1 (QAIRT 2.13, core API 2.7.x) */
-    bool has_ssr_fatal;      /* QNN_COMMON_ERROR_SYSTEM_COMMUNICATION_FATAL: API 2.17 */
+    unsigned tensor_version;   /* Qnn_TensorV2_t from API 2.14 */
+    bool has_metadata;         /* QnnSystemContext_getMetadata: system API 1.1 (QAIRT 2.13, core API 2.7.x) */
+    bool has_ssr_fatal;        /* QNN_COMMON_ERROR_SYSTEM_COMMUNICATION_FATAL: API 2.17 */
 } sdk_profile;
 
-static const struct {
-    unsigned minor;
-    const char *sdk;
-    q_version sys, htp;
-} known_sdks[] = {
+static const struct { unsigned minor; const char *sdk; q_version sys, htp; } known_sdks[] = {
     {15, "2.22.6", {1, 1, 0}, {5, 22, 0}}, {18, "2.25.0", {1, 1, 0}, {5, 25, 0}}, {27, "2.36.1", {1, 4, 0}, {5, 36, 0}},
     {30, "2.40.0", {1, 6, 0}, {5, 40, 0}}, {32, "2.43.0", {1, 7, 0}, {5, 43, 0}},
 };
@@ -687,9 +495,8 @@ static const struct {
 static unsigned core_entries_for(unsigned minor) {
     /* the API version that appended each group of entries (QNN API revision history; the counts at
      * 2.15 / 2.18 / 2.27 / 2.30 / 2.32 are those of the QAIRT 2.22 / 2.25 / 2.36 / 2.40 / 2.43 headers) */
-    static const struct {
-        unsigned minor, entries;
-    } steps[] = {{32, 71}, {28, 69}, {27, 68}, {26, 67}, {25, 66}, {22, 64}, {18, 62}, {17, 59}, {15, 56}, {13, 55}, {12, 54}, {11, 51}};
+    static const struct { unsigned minor, entries; } steps[] = {
+        {32, 71}, {28, 69}, {27, 68}, {26, 67}, {25, 66}, {22, 64}, {18, 62}, {17, 59}, {15, 56}, {13, 55}, {12, 54}, {11, 51}};
     for (size_t i = 0; i < COUNT(steps); i++)
         if (minor >= steps[i].minor) return steps[i].entries;
     return 48;
@@ -763,9 +570,8 @@ static void trace(const char *fmt, ...) {
     int fd = open(p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return;
     size_t n = strlen(line);
-    line[n] = '\n';                   /* vsnprintf left room: n < sizeof line */
-    if (write(fd, line, n + 1) < 0) { /* nothing to do */
-    }
+    line[n] = '\n'; /* vsnprintf left room: n < sizeof line */
+    if (write(fd, line, n + 1) < 0) { /* nothing to do */ }
     close(fd);
 }
 
@@ -833,10 +639,10 @@ typedef struct stub_tensor {
     int32_t offset;
     uint32_t bitwidth;
     int32_t axis;
-    uint32_t n_params; /* per-channel or per-block scale/offset pairs */
+    uint32_t n_params;            /* per-channel or per-block scale/offset pairs */
     float *scales;
     int32_t *offsets;
-    q_scale_offset *pairs; /* the same, as the SDK lays them out */
+    q_scale_offset *pairs;        /* the same, as the SDK lays them out */
     uint32_t block_size[MA_MAX_DIMS];
     uint32_t blocks_per_axis, block_scale_bits;
     uint8_t *block_scales;
@@ -857,14 +663,12 @@ typedef struct stub_file {
     stub_graph *graphs;
 } stub_file;
 
-static const struct {
-    const char *name;
-    uint32_t dt;
-} dtypes[] = {{"float32", Q_DT_FLOAT_32},   {"float16", Q_DT_FLOAT_16}, {"ufixed16", Q_DT_UFIXED_16}, {"ufixed8", Q_DT_UFIXED_8},
-              {"sfixed16", Q_DT_SFIXED_16}, {"sfixed8", Q_DT_SFIXED_8}, {"bool8", Q_DT_BOOL_8},       {"uint8", Q_DT_UINT_8},
-              {"int8", Q_DT_INT_8},         {"int32", Q_DT_INT_32},     {"int64", Q_DT_INT_64}};
-static const char *const encodings[] = {"scale_offset", "axis_scale_offset",   "bw_scale_offset", "bw_axis_scale_offset",
-                                        "block",        "blockwise_expansion", "vector"};
+static const struct { const char *name; uint32_t dt; } dtypes[] = {
+    {"float32", Q_DT_FLOAT_32}, {"float16", Q_DT_FLOAT_16}, {"ufixed16", Q_DT_UFIXED_16}, {"ufixed8", Q_DT_UFIXED_8},
+    {"sfixed16", Q_DT_SFIXED_16}, {"sfixed8", Q_DT_SFIXED_8}, {"bool8", Q_DT_BOOL_8}, {"uint8", Q_DT_UINT_8},
+    {"int8", Q_DT_INT_8}, {"int32", Q_DT_INT_32}, {"int64", Q_DT_INT_64}};
+static const char *const encodings[] = {"scale_offset", "axis_scale_offset", "bw_scale_offset", "bw_axis_scale_offset",
+                                        "block", "blockwise_expansion", "vector"};
 
 static uint32_t dtype_of(const char *s) {
     for (size_t i = 0; i < COUNT(dtypes); i++)
@@ -913,7 +717,7 @@ static int json_floats(const cJSON *a, uint32_t n, float **out) {
     *out = calloc(n ? n : 1, sizeof **out);
     const cJSON *e;
     uint32_t i = 0;
-    cJSON_ArrayForEach(e, a)(*out)[i++] = (float)e->valuedouble;
+    cJSON_ArrayForEach(e, a) (*out)[i++] = (float)e->valuedouble;
     return 0;
 }
 static int json_ints(const cJSON *a, uint32_t n, int32_t **out) {
@@ -921,13 +725,14 @@ static int json_ints(const cJSON *a, uint32_t n, int32_t **out) {
     *out = calloc(n ? n : 1, sizeof **out);
     const cJSON *e;
     uint32_t i = 0;
-    cJSON_ArrayForEach(e, a)(*out)[i++] = (int32_t)e->valuedouble;
+    cJSON_ArrayForEach(e, a) (*out)[i++] = (int32_t)e->valuedouble;
     return 0;
 }
 
 static int parse_quant(const cJSON *e, stub_tensor *x, char *why, size_t wn) {
-    const cJSON *enc = cJSON_GetObjectItem(e, "encoding"), *sc = cJSON_GetObjectItem(e, "scale"), *of = cJSON_GetObjectItem(e, "offset"),
-                *bw = cJSON_GetObjectItem(e, "bitwidth"), *ax = cJSON_GetObjectItem(e, "axis");
+    const cJSON *enc = cJSON_GetObjectItem(e, "encoding"), *sc = cJSON_GetObjectItem(e, "scale"),
+                *of = cJSON_GetObjectItem(e, "offset"), *bw = cJSON_GetObjectItem(e, "bitwidth"),
+                *ax = cJSON_GetObjectItem(e, "axis");
     x->encoding = ENC_NONE;
     if (!is_fixed(x->dtype)) return 0;
     x->encoding = Q_ENC_SCALE_OFFSET;
@@ -960,8 +765,7 @@ static int parse_quant(const cJSON *e, stub_tensor *x, char *why, size_t wn) {
         cJSON_ArrayForEach(d, bs) {
             x->block_size[k] = (uint32_t)d->valuedouble;
             if (!x->block_size[k] || x->dims[k] % x->block_size[k])
-                return snprintf(why, wn, "tensor %s: block size %u does not divide dimension %u", x->name, x->block_size[k], x->dims[k]),
-                       -1;
+                return snprintf(why, wn, "tensor %s: block size %u does not divide dimension %u", x->name, x->block_size[k], x->dims[k]), -1;
             x->n_params *= x->dims[k] / x->block_size[k];
             k++;
         }
@@ -981,7 +785,8 @@ static int parse_quant(const cJSON *e, stub_tensor *x, char *why, size_t wn) {
         memset(x->block_scales, 1, (size_t)x->n_params * x->blocks_per_axis);
         x->expansion = (q_blockwise_expansion){x->axis, x->pairs, x->blocks_per_axis, x->block_scale_bits, 0, {.s8 = x->block_scales}};
     }
-    if (x->encoding == Q_ENC_VECTOR) x->vector = (q_vector){{x->bitwidth, x->axis, x->n_params, x->scales, x->offsets}, 1, 1, 0, 1, 8};
+    if (x->encoding == Q_ENC_VECTOR)
+        x->vector = (q_vector){{x->bitwidth, x->axis, x->n_params, x->scales, x->offsets}, 1, 1, 0, 1, 8};
     return 0;
 }
 
@@ -1025,8 +830,7 @@ static int parse_file(const void *buf, uint64_t size, stub_file *f, char *why, s
     cJSON *j = cJSON_ParseWithLength((const char *)buf + strlen(MAGIC), (size_t)size - strlen(MAGIC));
     if (!j) return snprintf(why, wn, "its JSON does not parse"), -1;
     int rc = -1;
-    const cJSON *mo = cJSON_GetObjectItem(j, "model"), *graphs = cJSON_GetObjectItem(j, "graphs"),
-                *soc = cJSON_GetObjectItem(j, "soc_model");
+    const cJSON *mo = cJSON_GetObjectItem(j, "model"), *graphs = cJSON_GetObjectItem(j, "graphs"), *soc = cJSON_GetObjectItem(j, "soc_model");
     if (!cJSON_IsString(mo)) {
         snprintf(why, wn, "no model directory");
         goto out;
@@ -1258,9 +1062,7 @@ static q_status sys_free(q_handle h) {
 
 /* ================================================================== the core interface: handles */
 
-typedef struct {
-    int tag;
-} handle_tag;
+typedef struct { int tag; } handle_tag;
 static handle_tag log_tag, backend_tag, device_tag;
 static int logs_live, backends_live, devices_live;
 static int handles_live; /* log + backend + device + contexts: 0 after teardown */
@@ -1280,9 +1082,8 @@ static q_status log_create(q_log_cb cb, uint32_t level, q_handle *out) {
     if (!out) return fail(E_LOG_INVALID_ARGUMENT, "logCreate: no handle to fill");
     if (level < Q_LOG_ERROR || level > Q_LOG_DEBUG) return fail(E_LOG_INVALID_ARGUMENT, "logCreate: log level %u is not 1..5", level);
     if (cb) /* as the HTP library greets at creation: a printf format and its arguments */
-        emit(cb, level >= Q_LOG_WARN ? Q_LOG_WARN : Q_LOG_ERROR,
-             " <W> Initializing HtpProvider (%s QAIRT %s, core API %u.%u.%u, HTP API %u.%u.%u)\n", "molmoact stand-in",
-             *P.sdk ? P.sdk : "2.x", P.major, P.minor, 0u, P.htp_api.major, P.htp_api.minor, P.htp_api.patch);
+        emit(cb, level >= Q_LOG_WARN ? Q_LOG_WARN : Q_LOG_ERROR, " <W> Initializing HtpProvider (%s QAIRT %s, core API %u.%u.%u, HTP API %u.%u.%u)\n",
+             "molmoact stand-in", *P.sdk ? P.sdk : "2.x", P.major, P.minor, 0u, P.htp_api.major, P.htp_api.minor, P.htp_api.patch);
     __atomic_add_fetch(&logs_live, 1, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&handles_live, 1, __ATOMIC_SEQ_CST);
     *out = &log_tag;
@@ -1355,8 +1156,7 @@ static q_status device_create(q_handle log, const q_device_config *const *cfg, q
         }
         if (cfg[i]->option != Q_DEVICE_CONFIG_CUSTOM || !cfg[i]->u.custom) {
             trace("deviceCreate%s refused: config %d has option %u", what, i, cfg[i]->option);
-            return fail(E_DEVICE_INVALID_CONFIG, "device config %d: option %u (0 custom, 1 platform info) or no custom config", i,
-                        cfg[i]->option);
+            return fail(E_DEVICE_INVALID_CONFIG, "device config %d: option %u (0 custom, 1 platform info) or no custom config", i, cfg[i]->option);
         }
         /* read as the impersonated library would: in the layout of its HTP API version */
         q_htp_device_config hc;
@@ -1376,8 +1176,7 @@ static q_status device_create(q_handle log, const q_device_config *const *cfg, q
             for (size_t k = 0; k < COUNT(archs); k++) known |= h->u.arch.arch == archs[k];
             if (h->u.arch.device_id != 0 || !known) {
                 trace("deviceCreate%s refused: arch config device %u arch %u", what, h->u.arch.device_id, h->u.arch.arch);
-                return fail(E_DEVICE_INVALID_CONFIG,
-                            "HTP arch config: device %u, arch %u (a device id, then the arch: 68, 69, 73, 75, 79, 81, 85)",
+                return fail(E_DEVICE_INVALID_CONFIG, "HTP arch config: device %u, arch %u (a device id, then the arch: 68, 69, 73, 75, 79, 81, 85)",
                             h->u.arch.device_id, h->u.arch.arch);
             }
             snprintf(what + l, sizeof what - l, " arch=%u", h->u.arch.arch);
@@ -1387,8 +1186,7 @@ static q_status device_create(q_handle log, const q_device_config *const *cfg, q
         case Q_HTP_CONFIG_SECUREPD: snprintf(what + l, sizeof what - l, " secure_pd=%d", (int)h->u.pd.on); break;
         default:
             trace("deviceCreate%s refused: HTP config option %u", what, h->option);
-            return fail(E_DEVICE_INVALID_CONFIG, "HTP device config option %u is not soc (0), arch (1), signed pd (2) or secure pd (3)",
-                        h->option);
+            return fail(E_DEVICE_INVALID_CONFIG, "HTP device config option %u is not soc (0), arch (1), signed pd (2) or secure pd (3)", h->option);
         }
     }
     trace("deviceCreate%s", what);
@@ -1410,10 +1208,7 @@ static q_status device_free(q_handle d) {
 /* ================================================================== HTP perf infrastructure */
 
 #define MAX_POWER_IDS 64
-static struct {
-    uint32_t id;
-    int state; /* 1 live, 2 destroyed */
-} power_ids[MAX_POWER_IDS];
+static struct { uint32_t id; int state; /* 1 live, 2 destroyed */ } power_ids[MAX_POWER_IDS];
 static uint32_t next_power_id = 1;
 
 static int power_state(uint32_t id) {
@@ -1456,8 +1251,7 @@ static q_status perf_destroy_id(uint32_t id) {
     pthread_mutex_unlock(&lock);
     if (!found) {
         trace("destroyPowerConfigId id=%u refused: %s", id, power_state(id) == 2 ? "already destroyed" : "never created");
-        return fail(E_PERF_INVALID_INPUT, "destroyPowerConfigId: power config id %u is %s", id,
-                    power_state(id) == 2 ? "already destroyed" : "unknown");
+        return fail(E_PERF_INVALID_INPUT, "destroyPowerConfigId: power config id %u is %s", id, power_state(id) == 2 ? "already destroyed" : "unknown");
     }
     trace("destroyPowerConfigId id=%u", id);
     return E_OK;
@@ -1482,16 +1276,14 @@ static const char *dcvs_problem(uint32_t id, const q_dcvs_v3 *d) {
         return snprintf(why, sizeof why, "dcvs_v3 powerMode 0x%x is not a power mode", d->power_mode), why;
     if (d->set_sleep_latency && (d->sleep_latency < 10 || d->sleep_latency > 65535))
         return snprintf(why, sizeof why, "dcvs_v3 sleepLatency %u us is outside 10-65535", d->sleep_latency), why;
-    if (d->set_bus_params && (!corner_ok(d->bus_min) || !corner_ok(d->bus_target) || !corner_ok(d->bus_max) || d->bus_min > d->bus_target ||
-                              d->bus_target > d->bus_max))
+    if (d->set_bus_params && (!corner_ok(d->bus_min) || !corner_ok(d->bus_target) || !corner_ok(d->bus_max) ||
+                              d->bus_min > d->bus_target || d->bus_target > d->bus_max))
         return snprintf(why, sizeof why, "dcvs_v3 bus corners 0x%x/0x%x/0x%x are not min <= target <= max voltage corners", d->bus_min,
-                        d->bus_target, d->bus_max),
-               why;
+                        d->bus_target, d->bus_max), why;
     if (d->set_core_params && (!corner_ok(d->core_min) || !corner_ok(d->core_target) || !corner_ok(d->core_max) ||
                                d->core_min > d->core_target || d->core_target > d->core_max))
         return snprintf(why, sizeof why, "dcvs_v3 core corners 0x%x/0x%x/0x%x are not min <= target <= max voltage corners", d->core_min,
-                        d->core_target, d->core_max),
-               why;
+                        d->core_target, d->core_max), why;
     return NULL;
 }
 
@@ -1535,8 +1327,8 @@ static q_status perf_set_power(uint32_t id, const q_power_config **list) {
             trace("setPowerConfig id=%u dcvs_v3 context=%u set_dcvs=%u dcvs=%u power_mode=0x%x set_sleep_latency=%u sleep_latency=%u "
                   "set_sleep_disable=%u sleep_disable=%u set_bus=%u bus=0x%x/0x%x/0x%x set_core=%u core=0x%x/0x%x/0x%x",
                   id, d->context_id, d->set_dcvs_enable, d->dcvs_enable, d->power_mode, d->set_sleep_latency, d->sleep_latency,
-                  d->set_sleep_disable, d->sleep_disable, d->set_bus_params, d->bus_min, d->bus_target, d->bus_max, d->set_core_params,
-                  d->core_min, d->core_target, d->core_max);
+                  d->set_sleep_disable, d->sleep_disable, d->set_bus_params, d->bus_min, d->bus_target, d->bus_max,
+                  d->set_core_params, d->core_min, d->core_target, d->core_max);
             break;
         case Q_POWER_RPC_CONTROL_LATENCY: trace("setPowerConfig id=%u rpc_control_latency=%u", id, c->u.rpc_control_latency); break;
         case Q_POWER_RPC_POLLING_TIME: trace("setPowerConfig id=%u rpc_polling_time=%u", id, c->u.rpc_polling_time); break;
@@ -1630,8 +1422,8 @@ static run_graph *graph_of(q_handle h) {
     return found;
 }
 
-static const unsigned session_parts[7] = {MA_PART_VISION, MA_PART_LLM(0),         MA_PART_LLM(1),     MA_PART_LLM(2),
-                                          MA_PART_LLM(3), MA_PART_ACTION_CONTEXT, MA_PART_ACTION_STEP};
+static const unsigned session_parts[7] = {MA_PART_VISION, MA_PART_LLM(0), MA_PART_LLM(1), MA_PART_LLM(2), MA_PART_LLM(3),
+                                          MA_PART_ACTION_CONTEXT, MA_PART_ACTION_STEP};
 static int session_slot(const char *name) {
     for (int i = 0; i < 7; i++)
         if (!strcmp(MA_SESSION_NAMES[i], name)) return i;
@@ -1651,8 +1443,7 @@ static q_status context_create(q_handle backend, q_handle device, const void **c
     (void)cfg, (void)profile;
     char why[256];
     if (backend != &backend_tag || !backends_live) return fail(E_CTX_INVALID_HANDLE, "contextCreateFromBinary: not a live backend handle");
-    if (device && (device != &device_tag || !devices_live))
-        return fail(E_CTX_INVALID_HANDLE, "contextCreateFromBinary: not a live device handle");
+    if (device && (device != &device_tag || !devices_live)) return fail(E_CTX_INVALID_HANDLE, "contextCreateFromBinary: not a live device handle");
     if (!buf || !size || !out) return fail(E_CTX_INVALID_ARGUMENT, "contextCreateFromBinary: binary, size and handle are required");
     stub_ctx *c = calloc(1, sizeof *c);
     if (!c) return fail(E_MEM_ALLOC, "out of memory");
@@ -1842,16 +1633,14 @@ static void put_val(const stub_tensor *t, void *p, size_t i, double x) {
 }
 
 /* the client's tensor for graph tensor d, by name: its data, checked against the descriptor */
-static q_status bind_tensor(const run_graph *rg, const q_tensor *ts, uint32_t n, const stub_tensor *d, const char *what,
-                            unsigned char **data) {
+static q_status bind_tensor(const run_graph *rg, const q_tensor *ts, uint32_t n, const stub_tensor *d, const char *what, unsigned char **data) {
     const q_tensor *t = NULL;
     for (uint32_t i = 0; i < n && !t; i++)
         if ((ts[i].version == 1 || ts[i].version == 2) && ts[i].u.v1.name && !strcmp(ts[i].u.v1.name, d->name)) t = &ts[i];
     if (!t) return fail(E_GRAPH_INVALID_TENSOR, "%s %s of graph %s is not among the tensors given", what, d->name, rg->g->name);
     const q_tensor_v1 *v = &t->u.v1;
     if (v->dtype != d->dtype || v->rank != d->rank)
-        return fail(E_GRAPH_INVALID_TENSOR, "%s %s: type 0x%x rank %u where the graph has 0x%x rank %u", what, d->name, v->dtype, v->rank,
-                    d->dtype, d->rank);
+        return fail(E_GRAPH_INVALID_TENSOR, "%s %s: type 0x%x rank %u where the graph has 0x%x rank %u", what, d->name, v->dtype, v->rank, d->dtype, d->rank);
     for (uint32_t k = 0; k < d->rank; k++)
         if (!v->dims || v->dims[k] != d->dims[k])
             return fail(E_GRAPH_INVALID_TENSOR, "%s %s: dimension %u differs from the graph's", what, d->name, k);
@@ -1871,14 +1660,13 @@ static q_status bind_tensor(const run_graph *rg, const q_tensor *ts, uint32_t n,
     if (!m) return fail(E_GRAPH_INVALID_TENSOR, "%s %s: memory handle %p is not registered", what, d->name, v->buf.mem);
     if (m->ctx != rg->ctx) return fail(E_GRAPH_INVALID_TENSOR, "%s %s: memory handle registered with another context", what, d->name);
     if (m->dtype != d->dtype || m->bytes < need)
-        return fail(E_GRAPH_INVALID_TENSOR, "%s %s: registered memory of type 0x%x, %zu bytes; the tensor is 0x%x, %zu bytes", what,
-                    d->name, m->dtype, m->bytes, d->dtype, need);
+        return fail(E_GRAPH_INVALID_TENSOR, "%s %s: registered memory of type 0x%x, %zu bytes; the tensor is 0x%x, %zu bytes", what, d->name,
+                    m->dtype, m->bytes, d->dtype, need);
     *data = m->ptr;
     return E_OK;
 }
 
-static q_status graph_execute(q_handle h, const q_tensor *in, uint32_t n_in, q_tensor *out, uint32_t n_out, q_handle profile,
-                              q_handle signal) {
+static q_status graph_execute(q_handle h, const q_tensor *in, uint32_t n_in, q_tensor *out, uint32_t n_out, q_handle profile, q_handle signal) {
     (void)profile, (void)signal;
     run_graph *rg = graph_of(h);
     if (!rg) return fail(E_GRAPH_INVALID_HANDLE, "graphExecute: not a live graph handle");
@@ -1905,8 +1693,7 @@ static q_status graph_execute(q_handle h, const q_tensor *in, uint32_t n_in, q_t
         return fail(code, "subsystem restart of the cDSP during graph %s, not recovered (stub fault)", g->name);
     }
     if (!in || !out || (int)n_in != g->n_in || (int)n_out != g->n_out)
-        return fail(E_GRAPH_INVALID_ARGUMENT, "graph %s takes %d inputs and %d outputs, got %u and %u", g->name, g->n_in, g->n_out, n_in,
-                    n_out);
+        return fail(E_GRAPH_INVALID_ARGUMENT, "graph %s takes %d inputs and %d outputs, got %u and %u", g->name, g->n_in, g->n_out, n_in, n_out);
     for (int i = 0; i < g->n_in + g->n_out; i++) {
         const stub_tensor *d = i < g->n_in ? &g->in[i] : &g->out[i - g->n_in];
         if (d->encoding == Q_ENC_BLOCKWISE_EXPANSION || d->encoding == Q_ENC_VECTOR)
@@ -1989,9 +1776,9 @@ static q_status mem_register(q_handle h, const q_mem_desc *descs, uint32_t n, q_
         memset(&st, 0, sizeof st);
         if (!m) rc = fail(E_MEM_ALLOC, "out of memory");
         else if (!d->shape.rank || d->shape.rank > MA_MAX_DIMS || !d->shape.dims)
-            rc = fail(E_MEM_INVALID_SHAPE, "memRegister: descriptor %u has rank %u and %s dimensions", i, d->shape.rank,
-                      d->shape.dims ? "its" : "no");
-        else if (!dtype_known(d->dtype)) rc = fail(E_MEM_INVALID_ARGUMENT, "memRegister: descriptor %u data type 0x%x", i, d->dtype);
+            rc = fail(E_MEM_INVALID_SHAPE, "memRegister: descriptor %u has rank %u and %s dimensions", i, d->shape.rank, d->shape.dims ? "its" : "no");
+        else if (!dtype_known(d->dtype))
+            rc = fail(E_MEM_INVALID_ARGUMENT, "memRegister: descriptor %u data type 0x%x", i, d->dtype);
         if (rc == E_OK) {
             need = elem_bytes(d->dtype);
             for (uint32_t k = 0; k < d->shape.rank; k++) {
@@ -2007,24 +1794,21 @@ static q_status mem_register(q_handle h, const q_mem_desc *descs, uint32_t n, q_
                 const q_htp_mem_desc *hd = d->u.custom;
                 fd = hd->u.shared.fd, offset = hd->u.shared.offset, declared = hd->size;
             } else {
-                rc = fail(E_MEM_UNSUPPORTED_MEMTYPE,
-                          "memRegister: descriptor %u: memory type %u%s (the stand-in maps ION and HTP shared buffers)", i, d->mem_type,
-                          d->mem_type == Q_MEMTYPE_CUSTOM ? " with a custom descriptor other than a shared buffer" : "");
+                rc = fail(E_MEM_UNSUPPORTED_MEMTYPE, "memRegister: descriptor %u: memory type %u%s (the stand-in maps ION and HTP shared buffers)",
+                          i, d->mem_type, d->mem_type == Q_MEMTYPE_CUSTOM ? " with a custom descriptor other than a shared buffer" : "");
             }
         }
         if (rc == E_OK && (!rpcmem_fd(fd) || fstat(fd, &st)))
             rc = fail(E_MEM_MAPPING, "memRegister: descriptor %u: fd %d is not a buffer from rpcmem_alloc", i, fd);
-        if (rc == E_OK && (offset + need > (uint64_t)st.st_size || (declared && offset + need > declared) ||
-                           (declared && declared > (uint64_t)st.st_size)))
+        if (rc == E_OK && (offset + need > (uint64_t)st.st_size || (declared && offset + need > declared) || (declared && declared > (uint64_t)st.st_size)))
             rc = fail(E_MEM_MAPPING, "memRegister: descriptor %u: %zu bytes at offset %llu do not fit the %lld-byte buffer", i, need,
                       (unsigned long long)offset, (long long)st.st_size);
         if (rc == E_OK) {
             pthread_mutex_lock(&lock);
             for (const mem_reg *p = mem_live; p && rc == E_OK; p = p->next)
                 if (p->ctx == c && p->dev == st.st_dev && p->ino == st.st_ino && p->offset == offset)
-                    rc = fail(E_MEM_ALREADY_REGISTERED,
-                              "memRegister: descriptor %u: fd %d offset %llu is already registered with this context", i, fd,
-                              (unsigned long long)offset);
+                    rc = fail(E_MEM_ALREADY_REGISTERED, "memRegister: descriptor %u: fd %d offset %llu is already registered with this context", i,
+                              fd, (unsigned long long)offset);
             pthread_mutex_unlock(&lock);
         }
         if (rc == E_OK) {
@@ -2123,14 +1907,12 @@ static q_status unsupported(const char *what) {
     trace("%s (not implemented by the stand-in)", what);
     return fail(E_NOT_SUPPORTED, "%s is not implemented by the stand-in", what);
 }
-#define UNSUPPORTED_CORE(n) \
-    static q_status unsup_##n(void) { return unsupported(core_names[CI_##n]); }
-#define UNSUPPORTED_SYS(n) \
-    static q_status unsup_sys_##n(void) { return unsupported(sys_names[SI_##n]); }
+#define UNSUPPORTED_CORE(n) static q_status unsup_##n(void) { return unsupported(core_names[CI_##n]); }
+#define UNSUPPORTED_SYS(n) static q_status unsup_sys_##n(void) { return unsupported(sys_names[SI_##n]); }
 CORE_TABLE(UNSUPPORTED_CORE)
 SYS_TABLE(UNSUPPORTED_SYS)
-#define CORE_SLOT(n) (q_fn) unsup_##n,
-#define SYS_SLOT(n) (q_fn) unsup_sys_##n,
+#define CORE_SLOT(n) (q_fn)unsup_##n,
+#define SYS_SLOT(n) (q_fn)unsup_sys_##n,
 
 /* room for a table of `bytes`: with MA_QNN_STUB_GUARD it ends where an inaccessible page starts */
 static void *table_room(size_t bytes, size_t full) {
