@@ -144,7 +144,13 @@ typedef struct molmoact_options {
     int ignore_env;          /* 1: no environment variable is read */
 } molmoact_options;
 
+/* Zeroes *opt and sets struct_size to the caller's sizeof(molmoact_options) (the macro passes it),
+ * so a program built against an older header keeps working with a newer library and the reverse.
+ * The function molmoact_options_init itself, which programs built against 0.10 call, fills 0.10's
+ * layout only. */
+MOLMOACT_API void molmoact_options_init_sized(molmoact_options *opt, uint32_t size);
 MOLMOACT_API void molmoact_options_init(molmoact_options *opt);
+#define molmoact_options_init(opt) molmoact_options_init_sized((opt), (uint32_t)sizeof *(opt))
 
 typedef struct molmoact molmoact; /* an open engine (opaque) */
 
@@ -199,9 +205,13 @@ typedef struct molmoact_observation {
     /* since 0.11: 1 rotates both frames by 180 degrees after decoding (LIBERO renders upside
      * down; `molmoact serve --flip180`) */
     int rotate180;
+    int reserved[3]; /* zero (so that 0.11's struct is larger than 0.10's, padding included) */
 } molmoact_observation;
 
+/* as molmoact_options_init: the macro passes the caller's sizeof; the function fills 0.10's layout */
+MOLMOACT_API void molmoact_observation_init_sized(molmoact_observation *obs, uint32_t size);
 MOLMOACT_API void molmoact_observation_init(molmoact_observation *obs);
+#define molmoact_observation_init(obs) molmoact_observation_init_sized((obs), (uint32_t)sizeof *(obs))
 
 /* per-component time of one call, in milliseconds: pure inference in each session (the action
  * step summed over the Euler steps), shared-memory transfer, host glue, and the whole pipeline

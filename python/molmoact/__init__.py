@@ -69,7 +69,8 @@ class _Observation(ctypes.Structure):
                 ("noise_len", ctypes.c_size_t), ("have_seed", ctypes.c_int), ("seed", ctypes.c_uint64),
                 ("pixels", ctypes.POINTER(ctypes.c_float)), ("n_pixel_images", ctypes.c_int),
                 ("input_ids", ctypes.POINTER(ctypes.c_int64)), ("seq_len", ctypes.c_int64),
-                ("norm_tag", ctypes.c_char_p), ("flow_steps", ctypes.c_int), ("rotate180", ctypes.c_int)]
+                ("norm_tag", ctypes.c_char_p), ("flow_steps", ctypes.c_int), ("rotate180", ctypes.c_int),
+                ("reserved", ctypes.c_int * 3)]
 
 
 class _Timing(ctypes.Structure):
@@ -129,7 +130,8 @@ def _pkg_config_libdir():
 
 def _check(lib, path):
     """the library at `path` is libmolmoact: it exports the API this binding declares"""
-    for sym in ("molmoact_version", "molmoact_open", "molmoact_infer", "molmoact_close", "molmoact_get_info", "molmoact_get_setting"):
+    for sym in ("molmoact_version", "molmoact_open", "molmoact_infer", "molmoact_close", "molmoact_get_info", "molmoact_get_setting",
+                "molmoact_options_init_sized"):
         if not hasattr(lib, sym):
             raise ImportError(f"molmoact: {path} is not libmolmoact (it does not export {sym})")
 
@@ -165,8 +167,9 @@ def _load():
 
 _lib, library_path = _load()
 _lib.molmoact_version.restype = ctypes.c_char_p
-_lib.molmoact_options_init.argtypes = [ctypes.POINTER(_Options)]
-_lib.molmoact_observation_init.argtypes = [ctypes.POINTER(_Observation)]
+# the sized initialisers (0.11): the structs as this binding declares them, whatever the library's
+_lib.molmoact_options_init_sized.argtypes = [ctypes.POINTER(_Options), ctypes.c_uint32]
+_lib.molmoact_observation_init_sized.argtypes = [ctypes.POINTER(_Observation), ctypes.c_uint32]
 _lib.molmoact_open.argtypes = [ctypes.POINTER(_Options), ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_Error)]
 _lib.molmoact_close.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
 _lib.molmoact_infer.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Observation), ctypes.POINTER(_Result), ctypes.POINTER(_Error)]
@@ -275,7 +278,7 @@ class Policy:
         # freed the engine it was using). ctypes drops the GIL in the call, so a real lock.
         self._lock = threading.Lock()
         opt = _Options()
-        _lib.molmoact_options_init(ctypes.byref(opt))
+        _lib.molmoact_options_init_sized(ctypes.byref(opt), ctypes.sizeof(opt))
         self._keep = []
 
         def s(k, v):
@@ -396,7 +399,7 @@ class Policy:
                 raise _err(f"missing key for the {role.replace('_', ' ')}: one of {', '.join(names)}")
         keep = []
         o = _Observation()
-        _lib.molmoact_observation_init(ctypes.byref(o))
+        _lib.molmoact_observation_init_sized(ctypes.byref(o), ctypes.sizeof(o))
         o.images[0] = self._image(*roles["image"], keep)
         o.images[1] = self._image(*roles["wrist_image"], keep)
         k, st = roles["state"]

@@ -98,17 +98,33 @@ static molmoact_status fail(molmoact_error *out, molmoact_status code, const cha
     return code;
 }
 
-void molmoact_options_init(molmoact_options *opt) {
-    if (!opt) return;
-    memset(opt, 0, sizeof *opt);
-    opt->struct_size = sizeof *opt;
+/* the sizes of 0.10's structs: what a program built against 0.10 has room for (its options ended
+ * with base_dir; its observation with flow_steps, padded to 8 bytes) */
+#define OPTIONS_SIZE_0_10 (offsetof(molmoact_options, base_dir) + sizeof(const char *))
+#define OBSERVATION_SIZE_0_10 ((offsetof(molmoact_observation, rotate180) + 7) & ~(size_t)7)
+_Static_assert(OBSERVATION_SIZE_0_10 < offsetof(molmoact_observation, reserved) + sizeof(int[3]),
+               "0.11's observation fields must lie beyond 0.10's struct");
+
+/* zero a caller's struct of `size` bytes (at most 4096: open and infer refuse larger) */
+static void init_sized(void *p, uint32_t *struct_size, uint32_t size) {
+    if (!p) return;
+    if (size > 4096) size = 4096;
+    memset(p, 0, size);
+    *struct_size = size;
 }
 
-void molmoact_observation_init(molmoact_observation *obs) {
-    if (!obs) return;
-    memset(obs, 0, sizeof *obs);
-    obs->struct_size = sizeof *obs;
+void molmoact_options_init_sized(molmoact_options *opt, uint32_t size) {
+    if (opt) init_sized(opt, &opt->struct_size, size);
 }
+
+void molmoact_observation_init_sized(molmoact_observation *obs, uint32_t size) {
+    if (obs) init_sized(obs, &obs->struct_size, size);
+}
+
+/* the functions a program built against 0.10 calls (the header's macros take the sized ones) */
+void(molmoact_options_init)(molmoact_options *opt) { molmoact_options_init_sized(opt, (uint32_t)OPTIONS_SIZE_0_10); }
+
+void(molmoact_observation_init)(molmoact_observation *obs) { molmoact_observation_init_sized(obs, (uint32_t)OBSERVATION_SIZE_0_10); }
 
 /* the molmoact program for the workers: settings.worker_exe (options.worker_exe or
  * MOLMOACT_WORKER_EXE), else next to this library (LIBDIR/molmoact, LIBDIR/../bin/molmoact: the
@@ -339,7 +355,7 @@ static ma_status prepare(const ma_engine *eng, const molmoact_observation *o, pr
         return ma_fail(err, MA_ERR_ARG, "observation.struct_size is %u (call molmoact_observation_init)", o->struct_size);
     ma_status s;
     const int need_prompt = !o->input_ids, need_frames = !o->pixels;
-    const int rotate = o->struct_size >= offsetof(molmoact_observation, rotate180) + sizeof(int) ? o->rotate180 : 0;
+    const int rotate = o->struct_size >= offsetof(molmoact_observation, reserved) + sizeof o->reserved ? o->rotate180 : 0;
     if (rotate != 0 && rotate != 1) return ma_fail(err, MA_ERR_ARG, "observation.rotate180 is %d: 0 or 1", rotate);
     if (o->input_ids) {
         if (o->seq_len < 1 || o->seq_len > (1 << 20))

@@ -118,12 +118,13 @@ ma_status ma_settings_decode(ma_settings *s, const char *text, size_t len, ma_er
         memcpy(value, eq + 1, (size_t)(nl - eq - 1));
         value[nl - eq - 1] = '\0';
         const ma_env_var *r = row(key);
-        /* -1 (none) is how the encoding writes an integer left unset */
-        if (r && r->type == MA_SET_INT && !strcmp(value, "-1")) {
-            char *field = (char *)s + r->off;
-            if (r->size == sizeof(long)) *(long *)(void *)field = -1;
-            else *(int *)(void *)field = -1;
-        } else if (!(r && r->type == MA_SET_INT && !strcmp(value, "0"))) {
+        /* an integer left at its default is written as the default (0, or -1 for qnn_soc and
+         * qnn_arch): taken back as exactly that; every other value through its row's checks */
+        ma_settings def;
+        ma_settings_init(&def);
+        char num[32];
+        const char *dv = r && r->type == MA_SET_INT ? ma_settings_get(&def, key, num, sizeof num) : NULL;
+        if (!(dv && !strcmp(value, dv))) {
             char from[80];
             snprintf(from, sizeof from, "settings.%s", key);
             ma_status st = ma_settings_set(s, key, value, from, err);

@@ -128,7 +128,11 @@ static void pack_a_portable(const float *A, int64_t lda, int64_t m0, int64_t m1,
 
 /* ------------------------------------------------------------------ dispatch */
 
-static ma_gemm_kernels_t sets[5], active; /* portable, then what the CPU has, best last */
+static ma_gemm_kernels_t sets[5]; /* portable, then what the CPU has, best last */
+/* the set in use: a pointer into sets[], switched atomically, so an engine that chooses a set
+ * never rewrites a table another thread is calling through */
+static _Atomic(ma_gemm_kernels_t *) active_p = &sets[0];
+#define active (*atomic_load_explicit(&active_p, memory_order_acquire))
 static int n_sets, best_set;
 #if defined(MA_HAVE_AMX)
 static int bf16_dot_default; /* whether VDPBF16PS pays on this CPU (ma_gemm_bf16_dot_pays) */
@@ -197,7 +201,7 @@ static void choose_kernels(void) {
 #endif
     best_set = n_sets - 1;
     panels_in_place = in_place_default();
-    active = sets[best_set]; /* settings.kernels chooses another (ma_kernels_configure) */
+    atomic_store_explicit(&active_p, &sets[best_set], memory_order_release); /* settings.kernels chooses another (ma_kernels_configure) */
 }
 
 const char *ma_gemm_kernels(void) {
@@ -226,8 +230,7 @@ void ma_gemm_set_bf16_dot(int on) {
     if (!ma_cpu_avx512_bf16()) return;
     const int with = on < 0 ? bf16_dot_default : on;
     for (int i = 0; i < n_sets; i++)
-        if (sets[i].amx_pack_a) ma_gemm_install_bf16(&sets[i], with);
-    if (active.amx_pack_a) ma_gemm_install_bf16(&active, with);
+        if (sets[i].amx_pack_a) ma_gemm_install_bf16(&sets[i], with); /* the active one among them */
 #else
     (void)on;
 #endif
@@ -263,13 +266,13 @@ int ma_gemm_int8_activations(void) {
 int ma_gemm_select(int i) {
     pthread_once(&active_once, choose_kernels);
     if (i < 0 || i >= n_sets) return 0;
-    active = sets[i];
+    atomic_store_explicit(&active_p, &sets[i], memory_order_release);
     return 1;
 }
 
 void ma_gemm_select_portable(int portable) {
     pthread_once(&active_once, choose_kernels);
-    active = sets[portable ? 0 : best_set];
+    atomic_store_explicit(&active_p, &sets[portable ? 0 : best_set], memory_order_release);
 }
 
 void ma_gemm_set_in_place(int in_place) {

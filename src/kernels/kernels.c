@@ -2,6 +2,7 @@
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,17 @@ void ma_kernel_set_threads(int n) { ma_threads_set(n); }
 
 static int use_scalar; /* settings.kernels "scalar": every kernel context takes the scalar paths */
 
-ma_status ma_kernels_configure(const ma_settings *st, ma_error *err) {
+/* The process's kernel choices are made once, by the first engine (or program) that configures
+ * them; a later one may ask for the same, or leave them to the process, but not change them under
+ * an engine that is running (the set, the panel mode and the thread pool are per process, as a
+ * thread pool is). Resident engines do not configure their orchestrator: each worker process
+ * applies its engine's settings. */
+static pthread_mutex_t configure_mu = PTHREAD_MUTEX_INITIALIZER;
+static int configured;
+static char chosen_kernels[MA_SETTINGS_WORD];
+static int chosen_panels = -1, chosen_parts, chosen_threads;
+
+static ma_status apply_kernels(const ma_settings *st, ma_error *err) {
     if (st->kernels[0]) {
         int gi = -1;
         char list[128] = "scalar";
@@ -27,8 +38,10 @@ ma_status ma_kernels_configure(const ma_settings *st, ma_error *err) {
         }
         const int scalar = !strcmp(st->kernels, "scalar");
         if (gi < 0 && !scalar)
-            return ma_fail(err, MA_ERR_ARG, "kernel set %s: not supported by this CPU or build (this CPU and build have: %s)", st->kernels,
-                           list);
+            return ma_fail(err, MA_ERR_ARG,
+                           "kernel set %s (MOLMOACT_KERNELS, options.kernels): not supported by this CPU or build "
+                           "(this CPU and build have: %s)",
+                           st->kernels, list);
         /* a GEMM set of the vector math's names (portable, avx2, avx512, neon) keeps the vector
          * math at that level too; scalar changes the kernel contexts only */
         int vi = ma_vecmath_count() - 1;
@@ -37,11 +50,38 @@ ma_status ma_kernels_configure(const ma_settings *st, ma_error *err) {
         ma_gemm_select(gi >= 0 ? gi : ma_gemm_kernel_count() - 1);
         ma_vecmath_select(vi);
         use_scalar = scalar;
+        snprintf(chosen_kernels, sizeof chosen_kernels, "%s", st->kernels);
     }
-    if (st->gemm_panels[0]) ma_gemm_set_in_place(!strcmp(st->gemm_panels, "in_place"));
-    if (st->gemm_parts > 0) ma_gemm_set_parts(st->gemm_parts);
-    if (st->threads > 0) ma_threads_set(st->threads);
+    if (st->gemm_panels[0]) ma_gemm_set_in_place(chosen_panels = !strcmp(st->gemm_panels, "in_place"));
+    if (st->gemm_parts > 0) ma_gemm_set_parts(chosen_parts = st->gemm_parts);
+    if (st->threads > 0) ma_threads_set(chosen_threads = st->threads);
     return MA_OK;
+}
+
+/* a later engine's settings against the process's: the same, or left to the process */
+static ma_status check_same(const ma_settings *st, ma_error *err) {
+    const char *why = NULL;
+    char have[64] = "";
+    if (st->kernels[0] && strcmp(st->kernels, chosen_kernels[0] ? chosen_kernels : ma_gemm_kernels()))
+        why = "kernel set", snprintf(have, sizeof have, "%s", chosen_kernels[0] ? chosen_kernels : ma_gemm_kernels());
+    else if (st->gemm_panels[0] && (!strcmp(st->gemm_panels, "in_place") ? 1 : 0) != ma_gemm_in_place())
+        why = "GEMM panel mode", snprintf(have, sizeof have, "%s", ma_gemm_in_place() ? "in_place" : "convert");
+    else if (st->gemm_parts > 0 && st->gemm_parts != (chosen_parts ? chosen_parts : 1))
+        why = "GEMM parts", snprintf(have, sizeof have, "%d", chosen_parts ? chosen_parts : 1);
+    else if (st->threads > 0 && st->threads != ma_threads()) why = "thread count", snprintf(have, sizeof have, "%d", ma_threads());
+    if (!why) return MA_OK;
+    return ma_fail(err, MA_ERR_ARG,
+                   "this process already runs an engine with %s %s: the kernel set, the panel mode and the threads "
+                   "are per process (open this engine resident, whose workers take their own, or in another process)",
+                   why, have);
+}
+
+ma_status ma_kernels_configure(const ma_settings *st, ma_error *err) {
+    pthread_mutex_lock(&configure_mu);
+    ma_status s = configured ? check_same(st, err) : apply_kernels(st, err);
+    if (!s) configured = 1;
+    pthread_mutex_unlock(&configure_mu);
+    return s;
 }
 int ma_kernel_threads(void) { return ma_threads(); }
 

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,7 +124,9 @@ static int64_t first_nonfinite_portable(const float *x, int64_t n) {
     return n;
 }
 
-static ma_vecmath sets[3], table; /* portable, then what the CPU has, best last */
+static ma_vecmath sets[3]; /* portable, then what the CPU has, best last */
+/* the set in use: a pointer into sets[], switched atomically (see gemm.c's active) */
+static _Atomic(ma_vecmath *) table_p = &sets[0];
 static const char *set_names[3];
 static int n_sets;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -163,12 +166,12 @@ static void choose(void) {
     ma_vecmath_install_neon(&sets[n_sets]);
     set_names[n_sets++] = "neon";
 #endif
-    table = sets[n_sets - 1]; /* settings.kernels chooses another (ma_kernels_configure) */
+    atomic_store_explicit(&table_p, &sets[n_sets - 1], memory_order_release); /* settings.kernels chooses another (ma_kernels_configure) */
 }
 
 const ma_vecmath *ma_vecmath_get(void) {
     pthread_once(&once, choose);
-    return &table;
+    return atomic_load_explicit(&table_p, memory_order_acquire);
 }
 
 int ma_vecmath_count(void) {
@@ -183,5 +186,5 @@ const char *ma_vecmath_name(int i) {
 
 void ma_vecmath_select(int i) {
     pthread_once(&once, choose);
-    if (i >= 0 && i < n_sets) table = sets[i];
+    if (i >= 0 && i < n_sets) atomic_store_explicit(&table_p, &sets[i], memory_order_release);
 }

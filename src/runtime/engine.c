@@ -20,7 +20,9 @@ ma_status ma_engine_open(const char *dir, const char *norm_tag, int inproc, cons
     e->inproc = inproc;
     e->backend = be;
     ma_status s;
-    if ((s = ma_kernels_configure(st, err))) return s;
+    /* in process, the engine computes here: the process's kernels from its settings (the first
+     * engine's; a later one may not change them). Resident, the workers apply their own. */
+    if (inproc && (s = ma_kernels_configure(st, err))) return s;
     if (be->prepare && (s = be->prepare(st, err))) return s;
     /* in process on a backend that computes from the weights, the host holds every weight;
      * otherwise only the embedding */

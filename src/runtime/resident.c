@@ -469,8 +469,9 @@ static ma_status remote_run(void *ctx, int which, int debug, unsigned kept, cons
     }
 }
 
-/* the workers' environment: this process's, with the backend's variables set (a ':'-list
- * prepended to); built before any fork, as nothing may be allocated between fork and exec */
+/* the workers' environment: this process's, with the backend's variables added (a ':'-list
+ * prepended to; any other kept as the user set it); built before any fork, as nothing may be
+ * allocated between fork and exec */
 static ma_status worker_envp(ma_resident *r, ma_error *err) {
     ma_worker_var vars[MA_MAX_WORKER_VARS];
     const int nv = r->backend->worker_env ? r->backend->worker_env(&r->model->set, vars, MA_MAX_WORKER_VARS) : 0;
@@ -487,8 +488,9 @@ static ma_status worker_envp(ma_resident *r, ma_error *err) {
             const size_t l = strlen(vars[j].name);
             if (!strncmp(e, vars[j].name, l) && e[l] == '=') v = j;
         }
-        if (v < 0) {
+        if (v < 0 || !vars[v].prepend) { /* a value the user set stands: only a path list is added to */
             r->envp[k++] = strdup(e);
+            if (v >= 0) done[v] = 1;
         } else {
             const char *old = strchr(e, '=') + 1;
             const size_t len = strlen(vars[v].name) + strlen(vars[v].value) + strlen(old) + 3;
@@ -660,9 +662,13 @@ static ma_status read_start(int fd, ma_settings *st, uint64_t *hash, ma_error *e
     const size_t pl = strlen(START_PREFIX);
     ma_status s = MA_OK;
     if (n < (ssize_t)pl || memcmp(buf, START_PREFIX, pl)) s = ma_fail(err, MA_ERR_FORMAT, "the start message is not one (%zd bytes)", n);
-    else {
-        *hash = fnv64(buf, (size_t)n);
-        s = ma_settings_decode(st, buf + pl, (size_t)n - pl, err);
+    else if (!(s = ma_settings_decode(st, buf + pl, (size_t)n - pl, err))) {
+        /* the hash of what was understood, written again: a value the decoding changed (a
+         * default, a bound) would not echo what the orchestrator sent */
+        memcpy(buf, START_PREFIX, pl);
+        const size_t m = ma_settings_encode(st, buf + pl, START_MAX - pl);
+        if (!m) s = ma_fail(err, MA_ERR_FORMAT, "the start message's settings do not fit again");
+        else *hash = fnv64(buf, pl + m);
     }
     free(buf);
     return s;

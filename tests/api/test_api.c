@@ -383,6 +383,62 @@ static void *worker(void *p) {
     return NULL;
 }
 
+/* A program built against 0.10 calls the exported initialisers with 0.10's structs (88 and 192
+ * bytes): they write no further, and an engine opens and infers with them (the 0.11 fields, past
+ * struct_size, are not read) */
+static void test_abi_of_0_10_callers(void **state) {
+    (void)state;
+    unsigned char buf[512];
+    memset(buf, 0xa5, sizeof buf);
+    molmoact_options *opt = (molmoact_options *)(void *)buf;
+    (molmoact_options_init)(opt);
+    assert_int_equal(opt->struct_size, 88);
+    for (size_t i = 88; i < sizeof buf; i++) assert_int_equal(buf[i], 0xa5);
+    opt->model_dir = MA_SOURCE_DIR "/assets/tiny-grid/model";
+    opt->inproc = 1;
+    molmoact *e = NULL;
+    molmoact_error err;
+    if (molmoact_open(opt, &e, &err)) fail_msg("open with 0.10's options: %s", err.message);
+    unsigned char ob[512];
+    memset(ob, 0xa5, sizeof ob);
+    molmoact_observation *obs = (molmoact_observation *)(void *)ob;
+    (molmoact_observation_init)(obs);
+    assert_int_equal(obs->struct_size, 192);
+    for (size_t i = 192; i < sizeof ob; i++) assert_int_equal(ob[i], 0xa5); /* rotate180 lies there: 0xa5a5a5a5 is not read */
+    static unsigned char px[16 * 16 * 3];
+    obs->images[0] = (molmoact_image){px, 16, 16, 0, NULL, 0};
+    obs->images[1] = (molmoact_image){px, 16, 16, 0, NULL, 0};
+    obs->state = STATE;
+    obs->state_dim = 8;
+    obs->task = TASK;
+    molmoact_result res;
+    if (molmoact_infer(e, obs, &res, &err)) fail_msg("infer with 0.10's observation: %s", err.message);
+    molmoact_result_free(&res);
+    molmoact_close(&e);
+}
+
+/* in one process, inproc engines share the kernel set, the panel mode and the threads: a second
+ * one asking for others is refused (not switched under the first); asking for the same is fine */
+static void test_inproc_engines_share_the_process_kernels(void **state) {
+    (void)state;
+    molmoact *a = open_engine(MA_SOURCE_DIR "/assets/tiny-grid/model", 1); /* the default set (never "scalar") */
+    const char *other = "scalar";
+    molmoact_options opt;
+    molmoact_options_init(&opt);
+    opt.model_dir = MA_SOURCE_DIR "/assets/tiny-grid/model";
+    opt.inproc = 1;
+    molmoact *b = NULL;
+    molmoact_error err;
+    opt.kernels = other;
+    assert_int_equal(molmoact_open(&opt, &b, &err), MOLMOACT_ERR_ARG);
+    if (!strstr(err.message, "per process")) fail_msg("%s", err.message);
+    assert_null(b);
+    opt.kernels = NULL; /* the process's */
+    if (molmoact_open(&opt, &b, &err)) fail_msg("the process's kernels: %s", err.message);
+    molmoact_close(&b);
+    molmoact_close(&a);
+}
+
 static void test_two_threads_one_engine(void **state) {
     (void)state;
     for (int inproc = 0; inproc < 2; inproc++) {
@@ -417,9 +473,13 @@ static void test_two_threads_one_engine(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_equals_cli_grid),        cmocka_unit_test(test_equals_cli_original),
-        cmocka_unit_test(test_raw_frames_with_stride), cmocka_unit_test(test_failures_named),
+        cmocka_unit_test(test_equals_cli_grid),
+        cmocka_unit_test(test_equals_cli_original),
+        cmocka_unit_test(test_raw_frames_with_stride),
+        cmocka_unit_test(test_failures_named),
         cmocka_unit_test(test_two_threads_one_engine),
+        cmocka_unit_test(test_abi_of_0_10_callers),
+        cmocka_unit_test(test_inproc_engines_share_the_process_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

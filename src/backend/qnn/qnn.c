@@ -421,14 +421,15 @@ static ma_status global_acquire(const ma_settings *set, ma_error *err) {
     if (G.refs > 0) {
         /* one process loads one set of QNN libraries: an engine asking for another needs its own
          * process (resident workers have one each) */
-        const int same = !strcmp(G.lib_dir, set->qnn_lib_dir) && G.soc == set->qnn_soc && G.arch == set->qnn_arch;
+        const int same =
+            !strcmp(G.lib_dir, set->qnn_lib_dir) && G.soc == set->qnn_soc && G.arch == set->qnn_arch && !strcmp(G.perf, set->qnn_perf);
         if (same) G.refs++;
         pthread_mutex_unlock(&G.mu);
         return same ? MA_OK
                     : ma_fail(err, MA_ERR_ARG,
-                              "qnn: this process already runs the QNN libraries of --qnn-lib-dir \"%.200s\" (soc %ld, arch %ld): "
-                              "an engine with other QNN settings needs its own process (the resident workers have one each)",
-                              G.lib_dir, G.soc, G.arch);
+                              "qnn: this process already runs the QNN libraries of --qnn-lib-dir \"%.200s\" (soc %ld, arch %ld, "
+                              "perf %s): an engine with other QNN settings needs its own process (the resident workers have one each)",
+                              G.lib_dir, G.soc, G.arch, G.perf[0] ? G.perf : "default");
     }
     G.refs++;
     snprintf(G.lib_dir, sizeof G.lib_dir, "%s", set->qnn_lib_dir);
@@ -995,6 +996,10 @@ static void print_tensor(FILE *f, const qnn_tensor *t) {
 
 ma_status ma_qnn_inspect(const ma_settings *set, const char *path, FILE *f, ma_error *err) {
     pthread_mutex_lock(&G.mu);
+    if (G.refs > 0 && strcmp(G.lib_dir, set->qnn_lib_dir)) {
+        pthread_mutex_unlock(&G.mu);
+        return ma_fail(err, MA_ERR_ARG, "qnn: this process already runs the QNN libraries of --qnn-lib-dir \"%.200s\"", G.lib_dir);
+    }
     if (G.refs++ == 0) snprintf(G.lib_dir, sizeof G.lib_dir, "%s", set->qnn_lib_dir);
     ma_status st = libs_open_locked(err);
     ma_mapfile mf = {0};
