@@ -927,7 +927,7 @@ static void finish_job(job *j) {
         return;
     }
     if (c->is_ws) {
-        ma_wire_buf b;
+        ma_wire_buf b = {0};
         ma_error err = {0};
         /* server_timing as openpi's server gives it: infer_ms this request's inference, and from
          * the second reply on prev_total_ms, the previous request's whole cycle (from the end of
@@ -1077,7 +1077,7 @@ static void route(conn *c) {
         out_append(c, h, (size_t)n);
         c->is_ws = 1;
         c->last_active = c->cycle_start = ma_now_ms();
-        ma_wire_buf b;
+        ma_wire_buf b = {0};
         ma_error err = {0};
         if (ma_wire_encode_metadata(&S.info, S.model_name, &b, &err)) {
             ws_close(c, 1011, "metadata");

@@ -902,7 +902,10 @@ ma_status ma_wire_decode_json(const char *buf, size_t len, int flip180, const ma
 
 static int buf_write(void *data, const char *p, size_t n) {
     ma_wire_buf *b = data;
-    if (ma_grow_array(&b->data, &b->cap, b->len, n, 1)) return -1;
+    if (b->failed || (b->max && n > b->max - b->len) || ma_grow_array(&b->data, &b->cap, b->len, n, 1)) {
+        b->failed = 1; /* and every later write with it: the message is lost whole */
+        return -1;
+    }
     memcpy(b->data + b->len, p, n);
     b->len += n;
     return 0;
@@ -911,8 +914,23 @@ static int buf_write(void *data, const char *p, size_t n) {
 static void pack_str(msgpack_packer *pk, const char *s) { msgpack_pack_str_with_body(pk, s, strlen(s)); }
 static void pack_bin_key(msgpack_packer *pk, const char *s) { msgpack_pack_bin_with_body(pk, s, strlen(s)); }
 
-ma_status ma_wire_encode_reply(const molmoact_result *res, double server_infer_ms, double prev_total_ms, ma_wire_buf *out, ma_error *err) {
+/* a fresh buffer, keeping the caller's bound */
+static void buf_start(ma_wire_buf *out) {
+    const size_t max = out->max;
     memset(out, 0, sizeof *out);
+    out->max = max;
+}
+
+/* the end of an encoding: the message whole, or nothing */
+static ma_status buf_finish(ma_wire_buf *out, const char *what, ma_error *err) {
+    if (!out->failed && out->data) return MA_OK;
+    free(out->data);
+    buf_start(out);
+    return ma_fail(err, MA_ERR_NOMEM, "%s: out of memory", what);
+}
+
+ma_status ma_wire_encode_reply(const molmoact_result *res, double server_infer_ms, double prev_total_ms, ma_wire_buf *out, ma_error *err) {
+    buf_start(out);
     msgpack_packer pk;
     msgpack_packer_init(&pk, out, buf_write);
     msgpack_pack_map(&pk, 3);
@@ -958,12 +976,11 @@ ma_status ma_wire_encode_reply(const molmoact_result *res, double server_infer_m
         pack_str(&pk, "prev_total_ms");
         msgpack_pack_double(&pk, prev_total_ms);
     }
-    if (!out->data) return ma_fail(err, MA_ERR_NOMEM, "reply: out of memory");
-    return MA_OK;
+    return buf_finish(out, "reply", err);
 }
 
 ma_status ma_wire_encode_metadata(const molmoact_info *info, const char *model_name, ma_wire_buf *out, ma_error *err) {
-    memset(out, 0, sizeof *out);
+    buf_start(out);
     msgpack_packer pk;
     msgpack_packer_init(&pk, out, buf_write);
     msgpack_pack_map(&pk, 9);
@@ -991,6 +1008,5 @@ ma_status ma_wire_encode_metadata(const molmoact_info *info, const char *model_n
     msgpack_pack_int(&pk, info->state_dim);
     pack_str(&pk, "molmoact_version");
     pack_str(&pk, molmoact_version());
-    if (!out->data) return ma_fail(err, MA_ERR_NOMEM, "metadata: out of memory");
-    return MA_OK;
+    return buf_finish(out, "metadata", err);
 }

@@ -58,10 +58,13 @@ int ma_wire_msgpack_sane(const uint8_t *buf, size_t len, int max_depth);
 /* what decoding a msgpack message of len bytes may allocate: 4 * len + 16 MiB */
 size_t ma_wire_msgpack_budget(size_t len);
 
-/* the growing output buffer the encoders write to (malloc'd data) */
+/* the growing output buffer the encoders write to (malloc'd data). max: the most it may hold (0:
+ * no bound but memory); a write that does not fit fails the whole message (failed), never leaves
+ * a hole that later writes would close over */
 typedef struct ma_wire_buf {
     uint8_t *data;
-    size_t len, cap;
+    size_t len, cap, max;
+    int failed;
 } ma_wire_buf;
 
 /* the openpi reply: actions (msgpack-numpy float32 [n, d]), policy_timing, server_timing */

@@ -136,8 +136,44 @@ static void test_map_and_key_forms(void **state) {
     assert_non_null(strstr(err.msg, "not a msgpack message"));
 }
 
+/* a reply whose large part (the actions) does not fit is lost whole: the small writes after it
+ * must not close over the hole and leave a message that says OK with the actions missing */
+static void test_reply_lost_whole_when_a_part_does_not_fit(void **state) {
+    (void)state;
+    float actions[70];
+    for (int i = 0; i < 70; i++) actions[i] = (float)i;
+    molmoact_result res;
+    memset(&res, 0, sizeof res);
+    res.actions = actions;
+    res.n_steps = 10;
+    res.action_dim = 7;
+    ma_error err = {0};
+    ma_wire_buf b = {0};
+    assert_int_equal(ma_wire_encode_reply(&res, 1.0, -1.0, &b, &err), MA_OK); /* unbounded: whole */
+    const size_t whole = b.len;
+    free(b.data);
+    memset(&b, 0, sizeof b);
+    b.max = 96; /* room for the head and the small fields, not for the 280 bytes of actions */
+    assert_int_equal(ma_wire_encode_reply(&res, 1.0, -1.0, &b, &err), MA_ERR_NOMEM);
+    assert_null(b.data);
+    assert_int_equal(b.len, 0);
+    assert_non_null(strstr(err.msg, "reply"));
+    memset(&b, 0, sizeof b);
+    b.max = whole; /* exactly enough */
+    assert_int_equal(ma_wire_encode_reply(&res, 1.0, -1.0, &b, &err), MA_OK);
+    assert_int_equal(b.len, whole);
+    free(b.data);
+    molmoact_info info;
+    memset(&info, 0, sizeof info);
+    memset(&b, 0, sizeof b);
+    b.max = 40;
+    assert_int_equal(ma_wire_encode_metadata(&info, "a model name long enough not to fit in forty bytes at all", &b, &err), MA_ERR_NOMEM);
+    assert_null(b.data);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_list_sizes_whose_product_wraps), cmocka_unit_test(test_ragged_list_refused),
-                                       cmocka_unit_test(test_decoding_cost_bounded), cmocka_unit_test(test_map_and_key_forms)};
+                                       cmocka_unit_test(test_decoding_cost_bounded), cmocka_unit_test(test_map_and_key_forms),
+                                       cmocka_unit_test(test_reply_lost_whole_when_a_part_does_not_fit)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
