@@ -384,3 +384,30 @@ def test_f19_sigterm_answers_a_half_sent_request():
     c.close()
     assert s.p.wait(timeout=60) == 0
     s.log.close()
+
+
+# ------------------------------------------------------------------------- --flip180 (issue 37)
+
+def test_flip180_turns_encoded_and_raw_frames_as_the_api_does():
+    """--flip180 hands the rotation to the API (observation.rotate180): PNG bytes and a raw array
+    sent to a --flip180 server give the actions a plain server gives for the frames turned by hand,
+    and not those of the frames as they are"""
+    from test_server import IMG_PNG, png_pixels
+    raw_img = png_pixels(IMG_PNG)
+    png = open(IMG_PNG, "rb").read()
+    turned = np.ascontiguousarray(raw_img[::-1, ::-1])
+    nz = np.random.default_rng(5).standard_normal((1, 10, 32)).astype(np.float32)
+    flip = Server("tiny-grid", "--flip180")
+    try:
+        _, a = oc.infer_once(flip.uri, observation(nz, img0=png, img1=png))
+        _, b = oc.infer_once(flip.uri, observation(nz, img0=raw_img, img1=raw_img))
+    finally:
+        assert flip.stop() == 0
+    plain = Server("tiny-grid")
+    try:
+        _, c = oc.infer_once(plain.uri, observation(nz, img0=turned, img1=turned))
+        _, d = oc.infer_once(plain.uri, observation(nz, img0=raw_img, img1=raw_img))
+    finally:
+        assert plain.stop() == 0
+    assert np.array_equal(a["actions"], c["actions"]) and np.array_equal(b["actions"], c["actions"])
+    assert not np.array_equal(c["actions"], d["actions"])
