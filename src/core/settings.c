@@ -106,6 +106,7 @@ size_t ma_settings_encode(const ma_settings *s, char *out, size_t cap) {
 
 ma_status ma_settings_decode(ma_settings *s, const char *text, size_t len, ma_error *err) {
     ma_settings_init(s);
+    const ma_settings def = *s; /* the defaults, which an integer left unset is written as */
     for (size_t i = 0; i < len;) {
         const char *line = text + i, *nl = memchr(line, '\n', len - i);
         if (!nl) return ma_fail(err, MA_ERR_FORMAT, "settings: the last line has no end");
@@ -120,8 +121,6 @@ ma_status ma_settings_decode(ma_settings *s, const char *text, size_t len, ma_er
         const ma_env_var *r = row(key);
         /* an integer left at its default is written as the default (0, or -1 for qnn_soc and
          * qnn_arch): taken back as exactly that; every other value through its row's checks */
-        ma_settings def;
-        ma_settings_init(&def);
         char num[32];
         const char *dv = r && r->type == MA_SET_INT ? ma_settings_get(&def, key, num, sizeof num) : NULL;
         if (!(dv && !strcmp(value, dv))) {
