@@ -16,6 +16,10 @@ int cmd_serve_a(cli_args *a) {
     so.host = "127.0.0.1";
     so.port = 8000;
     so.max_message_mb = 32.0;
+    so.max_input_mb = 128.0;
+    so.max_queued_mb = 128.0;
+    so.max_output_kb = 256;
+    so.max_head_kb = 32;
     so.max_clients = 512;
     so.recv_timeout_s = 30;
     so.idle_timeout_s = 300;
@@ -30,9 +34,16 @@ int cmd_serve_a(cli_args *a) {
     if (a->given[O_PORT]) so.port = (int)a->i[O_PORT];
     so.api_key_file = a->str[O_API_KEY_FILE];
     if (a->given[O_MAX_MESSAGE_MB]) so.max_message_mb = a->r[O_MAX_MESSAGE_MB];
+    if (a->given[O_MAX_INPUT_MB]) so.max_input_mb = a->r[O_MAX_INPUT_MB];
+    if (a->given[O_MAX_QUEUED_MB]) so.max_queued_mb = a->r[O_MAX_QUEUED_MB];
+    if (a->given[O_MAX_OUTPUT_KB]) so.max_output_kb = (int)a->i[O_MAX_OUTPUT_KB];
+    if (a->given[O_MAX_HEAD_KB]) so.max_head_kb = (int)a->i[O_MAX_HEAD_KB];
     if (a->given[O_MAX_CLIENTS]) so.max_clients = (int)a->i[O_MAX_CLIENTS];
     if (a->given[O_RECV_TIMEOUT]) so.recv_timeout_s = (int)a->i[O_RECV_TIMEOUT];
     if (a->given[O_IDLE_TIMEOUT]) so.idle_timeout_s = (int)a->i[O_IDLE_TIMEOUT];
+    /* the totals hold two messages at least unless given */
+    if (!a->given[O_MAX_INPUT_MB] && so.max_input_mb < 2 * so.max_message_mb) so.max_input_mb = 2 * so.max_message_mb;
+    if (!a->given[O_MAX_QUEUED_MB] && so.max_queued_mb < 2 * so.max_message_mb) so.max_queued_mb = 2 * so.max_message_mb;
     so.have_seed = a->given[O_SEED];
     so.seed = a->u[O_SEED];
     so.flip180 = a->given[O_FLIP180];

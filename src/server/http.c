@@ -1,436 +1,617 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* HTTP/1.x request heads, chunked bodies, websocket frames and base64 (see http.h). Written
- * from RFC 9112 (HTTP/1.1 message syntax), RFC 6455 (websocket framing and handshake) and
- * RFC 4648 (base64). */
-#include "server/http.h"
-
-#include <ctype.h>
-#include <openssl/evp.h>
+/* HTTP/1.1 on libmicrohttpd (internal.h). The library frames everything: the request line and
+ * header fields, Content-Length and chunked bodies, Expect: 100-continue, pipelining, HEAD, keep-
+ * alive, the replies' framing. What this file adds is policy: each request passes the gate once
+ * (route, key, slot), a few framing rules stricter than the library's (HTTP/1.0 with
+ * Transfer-Encoding, Transfer-Encoding beside Content-Length or other than chunked, two
+ * Content-Lengths), bodies counted against the budgets as they arrive, the queue, the replies.
+ *
+ * Why libmicrohttpd (Debian 12: 0.9.75): it decodes chunked request bodies, answers
+ * Expect: 100-continue and pipelined requests in order, bounds each connection's memory
+ * (MHD_OPTION_CONNECTION_MEMORY_LIMIT: the head and read buffer), suspends a connection while its
+ * request runs (no reading behind it), and hands an upgraded socket to us for the websocket
+ * (framed by wslay, ws.c). libwebsockets 4.1.6 decodes no chunked request body. The facts used
+ * here are from libmicrohttpd v0.9.75's src/microhttpd/connection.c (commit of tag v0.9.75): a
+ * response may be queued at the first call or after the body, not in the middle of it (so a body
+ * refused half way is read to its end and dropped, counted against nothing); an upgrade reply
+ * needs both Upgrade and Connection: Upgrade set by the application. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-static int refuse(int *status, int code, char *msg, size_t cap, const char *text) {
-    *status = code;
-    snprintf(msg, cap, "%s", text);
-    return -1;
+#include <cjson/cJSON.h>
+
+#include "core/util.h"
+#include "server/b64.h"
+#include "server/gate.h"
+#include "server/internal.h"
+
+enum { P_HEAD, P_PENDING, P_BODY, P_QUEUED, P_ANSWERED };
+
+struct hreq;
+typedef struct hconn {
+    struct hconn *next, *prev;
+    struct MHD_Connection *mc;
+    uint64_t id;
+    int fd;
+    int reserved; /* beyond --max-clients: health checks only */
+    char peer[64];
+    double t_mark;      /* accepted, or its last reply done: the next head is due within --recv-timeout-s */
+    struct hreq *req;   /* the request from its head to its end */
+    int upgraded;       /* the socket is the websocket's (ws.c) */
+    int killed;         /* shut down by a deadline or the drain */
+    int ignored_logged; /* keys the server ignores: logged once per connection */
+} hconn;
+
+typedef struct hreq {
+    hconn *hc;
+    ma_gate g;
+    int phase;
+    int head_only;
+    int list_format;
+    srv_rx rx;
+    double t_first;
+    /* a body refused half way: read to its end and dropped, then answered with this */
+    int refuse_code, refuse_reason;
+    char refuse_msg[200];
+    job *result; /* back from the queue */
+    size_t out_held;
+    /* libmicrohttpd 0.9.75 closes a connection whose reply is queued at the first call (connection.c,
+     * MHD_queue_response: "response was queued early, refuse to read body / footers or further
+     * requests"): a request without a body is answered at the next call, which comes at once,
+     * so keep-alive and pipelining work; a refused request with a body is answered at once, and
+     * its body is not read */
+    int defer;
+    struct MHD_Response *pending;
+    int pending_code;
+} hreq;
+
+static hconn *g_conns;
+
+static hconn *conn_of(struct MHD_Connection *mc) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? (hconn *)ci->socket_context : NULL;
 }
 
-/* RFC 9110 token characters */
-static int tchar(uint8_t c) { return isalnum(c) || (c && strchr("!#$%&'*+-.^_`|~", c)); }
+static hconn *find_hconn(uint64_t id) {
+    for (hconn *h = g_conns; h; h = h->next)
+        if (h->id == id) return h;
+    return NULL;
+}
 
-/* does the comma-separated list v[0..n) contain the token t (case-insensitive)? */
-static int list_has(const char *v, size_t n, const char *t) {
-    const size_t tl = strlen(t);
-    size_t i = 0;
-    while (i < n) {
-        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ',')) i++;
-        size_t j = i;
-        while (j < n && v[j] != ',') j++;
-        size_t e = j;
-        while (e > i && (v[e - 1] == ' ' || v[e - 1] == '\t')) e--;
-        if (e - i == tl && !strncasecmp(v + i, t, tl)) return 1;
-        i = j;
+/* ------------------------------------------------------------------------------ replies */
+
+static enum MHD_Result respond(struct MHD_Connection *mc, hreq *r, int code, const char *ctype, const void *body, size_t len,
+                               const char *hname, const char *hvalue) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", ctype);
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    if (hname) MHD_add_response_header(resp, hname, hvalue);
+    if (srv.stopping) MHD_add_response_header(resp, "Connection", "close");
+    enum MHD_Result ok = MHD_YES;
+    if (r && r->defer) {
+        r->pending = resp;
+        r->pending_code = code;
+    } else {
+        ok = MHD_queue_response(mc, (unsigned)code, resp);
+        MHD_destroy_response(resp);
+    }
+    if (r) {
+        r->phase = r->defer ? P_PENDING : P_ANSWERED;
+        if (ok == MHD_YES && !r->out_held) { /* the copy libmicrohttpd holds until it is sent */
+            r->out_held = len;
+            srv.budget[B_OUTPUT].used += len;
+            if (srv.budget[B_OUTPUT].used > srv.budget[B_OUTPUT].peak) srv.budget[B_OUTPUT].peak = srv.budget[B_OUTPUT].used;
+        }
+    }
+    return ok;
+}
+
+static enum MHD_Result respond_json(struct MHD_Connection *mc, hreq *r, int code, cJSON *o, const char *hname, const char *hvalue) {
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    const enum MHD_Result ok = respond(mc, r, code, "application/json", s ? s : "{}", s ? strlen(s) : 2, hname, hvalue);
+    free(s);
+    return ok;
+}
+
+static enum MHD_Result respond_error(struct MHD_Connection *mc, hreq *r, int code, const char *msg, const char *hname, const char *hvalue) {
+    char clean[1100];
+    snprintf(clean, sizeof clean, "%s", msg);
+    srv_printable(clean);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "error", clean);
+    if (code == 401 && !hname) hname = "WWW-Authenticate", hvalue = "Api-Key";
+    return respond_json(mc, r, code, o, hname, hvalue);
+}
+
+/* A reply written on the socket directly, for a request libmicrohttpd is still reading a body of
+ * (it queues no reply then): a deadline passed, or the server stops. One fixed, complete message
+ * with Connection: close; the connection is then shut down and the library closes it. */
+static void abort_with(hconn *hc, int code, const char *msg) {
+    if (hc->killed) return;
+    hc->killed = 1;
+    char clean[400], body[512], out[1024];
+    snprintf(clean, sizeof clean, "%s", msg);
+    srv_printable(clean);
+    const int bl = snprintf(body, sizeof body, "{\"error\":\"%s\"}", clean); /* printable, no quotes or backslashes in our messages */
+    const int n = snprintf(out, sizeof out,
+                           "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nCache-Control: no-store\r\n"
+                           "X-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n%s",
+                           code, code == 408 ? "Request Timeout" : "Service Unavailable", bl, body);
+    if (n > 0 && n < (int)sizeof out) {
+        ssize_t w = send(hc->fd, out, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)w;
+    }
+    shutdown(hc->fd, SHUT_RDWR);
+}
+
+static void kill_conn(hconn *hc) {
+    if (hc->killed) return;
+    hc->killed = 1;
+    shutdown(hc->fd, SHUT_RDWR); /* libmicrohttpd reads the end and closes it */
+}
+
+/* ------------------------------------------------------------------------------ routes */
+
+static const char *header(struct MHD_Connection *mc, const char *name) { return MHD_lookup_connection_value(mc, MHD_HEADER_KIND, name); }
+
+/* does a comma-separated header value hold this token (case-insensitive)? */
+static int has_token(const char *v, const char *tok) {
+    const size_t tl = strlen(tok);
+    for (const char *p = v; p && *p;) {
+        while (*p == ' ' || *p == '\t' || *p == ',') p++;
+        const char *e = p;
+        while (*e && *e != ',') e++;
+        const char *t = e;
+        while (t > p && (t[-1] == ' ' || t[-1] == '\t')) t--;
+        if ((size_t)(t - p) == tl && !strncasecmp(p, tok, tl)) return 1;
+        p = e;
     }
     return 0;
 }
 
-static int field_is(const char *name, size_t n, const char *want) { return strlen(want) == n && !strncasecmp(name, want, n); }
+typedef struct {
+    int n_cl;
+} count_ctx;
 
-int ma_http_parse_head(const uint8_t *buf, size_t len, ma_http_req *r, int *status, char *msg, size_t cap) {
-    memset(r, 0, sizeof *r);
-    r->content_length = -1;
-    /* empty lines before the request line are ignored (RFC 9112 2.2): a client may send a CRLF
-     * after a body */
-    size_t p = 0;
-    while (p < len && p < 8 && (buf[p] == '\r' || buf[p] == '\n')) p++;
-    /* the end of the head: a blank line (CRLF CRLF, or bare LFs) */
-    const size_t lim = len < MA_HTTP_MAX_HEAD ? len : MA_HTTP_MAX_HEAD;
-    size_t end = 0;
-    for (size_t i = p; i < lim; i++)
-        if (buf[i] == '\n' && ((i >= 1 && buf[i - 1] == '\n') || (i >= 2 && buf[i - 1] == '\r' && buf[i - 2] == '\n'))) {
-            end = i + 1;
-            break;
+static enum MHD_Result count_cl(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    (void)value;
+    if (!strcasecmp(key, "Content-Length")) ((count_ctx *)cls)->n_cl++;
+    return MHD_YES;
+}
+
+static void on_upgrade(void *cls, struct MHD_Connection *mc, void *req_cls, const char *extra, size_t extra_len, MHD_socket sock,
+                       struct MHD_UpgradeResponseHandle *urh) {
+    (void)mc;
+    (void)req_cls;
+    hconn *hc = cls;
+    hc->upgraded = 1;
+    if (srv_ws_open(sock, urh, extra, extra_len, hc->peer)) MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+}
+
+static enum MHD_Result upgrade(struct MHD_Connection *mc, hconn *hc, hreq *r) {
+    const char *ver = header(mc, "Sec-WebSocket-Version");
+    if (!ver || strcmp(ver, "13")) {
+        srv_account(1, F_BAD_REQUEST, r->t_first, NULL);
+        return respond(mc, r, 426, "text/plain", "websocket version 13 only", 25, "Sec-WebSocket-Version", "13");
+    }
+    const char *key = header(mc, "Sec-WebSocket-Key");
+    char accept[29];
+    if (!key || ma_ws_accept_key(key, accept)) {
+        srv_account(1, F_BAD_REQUEST, r->t_first, NULL);
+        return respond_error(mc, r, 400, "malformed Sec-WebSocket-Key", NULL, NULL);
+    }
+    struct MHD_Response *resp = MHD_create_response_for_upgrade(on_upgrade, hc);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Upgrade", "websocket");
+    MHD_add_response_header(resp, "Connection", "Upgrade");
+    MHD_add_response_header(resp, "Sec-WebSocket-Accept", accept);
+    const enum MHD_Result ok = MHD_queue_response(mc, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
+    MHD_destroy_response(resp);
+    r->phase = P_ANSWERED;
+    return ok;
+}
+
+/* the first call: the head is complete */
+static enum MHD_Result on_head(struct MHD_Connection *mc, hconn *hc, const char *url, const char *method, const char *version,
+                               void **req_cls) {
+    hreq *r = calloc(1, sizeof *r);
+    if (!r) return MHD_NO;
+    r->hc = hc;
+    r->t_first = ma_now_ms();
+    *req_cls = r;
+    if (hc) hc->req = r;
+    r->head_only = !strcmp(method, "HEAD");
+    const int http10 = !strcmp(version, MHD_HTTP_VERSION_1_0);
+    const char *te = header(mc, "Transfer-Encoding");
+    const char *cl = header(mc, "Content-Length");
+    count_ctx cc = {0};
+    MHD_get_connection_values(mc, MHD_HEADER_KIND, count_cl, &cc);
+    const char *up = header(mc, "Upgrade"), *conn = header(mc, "Connection");
+    const int is_upgrade = up && conn && has_token(up, "websocket") && has_token(conn, "upgrade");
+    /* the framing rules libmicrohttpd leaves to us: anything ambiguous is refused before its body */
+    const char *bad = NULL;
+    if (te && http10) bad = "request: Transfer-Encoding in an HTTP/1.0 request (its framing is not defined there)";
+    else if (te && cl) bad = "request: both Transfer-Encoding and Content-Length";
+    else if (te && strcasecmp(te, "chunked")) bad = "request: Transfer-Encoding other than chunked";
+    else if (cc.n_cl > 1) bad = "request: more than one Content-Length";
+    const int body = te || (cl && strcmp(cl, "0"));
+    r->defer = !body;
+    if (bad) {
+        srv_log_line(hc ? hc->peer : "?", "http", 0, 0, NULL, bad);
+        return respond_error(mc, r, 400, bad, NULL, NULL);
+    }
+    size_t al = 0;
+    const char *auth = NULL;
+    if (MHD_lookup_connection_value_n(mc, MHD_HEADER_KIND, "Authorization", 13, &auth, &al) != MHD_YES) auth = NULL;
+    const ma_gate_in in = {method,
+                           url,
+                           http10,
+                           is_upgrade,
+                           srv.have_key ? ma_gate_key(auth, al, srv.api_key, srv.api_key_len) : MA_KEY_RIGHT,
+                           !hc || hc->reserved,
+                           srv.stopping};
+    ma_gate_decide(&in, &r->g);
+    const ma_gate *g = &r->g;
+    const char *peer = hc ? hc->peer : "?";
+    if (g->route == MA_R_REFUSED) {
+        if (g->inference) srv_account(is_upgrade, g->reason, r->t_first, NULL);
+        if (g->status != 404 && g->status != 405) srv_log_line(peer, is_upgrade ? "ws" : "http", 0, 0, NULL, g->msg);
+        return respond_error(mc, r, g->status, g->msg, g->allow ? "Allow" : NULL, g->allow);
+    }
+    switch (g->route) {
+    case MA_R_WEBSOCKET: return upgrade(mc, hc, r);
+    case MA_R_ACT: {
+        const char *q = MHD_lookup_connection_value(mc, MHD_GET_ARGUMENT_KIND, "format");
+        r->list_format = q && !strcmp(q, "list");
+        if (!te && !cl) {
+            srv_account(0, F_BAD_REQUEST, r->t_first, NULL);
+            return respond_error(mc, r, 411, "POST /act needs Content-Length or a chunked body", NULL, NULL);
         }
-    if (!end) {
-        if (len >= MA_HTTP_MAX_HEAD) return refuse(status, 431, msg, cap, "request head larger than 16 KiB");
-        /* refuse early what can never become a request line */
-        for (size_t i = p; i < len && buf[i] != ' ' && buf[i] != '\r' && buf[i] != '\n'; i++)
-            if (!tchar(buf[i]) || i - p >= 15) return refuse(status, 400, msg, cap, "not an HTTP request");
-        return 0;
+        if (!te && !strcmp(cl, "0")) { /* what requests.post(url) sends: nothing will come (F4) */
+            srv_account(0, F_BAD_REQUEST, r->t_first, NULL);
+            srv_log_line(peer, "http", 0, 0, NULL, "request: POST /act with an empty body");
+            return respond_error(mc, r, 400,
+                                 "request: POST /act with an empty body; send the observation (JSON, or msgpack over the websocket)", NULL,
+                                 NULL);
+        }
+        const unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
+        if (n > srv.max_bytes) {
+            char m[200];
+            snprintf(m, sizeof m, "request body of %llu bytes exceeds --max-message-mb %.4g", n, srv.o->max_message_mb);
+            srv.budget[B_MESSAGE].refused++;
+            srv_account(0, F_TOO_LARGE, r->t_first, NULL);
+            srv_log_line(peer, "http", (size_t)n, 0, NULL, m);
+            return respond_error(mc, r, 413, m, NULL, NULL);
+        }
+        r->phase = P_BODY; /* libmicrohttpd answers Expect: 100-continue */
+        r->defer = 0;
+        return MHD_YES;
     }
-    r->head_len = end;
-    /* request line: method SP target SP HTTP/1.x */
-    size_t q = p;
-    while (q < end && tchar(buf[q])) q++;
-    if (q == p || q - p >= sizeof r->method_name || buf[q] != ' ') return refuse(status, 400, msg, cap, "malformed request line");
-    memcpy(r->method_name, buf + p, q - p);
-    r->method = !strcmp(r->method_name, "GET")    ? MA_HTTP_GET
-                : !strcmp(r->method_name, "HEAD") ? MA_HTTP_HEAD
-                : !strcmp(r->method_name, "POST") ? MA_HTTP_POST
-                                                  : MA_HTTP_OTHER;
-    const size_t t0 = ++q;
-    while (q < end && buf[q] > 0x20 && buf[q] < 0x7f) q++;
-    if (q == t0 || buf[q] != ' ') return refuse(status, 400, msg, cap, "malformed request target");
-    const uint8_t *target = buf + t0;
-    size_t tl = q - t0;
-    if (tl >= 7 && (!strncasecmp((const char *)target, "http://", 7) || (tl >= 8 && !strncasecmp((const char *)target, "https://", 8)))) {
-        /* absolute form: the path starts at the first '/' after the authority */
-        size_t k = (target[4] == ':' ? 7 : 8);
-        while (k < tl && target[k] != '/') k++;
-        target += k;
-        tl -= k;
-        if (!tl) target = (const uint8_t *)"/", tl = 1;
+    case MA_R_RESET:
+        if (cl && strtoull(cl, NULL, 10) > RESET_BODY_MAX)
+            return respond_error(mc, r, 413, "POST /reset: a body of at most 64 KiB", NULL, NULL);
+        r->phase = P_BODY; /* read and dropped: this server keeps no sessions */
+        r->defer = 0;
+        return MHD_YES;
+    default: break;
     }
-    if (tl == 1 && target[0] == '*') target = (const uint8_t *)"*", tl = 1;
-    else if (target[0] != '/') return refuse(status, 400, msg, cap, "malformed request target");
-    size_t pl = 0;
-    while (pl < tl && target[pl] != '?') pl++;
-    if (pl >= sizeof r->path || (pl < tl && tl - pl - 1 >= sizeof r->query))
-        return refuse(status, 414, msg, cap, "request target too long");
-    memcpy(r->path, target, pl);
-    if (pl < tl) memcpy(r->query, target + pl + 1, tl - pl - 1);
-    q++;
-    static const char V[] = "HTTP/1.";
-    if (end - q < 8 || memcmp(buf + q, V, 7)) {
-        if (end - q >= 5 && !memcmp(buf + q, "HTTP/", 5))
-            return refuse(status, 505, msg, cap, "HTTP version not supported (HTTP/1.0 and 1.1)");
-        return refuse(status, 400, msg, cap, "malformed request line");
+    /* the rest have no body: one that comes anyway is not read (the library closes after the reply) */
+    (void)body;
+    switch (g->route) {
+    case MA_R_HEALTHZ: return respond(mc, r, 200, "text/plain", "OK", 2, NULL, NULL);
+    case MA_R_HEALTH: return respond_json(mc, r, 200, srv_health_json(), NULL, NULL);
+    case MA_R_PAGE:
+        return respond(mc, r, 200, "text/html; charset=utf-8", SRV_STATUS_HTML, SRV_STATUS_HTML_LEN, "Content-Security-Policy",
+                       SRV_PAGE_CSP);
+    case MA_R_STATUS_JS: return respond(mc, r, 200, "text/javascript; charset=utf-8", SRV_STATUS_JS, SRV_STATUS_JS_LEN, NULL, NULL);
+    case MA_R_STATUS: return respond_json(mc, r, 200, srv_status_json(), NULL, NULL);
+    case MA_R_METRICS: {
+        size_t len = 0;
+        char *text = srv_metrics_text(&len);
+        if (!text) return respond_error(mc, r, 500, "server: out of memory", NULL, NULL);
+        const enum MHD_Result ok = respond(mc, r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, NULL, NULL);
+        free(text);
+        return ok;
     }
-    if (buf[q + 7] != '0' && buf[q + 7] != '1') return refuse(status, 505, msg, cap, "HTTP version not supported (HTTP/1.0 and 1.1)");
-    r->minor = buf[q + 7] - '0';
-    q += 8;
-    if (q < end && buf[q] == '\r') q++;
-    if (q >= end || buf[q] != '\n') return refuse(status, 400, msg, cap, "malformed request line");
-    q++;
-    /* header fields */
-    int fields = 0, conn_close = 0, conn_keep = 0, conn_upgrade = 0, upgrade_ws = 0, have_te = 0;
-    while (q < end) {
-        size_t e = q;
-        while (e < end && buf[e] != '\n') e++;
-        size_t le = e; /* the line without its CR LF */
-        if (le > q && buf[le - 1] == '\r') le--;
-        if (le == q) break; /* the blank line */
-        if (++fields > MA_HTTP_MAX_FIELDS) return refuse(status, 431, msg, cap, "more than 100 header fields");
-        if (buf[q] == ' ' || buf[q] == '\t') return refuse(status, 400, msg, cap, "obsolete line folding in a header field");
-        size_t c = q;
-        while (c < le && tchar(buf[c])) c++;
-        if (c == q || c >= le || buf[c] != ':') return refuse(status, 400, msg, cap, "malformed header field");
-        const char *name = (const char *)buf + q;
-        const size_t nl = c - q;
-        size_t v0 = c + 1, v1 = le;
-        for (size_t k = v0; k < v1; k++)
-            if ((buf[k] < 0x20 && buf[k] != '\t') || buf[k] == 0x7f)
-                return refuse(status, 400, msg, cap, "a control character in a header field");
-        while (v0 < v1 && (buf[v0] == ' ' || buf[v0] == '\t')) v0++;
-        while (v1 > v0 && (buf[v1 - 1] == ' ' || buf[v1 - 1] == '\t')) v1--;
-        const char *v = (const char *)buf + v0;
-        const size_t vl = v1 - v0;
-        if (field_is(name, nl, "content-length")) {
-            if (!vl || vl > 18) return refuse(status, 400, msg, cap, "malformed Content-Length");
-            int64_t n = 0;
-            for (size_t k = 0; k < vl; k++) {
-                if (v[k] < '0' || v[k] > '9') return refuse(status, 400, msg, cap, "malformed Content-Length");
-                n = n * 10 + (v[k] - '0');
+    default: return respond_error(mc, r, 500, "server: no route", NULL, NULL);
+    }
+}
+
+static void refuse_body(hreq *r, int code, int reason, const char *msg) {
+    if (r->refuse_code) return;
+    r->refuse_code = code;
+    r->refuse_reason = reason;
+    snprintf(r->refuse_msg, sizeof r->refuse_msg, "%s", msg);
+    srv_rx_free(&r->rx);
+}
+
+static void on_body(hreq *r, const char *data, size_t n) {
+    if (r->refuse_code) return; /* dropped */
+    if (r->g.route == MA_R_RESET) {
+        if (r->rx.len + n > RESET_BODY_MAX) refuse_body(r, 413, -1, "POST /reset: a body of at most 64 KiB");
+        else r->rx.len += n; /* counted, not kept */
+        return;
+    }
+    const int s = srv_rx_append(&r->rx, data, n);
+    char m[200];
+    if (s == RX_OVER_MESSAGE) {
+        snprintf(m, sizeof m, "request body exceeds --max-message-mb %.4g", srv.o->max_message_mb);
+        refuse_body(r, 413, F_TOO_LARGE, m);
+    } else if (s == RX_OVER_INPUT) {
+        snprintf(m, sizeof m, "server: too much request data buffered from all clients (--max-input-mb %zu); try again",
+                 srv.budget[B_INPUT].limit >> 20);
+        refuse_body(r, 503, F_OVERLOADED, m);
+    } else if (s) refuse_body(r, 503, F_OVERLOADED, "server: out of memory");
+}
+
+static enum MHD_Result on_body_end(struct MHD_Connection *mc, hconn *hc, hreq *r) {
+    const char *peer = hc ? hc->peer : "?";
+    if (r->refuse_code) {
+        if (r->refuse_reason >= 0) srv_account(0, r->refuse_reason, r->t_first, NULL);
+        srv_log_line(peer, "http", r->rx.len, 0, NULL, r->refuse_msg);
+        return respond_error(mc, r, r->refuse_code, r->refuse_msg, NULL, NULL);
+    }
+    if (r->g.route == MA_R_RESET) {
+        /* MolmoAct2's serve_policy.py keeps sessions; this server keeps none: nothing to remove */
+        static const char body[] = "{\"status\":\"ok\",\"removed\":[]}";
+        return respond(mc, r, 200, "application/json", body, sizeof body - 1, NULL, NULL);
+    }
+    if (srv.stopping) {
+        srv_rx_free(&r->rx);
+        srv_account(0, F_SHUTTING_DOWN, r->t_first, NULL);
+        srv_log_line(peer, "http", 0, 0, NULL, "refused: shutting down");
+        return respond_error(mc, r, 503, "server: shutting down", NULL, NULL);
+    }
+    size_t len, cap;
+    uint8_t *b = srv_rx_take(&r->rx, &len, &cap);
+    const char *why;
+    job *j = srv_job_new(hc ? hc->id : 0, 0, 1, peer, b, len, cap, r->t_first, &why);
+    if (!j) {
+        char m[200];
+        if (why)
+            snprintf(m, sizeof m, "server: too many request bytes queued (--max-queued-mb %zu); try again",
+                     srv.budget[B_QUEUED].limit >> 20);
+        else snprintf(m, sizeof m, "server: out of memory");
+        srv_account(0, F_OVERLOADED, r->t_first, NULL);
+        srv_log_line(peer, "http", len, 0, NULL, m);
+        return respond_error(mc, r, 503, m, NULL, NULL);
+    }
+    j->list_format = r->list_format;
+    r->phase = P_QUEUED;
+    MHD_suspend_connection(mc); /* nothing more is read from it until the reply */
+    srv_enqueue(j);
+    return MHD_YES;
+}
+
+/* the reply to a job: actions as AllenAI's servers return them (a json_numpy float32 [N, D]
+ * array; nested lists with ?format=list), or the error */
+static enum MHD_Result answer(struct MHD_Connection *mc, hconn *hc, hreq *r) {
+    job *j = r->result;
+    r->result = NULL;
+    enum MHD_Result ok;
+    if (j->req.ignored[0] && !hc->ignored_logged) {
+        hc->ignored_logged = 1;
+        srv_log_event("ignored keys", hc->peer, j->req.ignored);
+    }
+    if (j->status) {
+        srv_log_line(hc->peer, "http", j->bytes_in, strlen(j->msg), j, j->log);
+        srv_account(0, srv_job_reason(j), j->t_recv, j);
+        ok = respond_error(mc, r, srv_job_http_code(j), j->msg, NULL, NULL);
+        srv_job_free(j);
+        return ok;
+    }
+    cJSON *o = cJSON_CreateObject();
+    const size_t na = (size_t)j->res.n_steps * (size_t)j->res.action_dim;
+    if (j->list_format) {
+        cJSON *rows = cJSON_AddArrayToObject(o, "actions");
+        for (int k = 0; k < j->res.n_steps; k++) {
+            cJSON *row = cJSON_CreateArray();
+            for (int d = 0; d < j->res.action_dim; d++) {
+                char num[32];
+                snprintf(num, sizeof num, "%.9g", j->res.actions[k * j->res.action_dim + d]); /* round-trips the float */
+                cJSON_AddItemToArray(row, cJSON_CreateRaw(num));
             }
-            if (r->content_length >= 0 && r->content_length != n)
-                return refuse(status, 400, msg, cap, "two different Content-Length values");
-            r->content_length = n;
-        } else if (field_is(name, nl, "transfer-encoding")) {
-            if (have_te || !(vl == 7 && !strncasecmp(v, "chunked", 7)))
-                return refuse(status, 501, msg, cap, "Transfer-Encoding other than chunked is not supported");
-            have_te = 1;
-            r->chunked = 1;
-        } else if (field_is(name, nl, "expect")) {
-            if (vl == 12 && !strncasecmp(v, "100-continue", 12)) r->expect_continue = 1;
-            else return refuse(status, 417, msg, cap, "unsupported Expect (only 100-continue)");
-        } else if (field_is(name, nl, "connection")) {
-            conn_close |= list_has(v, vl, "close");
-            conn_keep |= list_has(v, vl, "keep-alive");
-            conn_upgrade |= list_has(v, vl, "upgrade");
-        } else if (field_is(name, nl, "upgrade")) {
-            upgrade_ws |= list_has(v, vl, "websocket");
-        } else if (field_is(name, nl, "sec-websocket-version")) {
-            int n = vl && vl <= 6 ? 0 : -1;
-            for (size_t k = 0; n >= 0 && k < vl; k++) n = isdigit((unsigned char)v[k]) ? n * 10 + (v[k] - '0') : -1;
-            r->ws_version = n > 0 ? n : -1;
-        } else if (field_is(name, nl, "sec-websocket-key")) {
-            if (vl >= sizeof r->ws_key) return refuse(status, 400, msg, cap, "malformed Sec-WebSocket-Key");
-            memcpy(r->ws_key, v, vl);
-            r->ws_key[vl] = '\0';
-        } else if (field_is(name, nl, "authorization")) {
-            r->authorization_len = vl;
-            memcpy(r->authorization, v, vl < sizeof r->authorization - 1 ? vl : sizeof r->authorization - 1);
-        } else if (field_is(name, nl, "accept")) {
-            const size_t n = vl < sizeof r->accept - 1 ? vl : sizeof r->accept - 1;
-            memcpy(r->accept, v, n);
-            r->accept[n] = '\0';
+            cJSON_AddItemToArray(rows, row);
         }
-        q = e + 1;
-    }
-    if (r->chunked && r->content_length >= 0) return refuse(status, 400, msg, cap, "both Content-Length and Transfer-Encoding");
-    /* RFC 9112 6.1: Transfer-Encoding in an HTTP/1.0 message is faulty framing; RFC 6455 4.1:
-     * the opening handshake is HTTP/1.1 at least (issue 36 F19) */
-    if (r->chunked && r->minor == 0) return refuse(status, 400, msg, cap, "Transfer-Encoding in an HTTP/1.0 request");
-    if (upgrade_ws && conn_upgrade && r->minor == 0) return refuse(status, 400, msg, cap, "a websocket upgrade needs HTTP/1.1");
-    r->keep_alive = r->minor == 1 ? !conn_close : (conn_keep && !conn_close);
-    r->upgrade_websocket = upgrade_ws && conn_upgrade;
-    return 1;
-}
-
-/* ------------------------------------------------------------------------- chunked bodies */
-
-enum { C_SIZE, C_BWS, C_EXT, C_SIZE_LF, C_DATA, C_DATA_CR, C_DATA_LF, C_TRAILER_START, C_TRAILER_LINE, C_END_LF };
-
-static int hexval(uint8_t c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-static int cfail(char *msg, size_t cap, const char *why) {
-    snprintf(msg, cap, "malformed chunked body: %s", why);
-    return -1;
-}
-
-int ma_http_chunked_feed(ma_http_chunked *c, const uint8_t *in, size_t len, size_t *consumed, uint8_t *out, size_t *out_len, size_t out_cap,
-                         char *msg, size_t cap) {
-    size_t i = 0;
-    while (i < len) {
-        const uint8_t b = in[i];
-        switch (c->state) {
-        case C_SIZE: {
-            const int h = hexval(b);
-            if (h >= 0) {
-                if (++c->digits > 15) return cfail(msg, cap, "chunk size too long");
-                c->remaining = c->remaining * 16 + (uint64_t)h;
-            } else if (!c->digits) return cfail(msg, cap, "expected a hexadecimal chunk size");
-            else if (b == ';') c->state = C_EXT, c->line = 0;
-            else if (b == ' ' || b == '\t') c->state = C_BWS, c->line = 0;
-            else if (b == '\r') c->state = C_SIZE_LF;
-            else if (b == '\n') goto size_done;
-            else return cfail(msg, cap, "bad character after the chunk size");
-            i++;
-            continue;
+    } else {
+        char *b64 = malloc(4 * ((na * 4 + 2) / 3) + 1);
+        cJSON *a = cJSON_AddObjectToObject(o, "actions");
+        if (b64 && a) {
+            ma_b64_encode((const uint8_t *)j->res.actions, na * 4, b64); /* little-endian float32, as "<f4" says */
+            cJSON_AddStringToObject(a, "__numpy__", b64);
+            cJSON_AddStringToObject(a, "dtype", "<f4");
+            const int shape[2] = {j->res.n_steps, j->res.action_dim};
+            cJSON_AddItemToObject(a, "shape", cJSON_CreateIntArray(shape, 2));
         }
-        case C_BWS: /* RFC 9112 7.1.1: whitespace after the size only before an extension's ';'
-                     * ("2 9" is not a size of 2, F19) */
-            if (b == ';') c->state = C_EXT;
-            else if (b == '\r') c->state = C_SIZE_LF;
-            else if (b == '\n') {
-                i++;
-                goto size_done;
-            } else if ((b != ' ' && b != '\t') || ++c->line > 4096) return cfail(msg, cap, "bad character after the chunk size");
-            i++;
-            continue;
-        case C_EXT:
-            if (b == '\r') c->state = C_SIZE_LF;
-            else if (b == '\n') {
-                i++;
-                goto size_done;
-            } else if ((b < 0x20 && b != '\t') || ++c->line > 4096) return cfail(msg, cap, "bad chunk extension");
-            i++;
-            continue;
-        case C_SIZE_LF:
-            if (b != '\n') return cfail(msg, cap, "expected LF after the chunk size");
-            i++;
-        size_done:
-            if (c->state == C_SIZE) i++;
-            c->digits = 0;
-            c->line = 0;
-            c->state = c->remaining ? C_DATA : C_TRAILER_START;
-            continue;
-        case C_DATA: {
-            size_t n = len - i;
-            if ((uint64_t)n > c->remaining) n = (size_t)c->remaining;
-            if (n > out_cap - *out_len) return -2;
-            memcpy(out + *out_len, in + i, n);
-            *out_len += n;
-            c->remaining -= n;
-            i += n;
-            if (!c->remaining) c->state = C_DATA_CR;
-            continue;
+        free(b64);
+    }
+    cJSON_AddNumberToObject(o, "dt_ms", j->t_infer); /* model time, as AllenAI's servers report it */
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    ok = respond(mc, r, 200, "application/json", s ? s : "{}", s ? strlen(s) : 2, NULL, NULL);
+    srv_log_line(hc->peer, "http", j->bytes_in, s ? strlen(s) : 0, j, "ok");
+    srv_account(0, -1, j->t_recv, j);
+    free(s);
+    srv_job_free(j);
+    return ok;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method, const char *version,
+                                  const char *data, size_t *size, void **req_cls) {
+    (void)cls;
+    hconn *hc = conn_of(mc);
+    hreq *r = *req_cls;
+    if (!r) return on_head(mc, hc, url, method, version, req_cls);
+    if (hc && hc->killed) return MHD_NO;
+    switch (r->phase) {
+    case P_BODY:
+        if (*size) {
+            on_body(r, data, *size);
+            *size = 0;
+            return MHD_YES;
         }
-        case C_DATA_CR:
-            if (b == '\r') c->state = C_DATA_LF;
-            else if (b == '\n') c->state = C_SIZE;
-            else return cfail(msg, cap, "chunk data longer than its size");
-            i++;
-            continue;
-        case C_DATA_LF:
-            if (b != '\n') return cfail(msg, cap, "expected LF after chunk data");
-            c->state = C_SIZE;
-            i++;
-            continue;
-        case C_TRAILER_START:
-            if (b == '\r') c->state = C_END_LF;
-            else if (b == '\n') {
-                *consumed = i + 1;
-                return 1;
-            } else c->state = C_TRAILER_LINE;
-            i++;
-            continue;
-        case C_TRAILER_LINE:
-            if (++c->line > 8192) return cfail(msg, cap, "trailer too long");
-            if (b == '\n') c->state = C_TRAILER_START;
-            i++;
-            continue;
-        case C_END_LF:
-            if (b != '\n') return cfail(msg, cap, "expected LF at the end");
-            *consumed = i + 1;
-            return 1;
-        default: return cfail(msg, cap, "internal state");
+        return on_body_end(mc, hc, r);
+    case P_PENDING: {
+        struct MHD_Response *resp = r->pending;
+        r->pending = NULL;
+        r->phase = P_ANSWERED;
+        *size = 0;
+        const enum MHD_Result ok = MHD_queue_response(mc, (unsigned)r->pending_code, resp);
+        MHD_destroy_response(resp);
+        return ok;
+    }
+    case P_QUEUED: return r->result && hc ? answer(mc, hc, r) : MHD_YES;
+    default: *size = 0; return MHD_YES;
+    }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **req_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)mc;
+    (void)toe;
+    hreq *r = *req_cls;
+    if (!r) return;
+    *req_cls = NULL;
+    if (r->result) { /* answered by nobody: the connection went away as it resumed */
+        srv_account(0, r->result->status ? srv_job_reason(r->result) : -1, r->result->t_recv, r->result);
+        srv_log_line(r->result->peer, "http", r->result->bytes_in, 0, r->result, "ok (client gone before the reply)");
+        srv_job_free(r->result);
+    }
+    if (r->pending) MHD_destroy_response(r->pending);
+    srv_rx_free(&r->rx);
+    ma_budget_give(&srv.budget[B_OUTPUT], r->out_held);
+    if (r->hc && r->hc->req == r) {
+        r->hc->req = NULL;
+        r->hc->t_mark = ma_now_ms();
+    }
+    free(r);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
+    (void)cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        hconn *hc = calloc(1, sizeof *hc);
+        *socket_context = hc;
+        srv.n_http++;
+        if (!hc) return; /* on_head treats it as a health-check slot */
+        hc->mc = mc;
+        hc->id = srv_new_id();
+        hc->reserved = srv.n_http > srv.o->max_clients;
+        hc->t_mark = ma_now_ms();
+        const union MHD_ConnectionInfo *fi = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        hc->fd = fi ? fi->connect_fd : -1;
+        const int one = 1;
+        if (hc->fd >= 0) setsockopt(hc->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        const union MHD_ConnectionInfo *ai = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        char ip[INET6_ADDRSTRLEN] = "?";
+        int port = 0;
+        const struct sockaddr *sa = ai ? ai->client_addr : NULL;
+        if (sa && sa->sa_family == AF_INET) {
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, ip, sizeof ip);
+            port = ntohs(((const struct sockaddr_in *)sa)->sin_port);
+        } else if (sa && sa->sa_family == AF_INET6) {
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, ip, sizeof ip);
+            port = ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
         }
+        snprintf(hc->peer, sizeof hc->peer, "%s:%d#%llu", ip, port, (unsigned long long)hc->id);
+        hc->next = g_conns;
+        if (g_conns) g_conns->prev = hc;
+        g_conns = hc;
+        return;
     }
-    *consumed = len;
-    return 0;
+    srv.n_http--;
+    hconn *hc = *socket_context;
+    if (!hc) return;
+    if (hc->prev) hc->prev->next = hc->next;
+    else g_conns = hc->next;
+    if (hc->next) hc->next->prev = hc->prev;
+    if (hc->req) hc->req->hc = NULL;
+    free(hc);
 }
 
-/* ------------------------------------------------------------------------- websocket */
-
-int ma_ws_parse_header(const uint8_t *buf, size_t len, ma_ws_frame *f, char *msg, size_t cap) {
-    if (len < 2) return 0;
-    memset(f, 0, sizeof *f);
-    f->fin = buf[0] >> 7;
-    f->opcode = buf[0] & 15;
-    f->masked = buf[1] >> 7;
-    if (buf[0] & 0x70) {
-        snprintf(msg, cap, "reserved bits set (no extension was negotiated)");
-        return -1;
-    }
-    if (!(f->opcode <= 2 || (f->opcode >= 8 && f->opcode <= 10))) {
-        snprintf(msg, cap, "reserved opcode %d", f->opcode);
-        return -1;
-    }
-    if (!f->masked) {
-        snprintf(msg, cap, "an unmasked client frame");
-        return -1;
-    }
-    size_t h = 2;
-    uint64_t n = buf[1] & 127;
-    if (n == 126) {
-        if (len < 4) return 0;
-        n = (uint64_t)buf[2] << 8 | buf[3];
-        h = 4;
-    } else if (n == 127) {
-        if (len < 10) return 0;
-        if (buf[2] & 0x80) {
-            snprintf(msg, cap, "a 64-bit length with its top bit set");
-            return -1;
-        }
-        n = 0;
-        for (int i = 0; i < 8; i++) n = n << 8 | buf[2 + i];
-        h = 10;
-    }
-    if (f->opcode >= 8 && (!f->fin || n > 125)) {
-        snprintf(msg, cap, "a fragmented or oversized control frame");
-        return -1;
-    }
-    if (len < h + 4) return 0;
-    memcpy(f->mask, buf + h, 4);
-    f->len = n;
-    f->header_len = h + 4;
-    return 1;
+static void on_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char m[512];
+    vsnprintf(m, sizeof m, fmt, ap);
+    size_t n = strlen(m);
+    while (n && (m[n - 1] == '\n' || m[n - 1] == ' ')) m[--n] = '\0';
+    srv_log_event("http", NULL, m);
 }
 
-void ma_ws_unmask(uint8_t *p, size_t n, const uint8_t mask[4], uint64_t offset) {
-    for (size_t i = 0; i < n; i++) p[i] ^= mask[(offset + i) & 3];
+/* ------------------------------------------------------------------------------ the loop's side */
+
+int srv_http_start(void) {
+    const unsigned pool = (unsigned)srv.o->max_head_kb * 1024u * 2u; /* the head and the read buffer */
+    srv.mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request,
+                               NULL, MHD_OPTION_EXTERNAL_LOGGER, on_log, NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)srv.listen_fd,
+                               MHD_OPTION_CONNECTION_LIMIT, (unsigned)(srv.o->max_clients + HEALTH_RESERVE), MHD_OPTION_CONNECTION_TIMEOUT,
+                               (unsigned)srv.o->recv_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)pool,
+                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
+                               MHD_OPTION_STRICT_FOR_CLIENT, 1, MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1, MHD_OPTION_END);
+    return srv.mhd ? 0 : -1;
 }
 
-size_t ma_ws_frame_header(uint8_t out[10], int opcode, uint64_t len) {
-    out[0] = (uint8_t)(0x80 | (opcode & 15));
-    if (len < 126) {
-        out[1] = (uint8_t)len;
-        return 2;
+void srv_http_job_done(job *j) {
+    hconn *hc = find_hconn(j->conn_id);
+    hreq *r = hc ? hc->req : NULL;
+    if (!r || r->phase != P_QUEUED || r->result) {
+        srv_account(0, j->status ? srv_job_reason(j) : -1, j->t_recv, j);
+        srv_log_line(j->peer, "http", j->bytes_in, 0, j, j->status ? j->log : "ok (client gone before the reply)");
+        srv_job_free(j);
+        return;
     }
-    if (len < 65536) {
-        out[1] = 126;
-        out[2] = (uint8_t)(len >> 8);
-        out[3] = (uint8_t)len;
-        return 4;
-    }
-    out[1] = 127;
-    for (int i = 0; i < 8; i++) out[2 + i] = (uint8_t)(len >> (56 - 8 * i));
-    return 10;
+    r->result = j;
+    MHD_resume_connection(hc->mc);
 }
 
-int ma_ws_accept_key(const char *key, char out[29]) {
-    uint8_t raw[24];
-    size_t bad;
-    if (strlen(key) != 24 || ma_b64_decode(key, 24, raw, &bad) != 16) return -1;
-    char cat[24 + 36 + 1];
-    snprintf(cat, sizeof cat, "%s258EAFA5-E914-47DA-95CA-C5AB0DC85B11", key); /* RFC 6455 1.3 */
-    uint8_t md[EVP_MAX_MD_SIZE];
-    unsigned mdl = 0;
-    if (!EVP_Digest(cat, strlen(cat), md, &mdl, EVP_sha1(), NULL) || mdl != 20) return -1;
-    ma_b64_encode(md, 20, out);
-    return 0;
-}
-
-/* ------------------------------------------------------------------------- base64 */
-
-static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static int b64val(uint8_t c) {
-    return c >= 'A' && c <= 'Z'   ? c - 'A'
-           : c >= 'a' && c <= 'z' ? c - 'a' + 26
-           : c >= '0' && c <= '9' ? c - '0' + 52
-           : c == '+'             ? 62
-           : c == '/'             ? 63
-                                  : -1;
-}
-
-size_t ma_b64_decoded_max(size_t len) { return len / 4 * 3 + 3; }
-
-long ma_b64_decode(const char *in, size_t len, uint8_t *out, size_t *bad_at) {
-    size_t n = len, pad = 0;
-    if (n >= 1 && in[n - 1] == '=') {
-        n--;
-        pad++;
-    }
-    if (n >= 1 && in[n - 1] == '=') {
-        n--;
-        pad++;
-    }
-    if (pad && len % 4) {
-        *bad_at = len;
-        return -1;
-    }
-    if (n % 4 == 1) {
-        *bad_at = len;
-        return -1;
-    }
-    size_t o = 0;
-    uint32_t acc = 0;
-    int bits = 0;
-    for (size_t i = 0; i < n; i++) {
-        const int v = b64val((uint8_t)in[i]);
-        if (v < 0) {
-            *bad_at = i;
-            return -1;
-        }
-        acc = acc << 6 | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[o++] = (uint8_t)(acc >> bits);
+void srv_http_tick(double now) {
+    const double recv_ms = srv.o->recv_timeout_s * 1e3;
+    for (hconn *hc = g_conns; hc; hc = hc->next) {
+        if (hc->upgraded || hc->killed) continue;
+        hreq *r = hc->req;
+        if (!r && now - hc->t_mark > recv_ms) kill_conn(hc); /* no complete head in time (or idle that long) */
+        else if (r && r->phase == P_BODY && now - r->t_first > recv_ms) {
+            char m[160];
+            snprintf(m, sizeof m, "request: not complete within --recv-timeout-s %d", srv.o->recv_timeout_s);
+            if (r->g.route == MA_R_ACT) srv_account(0, F_TIMEOUT, r->t_first, NULL);
+            srv_log_line(hc->peer, "http", r->rx.len, 0, NULL, m);
+            abort_with(hc, 408, m);
         }
     }
-    /* the unused low bits of the last group must be zero (a canonical encoding) */
-    if (bits && (acc & ((1u << bits) - 1))) {
-        *bad_at = n - 1;
-        return -1;
-    }
-    return (long)o;
 }
 
-size_t ma_b64_encode(const uint8_t *in, size_t n, char *out) {
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        const uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0) | (i + 2 < n ? in[i + 2] : 0);
-        out[o++] = B64[v >> 18 & 63];
-        out[o++] = B64[v >> 12 & 63];
-        out[o++] = i + 1 < n ? B64[v >> 6 & 63] : '=';
-        out[o++] = i + 2 < n ? B64[v & 63] : '=';
+void srv_http_drain(void) {
+    for (hconn *hc = g_conns; hc; hc = hc->next) {
+        if (hc->upgraded || hc->killed) continue;
+        hreq *r = hc->req;
+        if (r && r->phase == P_BODY) { /* a request not answered: told, not dropped (F19) */
+            if (r->g.route == MA_R_ACT) srv_account(0, F_SHUTTING_DOWN, r->t_first, NULL);
+            srv_log_line(hc->peer, "http", r->rx.len, 0, NULL, "refused: shutting down (a request not answered)");
+            abort_with(hc, 503, "server: shutting down; the request was not answered");
+        } else if (!r) kill_conn(hc);
     }
-    out[o] = '\0';
-    return o;
+}
+
+int srv_http_open(void) {
+    int n = 0;
+    for (hconn *hc = g_conns; hc; hc = hc->next) n += !hc->upgraded;
+    return n;
+}
+
+void srv_http_stop(void) {
+    if (srv.mhd) MHD_stop_daemon(srv.mhd);
+    srv.mhd = NULL;
 }

@@ -1,24 +1,28 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* `molmoact serve`: the robot-facing policy server, on the public API (include/molmoact.h).
  *
- * One port, two protocols (our own HTTP/1.1 and websocket layer, server/http.h):
+ * One port, two protocols (HTTP/1.1 from libmicrohttpd, websocket framing from wslay; the parts:
+ * internal.h):
  *   - openpi's websocket protocol: any path upgrades (no subprotocol); the server sends one
  *     binary msgpack frame of metadata, then answers each binary msgpack-numpy request with one
  *     binary reply (actions, policy_timing, server_timing); an error is a text frame with a
  *     message naming the field or component, then close code 1011;
  *   - HTTP: GET /healthz ("OK"), GET /health and GET /act (health JSON), POST /act (json_numpy
  *     body -> {"actions": [[...]], "dt_ms": ...}, errors {"error": ...} with 400/413/500/503),
- *     GET / (a status page: model, uptime, requests served and failed, each component's precision
- *     and weights' dtype, the last requests' latency per component as a plot with every failure
- *     marked, p50/p90/p99 per component), GET /status.json (its data) and GET /metrics
- *     (Prometheus' text format 0.0.4: request counts, failures by reason, latency histograms of
- *     the whole request and per component over the server's life, clients, queue depth); both
- *     need the API key when the server has one, as every path but /healthz and /health.
+ *     GET / (a status page), GET /status.json (its data) and GET /metrics (Prometheus' text
+ *     format 0.0.4: requests, failures by reason, latency histograms, clients, queue depth, each
+ *     budget's use); both need the API key when the server has one, as every path but a plain
+ *     GET or HEAD of /healthz and /health.
+ * Every byte a client can make the server hold is counted against a named budget (budget.h):
+ * --max-message-mb per message, --max-input-mb for all messages being received, --max-queued-mb
+ * for the bodies queued for inference, --max-output-kb of unsent replies per websocket (reading
+ * stops beyond it), --max-head-kb per HTTP connection (libmicrohttpd's memory pool, twice it).
  * A port in use is one line on stderr and exit status 1, at once also when another molmoact
  * serve holds it while still loading (an abstract socket claims the address from the bind on).
  * Requests queue FIFO to one resident engine on an inference thread, which also decodes them, so
- * the network loop is never blocked by parsing or inference. SIGINT/SIGTERM drain what is queued, close websockets with 1001, stop the
- * workers and return 0. One JSON log line per request on stderr. */
+ * the network loop is never blocked by parsing or inference. SIGINT/SIGTERM drain what is queued,
+ * close websockets with 1001, stop the workers and return 0. One JSON log line per request on
+ * stderr. */
 #ifndef MA_SERVER_H
 #define MA_SERVER_H
 
@@ -31,6 +35,10 @@ typedef struct ma_serve_opts {
     int port;                 /* default 8000 */
     const char *api_key_file; /* NULL: no key */
     double max_message_mb;    /* default 32 */
+    double max_input_mb;      /* all connections' request data being received (default 128) */
+    double max_queued_mb;     /* bodies queued for or in inference (default 128) */
+    int max_output_kb;        /* unsent output per websocket before reading stops (default 256) */
+    int max_head_kb;          /* an HTTP request's head (default 32; the connection's pool: twice it) */
     int max_clients;          /* default 512 */
     int flip180;              /* rotate raw frames by 180 degrees (clients sending raw renders) */
     int recv_timeout_s;       /* a message, body or head not complete this long after its first byte

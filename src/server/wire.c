@@ -11,7 +11,7 @@
 
 #include "core/util.h"
 #include "model/image.h"
-#include "server/http.h"
+#include "server/b64.h"
 #include "server/json.h"
 
 #define MAX_STATE 64
