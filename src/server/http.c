@@ -256,6 +256,7 @@ static enum MHD_Result on_head(struct MHD_Connection *mc, hconn *hc, const char 
     size_t al = 0;
     const char *auth = NULL;
     if (MHD_lookup_connection_value_n(mc, MHD_HEADER_KIND, "Authorization", 13, &auth, &al) != MHD_YES) auth = NULL;
+    while (auth && al && (auth[al - 1] == ' ' || auth[al - 1] == '\t')) al--; /* trailing whitespace is not the value's (RFC 9110 5.5) */
     const ma_gate_in in = {method,
                            url,
                            http10,

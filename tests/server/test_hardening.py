@@ -122,8 +122,12 @@ def test_key_compared_whole(tmp_path):
         for sent, want in (("abc123", 200), ("abc12", 401), ("abc1234", 401), ("", 401), ("abc123\t", 200)):
             code, _ = curl("-H", f"Authorization: Api-Key {sent}", f"{s.http}/status.json")
             assert code == want, (sent, code)
+        # a NUL in a header field: libmicrohttpd 0.9.75 ends the field's value there (later versions
+        # refuse it); what comes after the NUL never completes a key (docs/SERVER.md, limits)
+        r = raw(s.port, b"GET /status.json HTTP/1.1\r\nHost: x\r\nAuthorization: Api-Key abc12\x003\r\n\r\n")
+        assert r[0][0] in (400, 401)
         r = raw(s.port, b"GET /status.json HTTP/1.1\r\nHost: x\r\nAuthorization: Api-Key abc123\x00xx\r\n\r\n")
-        assert r[0][0] == 400  # a control byte in a header field
+        assert r[0][0] in (400, 200)
     finally:
         assert s.stop() == 0
 
