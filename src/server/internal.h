@@ -118,6 +118,7 @@ enum { B_MESSAGE, B_INPUT, B_QUEUED, B_OUTPUT, B_N };
 
 typedef struct ma_server {
     const ma_serve_opts *o;
+    const ma_serve_engine *ops;
     molmoact *engine;
     molmoact_info info;
     char backend[16];

@@ -96,7 +96,7 @@ static void run_job(job *j) {
         }
         molmoact_error err;
         j->t_infer = j->t_decoded = ma_now_ms();
-        j->status = molmoact_infer(srv.engine, &j->req.obs, &j->res, &err);
+        j->status = srv.ops->infer(srv.engine, &j->req.obs, &j->res, &err);
         j->t_infer = ma_now_ms() - j->t_infer;
         /* n_action_steps: the first steps of the chunk */
         if (!j->status && j->req.n_action_steps > 0 && j->req.n_action_steps < j->res.n_steps) j->res.n_steps = j->req.n_action_steps;

@@ -38,13 +38,19 @@ void srv_wake(void) {
     (void)n;
 }
 
-static void on_signal(int sig) {
-    (void)sig;
+void ma_serve_stop(void) {
     g_stop = 1;
     const int e = errno;
-    srv_wake();
+    if (srv.wake[1] >= 0) srv_wake();
     errno = e;
 }
+
+static void on_signal(int sig) {
+    (void)sig;
+    ma_serve_stop();
+}
+
+static const ma_serve_engine MOLMOACT_ENGINE = {molmoact_open, molmoact_get_info, molmoact_infer, molmoact_close};
 
 uint64_t srv_new_id(void) { return ++srv.next_id; }
 
@@ -299,7 +305,9 @@ static void budgets_init(const ma_serve_opts *o) {
 
 int ma_serve(const ma_serve_opts *o) {
     memset(&srv, 0, sizeof srv);
+    g_stop = 0;
     srv.o = o;
+    srv.ops = o->engine_ops ? o->engine_ops : &MOLMOACT_ENGINE;
     srv.listen_fd = srv.port_lock_fd = -1;
     srv.wake[0] = srv.wake[1] = -1;
     ma_hist_init(&srv.req_hist, &ma_request_buckets);
@@ -365,24 +373,31 @@ int ma_serve(const ma_serve_opts *o) {
     molmoact_error err;
     int rc = 1, have_thread = 0;
     pthread_t th;
-    if (molmoact_open(&opt, &srv.engine, &err)) {
+    if (srv.ops->open(&opt, &srv.engine, &err)) {
         fprintf(stderr, "molmoact serve: %s\n", err.message);
         goto out;
     }
-    if (molmoact_get_info(srv.engine, &srv.info, &err) ||
-        molmoact_get_setting(srv.engine, "backend", srv.backend, sizeof srv.backend, &err)) {
+    if (srv.ops->get_info(srv.engine, &srv.info, &err)) {
         fprintf(stderr, "molmoact serve: %s\n", err.message);
         goto out;
     }
-    if (!srv.backend[0]) snprintf(srv.backend, sizeof srv.backend, "cpu");
-    srv.n_components = molmoact_component_count();
-    if (srv.n_components > (int)(sizeof srv.weights / sizeof srv.weights[0]))
-        srv.n_components = (int)(sizeof srv.weights / sizeof srv.weights[0]);
-    for (int i = 0; i < srv.n_components; i++) {
-        srv.weights[i].struct_size = sizeof srv.weights[i];
-        if (molmoact_get_component(srv.engine, i, &srv.weights[i], &err)) {
+    snprintf(srv.backend, sizeof srv.backend, "%s", o->engine_ops ? "stand-in" : "cpu");
+    if (!o->engine_ops) { /* the backend and each component's weights, for the pages */
+        char be[16] = "";
+        if (molmoact_get_setting(srv.engine, "backend", be, sizeof be, &err)) {
             fprintf(stderr, "molmoact serve: %s\n", err.message);
             goto out;
+        }
+        if (be[0]) snprintf(srv.backend, sizeof srv.backend, "%s", be);
+        srv.n_components = molmoact_component_count();
+        if (srv.n_components > (int)(sizeof srv.weights / sizeof srv.weights[0]))
+            srv.n_components = (int)(sizeof srv.weights / sizeof srv.weights[0]);
+        for (int i = 0; i < srv.n_components; i++) {
+            srv.weights[i].struct_size = sizeof srv.weights[i];
+            if (molmoact_get_component(srv.engine, i, &srv.weights[i], &err)) {
+                fprintf(stderr, "molmoact serve: %s\n", err.message);
+                goto out;
+            }
         }
     }
 
@@ -417,6 +432,7 @@ int ma_serve(const ma_serve_opts *o) {
     ma_json_write_string(stderr, srv.model_name, strlen(srv.model_name));
     fprintf(stderr, ", \"variant\": \"%s\", \"mode\": \"%s\"}\n", srv.info.variant, srv.info.inproc ? "inproc" : "resident");
     fflush(stderr);
+    if (o->on_listening) o->on_listening(srv.bound_port, o->arg);
 
     /* serve; on a signal: no new connections or requests; finish what is queued or running and
      * write every reply; then close every websocket with 1001 and every connection */
@@ -456,10 +472,11 @@ out:
     srv.listen_fd = -1;
     if (srv.port_lock_fd >= 0) close(srv.port_lock_fd);
     srv.port_lock_fd = -1;
-    if (srv.engine && molmoact_close(&srv.engine) != MOLMOACT_OK) rc = 1;
+    if (srv.engine && srv.ops->close(&srv.engine) != MOLMOACT_OK) rc = 1;
     if (!rc) fprintf(stderr, "{\"event\": \"stopped\", \"served\": %ld, \"failed\": %ld}\n", srv.served, srv.failed);
     if (srv.wake[0] >= 0) close(srv.wake[0]);
     if (srv.wake[1] >= 0) close(srv.wake[1]);
+    srv.wake[0] = srv.wake[1] = -1;
     pthread_mutex_destroy(&srv.mu);
     pthread_cond_destroy(&srv.cv);
     return rc;

@@ -28,27 +28,42 @@
 
 #include "molmoact.h"
 
+/* The engine the server drives: molmoact's public API when NULL. A harness may give a stand-in
+ * (fuzz/fuzz_server.c drives the whole request path into one that answers at once). */
+typedef struct ma_serve_engine {
+    molmoact_status (*open)(const molmoact_options *opt, molmoact **out, molmoact_error *err);
+    molmoact_status (*get_info)(molmoact *e, molmoact_info *info, molmoact_error *err);
+    molmoact_status (*infer)(molmoact *e, const molmoact_observation *obs, molmoact_result *res, molmoact_error *err);
+    molmoact_status (*close)(molmoact **e);
+} ma_serve_engine;
+
 typedef struct ma_serve_opts {
     /* the engine: model_dir, backend, threads, ... (molmoact_open's options; the CLI fills them) */
     molmoact_options engine;
-    const char *host;         /* default 127.0.0.1 */
-    int port;                 /* default 8000 */
-    const char *api_key_file; /* NULL: no key */
-    double max_message_mb;    /* default 32 */
-    double max_input_mb;      /* all connections' request data being received (default 128) */
-    double max_queued_mb;     /* bodies queued for or in inference (default 128) */
-    int max_output_kb;        /* unsent output per websocket before reading stops (default 256) */
-    int max_head_kb;          /* an HTTP request's head (default 32; the connection's pool: twice it) */
-    int max_clients;          /* default 512 */
-    int flip180;              /* rotate raw frames by 180 degrees (clients sending raw renders) */
-    int recv_timeout_s;       /* a message, body or head not complete this long after its first byte
+    const char *host;                          /* default 127.0.0.1 */
+    int port;                                  /* default 8000 */
+    const char *api_key_file;                  /* NULL: no key */
+    double max_message_mb;                     /* default 32 */
+    double max_input_mb;                       /* all connections' request data being received (default 128) */
+    double max_queued_mb;                      /* bodies queued for or in inference (default 128) */
+    int max_output_kb;                         /* unsent output per websocket before reading stops (default 256) */
+    int max_head_kb;                           /* an HTTP request's head (default 32; the connection's pool: twice it) */
+    int max_clients;                           /* default 512 */
+    int flip180;                               /* rotate raw frames by 180 degrees (clients sending raw renders) */
+    int recv_timeout_s;                        /* a message, body or head not complete this long after its first byte
                                 * closes the client; so does a reply it does not read (default 30) */
-    int idle_timeout_s;       /* a websocket without a request for this long is closed (1001); 0: never */
-    int have_seed;            /* seed: the generator of the noise seeds of requests that bring */
-    unsigned long long seed;  /* neither noise nor seed (else seeded at random) */
+    int idle_timeout_s;                        /* a websocket without a request for this long is closed (1001); 0: never */
+    int have_seed;                             /* seed: the generator of the noise seeds of requests that bring */
+    unsigned long long seed;                   /* neither noise nor seed (else seeded at random) */
+    const ma_serve_engine *engine_ops;         /* NULL: molmoact's */
+    void (*on_listening)(int port, void *arg); /* called once the port is open (port 0: the one bound) */
+    void *arg;
 } ma_serve_opts;
 
-/* runs until SIGINT/SIGTERM; returns the process exit status (0 after a clean drain) */
+/* runs until SIGINT/SIGTERM or ma_serve_stop(); returns the process exit status (0 after a clean
+ * drain). One server per process. */
 int ma_serve(const ma_serve_opts *o);
+/* the drain, as a signal starts it (async-signal-safe) */
+void ma_serve_stop(void);
 
 #endif

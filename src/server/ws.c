@@ -131,7 +131,9 @@ static ssize_t on_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, in
         if (!w->msg_start) w->msg_start = ma_now_ms();
         return (ssize_t)n;
     }
-    if (w->read_turn >= READ_PER_TURN || w->out_held > srv.max_output) { /* others' turn; or the client reads its replies first */
+    /* others' turn; or the client reads its replies first (pongs count: wslay queues one per ping
+     * as it reads, within this very call) */
+    if (w->read_turn >= READ_PER_TURN || wslay_event_get_queued_msg_length(ctx) > srv.max_output) {
         wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
         return -1;
     }
@@ -266,7 +268,12 @@ static void ws_on_events(ma_conn *c, short re) {
             char b[4096];
             const ssize_t n = recv(c->fd, b, sizeof b, 0);
             if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) w->peer_eof = 1;
-        } else if (wslay_event_want_read(w->ctx) && wslay_event_recv(w->ctx) && !w->peer_eof) w->dead = 1;
+        } else if (wslay_event_want_read(w->ctx) && wslay_event_recv(w->ctx) && !w->peer_eof && !w->dead && !w->closing) {
+            /* a protocol violation wslay refused (it queued a close): counted, then closed */
+            w->closing = 1;
+            srv_account(1, F_PROTOCOL, w->msg_start, NULL);
+            srv_log_line(c->peer, "ws", 0, 0, NULL, "protocol: a malformed frame (closed)");
+        }
     }
     /* POLLHUP on TCP: the peer reset, or closed while we had shut our side: nothing we send can
      * arrive, and poll reports it again at once (F14: a reset client spun the loop) */
