@@ -5,12 +5,12 @@
 # writes), cmocka, clang and its sanitizer runtimes, OpenBLAS (gemm_bench's peer), the real
 # clients and peers the tests drive (python3-websockets, python3-msgpack, python3-requests, curl,
 # chromium, openssh-server with sshpass, and python3-prometheus-client, whose parser reads the
-# server's /metrics), the aarch64 cross compiler and qemu-user, and Node.js/npm (the reference
-# tokenizers, the Node client).
+# server's /metrics, and wrk, scripts/bench_server.py's HTTP load), the aarch64 cross compiler and
+# qemu-user, and Node.js/npm (the reference tokenizers, the Node client).
 set -euo pipefail
 "$(dirname "$0")/install_deps.sh" > /dev/null
 pkgs=(clang libclang-rt-14-dev git libopenblas-dev libopenblas0-pthread libcmocka-dev python3-pil python3-torch python3-onnx
-      python3-pytest python3-websockets python3-msgpack python3-requests python3-prometheus-client curl chromium
+      python3-pytest python3-websockets python3-msgpack python3-requests python3-prometheus-client curl chromium wrk
       gcc-aarch64-linux-gnu qemu-user openssh-server openssh-client sshpass)
 command -v npm > /dev/null 2>&1 || pkgs+=(nodejs npm)
 missing=()
