@@ -347,15 +347,10 @@ static void on_body(hreq *r, const char *data, size_t n) {
         return;
     }
     const int s = srv_rx_append(&r->rx, data, n);
+    if (!s) return;
     char m[200];
-    if (s == RX_OVER_MESSAGE) {
-        snprintf(m, sizeof m, "request body exceeds --max-message-mb %.4g", srv.o->max_message_mb);
-        refuse_body(r, 413, F_TOO_LARGE, m);
-    } else if (s == RX_OVER_INPUT) {
-        snprintf(m, sizeof m, "server: too much request data buffered from all clients (--max-input-mb %zu); try again",
-                 srv.budget[B_INPUT].limit >> 20);
-        refuse_body(r, 503, F_OVERLOADED, m);
-    } else if (s) refuse_body(r, 503, F_OVERLOADED, "server: out of memory");
+    srv_rx_refusal(s, m, sizeof m);
+    refuse_body(r, s == RX_OVER_MESSAGE ? 413 : 503, s == RX_OVER_MESSAGE ? F_TOO_LARGE : F_OVERLOADED, m);
 }
 
 static enum MHD_Result on_body_end(struct MHD_Connection *mc, hconn *hc, hreq *r) {
@@ -376,16 +371,10 @@ static enum MHD_Result on_body_end(struct MHD_Connection *mc, hconn *hc, hreq *r
         srv_log_line(peer, "http", 0, 0, NULL, "refused: shutting down");
         return respond_error(mc, r, 503, "server: shutting down", NULL, NULL);
     }
-    size_t len, cap;
-    uint8_t *b = srv_rx_take(&r->rx, &len, &cap);
-    const char *why;
-    job *j = srv_job_new(hc ? hc->id : 0, 0, 1, peer, b, len, cap, r->t_first, &why);
+    char m[200];
+    const size_t len = r->rx.len;
+    job *j = srv_job_new(&r->rx, hc ? hc->id : 0, 0, 1, peer, r->t_first, m, sizeof m);
     if (!j) {
-        char m[200];
-        if (why)
-            snprintf(m, sizeof m, "server: too many request bytes queued (--max-queued-mb %zu); try again",
-                     srv.budget[B_QUEUED].limit >> 20);
-        else snprintf(m, sizeof m, "server: out of memory");
         srv_account(0, F_OVERLOADED, r->t_first, NULL);
         srv_log_line(peer, "http", len, 0, NULL, m);
         return respond_error(mc, r, 503, m, NULL, NULL);

@@ -61,6 +61,9 @@ typedef struct ma_conn {
 
 /* ------------------------------------------------------------------ jobs */
 
+struct srv_rx;
+typedef struct srv_rx srv_rx;
+
 typedef struct job {
     struct job *next;
     uint64_t conn_id; /* the ma_conn or HTTP connection it answers */
@@ -190,10 +193,9 @@ int srv_queue_idle(void);
 /* the HTTP status of a failed job, and its reason */
 int srv_job_http_code(const job *j);
 int srv_job_reason(const job *j);
-/* a job for a whole message or body: takes `body` (held in B_QUEUED from here); NULL when the
- * queued budget refuses (*why set) or memory fails */
-job *srv_job_new(uint64_t conn_id, int is_ws, int json, const char *peer, uint8_t *body, size_t len, size_t held, double t_recv,
-                 const char **why);
+/* a job for a whole message or body: takes the request data of rx (from B_INPUT into B_QUEUED);
+ * NULL when the queued budget refuses or memory fails, with the client's message in why */
+job *srv_job_new(srv_rx *rx, uint64_t conn_id, int is_ws, int json, const char *peer, double t_recv, char *why, size_t why_cap);
 
 /* http.c */
 int srv_http_start(void);
@@ -212,11 +214,13 @@ int srv_ws_open(int fd, void *urh, const char *extra, size_t extra_len, const ch
  * length; its bytes are taken from B_INPUT first. Returns 0, RX_OVER_MESSAGE (over
  * --max-message-mb), RX_OVER_INPUT (B_INPUT refused) or -1 (out of memory). */
 enum { RX_OVER_MESSAGE = 1, RX_OVER_INPUT = 2 };
-typedef struct srv_rx {
+struct srv_rx {
     uint8_t *p;
     size_t len, cap;
-} srv_rx;
+};
 int srv_rx_append(srv_rx *r, const void *data, size_t n);
+/* what the client is told when srv_rx_append refused (s: its result) */
+void srv_rx_refusal(int s, char *msg, size_t cap);
 void srv_rx_free(srv_rx *r);
 /* the buffer handed over (its bytes move from B_INPUT to B_QUEUED with the job) */
 uint8_t *srv_rx_take(srv_rx *r, size_t *len, size_t *cap);

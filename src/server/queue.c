@@ -25,17 +25,18 @@ void srv_job_free(job *j) {
     free(j);
 }
 
-job *srv_job_new(uint64_t conn_id, int is_ws, int json, const char *peer, uint8_t *body, size_t len, size_t held, double t_recv,
-                 const char **why) {
-    *why = NULL;
+job *srv_job_new(srv_rx *rx, uint64_t conn_id, int is_ws, int json, const char *peer, double t_recv, char *why, size_t why_cap) {
+    size_t len, held;
+    uint8_t *body = srv_rx_take(rx, &len, &held);
     if (ma_budget_take(&srv.budget[B_QUEUED], held)) {
-        *why = "queued";
+        snprintf(why, why_cap, "server: too many request bytes queued (--max-queued-mb %.4g); try again", srv.o->max_queued_mb);
         free(body);
         return NULL;
     }
     job *j = calloc(1, sizeof *j);
     if (!j) {
         ma_budget_give(&srv.budget[B_QUEUED], held);
+        snprintf(why, why_cap, "server: out of memory");
         free(body);
         return NULL;
     }

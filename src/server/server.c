@@ -89,6 +89,13 @@ int srv_rx_append(srv_rx *r, const void *data, size_t n) {
     return 0;
 }
 
+void srv_rx_refusal(int s, char *msg, size_t cap) {
+    if (s == RX_OVER_MESSAGE) snprintf(msg, cap, "request: the message exceeds --max-message-mb %.4g", srv.o->max_message_mb);
+    else if (s == RX_OVER_INPUT)
+        snprintf(msg, cap, "server: too much request data buffered from all clients (--max-input-mb %.4g); try again", srv.o->max_input_mb);
+    else snprintf(msg, cap, "server: out of memory");
+}
+
 void srv_rx_free(srv_rx *r) {
     ma_budget_give(&srv.budget[B_INPUT], r->cap);
     free(r->p);

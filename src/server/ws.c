@@ -185,7 +185,7 @@ static void on_frame_start(wslay_event_context_ptr ctx, const struct wslay_event
     }
     if (a->payload_length > srv.max_bytes - w->rx.len) {
         char m[160];
-        snprintf(m, sizeof m, "request: the message exceeds --max-message-mb %.4g", srv.o->max_message_mb);
+        srv_rx_refusal(RX_OVER_MESSAGE, m, sizeof m);
         srv.budget[B_MESSAGE].refused++;
         refuse(w, F_TOO_LARGE, m, 1009);
     }
@@ -196,30 +196,17 @@ static void on_frame_chunk(wslay_event_context_ptr ctx, const struct wslay_event
     wsconn *w = user;
     if (w->refused || !w->in_msg) return; /* control frames' payloads are wslay's */
     const int s = srv_rx_append(&w->rx, a->data, a->data_length);
-    if (s == RX_OVER_INPUT) {
-        char m[200];
-        snprintf(m, sizeof m, "server: too much request data buffered from all clients (--max-input-mb %zu); try again",
-                 srv.budget[B_INPUT].limit >> 20);
-        refuse(w, F_OVERLOADED, m, 1013);
-    } else if (s == RX_OVER_MESSAGE) {
-        char m[160];
-        snprintf(m, sizeof m, "request: the message exceeds --max-message-mb %.4g", srv.o->max_message_mb);
-        refuse(w, F_TOO_LARGE, m, 1009);
-    } else if (s) refuse(w, F_OVERLOADED, "server: out of memory", 1011);
+    if (!s) return;
+    char m[200];
+    srv_rx_refusal(s, m, sizeof m);
+    refuse(w, s == RX_OVER_MESSAGE ? F_TOO_LARGE : F_OVERLOADED, m, s == RX_OVER_MESSAGE ? 1009 : s == RX_OVER_INPUT ? 1013 : 1011);
 }
 
 static void start_request(wsconn *w) {
-    size_t len, cap;
-    uint8_t *b = srv_rx_take(&w->rx, &len, &cap);
-    const char *why;
-    job *j = srv_job_new(w->base.id, 1, 0, w->base.peer, b, len, cap, w->msg_start ? w->msg_start : ma_now_ms(), &why);
+    char m[200];
+    job *j = srv_job_new(&w->rx, w->base.id, 1, 0, w->base.peer, w->msg_start ? w->msg_start : ma_now_ms(), m, sizeof m);
     w->in_msg = 0;
     if (!j) {
-        char m[200];
-        if (why)
-            snprintf(m, sizeof m, "server: too many request bytes queued (--max-queued-mb %zu); try again",
-                     srv.budget[B_QUEUED].limit >> 20);
-        else snprintf(m, sizeof m, "server: out of memory");
         refuse(w, F_OVERLOADED, m, 1013);
         return;
     }
