@@ -84,8 +84,9 @@ const cli_opt OPTS[O_COUNT] = {
                          "the bodies of requests queued for or in inference, together (default 128; over it: 503 / close 1013)"},
     [O_MAX_OUTPUT_KB] = {"--max-output-kb", NULL, "KB", CLI_INT, 16, 1048576,
                          "unsent replies a websocket client may leave unread before the server stops reading it (default 256)"},
-    [O_MAX_HEAD_KB] = {"--max-head-kb", NULL, "KB", CLI_INT, 4, 1024,
-                       "an HTTP request's line and header fields (default 32; larger: 431); each connection's buffers are twice it"},
+    [O_MAX_HEAD_KB] =
+        {"--max-head-kb", NULL, "KB", CLI_INT, 4, 1024,
+         "each HTTP connection's buffer: its request's line and header fields (larger: 431), what is read ahead of them (default 16)"},
     [O_MAX_CLIENTS] = {"--max-clients", NULL, "N", CLI_INT, 1, 100000, "connections at once (default 512; /healthz is answered beyond it)"},
     [O_RECV_TIMEOUT] = {"--recv-timeout-s", NULL, "S", CLI_INT, 1, 3600,
                         "the deadline for one whole request or message to arrive (default 30)"},

@@ -19,7 +19,7 @@ int cmd_serve_a(cli_args *a) {
     so.max_input_mb = 128.0;
     so.max_queued_mb = 128.0;
     so.max_output_kb = 256;
-    so.max_head_kb = 32;
+    so.max_head_kb = 16;
     so.max_clients = 512;
     so.recv_timeout_s = 30;
     so.idle_timeout_s = 300;

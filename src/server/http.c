@@ -544,7 +544,7 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
 /* ------------------------------------------------------------------------------ the loop's side */
 
 int srv_http_start(void) {
-    const unsigned pool = (unsigned)srv.o->max_head_kb * 1024u * 2u; /* the head and the read buffer */
+    const unsigned pool = (unsigned)srv.o->max_head_kb * 1024u; /* the head, what is read ahead, the reply's head */
     srv.mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request,
                                NULL, MHD_OPTION_EXTERNAL_LOGGER, on_log, NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)srv.listen_fd,
                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)(srv.o->max_clients + HEALTH_RESERVE), MHD_OPTION_CONNECTION_TIMEOUT,
