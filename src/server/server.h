@@ -16,7 +16,7 @@
  * Every byte a client can make the server hold is counted against a named budget (budget.h):
  * --max-message-mb per message, --max-input-mb for all messages being received, --max-queued-mb
  * for the bodies queued for inference, --max-output-kb of unsent replies per websocket (reading
- * stops beyond it), --max-head-kb per HTTP connection (libmicrohttpd's memory pool, twice it).
+ * stops beyond it), --max-head-kb per HTTP connection (libmicrohttpd's memory pool).
  * A port in use is one line on stderr and exit status 1, at once also when another molmoact
  * serve holds it while still loading (an abstract socket claims the address from the bind on).
  * Requests queue FIFO to one resident engine on an inference thread, which also decodes them, so
@@ -47,7 +47,7 @@ typedef struct ma_serve_opts {
     double max_input_mb;                       /* all connections' request data being received (default 128) */
     double max_queued_mb;                      /* bodies queued for or in inference (default 128) */
     int max_output_kb;                         /* unsent output per websocket before reading stops (default 256) */
-    int max_head_kb;                           /* an HTTP request's head (default 32; the connection's pool: twice it) */
+    int max_head_kb;                           /* each HTTP connection's buffer: its head and what is read ahead (default 16) */
     int max_clients;                           /* default 512 */
     int flip180;                               /* rotate raw frames by 180 degrees (clients sending raw renders) */
     int recv_timeout_s;                        /* a message, body or head not complete this long after its first byte
