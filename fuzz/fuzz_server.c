@@ -129,6 +129,7 @@ static void start_server(void) {
     if (pthread_create(&th, NULL, serve_thread, NULL)) abort();
     pthread_detach(th);
     for (int i = 0; i < 2000 && !__atomic_load_n(&g_port, __ATOMIC_SEQ_CST); i++) usleep(5000);
+    unlink(keyfile); /* read at the start */
     if (!g_port) abort();
 }
 
