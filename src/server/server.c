@@ -86,6 +86,7 @@ int srv_rx_append(srv_rx *r, const void *data, size_t n) {
     }
     memcpy(r->p + r->len, data, n);
     r->len += n;
+    if (r->len > srv.budget[B_MESSAGE].peak) srv.budget[B_MESSAGE].peak = r->len; /* the largest message so far */
     return 0;
 }
 

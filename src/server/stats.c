@@ -302,10 +302,11 @@ char *srv_metrics_text(size_t *len) {
     for (int i = 0; i < B_N; i++)
         ma_tb_printf(&t, "molmoact_budget_limit_bytes{budget=\"%s\",scope=\"%s\",option=\"%s\"} %zu\n", srv.budget[i].name,
                      i == B_MESSAGE || i == B_OUTPUT ? "connection" : "server", srv.budget[i].option, srv.budget[i].limit);
-    ma_tb_family(&t, "molmoact_budget_used_bytes", "gauge", "Bytes each budget holds now (every connection's together).");
-    for (int i = 0; i < B_N; i++)
+    ma_tb_family(&t, "molmoact_budget_used_bytes", "gauge",
+                 "Bytes each budget holds now (output: every connection's together; message: see input).");
+    for (int i = B_INPUT; i < B_N; i++)
         ma_tb_printf(&t, "molmoact_budget_used_bytes{budget=\"%s\"} %zu\n", srv.budget[i].name, srv.budget[i].used);
-    ma_tb_family(&t, "molmoact_budget_peak_bytes", "gauge", "The most bytes each budget has held at once.");
+    ma_tb_family(&t, "molmoact_budget_peak_bytes", "gauge", "The most bytes each budget has held at once (message: the largest one).");
     for (int i = 0; i < B_N; i++)
         ma_tb_printf(&t, "molmoact_budget_peak_bytes{budget=\"%s\"} %zu\n", srv.budget[i].name, srv.budget[i].peak);
     ma_tb_family(&t, "molmoact_budget_refusals_total", "counter", "Requests, messages or reads refused because a budget was full.");
