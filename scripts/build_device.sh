@@ -18,10 +18,12 @@ build=$root/build-aarch64
 version=$(sed -n 's/^project(molmoact VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
 pkgs=(libcjson1 libcjson-dev zlib1g zlib1g-dev libpng16-16 libpng-dev libjpeg62-turbo libjpeg62-turbo-dev libutf8proc2
       libutf8proc-dev libmsgpackc2 libmsgpack-dev libcmocka0 libcmocka-dev libssl3 libssl-dev
-      libcap2 libcap-dev)
+      libcap2 libcap-dev libmicrohttpd12 libmicrohttpd-dev libwslay1 libwslay-dev
+      libgnutls30 libnettle8 libhogweed6 libgmp10 libidn2-0 libp11-kit0 libtasn1-6 libunistring2 libffi8)
 
 # 1. the arm64 libraries, unpacked into a sysroot (no arm64 package is installed on the host)
-if [ ! -f "$sysroot/.complete" ]; then
+# (unpacked again when the list of packages changes: .complete holds the list it was made from)
+if [ "$(cat "$sysroot/.complete" 2> /dev/null)" != "${pkgs[*]}" ]; then
   command -v aarch64-linux-gnu-gcc > /dev/null || { echo "build_device.sh: gcc-aarch64-linux-gnu is missing (scripts/install_deps.sh)"; exit 1; }
   dpkg --print-foreign-architectures | grep -qx arm64 || { dpkg --add-architecture arm64; apt-get update -qq; }
   apt-cache show libcjson1:arm64 > /dev/null 2>&1 || apt-get update -qq
@@ -32,7 +34,7 @@ if [ ! -f "$sysroot/.complete" ]; then
   mkdir -p "$sysroot"
   for d in "$debs"/*.deb; do dpkg-deb -x "$d" "$sysroot"; done
   rm -rf "$debs"
-  touch "$sysroot/.complete"
+  echo "${pkgs[*]}" > "$sysroot/.complete"
 fi
 
 # 2. the cross build (portable kernels for now)
