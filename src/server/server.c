@@ -425,6 +425,7 @@ int ma_serve(const ma_serve_opts *o) {
         fprintf(stderr, "molmoact serve: cannot start the HTTP server (libmicrohttpd)\n");
         goto out;
     }
+    srv.listen_fd = -1; /* libmicrohttpd's from here: it closes it */
     srv.t_start = ma_now_ms();
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);

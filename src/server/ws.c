@@ -32,6 +32,9 @@
 
 #define LINGER_MS 2000           /* after our last bytes: read and drop what the client still sends */
 #define READ_PER_TURN (1u << 20) /* one client's large message does not keep the others waiting */
+/* what a queued message costs besides its payload (wslay's message and queue cell, about 100
+ * bytes): an empty pong is not free (a flood of empty pings never read would grow without end) */
+#define MSG_OVERHEAD 128
 
 typedef struct wsconn {
     ma_conn base;
@@ -41,14 +44,16 @@ typedef struct wsconn {
     size_t pre_len, pre_off;
     srv_rx rx;        /* the message being assembled */
     int in_msg;       /* a data message is being received */
+    int frame_data;   /* the frame being received is a data frame (a control frame may come between fragments) */
     int refused;      /* an error was sent: nothing more is read */
     double msg_start; /* the first byte of the message (or of bytes not yet a whole frame) */
     double last_active, cycle_start, prev_total_ms;
     int n_replies, ignored_logged;
     /* output */
-    size_t out_held; /* bytes of B_OUTPUT held: wslay's queued messages */
-    double out_since;
+    size_t out_held;  /* bytes of B_OUTPUT held: wslay's queued messages */
+    double out_since; /* the last byte sent, or when output began to wait */
     int close_pending, close_code;
+    double closing_since;
     char close_reason[64];
     /* the end */
     int closing, shut, peer_eof, dead;
@@ -59,9 +64,13 @@ typedef struct wsconn {
 /* ------------------------------------------------------------------------------ output */
 
 /* B_OUTPUT follows what wslay holds; a close waits until every data frame before it is out */
+static size_t queued_cost(wslay_event_context_ptr ctx) {
+    return wslay_event_get_queued_msg_length(ctx) + MSG_OVERHEAD * wslay_event_get_queued_msg_count(ctx);
+}
+
 static void sync_out(wsconn *w) {
-    const size_t q = wslay_event_get_queued_msg_length(w->ctx);
-    if (q < w->out_held || !w->out_held) w->out_since = ma_now_ms(); /* progress, or nothing was waiting */
+    const size_t q = queued_cost(w->ctx);
+    if (!w->out_held) w->out_since = ma_now_ms(); /* output begins to wait now */
     ma_budget_give(&srv.budget[B_OUTPUT], w->out_held);
     srv.budget[B_OUTPUT].used += q;
     if (srv.budget[B_OUTPUT].used > srv.budget[B_OUTPUT].peak) srv.budget[B_OUTPUT].peak = srv.budget[B_OUTPUT].used;
@@ -75,7 +84,9 @@ static void flush(wsconn *w) {
             w->dead = 1;
             break;
         }
-        if (w->close_pending && wslay_event_get_queued_msg_count(w->ctx) == 0) {
+        /* once nothing else is left to send (want_write: wslay drops queued control frames once a
+         * close is queued without counting them out, so its message count is not a guide) */
+        if (w->close_pending && !wslay_event_want_write(w->ctx)) {
             w->close_pending = 0;
             wslay_event_queue_close(w->ctx, (uint16_t)w->close_code, (const uint8_t *)w->close_reason, strlen(w->close_reason));
             continue; /* send it now */
@@ -94,6 +105,7 @@ static void send_msg(wsconn *w, int opcode, const void *data, size_t len) {
 static void close_with(wsconn *w, int code, const char *reason) {
     if (w->closing) return;
     w->closing = 1;
+    w->closing_since = ma_now_ms();
     w->close_pending = 1;
     w->close_code = code;
     snprintf(w->close_reason, sizeof w->close_reason, "%s", reason);
@@ -135,7 +147,7 @@ static ssize_t on_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, in
     }
     /* others' turn; or the client reads its replies first (pongs count: wslay queues one per ping
      * as it reads, within this very call) */
-    if (w->read_turn >= READ_PER_TURN || wslay_event_get_queued_msg_length(ctx) > srv.max_output) {
+    if (w->read_turn >= READ_PER_TURN || queued_cost(ctx) > srv.max_output) {
         wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
         return -1;
     }
@@ -162,6 +174,7 @@ static ssize_t on_send(wslay_event_context_ptr ctx, const uint8_t *data, size_t 
     wsconn *w = user;
     for (;;) {
         const ssize_t n = send(w->base.fd, data, len, MSG_NOSIGNAL);
+        if (n > 0) w->out_since = ma_now_ms(); /* progress: the client reads */
         if (n >= 0) return n;
         if (errno == EINTR) continue;
         wslay_event_set_error(ctx, errno == EAGAIN || errno == EWOULDBLOCK ? WSLAY_ERR_WOULDBLOCK : WSLAY_ERR_CALLBACK_FAILURE);
@@ -172,6 +185,7 @@ static ssize_t on_send(wslay_event_context_ptr ctx, const uint8_t *data, size_t 
 static void on_frame_start(wslay_event_context_ptr ctx, const struct wslay_event_on_frame_recv_start_arg *a, void *user) {
     (void)ctx;
     wsconn *w = user;
+    w->frame_data = a->opcode < 8;
     if (w->refused || a->opcode >= 8) return; /* control frames: wslay's */
     if (a->opcode != WSLAY_CONTINUATION_FRAME) {
         if (w->base.busy) {
@@ -196,7 +210,7 @@ static void on_frame_start(wslay_event_context_ptr ctx, const struct wslay_event
 static void on_frame_chunk(wslay_event_context_ptr ctx, const struct wslay_event_on_frame_recv_chunk_arg *a, void *user) {
     (void)ctx;
     wsconn *w = user;
-    if (w->refused || !w->in_msg) return; /* control frames' payloads are wslay's */
+    if (w->refused || !w->in_msg || !w->frame_data) return; /* control frames' payloads are wslay's */
     const int s = srv_rx_append(&w->rx, a->data, a->data_length);
     if (!s) return;
     char m[200];
@@ -244,7 +258,7 @@ static short ws_events(ma_conn *c) {
     wsconn *w = (wsconn *)c;
     short ev = 0;
     if (w->dead) return 0;
-    if (!w->peer_eof && (w->shut || (wslay_event_want_read(w->ctx) && w->out_held <= srv.max_output))) ev |= POLLIN;
+    if (!w->peer_eof && (w->shut || (wslay_event_want_read(w->ctx) && queued_cost(w->ctx) <= srv.max_output))) ev |= POLLIN;
     if (!w->shut && wslay_event_want_write(w->ctx)) ev |= POLLOUT;
     return ev;
 }
@@ -260,6 +274,7 @@ static void ws_on_events(ma_conn *c, short re) {
         } else if (wslay_event_want_read(w->ctx) && wslay_event_recv(w->ctx) && !w->peer_eof && !w->dead && !w->closing) {
             /* a protocol violation wslay refused (it queued a close): counted, then closed */
             w->closing = 1;
+            w->closing_since = ma_now_ms();
             srv_account(1, F_PROTOCOL, w->msg_start, NULL);
             srv_log_line(c->peer, "ws", 0, 0, NULL, "protocol: a malformed frame (closed)");
         }
@@ -267,7 +282,18 @@ static void ws_on_events(ma_conn *c, short re) {
     /* POLLHUP on TCP: the peer reset, or closed while we had shut our side: nothing we send can
      * arrive, and poll reports it again at once (F14: a reset client spun the loop) */
     if (re & (POLLHUP | POLLERR)) w->dead = 1;
-    if (wslay_event_get_close_received(w->ctx)) w->closing = 1;
+    if (wslay_event_get_close_received(w->ctx) && !w->closing) {
+        w->closing = 1;
+        w->closing_since = ma_now_ms();
+    }
+    /* wslay refused a frame itself (unmasked, reserved bits or opcodes, a stray continuation, a bad
+     * close code or UTF-8): it queued a close and stopped reading, and returned 0 */
+    if (!w->shut && !w->closing && !w->dead && !w->peer_eof && !wslay_event_get_read_enabled(w->ctx)) {
+        w->closing = 1;
+        w->closing_since = ma_now_ms();
+        srv_account(1, F_PROTOCOL, w->msg_start, NULL);
+        srv_log_line(c->peer, "ws", 0, 0, NULL, "protocol: a malformed frame (closed)");
+    }
     flush(w);
 }
 
@@ -323,7 +349,11 @@ static void ws_tick(ma_conn *c, double now) {
         flush(w);
         return;
     }
-    if (w->out_held && now - w->out_since > recv_ms) { /* the client reads nothing */
+    if (w->closing && w->closing_since && now - w->closing_since > recv_ms + LINGER_MS) { /* the close never completed */
+        w->dead = 1;
+        return;
+    }
+    if ((w->out_held || wslay_event_want_write(w->ctx)) && now - w->out_since > recv_ms) { /* the client reads nothing */
         srv_log_event("dropped", c->peer, "the client did not read its reply within --recv-timeout-s");
         w->dead = 1;
         return;
@@ -413,5 +443,6 @@ int srv_ws_open(int fd, void *urh, const char *extra, size_t extra_len, const ch
     free(b.data);
     if (srv.stopping) close_with(w, 1001, "server shutting down");
     flush(w);
+    if (w->pre_len) ws_on_events(&w->base, POLLIN); /* frames that came with the upgrade: no POLLIN will say so */
     return 0;
 }
