@@ -6,9 +6,13 @@ int ma_budget_take(ma_budget *b, size_t n) {
         b->refused++;
         return -1;
     }
+    ma_budget_hold(b, n);
+    return 0;
+}
+
+void ma_budget_hold(ma_budget *b, size_t n) {
     b->used += n;
     if (b->used > b->peak) b->peak = b->used;
-    return 0;
 }
 
 void ma_budget_give(ma_budget *b, size_t n) { b->used = n > b->used ? 0 : b->used - n; }

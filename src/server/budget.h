@@ -21,6 +21,8 @@ typedef struct ma_budget {
 /* take n bytes: 0, or -1 (nothing taken, b->refused counted) when used + n would exceed the limit */
 int ma_budget_take(ma_budget *b, size_t n);
 void ma_budget_give(ma_budget *b, size_t n);
+/* count n bytes held whatever the limit (a per-connection limit checked by the caller) */
+void ma_budget_hold(ma_budget *b, size_t n);
 /* move n bytes from one budget to another: 0, or -1 (nothing moved) when `to` refuses */
 int ma_budget_move(ma_budget *from, ma_budget *to, size_t n);
 

@@ -110,8 +110,7 @@ static enum MHD_Result respond(struct MHD_Connection *mc, hreq *r, int code, con
         r->phase = r->defer ? P_PENDING : P_ANSWERED;
         if (ok == MHD_YES && !r->out_held) { /* the copy libmicrohttpd holds until it is sent */
             r->out_held = len;
-            srv.budget[B_OUTPUT].used += len;
-            if (srv.budget[B_OUTPUT].used > srv.budget[B_OUTPUT].peak) srv.budget[B_OUTPUT].peak = srv.budget[B_OUTPUT].used;
+            ma_budget_hold(&srv.budget[B_OUTPUT], len);
         }
     }
     return ok;
@@ -310,7 +309,6 @@ static enum MHD_Result on_head(struct MHD_Connection *mc, hconn *hc, const char 
     default: break;
     }
     /* the rest have no body: one that comes anyway is not read (the library closes after the reply) */
-    (void)body;
     switch (g->route) {
     case MA_R_HEALTHZ: return respond(mc, r, 200, "text/plain", "OK", 2, NULL, NULL);
     case MA_R_HEALTH: return respond_json(mc, r, 200, srv_health_json(), NULL, NULL);

@@ -72,8 +72,7 @@ static void sync_out(wsconn *w) {
     const size_t q = queued_cost(w->ctx);
     if (!w->out_held) w->out_since = ma_now_ms(); /* output begins to wait now */
     ma_budget_give(&srv.budget[B_OUTPUT], w->out_held);
-    srv.budget[B_OUTPUT].used += q;
-    if (srv.budget[B_OUTPUT].used > srv.budget[B_OUTPUT].peak) srv.budget[B_OUTPUT].peak = srv.budget[B_OUTPUT].used;
+    ma_budget_hold(&srv.budget[B_OUTPUT], q);
     w->out_held = q;
 }
 
