@@ -206,7 +206,24 @@ typedef struct molmoact_observation {
      * down; `molmoact serve --flip180`) */
     int rotate180;
     int reserved[3]; /* zero (so that 0.11's struct is larger than 0.10's, padding included) */
+    /* since 0.12: real-time chunking (RTC, as LeRobot's RTCProcessor guides flow matching,
+     * policies/rtc/modeling_rtc.py): the new chunk is pulled toward rtc_prefix, the actions of
+     * the previous chunk still to be executed, in the model's normalised space (what
+     * molmoact_result.trajectory holds, rows from the first executed row, n_obs_steps - 1),
+     * rtc_prefix_rows x rtc_prefix_dim floats (rtc_prefix_dim: the action dim or
+     * max_action_dim; shorter rows and fewer rows are zero-padded, as LeRobot pads them).
+     * rtc_delay: the inference delay d in control ticks (rows that will run before this chunk
+     * arrives: weight 1); rtc_horizon: the execution horizon H (0: 10), clipped to
+     * rtc_prefix_rows; rtc_beta: the guidance weight's cap (0: 10); rtc_schedule: the prefix
+     * weights between d and H (MOLMOACT_RTC_LINEAR, _EXP, _ONES, _ZEROS). NULL: no guidance. */
+    const float *rtc_prefix;
+    int rtc_prefix_rows, rtc_prefix_dim;
+    int rtc_delay, rtc_horizon;
+    float rtc_beta;
+    int rtc_schedule;
 } molmoact_observation;
+
+enum { MOLMOACT_RTC_LINEAR = 0, MOLMOACT_RTC_EXP = 1, MOLMOACT_RTC_ONES = 2, MOLMOACT_RTC_ZEROS = 3 };
 
 /* as molmoact_options_init: the macro passes the caller's sizeof; the function fills 0.10's layout */
 MOLMOACT_API void molmoact_observation_init_sized(molmoact_observation *obs, uint32_t size);
