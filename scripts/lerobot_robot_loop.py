@@ -625,6 +625,7 @@ def main(argv=None):
     logdir = tempfile.mkdtemp(prefix="lerobot_robot_loop_logs_")
     cwd = os.getcwd()
     os.chdir(logdir)
+    env = None
     try:
         env = LeRobotEnv(args.lerobot_src)
         import logging
@@ -635,6 +636,8 @@ def main(argv=None):
         report = run_client(env, args)
     finally:
         os.chdir(cwd)
+        if env is not None:
+            env.cleanup()  # the generated stand-ins (modules already loaded stay usable)
     report["client_log_dir"] = logdir
     summary = {k: report[k] for k in ("started", "stop_reason", "ticks", "ticks_starved_before_first_action",
                                       "ticks_starved_after_first_action", "chunks_received", "observations_sent",
@@ -646,7 +649,6 @@ def main(argv=None):
     if args.out:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)
-    env.cleanup()
     return 0 if report["started"] else 1
 
 
