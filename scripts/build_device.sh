@@ -18,7 +18,7 @@ build=$root/build-aarch64
 version=$(sed -n 's/^project(molmoact VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
 pkgs=(libcjson1 libcjson-dev zlib1g zlib1g-dev libpng16-16 libpng-dev libjpeg62-turbo libjpeg62-turbo-dev libutf8proc2
       libutf8proc-dev libmsgpackc2 libmsgpack-dev libcmocka0 libcmocka-dev libssl3 libssl-dev
-      libcap2 libcap-dev libmicrohttpd12 libmicrohttpd-dev libwslay1 libwslay-dev
+      libcap2 libcap-dev libmicrohttpd12 libmicrohttpd-dev libwslay1 libwslay-dev libnghttp2-14 libnghttp2-dev
       libgnutls30 libnettle8 libhogweed6 libgmp10 libidn2-0 libp11-kit0 libtasn1-6 libunistring2 libffi8)
 
 # 1. the arm64 libraries, unpacked into a sysroot (no arm64 package is installed on the host)

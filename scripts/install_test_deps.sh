@@ -10,7 +10,7 @@
 set -euo pipefail
 "$(dirname "$0")/install_deps.sh" > /dev/null
 pkgs=(clang libclang-rt-14-dev git libopenblas-dev libopenblas0-pthread libcmocka-dev python3-pil python3-torch python3-onnx
-      python3-pytest python3-websockets python3-msgpack python3-requests python3-prometheus-client curl chromium wrk
+      python3-pytest python3-websockets python3-msgpack python3-requests python3-prometheus-client python3-grpcio protobuf-compiler protobuf-compiler-grpc curl chromium wrk
       gcc-aarch64-linux-gnu qemu-user openssh-server openssh-client sshpass)
 command -v npm > /dev/null 2>&1 || pkgs+=(nodejs npm)
 missing=()

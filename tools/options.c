@@ -15,6 +15,7 @@
 #include "kernels/kernels.h"
 #include "model/checkpoint.h"
 
+_Static_assert(O_COUNT <= CLI_MAX_OPTS, "cli_args holds CLI_MAX_OPTS options");
 const cli_opt OPTS[O_COUNT] = {
     [O_MODEL] = {"--model", NULL, "DIR", CLI_STR, 0, 0,
                  "a Hugging Face checkpoint directory, a LeRobot policy directory or a context directory (molmoact compile)"},
@@ -103,6 +104,34 @@ const cli_opt OPTS[O_COUNT] = {
         {"--qnn-zero-copy", NULL, NULL, CLI_FLAG, 0, 0,
          "qnn: the graphs' tensors in rpcmem buffers registered with the contexts (libcdsprpc.so), no copies into client buffers"},
     [O_VERBOSE] = {"--verbose", "-v", NULL, CLI_FLAG, 0, 0, "say more at open: each QNN context binary's graph count and names"},
+    [O_GRPC_PORT] = {"--grpc-port", NULL, "N", CLI_INT, 0, 65535,
+                     "serve LeRobot's async inference (gRPC, transport.AsyncInference) on this port too (default: off; 0: any free port)"},
+    [O_GRPC_HOST] = {"--grpc-host", NULL, "ADDR", CLI_STR, 0, 0, "the address of --grpc-port (default: --host's)"},
+    [O_FPS] = {"--fps", NULL, "HZ", CLI_REAL, 1e-3, 1000,
+               "the robot's control rate: LeRobot's action timestamps (timestamp + i / fps) and delays in control ticks (default 30)"},
+    [O_LEROBOT_POLICY_TYPES] = {"--lerobot-policy-types", NULL, "LIST", CLI_STR, 0, 0,
+                                "the policy_type names a LeRobot client may ask for, comma-separated (default molmoact2)"},
+    [O_LEROBOT_OBS_TIMEOUT] =
+        {"--lerobot-obs-timeout-s", NULL, "S", CLI_REAL, 1e-3, 3600,
+         "how long GetActions waits for an observation before an empty reply (default 2, LeRobot's obs_queue_timeout)"},
+    [O_LEROBOT_SIMILARITY] =
+        {"--lerobot-similarity-atol", NULL, "X", CLI_REAL, 0, 1e9,
+         "LeRobot's similarity filter: drop an observation whose state is within X (L2) of the last one run, unless must_go (default 0: off)"},
+    [O_MAX_SESSIONS] = {"--max-sessions", NULL, "N", CLI_INT, 1, 100000,
+                        "HTTP session_id timelines kept, least recently used dropped first (default 64)"},
+    [O_SESSION_TTL] = {"--session-ttl-s", NULL, "S", CLI_INT, 1, 604800, "an HTTP session idle this long is forgotten (default 300)"},
+    [O_RTC] =
+        {"--rtc", NULL, NULL, CLI_FLAG, 0, 0,
+         "real-time chunking for every session: each chunk guided toward the rows of the last one still to run (a request may ask itself)"},
+    [O_RTC_HORIZON] = {"--rtc-horizon", NULL, "H", CLI_INT, 1, 4096, "RTC's execution horizon in rows (default 10)"},
+    [O_RTC_BETA] = {"--rtc-beta", NULL, "B", CLI_REAL, 1e-6, 1e6, "RTC's maximum guidance weight (default 10)"},
+    [O_RTC_SCHEDULE] = {"--rtc-schedule", NULL, "S", CLI_STR, 0, 0,
+                        "RTC's prefix weights between the delay and the horizon: linear (default), exp, ones, zeros"},
+    [O_RTC_LATENCY_PCT] = {"--rtc-latency-percentile", NULL, "Q", CLI_REAL, 0, 100,
+                           "the inference delay is predicted from this percentile of the session's recent latencies (default 95)"},
+    [O_RTC_PREFIX] = {"--rtc-prefix", NULL, "FILE", CLI_STR, 0, 0,
+                      "RTC: the previous chunk's rows still to run, normalised (.npy float32 [rows, dim]): replays a guided server chunk"},
+    [O_RTC_DELAY] = {"--rtc-delay", NULL, "D", CLI_INT, 0, 4096, "RTC: the inference delay in control ticks (with --rtc-prefix)"},
 };
 
 /* the options of everything that opens a model and runs its sessions */
@@ -251,6 +280,19 @@ const cli_cmd CMDS[] = {
       {O_IDLE_TIMEOUT, NULL, NULL},
       {O_SEED, NULL, "seed the generator that gives each request without noise or seed its own (default: seeded at random, logged)"},
       {O_FLIP180, NULL, NULL},
+      {O_GRPC_PORT, NULL, NULL},
+      {O_GRPC_HOST, NULL, NULL},
+      {O_FPS, NULL, NULL},
+      {O_LEROBOT_POLICY_TYPES, NULL, NULL},
+      {O_LEROBOT_OBS_TIMEOUT, NULL, NULL},
+      {O_LEROBOT_SIMILARITY, NULL, NULL},
+      {O_MAX_SESSIONS, NULL, NULL},
+      {O_SESSION_TTL, NULL, NULL},
+      {O_RTC, NULL, NULL},
+      {O_RTC_HORIZON, NULL, NULL},
+      {O_RTC_BETA, NULL, NULL},
+      {O_RTC_SCHEDULE, NULL, NULL},
+      {O_RTC_LATENCY_PCT, NULL, NULL},
       {O_INPROC, NULL, NULL},
       SESSION_USES},
      cmd_serve_a},

@@ -44,6 +44,29 @@ int cmd_serve_a(cli_args *a) {
     /* the totals hold two messages at least unless given */
     if (!a->given[O_MAX_INPUT_MB] && so.max_input_mb < 2 * so.max_message_mb) so.max_input_mb = 2 * so.max_message_mb;
     if (!a->given[O_MAX_QUEUED_MB] && so.max_queued_mb < 2 * so.max_message_mb) so.max_queued_mb = 2 * so.max_message_mb;
+    so.grpc_port = a->given[O_GRPC_PORT] ? (a->i[O_GRPC_PORT] ? (int)a->i[O_GRPC_PORT] : -1) : 0;
+    so.grpc_host = a->str[O_GRPC_HOST];
+    so.fps = a->given[O_FPS] ? a->r[O_FPS] : 30.0;
+    so.lerobot_policy_types = a->str[O_LEROBOT_POLICY_TYPES];
+    so.lerobot_obs_timeout_s = a->given[O_LEROBOT_OBS_TIMEOUT] ? a->r[O_LEROBOT_OBS_TIMEOUT] : 2.0;
+    so.lerobot_similarity_atol = a->given[O_LEROBOT_SIMILARITY] ? a->r[O_LEROBOT_SIMILARITY] : 0.0;
+    so.max_sessions = a->given[O_MAX_SESSIONS] ? (int)a->i[O_MAX_SESSIONS] : 64;
+    so.session_ttl_s = a->given[O_SESSION_TTL] ? (int)a->i[O_SESSION_TTL] : 300;
+    so.rtc.enabled = a->given[O_RTC];
+    so.rtc.horizon = a->given[O_RTC_HORIZON] ? (int)a->i[O_RTC_HORIZON] : 10;
+    so.rtc.beta = a->given[O_RTC_BETA] ? (float)a->r[O_RTC_BETA] : 10.0f;
+    so.rtc.latency_percentile = a->given[O_RTC_LATENCY_PCT] ? a->r[O_RTC_LATENCY_PCT] : 95.0;
+    so.rtc.schedule = MOLMOACT_RTC_LINEAR;
+    if (a->given[O_RTC_SCHEDULE]) {
+        static const char *const S[] = {"linear", "exp", "ones", "zeros"};
+        so.rtc.schedule = -1;
+        for (int k = 0; k < 4; k++)
+            if (!strcmp(a->str[O_RTC_SCHEDULE], S[k])) so.rtc.schedule = k;
+        if (so.rtc.schedule < 0) {
+            fprintf(stderr, "molmoact serve: --rtc-schedule %s: linear, exp, ones or zeros\n", a->str[O_RTC_SCHEDULE]);
+            return 1;
+        }
+    }
     so.have_seed = a->given[O_SEED];
     so.seed = a->u[O_SEED];
     so.flip180 = a->given[O_FLIP180];

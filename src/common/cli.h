@@ -25,7 +25,8 @@ typedef struct cli_use {
     const char *meta, *help;
 } cli_use;
 
-#define CLI_MAX_USES 48
+#define CLI_MAX_USES 64
+#define CLI_MAX_OPTS 96 /* option ids */
 #define CLI_MAX_LIST 16
 #define CLI_MAX_POS 4
 
@@ -44,13 +45,13 @@ typedef struct cli_cmd {
 
 typedef struct cli_args {
     const cli_cmd *cmd;
-    int given[64];
-    const char *str[64]; /* the value as given (CLI_STR, and the text of every valued option) */
-    long long i[64];
-    unsigned long long u[64];
-    double r[64];
-    const char *list[64][CLI_MAX_LIST];
-    int nlist[64];
+    int given[CLI_MAX_OPTS];
+    const char *str[CLI_MAX_OPTS]; /* the value as given (CLI_STR, and the text of every valued option) */
+    long long i[CLI_MAX_OPTS];
+    unsigned long long u[CLI_MAX_OPTS];
+    double r[CLI_MAX_OPTS];
+    const char *list[CLI_MAX_OPTS][CLI_MAX_LIST];
+    int nlist[CLI_MAX_OPTS];
     const char *pos[CLI_MAX_POS];
     int npos;
 } cli_args;

@@ -13,6 +13,12 @@
  *              --max-output-kb;
  *   gate.c     the one decision on a request's route, key and slot;
  *   queue.c    the inference thread: decoding (wire.c) and molmoact_infer, FIFO;
+ *   grpc.c     LeRobot's async-inference service (gRPC over HTTP/2 framed by nghttp2) on
+ *              --grpc-port: one connection is one LeRobot client;
+ *   lerobot.c  what LeRobot's payloads mean (read by pickle.c, never executed): the policy
+ *              instructions and observations mapped to the model's inputs;
+ *   timeline.c per-session action timelines (LeRobot clients, websockets, HTTP session_id): the
+ *              last chunk, the rows executed, the predicted delay, real-time chunking's prefix;
  *   stats.c    the counters, histograms and history, and what GET /, /status.json, /metrics and
  *              /health show (the page and its script are files embedded at build time).
  * Everything but queue.c's thread runs on the loop's thread. */
@@ -39,6 +45,7 @@
  * to drive it, as Redis's ConnectionType does. HTTP/1.1 connections are libmicrohttpd's. */
 struct ma_conn;
 struct job;
+struct ma_timeline;
 typedef struct ma_conn_type {
     const char *name;
     short (*events)(struct ma_conn *c);                  /* poll() events wanted now */
@@ -57,6 +64,7 @@ typedef struct ma_conn {
     int fd;
     int busy; /* a request of this connection is queued or running */
     char peer[64];
+    struct ma_timeline *timeline; /* the connection's session (NULL: none yet) */
 } ma_conn;
 
 /* ------------------------------------------------------------------ jobs */
@@ -67,7 +75,9 @@ typedef struct srv_rx srv_rx;
 typedef struct job {
     struct job *next;
     uint64_t conn_id; /* the ma_conn or HTTP connection it answers */
-    int is_ws, json;
+    int is_ws;        /* 0: HTTP, 1: websocket, 2: gRPC (the protocol index of the counters) */
+    int json;
+    int predecoded; /* req was filled on the loop (gRPC): nothing to decode */
     char peer[64];
     uint8_t *body;
     size_t bytes_in;
@@ -83,6 +93,15 @@ typedef struct job {
     int status;      /* molmoact_status */
     char msg[1024];  /* for the client: built, never copied from internals */
     char log[1024];  /* for the log: the whole message */
+    /* LeRobot (gRPC): the observation's labels; lr_safe: answer in PR #3048's format */
+    int64_t lr_timestep;
+    double lr_timestamp;
+    int lr_safe;
+    /* the session's timeline (timeline.c): the RTC prefix (owned), the predicted delay */
+    float *rtc_prefix;
+    int rtc_on, rtc_d, tl_base_d;
+    double tl_fps;
+    char session[80]; /* HTTP: the session_id's timeline */
 } job;
 
 /* Why a request failed: a bounded set (the reason label of /metrics and the status page's marks) */
@@ -119,6 +138,60 @@ typedef struct history_entry {
 /* the budgets (budget.h), by index in srv.budget */
 enum { B_MESSAGE, B_INPUT, B_QUEUED, B_OUTPUT, B_N };
 
+/* ------------------------------------------------------------------------------ sessions */
+
+#define TL_LAT 100 /* latencies kept per session (LeRobot's LatencyTracker keeps 100) */
+typedef struct ma_timeline {
+    struct ma_timeline *next; /* HTTP sessions' list */
+    char name[96];            /* "grpc:PEER", "ws:PEER", "http:ID" */
+    float *rows;              /* the last chunk sent, normalised: n x dim, row i for control tick step0 + i */
+    int n, dim;
+    int64_t step0;
+    double t_sent, last_used, fps;
+    double lat[TL_LAT]; /* ms, from the observation's first byte to its reply */
+    int n_lat, lat_at;
+    double last_ms;
+    uint64_t requests;
+    int busy;
+    int last_d, last_d_actual, last_executed; /* the last request's predicted delay (-1: unguided), taken delay, first row */
+} ma_timeline;
+
+void tl_init(ma_timeline *t, const char *name);
+void tl_reset(ma_timeline *t);
+void tl_free(ma_timeline *t);
+double tl_latency_percentile(const ma_timeline *t, double q);
+int tl_ticks(double ms, double fps);
+int tl_predict_delay(const ma_timeline *t, const ma_rtc_opts *o, double fps);
+int tl_leftover(const ma_timeline *t, int first_row, const float **rows, int *n);
+int tl_store(ma_timeline *t, const float *trajectory, int horizon, int max_dim, int first, int n, int dim, int64_t step0);
+void tl_observe_latency(ma_timeline *t, double ms);
+int tl_begin(ma_timeline *t, job *j, int first_row, int base_d, double fps, int rtc_on);
+void tl_end(ma_timeline *t, job *j, int64_t step0);
+ma_timeline *tl_http_session(const char *id, int create);
+void tl_http_expire(double now);
+void tl_http_free_all(void);
+void tl_for_each(void (*fn)(const ma_timeline *t, void *arg), void *arg);
+
+/* ------------------------------------------------------------------------------ LeRobot */
+
+struct ma_pk;
+typedef struct lr_config {
+    int set;
+    char policy_type[64];
+    int actions_per_chunk;
+    char *state_names[64]; /* the observation dict's keys, in the state's order */
+    int n_state;
+    char *cam_key[2]; /* the observation dict's keys of image0 and image1 */
+} lr_config;
+typedef struct lr_obs_meta {
+    double timestamp;
+    int64_t timestep;
+    int must_go;
+} lr_obs_meta;
+ma_status lr_config_from(const struct ma_pk *root, const molmoact_info *info, lr_config *c, char *note, size_t note_cap, ma_error *err);
+void lr_config_free(lr_config *c);
+ma_status lr_obs_from(const struct ma_pk *root, const lr_config *c, ma_wire_request *r, lr_obs_meta *meta, ma_error *err);
+
 typedef struct ma_server {
     const ma_serve_opts *o;
     const ma_serve_engine *ops;
@@ -139,7 +212,11 @@ typedef struct ma_server {
     struct MHD_Daemon *mhd;
     ma_conn *conns; /* upgraded connections */
     int n_http;     /* libmicrohttpd's connections (an upgraded one counts until it is closed) */
-    int n_ws;
+    int n_ws, n_grpc;
+    int grpc_fd, grpc_port, grpc_lock_fd;
+    int first_row; /* the trajectory's first executed row (n_obs_steps - 1) */
+    uint64_t lerobot_filtered, rtc_guided, rtc_beyond, rtc_mispredicted;
+    ma_histogram delay_hist; /* the delay each request took, in control ticks */
     uint64_t next_id;
     int stopping;
     /* the queue to the inference thread and back */
@@ -151,7 +228,7 @@ typedef struct ma_server {
     /* statistics */
     double t_start, wall_start;
     long served, failed;
-    uint64_t requests[2];
+    uint64_t requests[3];
     uint64_t failures[F_N];
     ma_histogram req_hist, comp_hist[C_N];
     history_entry hist[HISTORY];
@@ -204,6 +281,12 @@ void srv_http_tick(double now); /* deadlines of HTTP connections */
 void srv_http_drain(void);      /* the server stops: answer what is half sent, close idle ones */
 int srv_http_open(void);        /* HTTP connections still open */
 void srv_http_stop(void);
+
+/* grpc.c */
+extern const ma_conn_type ma_grpc_type;
+int srv_grpc_init(void);
+void srv_grpc_accept(int listen_fd);
+void srv_grpc_stop(void);
 
 /* ws.c */
 extern const ma_conn_type ma_ws_type;

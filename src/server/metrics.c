@@ -16,6 +16,9 @@ static const char *const COMP_TEXT[] = {"0.001", "0.0025", "0.005", "0.01", "0.0
 
 const ma_buckets ma_request_buckets = {(int)(sizeof REQ_LE / sizeof REQ_LE[0]), REQ_LE, REQ_TEXT};
 const ma_buckets ma_component_buckets = {(int)(sizeof COMP_LE / sizeof COMP_LE[0]), COMP_LE, COMP_TEXT};
+static const double TICK_LE[] = {0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50};
+static const char *const TICK_TEXT[] = {"0", "1", "2", "3", "4", "5", "6", "8", "10", "15", "20", "30", "50"};
+const ma_buckets ma_tick_buckets = {(int)(sizeof TICK_LE / sizeof TICK_LE[0]), TICK_LE, TICK_TEXT};
 
 void ma_hist_init(ma_histogram *h, const ma_buckets *b) {
     memset(h, 0, sizeof *h);

@@ -24,6 +24,8 @@ typedef struct ma_buckets {
 
 /* the request's whole time: 10 ms to 60 s; a component's: 1 ms to 60 s */
 extern const ma_buckets ma_request_buckets, ma_component_buckets;
+/* a delay in control ticks: 0 to 50 */
+extern const ma_buckets ma_tick_buckets;
 
 typedef struct ma_histogram {
     const ma_buckets *b;

@@ -22,6 +22,7 @@ void srv_job_free(job *j) {
     free(j->body);
     ma_wire_request_free(&j->req);
     molmoact_result_free(&j->res);
+    free(j->rtc_prefix);
     free(j);
 }
 
@@ -77,8 +78,9 @@ static void run_job(job *j) {
     j->t_start = ma_now_ms();
     ma_error e = {0};
     const ma_wire_model wm = {srv.info.action_horizon, srv.info.max_action_dim, srv.info.state_dim, srv.info.n_steps};
-    const ma_status s = j->json ? ma_wire_decode_json((const char *)j->body, j->bytes_in, srv.o->flip180, &wm, &j->req, &e)
-                                : ma_wire_decode_msgpack(j->body, j->bytes_in, srv.o->flip180, &wm, &j->req, &e);
+    const ma_status s = j->predecoded ? MA_OK
+                        : j->json     ? ma_wire_decode_json((const char *)j->body, j->bytes_in, srv.o->flip180, &wm, &j->req, &e)
+                                      : ma_wire_decode_msgpack(j->body, j->bytes_in, srv.o->flip180, &wm, &j->req, &e);
     free(j->body);
     j->body = NULL;
     if (s) {

@@ -124,8 +124,9 @@ static void dispatch_done(void) {
         ma_conn *c = srv_conn_find(j->conn_id);
         if (c) c->type->on_job(c, j);
         else {
-            srv_account(1, j->status ? srv_job_reason(j) : -1, j->t_recv, j);
-            srv_log_line(j->peer, "ws", j->bytes_in, 0, j, j->status ? j->log : "ok (client gone before the reply)");
+            srv_account(j->is_ws, j->status ? srv_job_reason(j) : -1, j->t_recv, j);
+            srv_log_line(j->peer, j->is_ws == 2 ? "grpc" : "ws", j->bytes_in, 0, j,
+                         j->status ? j->log : "ok (client gone before the reply)");
         }
         srv_job_free(j);
     }
@@ -134,8 +135,8 @@ static void dispatch_done(void) {
 static void loop_once(int timeout_ms) {
     int n_conns = 0;
     for (ma_conn *c = srv.conns; c; c = c->next) n_conns++;
-    struct pollfd *pf = calloc((size_t)n_conns + 2, sizeof *pf);
-    ma_conn **pc = calloc((size_t)n_conns + 2, sizeof *pc);
+    struct pollfd *pf = calloc((size_t)n_conns + 3, sizeof *pf);
+    ma_conn **pc = calloc((size_t)n_conns + 3, sizeof *pc);
     if (!pf || !pc) {
         free(pf);
         free(pc);
@@ -146,6 +147,7 @@ static void loop_once(int timeout_ms) {
     int n = 0;
     pf[n++] = (struct pollfd){srv.wake[0], POLLIN, 0};
     pf[n++] = (struct pollfd){di ? di->epoll_fd : -1, POLLIN, 0};
+    pf[n++] = (struct pollfd){srv.stopping ? -1 : srv.grpc_fd, POLLIN, 0};
     for (ma_conn *c = srv.conns; c; c = c->next) {
         pc[n] = c;
         pf[n++] = (struct pollfd){c->fd, c->type->events(c), 0};
@@ -158,7 +160,8 @@ static void loop_once(int timeout_ms) {
         while (read(srv.wake[0], b, sizeof b) > 0) {}
     }
     MHD_run(srv.mhd);
-    for (int i = 2; r > 0 && i < n; i++)
+    if (r > 0 && pf[2].revents) srv_grpc_accept(srv.grpc_fd);
+    for (int i = 3; r > 0 && i < n; i++)
         if (pf[i].revents) pc[i]->type->on_events(pc[i], pf[i].revents);
     free(pf);
     free(pc);
@@ -166,6 +169,7 @@ static void loop_once(int timeout_ms) {
     MHD_run(srv.mhd); /* the replies of connections just resumed */
     const double now = ma_now_ms();
     srv_http_tick(now);
+    tl_http_expire(now);
     for (ma_conn **p = &srv.conns; *p;) {
         ma_conn *c = *p;
         c->type->tick(c, now);
@@ -221,7 +225,7 @@ static void port_in_use(const char *host, int port) {
 
 /* the listening socket, bound (listen() comes once the engine is loaded): the host must resolve
  * to an address of this machine */
-static int open_listener(const char *host, int port) {
+static int open_listener(const char *host, int port, int *bound) {
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
@@ -259,11 +263,11 @@ static int open_listener(const char *host, int port) {
     }
     struct sockaddr_storage sa;
     socklen_t sl = sizeof sa;
-    srv.bound_port = port;
+    *bound = port;
     char ip[INET6_ADDRSTRLEN] = "?";
     if (!getsockname(fd, (struct sockaddr *)&sa, &sl)) {
         const int v6 = sa.ss_family == AF_INET6;
-        srv.bound_port = ntohs(v6 ? ((struct sockaddr_in6 *)&sa)->sin6_port : ((struct sockaddr_in *)&sa)->sin_port);
+        *bound = ntohs(v6 ? ((struct sockaddr_in6 *)&sa)->sin6_port : ((struct sockaddr_in *)&sa)->sin_port);
         inet_ntop(sa.ss_family, v6 ? (void *)&((struct sockaddr_in6 *)&sa)->sin6_addr : (void *)&((struct sockaddr_in *)&sa)->sin_addr, ip,
                   sizeof ip);
     }
@@ -276,7 +280,7 @@ static int open_listener(const char *host, int port) {
         struct sockaddr_un un;
         memset(&un, 0, sizeof un);
         un.sun_family = AF_UNIX;
-        const int n = snprintf(un.sun_path + 1, sizeof un.sun_path - 1, "molmoact-serve:%s:%d", ip, srv.bound_port);
+        const int n = snprintf(un.sun_path + 1, sizeof un.sun_path - 1, "molmoact-serve:%s:%d", ip, *bound);
         const int lk = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (lk >= 0 && bind(lk, (struct sockaddr *)&un, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n))) {
             const int be = errno;
@@ -286,7 +290,10 @@ static int open_listener(const char *host, int port) {
                 close(fd);
                 return -1;
             }
-        } else if (lk >= 0) srv.port_lock_fd = lk;
+        } else if (lk >= 0) {
+            if (srv.port_lock_fd < 0) srv.port_lock_fd = lk;
+            else srv.grpc_lock_fd = lk;
+        }
     }
     return fd;
 }
@@ -316,10 +323,11 @@ int ma_serve(const ma_serve_opts *o) {
     g_stop = 0;
     srv.o = o;
     srv.ops = o->engine_ops ? o->engine_ops : &MOLMOACT_ENGINE;
-    srv.listen_fd = srv.port_lock_fd = -1;
+    srv.listen_fd = srv.port_lock_fd = srv.grpc_fd = srv.grpc_lock_fd = -1;
     srv.wake[0] = srv.wake[1] = -1;
     ma_hist_init(&srv.req_hist, &ma_request_buckets);
     for (int i = 0; i < C_N; i++) ma_hist_init(&srv.comp_hist[i], &ma_component_buckets);
+    ma_hist_init(&srv.delay_hist, &ma_tick_buckets);
     srv_queue_start();
     /* the limit must leave room for a request: 1 KiB at least */
     if (!(o->max_message_mb >= 1.0 / 1024 && o->max_message_mb <= 4096)) {
@@ -346,6 +354,28 @@ int ma_serve(const ma_serve_opts *o) {
         fprintf(stderr, "molmoact serve: --port must be in [0, 65535]\n");
         return 1;
     }
+    if (o->grpc_port < -1 || o->grpc_port > 65535 || (o->grpc_port > 0 && o->grpc_port == o->port)) {
+        fprintf(stderr, "molmoact serve: --grpc-port must be in [1, 65535] and differ from --port\n");
+        return 1;
+    }
+    if (!(o->fps > 0 && o->fps <= 1000)) {
+        fprintf(stderr, "molmoact serve: --fps must be in (0, 1000]\n");
+        return 1;
+    }
+    if (!(o->lerobot_obs_timeout_s > 0 && o->lerobot_obs_timeout_s <= 3600) || !(o->lerobot_similarity_atol >= 0)) {
+        fprintf(stderr, "molmoact serve: --lerobot-obs-timeout-s must be in (0, 3600] and --lerobot-similarity-atol at least 0\n");
+        return 1;
+    }
+    if (o->max_sessions < 1 || o->max_sessions > 100000 || o->session_ttl_s < 1) {
+        fprintf(stderr, "molmoact serve: --max-sessions must be in [1, 100000] and --session-ttl-s at least 1\n");
+        return 1;
+    }
+    if (o->rtc.horizon < 0 || o->rtc.horizon > 4096 || !(o->rtc.beta >= 0 && o->rtc.beta <= 1e6) || o->rtc.schedule < 0 ||
+        o->rtc.schedule > 3 || !(o->rtc.latency_percentile >= 0 && o->rtc.latency_percentile <= 100)) {
+        fprintf(stderr,
+                "molmoact serve: --rtc-horizon must be in [0, 4096], --rtc-beta in [0, 1e6], --rtc-latency-percentile in [0, 100]\n");
+        return 1;
+    }
     if (o->max_clients < 1 || o->max_clients > 100000) {
         fprintf(stderr, "molmoact serve: --max-clients must be in [1, 100000]\n");
         return 1;
@@ -366,8 +396,17 @@ int ma_serve(const ma_serve_opts *o) {
     }
     snprintf(srv.model_name, sizeof srv.model_name, "%s", last ? last + 1 : full);
     /* the address before the engine: a wrong --host fails in a moment, not after loading */
-    srv.listen_fd = open_listener(o->host, o->port);
+    srv.listen_fd = open_listener(o->host, o->port, &srv.bound_port);
     if (srv.listen_fd < 0) return 1;
+    if (o->grpc_port) {
+        srv.grpc_fd = open_listener(o->grpc_host ? o->grpc_host : o->host, o->grpc_port < 0 ? 0 : o->grpc_port, &srv.grpc_port);
+        if (srv.grpc_fd < 0 || srv_grpc_init()) {
+            close(srv.listen_fd);
+            if (srv.grpc_fd >= 0) close(srv.grpc_fd);
+            if (srv.port_lock_fd >= 0) close(srv.port_lock_fd);
+            return 1;
+        }
+    }
     if (pipe2(srv.wake, O_NONBLOCK | O_CLOEXEC)) {
         fprintf(stderr, "molmoact serve: pipe: %s\n", strerror(errno));
         close(srv.listen_fd);
@@ -421,6 +460,10 @@ int ma_serve(const ma_serve_opts *o) {
         else fprintf(stderr, "molmoact serve: cannot listen on %s port %d: %s\n", o->host, o->port, strerror(errno));
         goto out;
     }
+    if (srv.grpc_fd >= 0 && listen(srv.grpc_fd, 511)) {
+        fprintf(stderr, "molmoact serve: cannot listen on --grpc-port %d: %s\n", o->grpc_port, strerror(errno));
+        goto out;
+    }
     if (srv_http_start()) {
         fprintf(stderr, "molmoact serve: cannot start the HTTP server (libmicrohttpd)\n");
         goto out;
@@ -437,11 +480,14 @@ int ma_serve(const ma_serve_opts *o) {
     have_thread = 1;
     fprintf(stderr, "{\"event\": \"listening\", \"host\": ");
     ma_json_write_string(stderr, o->host, strlen(o->host));
-    fprintf(stderr, ", \"port\": %d, \"model\": ", srv.bound_port);
+    fprintf(stderr, ", \"port\": %d, ", srv.bound_port);
+    if (srv.grpc_fd >= 0) fprintf(stderr, "\"grpc_port\": %d, ", srv.grpc_port);
+    fprintf(stderr, "\"model\": ");
     ma_json_write_string(stderr, srv.model_name, strlen(srv.model_name));
     fprintf(stderr, ", \"variant\": \"%s\", \"mode\": \"%s\"}\n", srv.info.variant, srv.info.inproc ? "inproc" : "resident");
     fflush(stderr);
     if (o->on_listening) o->on_listening(srv.bound_port, o->arg);
+    if (o->on_grpc_listening && srv.grpc_fd >= 0) o->on_grpc_listening(srv.grpc_port, o->arg);
 
     /* serve; on a signal: no new connections or requests; finish what is queued or running and
      * write every reply; then close every websocket with 1001 and every connection */
@@ -453,6 +499,8 @@ int ma_serve(const ma_serve_opts *o) {
             const MHD_socket l = MHD_quiesce_daemon(srv.mhd); /* no new connections */
             if (l != MHD_INVALID_SOCKET) close(l);
             srv.listen_fd = -1;
+            if (srv.grpc_fd >= 0) close(srv.grpc_fd);
+            srv.grpc_fd = -1;
             srv_log_event("draining", NULL, "a signal: finishing the queued requests");
         }
         if (!srv.stopping || !srv_queue_idle()) continue;
@@ -477,6 +525,11 @@ out:
         dispatch_done(); /* nothing is left; frees anything that is */
     }
     srv_http_stop();
+    srv_grpc_stop();
+    tl_http_free_all();
+    if (srv.grpc_fd >= 0) close(srv.grpc_fd);
+    if (srv.grpc_lock_fd >= 0) close(srv.grpc_lock_fd);
+    srv.grpc_fd = srv.grpc_lock_fd = -1;
     if (srv.listen_fd >= 0) close(srv.listen_fd);
     srv.listen_fd = -1;
     if (srv.port_lock_fd >= 0) close(srv.port_lock_fd);

@@ -37,26 +37,47 @@ typedef struct ma_serve_engine {
     molmoact_status (*close)(molmoact **e);
 } ma_serve_engine;
 
+/* real-time chunking (LeRobot's RTC "guided" mode, policies/rtc/, lerobot 7427f318) */
+typedef struct ma_rtc_opts {
+    int enabled;               /* for every session (--rtc); a request may ask for it too */
+    int horizon;               /* the execution horizon H (default 10) */
+    float beta;                /* max_guidance_weight (default 10) */
+    int schedule;              /* MOLMOACT_RTC_* (default LINEAR) */
+    double latency_percentile; /* the delay is predicted from this percentile of recent latencies (default 95) */
+} ma_rtc_opts;
+
 typedef struct ma_serve_opts {
     /* the engine: model_dir, backend, threads, ... (molmoact_open's options; the CLI fills them) */
     molmoact_options engine;
-    const char *host;                          /* default 127.0.0.1 */
-    int port;                                  /* default 8000 */
-    const char *api_key_file;                  /* NULL: no key */
-    double max_message_mb;                     /* default 32 */
-    double max_input_mb;                       /* all connections' request data being received (default 128) */
-    double max_queued_mb;                      /* bodies queued for or in inference (default 128) */
-    int max_output_kb;                         /* unsent output per websocket before reading stops (default 256) */
-    int max_head_kb;                           /* each HTTP connection's buffer: its head and what is read ahead (default 16) */
-    int max_clients;                           /* default 512 */
-    int flip180;                               /* rotate raw frames by 180 degrees (clients sending raw renders) */
-    int recv_timeout_s;                        /* a message, body or head not complete this long after its first byte
+    const char *host;         /* default 127.0.0.1 */
+    int port;                 /* default 8000 */
+    const char *api_key_file; /* NULL: no key */
+    double max_message_mb;    /* default 32 */
+    double max_input_mb;      /* all connections' request data being received (default 128) */
+    double max_queued_mb;     /* bodies queued for or in inference (default 128) */
+    int max_output_kb;        /* unsent output per websocket before reading stops (default 256) */
+    int max_head_kb;          /* each HTTP connection's buffer: its head and what is read ahead (default 16) */
+    int max_clients;          /* default 512 */
+    int flip180;              /* rotate raw frames by 180 degrees (clients sending raw renders) */
+    int recv_timeout_s;       /* a message, body or head not complete this long after its first byte
                                 * closes the client; so does a reply it does not read (default 30) */
-    int idle_timeout_s;                        /* a websocket without a request for this long is closed (1001); 0: never */
-    int have_seed;                             /* seed: the generator of the noise seeds of requests that bring */
-    unsigned long long seed;                   /* neither noise nor seed (else seeded at random) */
-    const ma_serve_engine *engine_ops;         /* NULL: molmoact's */
-    void (*on_listening)(int port, void *arg); /* called once the port is open (port 0: the one bound) */
+    int idle_timeout_s;       /* a websocket without a request for this long is closed (1001); 0: never */
+    int have_seed;            /* seed: the generator of the noise seeds of requests that bring */
+    unsigned long long seed;  /* neither noise nor seed (else seeded at random) */
+    /* LeRobot's async inference (grpc.c): off unless grpc_port > 0 (0: off; -1: any free port) */
+    int grpc_port;
+    const char *grpc_host;            /* default: host */
+    const char *lerobot_policy_types; /* policy_type names accepted, comma-separated (default "molmoact2") */
+    double lerobot_obs_timeout_s;     /* GetActions' long poll (default 2, LeRobot's obs_queue_timeout) */
+    double lerobot_similarity_atol;   /* LeRobot's similarity filter on the state; 0: off (default) */
+    /* control and sessions (timeline.c) */
+    double fps;        /* the robot's control rate: LeRobot's labels (timestamp + i / fps) and delays in ticks (default 30) */
+    int max_sessions;  /* HTTP session_id timelines kept (default 64) */
+    int session_ttl_s; /* an idle HTTP session is forgotten after this (default 300) */
+    ma_rtc_opts rtc;
+    const ma_serve_engine *engine_ops;              /* NULL: molmoact's */
+    void (*on_listening)(int port, void *arg);      /* called once the port is open (port 0: the one bound) */
+    void (*on_grpc_listening)(int port, void *arg); /* the same for --grpc-port */
     void *arg;
 } ma_serve_opts;
 

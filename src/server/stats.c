@@ -100,7 +100,7 @@ void srv_log_event(const char *event, const char *client, const char *detail) {
 void srv_account(int ws, int reason, double t_first, const job *j) {
     const double now = ma_now_ms();
     const double ms = t_first > 0 && t_first < now ? now - t_first : 0;
-    srv.requests[ws ? 1 : 0]++;
+    srv.requests[ws]++;
     if (reason >= 0) srv.failures[reason]++, srv.failed++;
     else srv.served++;
     ma_hist_observe(&srv.req_hist, ms / 1e3);
@@ -180,6 +180,47 @@ static int history_values(const char *key, double *v) {
     return n;
 }
 
+/* the sessions (timeline.c): bounded by --max-sessions and the connections */
+typedef struct session_metric_arg {
+    ma_textbuf *t;
+    int k;
+} session_metric_arg;
+
+static void session_metric(const ma_timeline *tl, void *arg) {
+    session_metric_arg *a = arg;
+    static const char *const NAME[3] = {"molmoact_session_latency_p50_ms", "molmoact_session_latency_p95_ms",
+                                        "molmoact_session_delay_ticks"};
+    const double v = a->k == 0 ? tl_latency_percentile(tl, 50) : a->k == 1 ? tl_latency_percentile(tl, 95) : tl->last_d_actual;
+    ma_tb_printf(a->t, "%s{session=\"", NAME[a->k]);
+    ma_tb_label_value(a->t, tl->name);
+    ma_tb_printf(a->t, "\"} %.3f\n", v);
+}
+
+static void session_metrics(ma_textbuf *t) {
+    static const char *const HELP[3][2] = {
+        {"molmoact_session_latency_p50_ms",
+         "Per session (a LeRobot gRPC client, a websocket, an HTTP session_id): the median latency of its last 100 requests, ms."},
+        {"molmoact_session_latency_p95_ms", "Per session: the 95th percentile latency of its last 100 requests, ms."},
+        {"molmoact_session_delay_ticks", "Per session: the delay its last request took, in control ticks (--fps)."}};
+    for (int k = 0; k < 3; k++) {
+        ma_tb_family(t, HELP[k][0], "gauge", HELP[k][1]);
+        session_metric_arg a = {t, k};
+        tl_for_each(session_metric, &a);
+    }
+}
+
+static void session_json(const ma_timeline *tl, void *arg) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "session", tl->name);
+    cJSON_AddNumberToObject(e, "requests", (double)tl->requests);
+    cJSON_AddNumberToObject(e, "latency_p50_ms", tl_latency_percentile(tl, 50));
+    cJSON_AddNumberToObject(e, "latency_p95_ms", tl_latency_percentile(tl, 95));
+    cJSON_AddNumberToObject(e, "delay_ticks", tl->last_d_actual);
+    if (tl->last_d >= 0) cJSON_AddNumberToObject(e, "rtc_delay_predicted", tl->last_d);
+    cJSON_AddNumberToObject(e, "fps", tl->fps);
+    cJSON_AddItemToArray((cJSON *)arg, e);
+}
+
 /* what the status page's percentile table lists: the whole request, then its parts */
 static const char *const PCT_KEYS[] = {"request",        "queue",       "decode",     "preprocess", "vision",
                                        "llm_split0",     "llm_split1",  "llm_split2", "llm_split3", "llm",
@@ -212,13 +253,15 @@ cJSON *srv_status_json(void) {
         for (int k = 0; k < w->n_dtypes; k++) cJSON_AddNumberToObject(b, w->dtype[k], (double)w->bytes[k]);
         cJSON_AddItemToArray(comps, e);
     }
+    cJSON_AddNumberToObject(j, "grpc_clients", srv.n_grpc);
+    tl_for_each(session_json, cJSON_AddArrayToObject(j, "sessions"));
     cJSON *arr = cJSON_AddArrayToObject(j, "recent");
     for (int i = 0; i < srv.hist_n; i++) {
         const history_entry *h = &srv.hist[(srv.hist_at - srv.hist_n + i + HISTORY) % HISTORY];
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "t_s", h->t);
         cJSON_AddBoolToObject(e, "ok", h->ok);
-        cJSON_AddStringToObject(e, "protocol", h->ws ? "websocket" : "http");
+        cJSON_AddStringToObject(e, "protocol", h->ws == 2 ? "grpc" : h->ws ? "websocket" : "http");
         if (!h->ok) cJSON_AddStringToObject(e, "reason", FAIL_REASON[h->reason]);
         cJSON_AddNumberToObject(e, "request", h->request);
         for (int k = 0; k < C_N; k++) {
@@ -270,10 +313,12 @@ char *srv_metrics_text(size_t *len) {
     ma_tb_printf(&t, "molmoact_start_time_seconds %.3f\n", srv.wall_start);
     ma_tb_family(&t, "molmoact_uptime_seconds", "gauge", "Seconds since the server started listening.");
     ma_tb_printf(&t, "molmoact_uptime_seconds %.3f\n", (ma_now_ms() - srv.t_start) / 1e3);
-    ma_tb_family(&t, "molmoact_requests_total", "counter",
-                 "Inference requests (POST /act bodies, websocket request messages) the server finished, answered or refused.");
+    ma_tb_family(
+        &t, "molmoact_requests_total", "counter",
+        "Inference requests (POST /act bodies, websocket request messages, LeRobot observations run over gRPC) the server finished, answered or refused.");
     ma_tb_printf(&t, "molmoact_requests_total{protocol=\"http\"} %llu\n", (unsigned long long)srv.requests[0]);
     ma_tb_printf(&t, "molmoact_requests_total{protocol=\"websocket\"} %llu\n", (unsigned long long)srv.requests[1]);
+    ma_tb_printf(&t, "molmoact_requests_total{protocol=\"grpc\"} %llu\n", (unsigned long long)srv.requests[2]);
     ma_tb_family(&t, "molmoact_request_failures_total", "counter", "Inference requests that failed or were refused, by reason.");
     for (int i = 0; i < F_N; i++)
         ma_tb_printf(&t, "molmoact_request_failures_total{reason=\"%s\"} %llu\n", FAIL_REASON[i], (unsigned long long)srv.failures[i]);
@@ -313,6 +358,25 @@ char *srv_metrics_text(size_t *len) {
     for (int i = 0; i < B_N; i++)
         ma_tb_printf(&t, "molmoact_budget_refusals_total{budget=\"%s\"} %llu\n", srv.budget[i].name,
                      (unsigned long long)srv.budget[i].refused);
+    ma_tb_family(&t, "molmoact_grpc_clients", "gauge", "Open gRPC connections (LeRobot async-inference clients, --grpc-port).");
+    ma_tb_printf(&t, "molmoact_grpc_clients %d\n", srv.n_grpc);
+    ma_tb_family(&t, "molmoact_lerobot_filtered_total", "counter",
+                 "LeRobot observations dropped by the similarity filter (--lerobot-similarity-atol; off by default).");
+    ma_tb_printf(&t, "molmoact_lerobot_filtered_total %llu\n", (unsigned long long)srv.lerobot_filtered);
+    ma_tb_family(&t, "molmoact_rtc_guided_total", "counter",
+                 "Requests run with real-time chunking's guidance (a previous chunk's rows left).");
+    ma_tb_printf(&t, "molmoact_rtc_guided_total %llu\n", (unsigned long long)srv.rtc_guided);
+    ma_tb_family(&t, "molmoact_rtc_beyond_horizon_total", "counter",
+                 "Guided requests whose predicted delay reached the execution horizon: RTC could not help them.");
+    ma_tb_printf(&t, "molmoact_rtc_beyond_horizon_total %llu\n", (unsigned long long)srv.rtc_beyond);
+    ma_tb_family(&t, "molmoact_rtc_mispredicted_total", "counter",
+                 "Guided requests that took more control ticks than the delay predicted for them (the frozen prefix was too short).");
+    ma_tb_printf(&t, "molmoact_rtc_mispredicted_total %llu\n", (unsigned long long)srv.rtc_mispredicted);
+    ma_tb_family(&t, "molmoact_delay_ticks", "histogram",
+                 "Each session request's delay in control ticks (--fps): from the observation's first byte to its reply, plus the "
+                 "step LeRobot labels row 0 with.");
+    ma_tb_histogram(&t, "molmoact_delay_ticks", NULL, &srv.delay_hist);
+    session_metrics(&t);
     ma_tb_family(&t, "molmoact_queue_depth", "gauge", "Requests waiting for the inference thread.");
     ma_tb_printf(&t, "molmoact_queue_depth %d\n", queued);
     ma_tb_family(&t, "molmoact_requests_processing", "gauge", "Requests being decoded or run now (0 or 1).");
