@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from . import config as cfglib
+from . import rtc as rtclib
 from .model import encoder_mask, image_token_mask
 
 NUM_SPLITS = 4
@@ -61,10 +62,16 @@ def lerobot_layout(cfg, input_ids, multiple=8):
 
 
 @torch.no_grad()
-def run(model, cfg, norm, pixels, input_ids, noise, layout=None):
+def run(model, cfg, norm, pixels, input_ids, noise, layout=None, rtc_prefix=None, rtc_delay=0, rtc_horizon=None,
+        rtc_beta=None, rtc_schedule="LINEAR"):
     """pixels float32 [n, P, 588], input_ids int64 [S], noise float32 [1, A, Da] -> dict of arrays.
     layout "lerobot": the prompt left-padded as LeRobot pads it (lerobot_layout), the padding
-    hidden from attention by a key mask."""
+    hidden from attention by a key mask.
+    rtc_prefix (float32 [rows, dim], normalised; dim the action dim or max_action_dim): real-time
+    chunking as LeRobot guides MolmoAct2 (rtc.py): each Euler step's velocity pulled toward the
+    previous chunk's leftover, its row 0 on trajectory row n_obs_steps - 1 (the first row
+    returned); rtc_delay d, rtc_horizon H (None/0: 10, clipped to rows), rtc_beta (None/0: 10),
+    rtc_schedule LINEAR | EXP | ONES | ZEROS. None: no guidance (the loop as without it)."""
     out = {}
     pixels = torch.as_tensor(np.asarray(pixels, dtype=np.float32))
     valid = None
@@ -131,6 +138,19 @@ def run(model, cfg, norm, pixels, input_ids, noise, layout=None):
 
     steps = cfg["flow_matching_num_steps"]
     dt = 1.0 / steps
+    plan = None
+    if rtc_prefix is not None:
+        prefix = torch.as_tensor(np.asarray(rtc_prefix, dtype=np.float32))
+        if prefix.ndim != 2 or prefix.shape[1] not in (action_dim, cfg["max_action_dim"]):
+            raise ValueError(f"rtc_prefix must be [rows, {action_dim} or {cfg['max_action_dim']}], got {list(prefix.shape)}")
+        if not torch.isfinite(prefix).all():
+            raise ValueError("rtc_prefix has NaN or infinite values")
+        beta = float(np.float32(rtc_beta or rtclib.DEFAULT_BETA))
+        if not beta > 0 or not np.isfinite(beta):
+            raise ValueError(f"rtc_beta {rtc_beta}: finite and > 0")
+        plan = rtclib.layout(prefix, int(rtc_delay), rtc_horizon, rtc_schedule, horizon, cfg["max_action_dim"],
+                             offset=cfg["n_obs_steps"] - 1) + (beta,)
+        out["rtc_prefix_padded"], out["rtc_weights"] = plan[0], plan[1]
     x = mask(noise)
     out["noise"], out["x0"], out["action_valid"] = noise, x, valid
     xs, vels, ts, traces = [], [], [], []
@@ -142,7 +162,10 @@ def run(model, cfg, norm, pixels, input_ids, noise, layout=None):
         vels.append(vel[0])
         ts.append(t[0])
         traces.append(tr)
-        x = mask(x + dt * mask(vel))
+        vel = mask(vel)
+        if plan is not None:  # LeRobot guides the masked velocity (modeling_molmoact2.py:1871-1891)
+            vel = rtclib.guide(vel, x, t[0], *plan)
+        x = mask(x + dt * vel)
     out["flow_x"] = torch.stack(xs)
     out["velocity"] = torch.stack(vels)
     out["flow_t"] = torch.stack(ts)

@@ -267,7 +267,7 @@ static ma_status parity_with(ma_runner *rp, const char *dir, double gate, int e2
             !(s = need(&inter, "intermediates.npz", "actions", MA_DT_F32, &act, err)) &&
             !(s = need(&inter, "intermediates.npz", "trajectory", MA_DT_F32, &traj, err))) {
             const ma_tensor *px = ma_npz_get(&z[0], "pixels");
-            ma_obs obs = {px->data, (int)px->shape[0], ids->data, ids->shape[0], noise->data, 0, 0};
+            ma_obs obs = {px->data, (int)px->shape[0], ids->data, ids->shape[0], noise->data, 0, 0, {0}};
             ma_result res;
             s = ma_runner_run(rp, &obs, &res, NULL, err);
             if (!s && (int64_t)res.n_steps * res.action_dim != ma_tensor_numel(act))

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "model/hostglue.h"
+#include "runtime/rtc.h"
 
 static ma_status local_run(void *ctx, int which, int debug, unsigned kept, const ma_tensor *in, int n_in, ma_tensor *out, int *n_out,
                            double *compute_ms, double *transfer_ms, ma_error *err) {
@@ -89,6 +90,7 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     int action_dim = 0, A = 0, n_steps = 0;
     ma_status s = ma_action_plan(m, &action_dim, &A, &n_steps, err);
     if (s) return s;
+    if ((s = ma_rtc_check(&obs->rtc, A - (c->n_obs_steps - 1), action_dim, c->max_action_dim, "rtc_", err))) return s;
     if (obs->seq_len < 1 || obs->seq_len > (1 << 20)) return ma_fail(err, MA_ERR_SHAPE, "input_ids: %lld tokens", (long long)obs->seq_len);
     /* a static prompt length (fixed-shape contexts): pad after every real token with -1, which the
      * masks treat as padding (no image token, no cross-attention), so the causal prefill leaves
@@ -112,7 +114,7 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
     double t_start = ma_now_ms(), t_sessions = 0.0;
     ma_tensor vout[MA_SESSION_MAX_IO] = {0}, lout[MA_SESSION_MAX_IO] = {0}, cout[MA_SESSION_MAX_IO] = {0}, sout[MA_SESSION_MAX_IO] = {0};
     ma_tensor hidden = {0}, enc = {0}, img = {0}, pos = {0}, x = {0}, tt = {0}, ctx[2] = {{0}};
-    float *vel = NULL;
+    float *vel = NULL, *rtc = NULL;
 
     /* ---- vision */
     int64_t pshape[3] = {obs->n_images, P, pp};
@@ -222,6 +224,21 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
         s = MA_ERR_NOMEM;
         goto done;
     }
+    /* real-time chunking (runtime/rtc.h): the leftover padded to [A, Da] from row n_obs_steps - 1,
+     * its weights, and the guided velocity of each step */
+    const int guided = obs->rtc.prefix != NULL;
+    const float beta = obs->rtc.beta > 0.0f ? obs->rtc.beta : MA_RTC_DEFAULT_BETA;
+    if (guided) {
+        if (!(rtc = ma_malloc((size_t)A * (2 * (size_t)Da + 1), sizeof(float), err, "rtc"))) {
+            s = MA_ERR_NOMEM;
+            goto done;
+        }
+        ma_rtc_layout(&obs->rtc, A, Da, c->n_obs_steps - 1, rtc, rtc + (size_t)A * Da);
+        int64_t pshape[2] = {A, Da}, wshape[1] = {A};
+        if (trace && ((s = ma_trace_add_f32(trace, "rtc_prefix_padded", 2, pshape, rtc, err)) ||
+                      (s = ma_trace_add_f32(trace, "rtc_weights", 1, wshape, rtc + (size_t)A * Da, err))))
+            goto done;
+    }
     const float dt = (float)(1.0 / steps);
     for (int i = 0; i < steps; i++) {
         ((float *)tt.data)[0] = (float)((double)i / steps);
@@ -236,6 +253,13 @@ ma_status ma_runner_run(ma_runner *r, const ma_obs *obs, ma_result *res, ma_trac
         t_sessions += cms + tms;
         float *v = sout[0].data;
         if (vel) memcpy(vel + (size_t)i * A * Da, v, sout[0].nbytes);
+        if (guided) { /* LeRobot guides the masked velocity (modeling_molmoact2.py:1871-1891) */
+            float *g = rtc + (size_t)A * Da + A;
+            for (int a = 0; a < A; a++)
+                for (int j = 0; j < Da; j++) g[a * Da + j] = (masking && j >= action_dim) ? 0.0f : v[a * Da + j];
+            ma_rtc_guide(A, Da, xv, rtc, rtc + (size_t)A * Da, ((const float *)tt.data)[0], beta, g);
+            v = g;
+        }
         for (int a = 0; a < A; a++)
             for (int j = 0; j < Da; j++) {
                 float vj = (masking && j >= action_dim) ? 0.0f : v[a * Da + j];
@@ -284,6 +308,7 @@ done:
     ma_tensor_free(&x);
     ma_tensor_free(&tt);
     free(vel);
+    free(rtc);
     free(padded);
     r->last.total = ma_now_ms() - t_start;
     r->last.host = r->last.total - t_sessions;

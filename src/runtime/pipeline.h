@@ -6,6 +6,7 @@
 #define MA_PIPELINE_H
 
 #include "model/checkpoint.h"
+#include "runtime/rtc.h"
 #include "runtime/session.h"
 #include "runtime/trace.h"
 
@@ -17,6 +18,7 @@ typedef struct ma_obs {
     const float *noise; /* [A * Da] initial noise, or NULL to draw torch.randn(seed) */
     uint64_t seed;
     int flow_steps; /* Euler steps; 0: the config's */
+    ma_rtc rtc;     /* real-time chunking (rtc.prefix NULL: none): the previous chunk's leftover */
 } ma_obs;
 
 typedef struct ma_result {

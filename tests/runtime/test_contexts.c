@@ -38,7 +38,7 @@ static void actions_of(const char *model_dir, float *out70) {
     const ma_tensor *px = ma_npz_get(&v, "pixels"), *ids = ma_npz_get(&st, "input_ids"), *nz = ma_npz_get(&st, "noise");
     ma_runner r;
     assert_int_equal(ma_runner_open(&ma_cpu_backend, &m, &r, &err), MA_OK);
-    ma_obs obs = {px->data, 2, ids->data, ids->shape[0], nz->data, 0, 0};
+    ma_obs obs = {px->data, 2, ids->data, ids->shape[0], nz->data, 0, 0, {0}};
     ma_result res;
     if (ma_runner_run(&r, &obs, &res, NULL, &err)) fail_msg("%s", err.msg);
     memcpy(out70, res.actions, sizeof(float) * 70);

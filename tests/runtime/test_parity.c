@@ -98,7 +98,7 @@ static void run_upstream(const char *obs_name) {
     assert_true(ids->shape[0] > 700); /* the prompt length is the input's */
     ma_runner r;
     assert_int_equal(ma_runner_open(&ma_cpu_backend, &m, &r, &err), MA_OK);
-    ma_obs obs = {px->data, (int)px->shape[0], ids->data, ids->shape[0], noise->data, 0, 0};
+    ma_obs obs = {px->data, (int)px->shape[0], ids->data, ids->shape[0], noise->data, 0, 0, {0}};
     ma_result res;
     ma_trace tr;
     ma_trace_init(&tr);
@@ -161,7 +161,7 @@ static void test_bad_inputs_refused(void **state) {
     ma_result res;
     float *p = px->data;
     int64_t *id = ids->data;
-    ma_obs obs = {p, 2, id, ids->shape[0], NULL, 0, 0};
+    ma_obs obs = {p, 2, id, ids->shape[0], NULL, 0, 0, {0}};
     float keep = p[100];
     p[100] = NAN;
     assert_fails_naming(ma_runner_run(&r, &obs, &res, NULL, &err), err, "pixels");
