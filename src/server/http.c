@@ -57,6 +57,7 @@ typedef struct hreq {
     int phase;
     int head_only;
     int list_format;
+    char session[72]; /* ?session_id= or X-Session-Id: the session's timeline (timeline.c) */
     srv_rx rx;
     double t_first;
     /* a body refused half way: read to its end and dropped, then answered with this */
@@ -276,6 +277,18 @@ static enum MHD_Result on_head(struct MHD_Connection *mc, hconn *hc, const char 
     case MA_R_ACT: {
         const char *q = MHD_lookup_connection_value(mc, MHD_GET_ARGUMENT_KIND, "format");
         r->list_format = q && !strcmp(q, "list");
+        const char *sid = MHD_lookup_connection_value(mc, MHD_GET_ARGUMENT_KIND, "session_id");
+        if (!sid) sid = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "X-Session-Id");
+        if (sid) {
+            int ok = *sid && strlen(sid) < sizeof r->session - 1;
+            for (const char *c = sid; ok && *c; c++) ok = *c > 0x20 && *c < 0x7f && *c != '"' && *c != '\\';
+            if (!ok) {
+                srv_account(0, F_BAD_REQUEST, r->t_first, NULL);
+                return respond_error(mc, r, 400, "session_id: 1 to 70 printable ASCII characters (no spaces, quotes or backslashes)", NULL,
+                                     NULL);
+            }
+            snprintf(r->session, sizeof r->session, "%s", sid);
+        }
         if (!te && !cl) {
             srv_account(0, F_BAD_REQUEST, r->t_first, NULL);
             return respond_error(mc, r, 411, "POST /act needs Content-Length or a chunked body", NULL, NULL);
@@ -385,6 +398,10 @@ static enum MHD_Result on_body_end(struct MHD_Connection *mc, hconn *hc, hreq *r
         return respond_error(mc, r, 503, m, NULL, NULL);
     }
     j->list_format = r->list_format;
+    if (r->session[0]) { /* the session's last chunk goes with the request (timeline.c) */
+        ma_timeline *t = tl_http_session(r->session, 1);
+        if (t && !t->busy && !tl_snapshot(t, j, srv.o->fps)) snprintf(j->session, sizeof j->session, "%s", r->session);
+    }
     r->phase = P_QUEUED;
     MHD_suspend_connection(mc); /* nothing more is read from it until the reply */
     srv_enqueue(j);
@@ -560,6 +577,10 @@ int srv_http_start(void) {
 }
 
 void srv_http_job_done(job *j) {
+    if (j->session[0]) {
+        ma_timeline *t = tl_http_session(j->session, 0);
+        if (t) tl_end(t, j, 0);
+    }
     hconn *hc = find_hconn(j->conn_id);
     hreq *r = hc ? hc->req : NULL;
     if (!r || r->phase != P_QUEUED || r->result) {

@@ -99,9 +99,13 @@ typedef struct job {
     int lr_safe;
     /* the session's timeline (timeline.c): the RTC prefix (owned), the predicted delay */
     float *rtc_prefix;
-    int rtc_on, rtc_d, tl_base_d;
+    int rtc_on, rtc_guided, rtc_d, tl_base_d;
     double tl_fps;
     char session[80]; /* HTTP: the session_id's timeline */
+    /* websocket / HTTP: the session's last chunk as it was when the request was queued (the
+     * request's "executed" and "rtc" are read on the inference thread: tl_apply) */
+    float *tl_rows;
+    int tl_n, tl_dim, tl_ticks, tl_rtc_default;
 } job;
 
 /* Why a request failed: a bounded set (the reason label of /metrics and the status page's marks) */
@@ -167,6 +171,8 @@ int tl_store(ma_timeline *t, const float *trajectory, int horizon, int max_dim, 
 void tl_observe_latency(ma_timeline *t, double ms);
 int tl_begin(ma_timeline *t, job *j, int first_row, int base_d, double fps, int rtc_on);
 void tl_end(ma_timeline *t, job *j, int64_t step0);
+int tl_snapshot(ma_timeline *t, job *j, double fps);
+void tl_apply(job *j); /* inference thread: the prefix from the snapshot and the request's fields */
 ma_timeline *tl_http_session(const char *id, int create);
 void tl_http_expire(double now);
 void tl_http_free_all(void);

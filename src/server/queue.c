@@ -23,6 +23,7 @@ void srv_job_free(job *j) {
     ma_wire_request_free(&j->req);
     molmoact_result_free(&j->res);
     free(j->rtc_prefix);
+    free(j->tl_rows);
     free(j);
 }
 
@@ -97,6 +98,7 @@ static void run_job(job *j) {
             j->req.obs.seed = next_seed();
             j->server_seed = 1;
         }
+        if (j->tl_rows) tl_apply(j);
         molmoact_error err;
         j->t_infer = j->t_decoded = ma_now_ms();
         j->status = srv.ops->infer(srv.engine, &j->req.obs, &j->res, &err);

@@ -196,16 +196,7 @@ int tl_begin(ma_timeline *t, job *j, int first_row, int base_d, double fps, int 
     ob->rtc_horizon = h;
     ob->rtc_beta = o->beta;
     ob->rtc_schedule = o->schedule;
-    srv.rtc_guided++;
-    /* RTC cannot help once the delay reaches the horizon (clipped to what is left): every row it
-     * could guide runs before the chunk arrives; said, not hidden */
-    const int hh = h < n ? h : n;
-    if (d >= hh) {
-        srv.rtc_beyond++;
-        char m[160];
-        snprintf(m, sizeof m, "rtc: the predicted delay %d ticks reaches the execution horizon %d: guidance cannot help this chunk", d, hh);
-        srv_log_event("rtc", t->name, m);
-    }
+    j->rtc_guided = 1;
     return 0;
 }
 
@@ -214,12 +205,68 @@ int tl_begin(ma_timeline *t, job *j, int first_row, int base_d, double fps, int 
  * is compared with the one predicted. */
 void tl_end(ma_timeline *t, job *j, int64_t step0) {
     t->busy = 0;
+    if (j->rtc_guided) {
+        srv.rtc_guided++;
+        /* RTC cannot help once the delay reaches the horizon (clipped to the rows left): every row
+         * it could guide runs before the chunk arrives; said, not hidden */
+        const molmoact_observation *ob = &j->req.obs;
+        const int hh = ob->rtc_horizon < ob->rtc_prefix_rows ? ob->rtc_horizon : ob->rtc_prefix_rows;
+        if (j->rtc_d >= hh) {
+            srv.rtc_beyond++;
+            char m[200];
+            snprintf(m, sizeof m, "the predicted delay %d ticks reaches the execution horizon %d: guidance cannot help this chunk",
+                     j->rtc_d, hh);
+            srv_log_event("rtc", t->name, m);
+        }
+    }
     if (j->status || !j->res.trajectory) return;
     const double ms = ma_now_ms() - j->t_recv;
     tl_observe_latency(t, ms);
     tl_store(t, j->res.trajectory, j->res.horizon, j->res.max_action_dim, srv.first_row, j->res.n_steps, j->res.action_dim, step0);
     t->last_d_actual = j->tl_base_d + tl_ticks(ms, j->tl_fps);
-    t->last_d = j->rtc_prefix ? j->rtc_d : -1;
+    t->last_d = j->rtc_guided ? j->rtc_d : -1;
     ma_hist_observe(&srv.delay_hist, t->last_d_actual);
-    if (j->rtc_prefix && t->last_d_actual > j->rtc_d) srv.rtc_mispredicted++;
+    if (j->rtc_guided && t->last_d_actual > j->rtc_d) srv.rtc_mispredicted++;
+}
+
+/* websocket / HTTP: the session's chunk goes with the request (copied: the inference thread
+ * reads it while the loop goes on); the delay predicted now */
+int tl_snapshot(ma_timeline *t, job *j, double fps) {
+    t->busy = 1;
+    t->last_used = ma_now_ms();
+    t->fps = fps;
+    j->tl_fps = fps;
+    j->tl_base_d = 0; /* row 0 of an openpi / AllenAI chunk is the first to run after the observation */
+    j->tl_rtc_default = srv.o->rtc.enabled;
+    if (!t->rows) return 0;
+    const size_t n = (size_t)t->n * (size_t)t->dim;
+    if (!(j->tl_rows = malloc(n * sizeof(float)))) {
+        t->busy = 0;
+        return -1;
+    }
+    memcpy(j->tl_rows, t->rows, n * sizeof(float));
+    j->tl_n = t->n;
+    j->tl_dim = t->dim;
+    j->tl_ticks = tl_predict_delay(t, &srv.o->rtc, fps);
+    return 0;
+}
+
+/* inference thread, the request decoded: with "executed" given and guidance asked (or the
+ * server's --rtc), the rows from "executed" on guide the new chunk */
+void tl_apply(job *j) {
+    const int e = j->req.executed, on = j->req.rtc >= 0 ? j->req.rtc : j->tl_rtc_default;
+    j->rtc_on = on;
+    if (!on || e < 0 || e >= j->tl_n) return;
+    const ma_rtc_opts *o = &srv.o->rtc;
+    molmoact_observation *ob = &j->req.obs;
+    ob->rtc_prefix = j->tl_rows + (size_t)e * (size_t)j->tl_dim;
+    ob->rtc_prefix_rows = j->tl_n - e;
+    ob->rtc_prefix_dim = j->tl_dim;
+    ob->rtc_delay = j->tl_ticks;
+    ob->rtc_horizon = o->horizon > 0 ? o->horizon : 10;
+    ob->rtc_beta = o->beta;
+    ob->rtc_schedule = o->schedule;
+    j->rtc_d = j->tl_ticks;
+    j->rtc_prefix = NULL; /* tl_rows owns the rows */
+    j->rtc_guided = 1;
 }

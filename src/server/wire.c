@@ -200,7 +200,21 @@ static void shape_str(const warray *a, char *out, size_t cap) {
  * instruction, ...), of LeRobot batches (observation.images.image, observation.state, task) and
  * the aliases AllenAI's clients send; two keys of one role in a request contradict each other
  * and are refused by name; any other key is ignored (the server logs it once per connection). */
-typedef enum { R_IMAGE, R_WRIST, R_STATE, R_TASK, R_NOISE, R_SEED, R_NORM_TAG, R_NUM_STEPS, R_N_ACTION_STEPS, R_IMAGES, R_NONE } role;
+typedef enum {
+    R_IMAGE,
+    R_WRIST,
+    R_STATE,
+    R_TASK,
+    R_NOISE,
+    R_SEED,
+    R_NORM_TAG,
+    R_NUM_STEPS,
+    R_N_ACTION_STEPS,
+    R_IMAGES,
+    R_EXECUTED,
+    R_RTC,
+    R_NONE
+} role;
 
 static const struct {
     const char *key;
@@ -226,10 +240,13 @@ static const struct {
             {"normalization_tag", R_NORM_TAG},
             {"num_steps", R_NUM_STEPS},
             {"n_action_steps", R_N_ACTION_STEPS},
-            {"images", R_IMAGES}};
+            {"images", R_IMAGES},
+            {"executed", R_EXECUTED},
+            {"rtc", R_RTC}};
 
-static const char *const ROLE_NAME[] = {"the agent camera", "the wrist camera", "the state",      "the task",         "the noise",
-                                        "the seed",         "the norm tag",     "the flow steps", "the action steps", "both cameras"};
+static const char *const ROLE_NAME[] = {"the agent camera", "the wrist camera", "the state",         "the task",
+                                        "the noise",        "the seed",         "the norm tag",      "the flow steps",
+                                        "the action steps", "both cameras",     "the rows executed", "real-time chunking"};
 
 static role role_of(const char *k, size_t n) {
     for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0]; i++)
@@ -377,6 +394,8 @@ static ma_status take_image(const wvalue *v, int slot, int flip, ma_wire_request
 static ma_status image_strings(wvalue *v, ma_error *err);
 
 static ma_status build(wvalue *v, int flip, const ma_wire_model *m, ma_wire_request *r, ma_error *err) {
+    for (int k = 0; k < R_NONE; k++)
+        if (v[k].kind == 5 && k != R_RTC) return ma_fail(err, MA_ERR_FORMAT, "%s: expected a value, not true or false", v[k].key);
     ma_status s;
     molmoact_observation_init(&r->obs);
     for (int i = 0; i < 4; i++)
@@ -457,6 +476,19 @@ static ma_status build(wvalue *v, int flip, const ma_wire_model *m, ma_wire_requ
                            m->n_steps, m->n_steps);
         r->n_action_steps = (int)v[R_N_ACTION_STEPS].u;
     }
+    /* the session's timeline (timeline.c): rows of the previous chunk the robot executed before
+     * this observation; whether to guide this chunk toward the rest (real-time chunking) */
+    r->executed = -1;
+    r->rtc = -1;
+    if (v[R_EXECUTED].kind) {
+        if (v[R_EXECUTED].kind != 4 || v[R_EXECUTED].u > 4096)
+            return ma_fail(err, MA_ERR_RANGE, "executed: expected an integer in [0, 4096] (rows of the previous chunk executed)");
+        r->executed = (int)v[R_EXECUTED].u;
+    }
+    if (v[R_RTC].kind) {
+        if ((v[R_RTC].kind != 4 && v[R_RTC].kind != 5) || v[R_RTC].u > 1) return ma_fail(err, MA_ERR_FORMAT, "rtc: expected true or false");
+        r->rtc = (int)v[R_RTC].u;
+    }
     if (v[R_SEED].kind) {
         if (v[R_SEED].kind != 4) return ma_fail(err, MA_ERR_FORMAT, "seed: expected a non-negative integer");
         r->obs.have_seed = 1;
@@ -534,6 +566,10 @@ static ma_status mp_value(const msgpack_object *o, wvalue *v, ma_error *err) {
         v->u = o->via.u64;
         return MA_OK;
     case MSGPACK_OBJECT_NEGATIVE_INTEGER: return ma_fail(err, MA_ERR_RANGE, "%s: negative", v->key);
+    case MSGPACK_OBJECT_BOOLEAN: /* only "rtc" takes one (build() refuses it elsewhere) */
+        v->kind = 5;
+        v->u = o->via.boolean;
+        return MA_OK;
     case MSGPACK_OBJECT_ARRAY: /* nested lists of numbers (from clients without numpy), or a batch of one string */
         if (o->via.array.size == 1 && o->via.array.ptr[0].type == MSGPACK_OBJECT_STR) return mp_value(&o->via.array.ptr[0], v, err);
         {
@@ -792,6 +828,10 @@ static ma_status json_value(const ma_jv *j, wvalue *v, ma_error *err) {
                            v->key, j->num);
         v->kind = 4;
         v->u = (uint64_t)j->num;
+        return MA_OK;
+    case MA_JV_BOOL:
+        v->kind = 5;
+        v->u = j->num != 0;
         return MA_OK;
     case MA_JV_NUMARR:
         if (!j->count) return ma_fail(err, MA_ERR_SHAPE, "%s: an empty list", v->key);

@@ -11,7 +11,9 @@
  * observation/state, prompt; MolmoAct2's image, wrist_image, state, instruction (question, task),
  * images (a list of two frames), states; LeRobot's observation.images.image,
  * observation.images.wrist_image, observation.state, task; optional noise ([1, 10, 32] or
- * [10, 32]), seed, norm_tag (tag, normalization_tag), num_steps (flow steps), n_action_steps.
+ * [10, 32]), seed, norm_tag (tag, normalization_tag), num_steps (flow steps), n_action_steps;
+ * executed and rtc (the session's timeline: rows of the previous chunk executed, real-time
+ * chunking on or off).
  * Other keys are ignored and listed in ma_wire_request.ignored; two keys of one role are refused.
  * A frame: an array (uint8, or float in [0, 1] or [0, 255], or integers; [H, W, C], [C, H, W],
  * [H, W], a batch of 1), nested lists, PNG/JPEG bytes, or a base64 string / data:image URL of
@@ -35,6 +37,8 @@ typedef struct ma_wire_request {
     int flip180;
     char norm_tag[64];  /* obs.norm_tag points here when the request names a tag */
     int n_action_steps; /* the request's n_action_steps (0: the whole chunk) */
+    int executed;       /* "executed": rows of the session's previous chunk run before this observation (-1: not given) */
+    int rtc;            /* "rtc": guide this chunk (1), not (0), the server's --rtc (-1) */
     char ignored[256];  /* keys the request gave that mean nothing here, comma-separated */
 } ma_wire_request;
 

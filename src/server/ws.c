@@ -59,6 +59,7 @@ typedef struct wsconn {
     int closing, shut, peer_eof, dead;
     double linger_until;
     size_t read_turn;
+    ma_timeline tl; /* the connection is a session (timeline.c) */
 } wsconn;
 
 /* ------------------------------------------------------------------------------ output */
@@ -227,6 +228,11 @@ static void start_request(wsconn *w) {
     }
     w->msg_start = 0;
     w->base.busy = 1;
+    if (tl_snapshot(&w->tl, j, srv.o->fps)) {
+        srv_job_free(j);
+        refuse(w, F_OVERLOADED, "server: out of memory", 1011);
+        return;
+    }
     srv_enqueue(j);
 }
 
@@ -300,6 +306,7 @@ static void ws_on_job(ma_conn *c, job *j) {
     wsconn *w = (wsconn *)c;
     c->busy = 0;
     w->last_active = ma_now_ms();
+    tl_end(&w->tl, j, 0);
     if (j->req.ignored[0] && !w->ignored_logged) { /* once per connection */
         w->ignored_logged = 1;
         srv_log_event("ignored keys", c->peer, j->req.ignored);
@@ -392,6 +399,7 @@ static int ws_finished(ma_conn *c, double now) {
 static void ws_free(ma_conn *c) {
     wsconn *w = (wsconn *)c;
     srv_rx_free(&w->rx);
+    tl_free(&w->tl);
     ma_budget_give(&srv.budget[B_OUTPUT], w->out_held);
     wslay_event_context_free(w->ctx);
     free(w->pre);
@@ -422,6 +430,10 @@ int srv_ws_open(int fd, void *urh, const char *extra, size_t extra_len, const ch
     wslay_event_config_set_max_recv_msg_length(w->ctx, (uint64_t)INT64_MAX);
     w->base.type = &ma_ws_type;
     w->base.fd = fd;
+    char name[96];
+    snprintf(name, sizeof name, "ws:%s", peer);
+    tl_init(&w->tl, name);
+    w->base.timeline = &w->tl;
     w->base.id = srv_new_id();
     snprintf(w->base.peer, sizeof w->base.peer, "%s", peer);
     w->urh = urh;
