@@ -68,3 +68,38 @@ def test_lerobot_robot_client_protocol(tmp_path):
     for e in r["executed"]:
         row = chunks[e["chunk"]]["actions"][e["row"]][:r["config"]["action_dim"]]
         assert max(abs(a - b) for a, b in zip(row, e["action"])) <= 1e-6
+
+
+def test_robot_client_against_molmoact_serve(tmp_path):
+    """LeRobot's unmodified RobotClient against `molmoact serve --grpc-port` (started here): it
+    connects, streams observations and executes chunks; each chunk it received equals `molmoact run`
+    on the observation it sent, with the seed the server logged for it."""
+    import numpy as np
+    sys.path.insert(0, HERE)
+    from test_server import BIN, Server, free_port, model
+    gport = free_port()
+    s = Server("tiny-grid", "--grpc-port", str(gport), "--seed", "11")
+    try:
+        obs_dir = tmp_path / "obs"
+        p, r = _loop(tmp_path, "--server", f"127.0.0.1:{gport}", "--policy-type", "molmoact2", "--pretrained",
+                     model("tiny-grid"), "--ticks", "90", "--aggregate-fn", "latest_only", "--save-obs", str(obs_dir),
+                     timeout=300)
+        assert p.returncode == 0 and r["started"], p.stderr[-3000:]
+        assert r["chunks_received"] >= 3 and r["actions_executed"] > 0
+        lines = [l for l in s.log_lines() if l["proto"] == "grpc GetActions" and l["outcome"] == "ok"]
+        assert len(lines) >= r["chunks_received"]
+        picks = sorted({0, 1, r["chunks_received"] // 2, r["chunks_received"] - 1})
+        for k in picks:
+            c = r["chunks"][k]
+            npz = obs_dir / f"obs_{c['observation']:05d}.npz"
+            q = subprocess.run([BIN, "run", "--model", model("tiny-grid"), "--inputs", str(npz), "--seed", str(lines[k]["seed"]),
+                                "--runs", "1", "--json"], capture_output=True, timeout=300)
+            assert q.returncode == 0, q.stderr.decode()
+            want = np.asarray(json.loads(q.stdout)["actions"], np.float32)
+            got = np.asarray(c["actions"], np.float32)
+            assert np.array_equal(got, want), (k, np.abs(got - want).max())
+        # what it executed: rows of the chunks it received (latest_only), contiguous timesteps
+        ts = [e["timestep"] for e in r["executed"]]
+        assert ts == list(range(ts[0], ts[0] + len(ts)))
+    finally:
+        s.stop()
