@@ -202,7 +202,7 @@ def start(*args, variant="tiny-grid"):
     return s, Client(gport)
 
 
-def cli(variant, state, a, b, seed, extra=()):
+def cli(variant, state, a, b, seed, extra=(), task=TASK):
     from PIL import Image
     with tempfile.TemporaryDirectory() as d:
         pa, pb = os.path.join(d, "a.png"), os.path.join(d, "b.png")
@@ -210,7 +210,7 @@ def cli(variant, state, a, b, seed, extra=()):
         Image.fromarray(b).save(pb)
         st = ",".join(repr(float(np.float32(x))) for x in state)
         out = os.path.join(d, "out.npz")
-        p = subprocess.run([BIN, "run", "--model", model(variant), "--image0", pa, "--image1", pb, "--task", TASK, "--state", st,
+        p = subprocess.run([BIN, "run", "--model", model(variant), "--image0", pa, "--image1", pb, "--task", task, "--state", st,
                             "--seed", str(seed), "--runs", "1", "--json", "--out", out, *extra], capture_output=True, timeout=300)
         assert p.returncode == 0, p.stderr.decode()
         z = np.load(out)
@@ -390,6 +390,91 @@ def test_rtc_session_replays_with_cli():
         got2 = np.stack([r.get_action().numpy() for r in rows2])
         assert np.array_equal(got2, want2), np.abs(got2 - want2).max()
         assert not np.array_equal(got2, unguided)  # the guidance changed the chunk
+    finally:
+        c.close()
+        s.stop()
+
+
+# ---- payloads recorded from LeRobot's own code (tests/fixtures/lerobot_async/README.md) -----------
+FIX = os.path.join(HERE, "..", "fixtures", "lerobot_async")
+
+
+def _recorded_observation(name):
+    e = json.load(open(os.path.join(FIX, "expected.json")))[name]["expect"]["state"]["dict"]
+    obs = dict((k["str"], v) for k, v in e)["observation"]["dict"]
+    joints, cams, task = [], {}, None
+    for k, v in obs:
+        if "float" in v:
+            joints.append((k["str"], struct.unpack(">d", bytes.fromhex(v["float"]))[0]))
+        elif "array" in v:
+            cams[k["str"]] = np.frombuffer(bytes.fromhex(v["data"]), np.uint8).reshape(v["shape"])
+        elif "str" in v:
+            task = v["str"]
+    return joints, cams, task
+
+
+def safe_actions(data):
+    """PR #3048's reply (safe_serialization.py at edbf384: a big-endian u32 JSON length, the JSON,
+    then safetensors: a little-endian u64 header length, the header, the tensors' bytes)"""
+    n = struct.unpack(">I", data[:4])[0]
+    head = json.loads(data[4:4 + n])
+    st = data[4 + n:]
+    hn = struct.unpack("<Q", st[:8])[0]
+    th = json.loads(st[8:8 + hn])
+    body = st[8 + hn:]
+    rows = []
+    for i, a in enumerate(head["actions"]):
+        t = th[f"action_{i}"]
+        assert t["dtype"] == "F32"
+        lo, hi = t["data_offsets"]
+        rows.append((a["timestep"], a["timestamp"], np.frombuffer(body[lo:hi], "<f4").reshape(t["shape"])))
+    assert head["type"] == "TimedActions"
+    return rows
+
+
+@pytest.mark.parametrize("name", ["observation_p4.pkl", "observation_p5.pkl", "observation_p4_numpy2.pkl",
+                                  "observation_p5_numpy2.pkl", "observation_pr3048.bin"])
+def test_recorded_lerobot_observations(name):
+    """Observations pickled (or PR #3048-serialised) by LeRobot's own code, over gRPC: the chunk equals
+    `molmoact run` on the values they hold; a PR #3048 observation is answered in PR #3048's format."""
+    joints, cams, task = _recorded_observation(name)
+    s, c = start()
+    try:
+        c.ready()
+        c.policy(policy(lerobot_features=features(cams=("front", "wrist"), names=[j for j, _ in joints], size=(24, 32)),
+                        rename_map={"observation.images.front": "observation.images.image",
+                                    "observation.images.wrist": "observation.images.wrist_image"}))
+        c.observe(chunks(open(os.path.join(FIX, name), "rb").read()))
+        data = c.actions()
+        if name.endswith(".bin"):
+            rows = safe_actions(data)
+            got = np.stack([r[2] for r in rows])
+            assert [r[0] for r in rows] == list(range(17, 27))
+        else:
+            rows = pickle.loads(data)
+            got = np.stack([r.get_action().numpy() for r in rows])
+            assert [r.get_timestep() for r in rows] == list(range(17, 27))
+        want, _ = cli("tiny-grid", [v for _, v in joints], cams["front"], cams["wrist"], grpc_lines(s)[-1]["seed"], task=task)
+        assert np.array_equal(got, want), np.abs(got - want).max()
+    finally:
+        c.close()
+        s.stop()
+
+
+def test_recorded_policy_configs_and_torch_replies():
+    """LeRobot's own RemotePolicyConfig pickles (policy "act", 50 actions per chunk) are read and
+    refused for what they ask; a pickle of torch tensors (LeRobot's reply) is refused naming torch."""
+    s, c = start("--lerobot-policy-types", "molmoact2,act")
+    try:
+        c.ready()
+        for name in ("config_p4.pkl", "config_p5.pkl", "config_pr3048.bin"):
+            with pytest.raises(grpc.RpcError) as e:
+                c.policy(open(os.path.join(FIX, name), "rb").read())
+            assert "actions_per_chunk 50" in e.value.details(), e.value.details()
+        c.policy(policy())
+        with pytest.raises(grpc.RpcError) as e:
+            c.observe(chunks(open(os.path.join(FIX, "actions_torch_p4.pkl"), "rb").read()))
+        assert "torch" in e.value.details()
     finally:
         c.close()
         s.stop()
