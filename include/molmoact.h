@@ -79,11 +79,11 @@ extern "C" {
 #endif
 
 #define MOLMOACT_VERSION_MAJOR 0
-#define MOLMOACT_VERSION_MINOR 11
+#define MOLMOACT_VERSION_MINOR 12
 #define MOLMOACT_VERSION_PATCH 0
-#define MOLMOACT_VERSION "0.11.0"
+#define MOLMOACT_VERSION "0.12.0"
 
-/* the library's version string ("0.11.0"); compare with MOLMOACT_VERSION to detect a header and
+/* the library's version string ("0.12.0"); compare with MOLMOACT_VERSION to detect a header and
  * library mismatch */
 MOLMOACT_API const char *molmoact_version(void);
 
@@ -206,16 +206,20 @@ typedef struct molmoact_observation {
      * down; `molmoact serve --flip180`) */
     int rotate180;
     int reserved[3]; /* zero (so that 0.11's struct is larger than 0.10's, padding included) */
-    /* since 0.12: real-time chunking (RTC, as LeRobot's RTCProcessor guides flow matching,
-     * policies/rtc/modeling_rtc.py): the new chunk is pulled toward rtc_prefix, the actions of
-     * the previous chunk still to be executed, in the model's normalised space (what
-     * molmoact_result.trajectory holds, rows from the first executed row, n_obs_steps - 1),
-     * rtc_prefix_rows x rtc_prefix_dim floats (rtc_prefix_dim: the action dim or
-     * max_action_dim; shorter rows and fewer rows are zero-padded, as LeRobot pads them).
-     * rtc_delay: the inference delay d in control ticks (rows that will run before this chunk
-     * arrives: weight 1); rtc_horizon: the execution horizon H (0: 10), clipped to
-     * rtc_prefix_rows; rtc_beta: the guidance weight's cap (0: 10); rtc_schedule: the prefix
-     * weights between d and H (MOLMOACT_RTC_LINEAR, _EXP, _ONES, _ZEROS). NULL: no guidance. */
+    /* since 0.12 (read when struct_size covers them): real-time chunking (RTC), LeRobot's
+     * "guided" mode as its RTCProcessor steers MolmoAct2's flow matching
+     * (policies/rtc/modeling_rtc.py): each Euler step's velocity is pulled toward rtc_prefix,
+     * the actions of the previous chunk still to be executed, in the model's normalised space
+     * (what molmoact_result.trajectory holds, from its row n_obs_steps - 1, the first action
+     * returned: the prefix's row 0 lies there; with n_obs_steps 1, LeRobot's alignment).
+     * rtc_prefix_rows x rtc_prefix_dim floats, finite: rows 1 .. horizon - (n_obs_steps - 1),
+     * rtc_prefix_dim the action dim or max_action_dim; fewer rows and narrower rows are
+     * zero-padded, as LeRobot pads them. rtc_delay: the inference delay d >= 0 in control ticks
+     * (rows that run before this chunk arrives: weight 1); rtc_horizon: the execution horizon H
+     * (0: 10), clipped to rtc_prefix_rows; rtc_beta: the guidance weight's cap, > 0 (0: 10);
+     * rtc_schedule: the prefix weights between d and H (MOLMOACT_RTC_LINEAR, the default, _EXP,
+     * _ONES, _ZEROS). rtc_prefix NULL (with rows and dim 0): no guidance, the result bit for bit
+     * as without RTC. `molmoact run --rtc-prefix FILE` replays a request with a prefix. */
     const float *rtc_prefix;
     int rtc_prefix_rows, rtc_prefix_dim;
     int rtc_delay, rtc_horizon;

@@ -163,6 +163,12 @@ const cli_cmd CMDS[] = {
       {O_STATE, NULL, NULL},
       {O_NOISE, NULL, NULL},
       {O_SEED, NULL, NULL},
+      {O_RTC_PREFIX, NULL, NULL},
+      {O_RTC_DELAY, NULL, NULL},
+      {O_RTC_HORIZON, NULL, "RTC: the execution horizon in rows (with --rtc-prefix; default 10, clipped to the prefix's rows)"},
+      {O_RTC_BETA, NULL, "RTC: the maximum guidance weight (with --rtc-prefix; default 10)"},
+      {O_RTC_SCHEDULE, NULL,
+       "RTC: the prefix weights between the delay and the horizon (with --rtc-prefix): linear (default), exp, ones, zeros"},
       {O_OUT, NULL, NULL},
       {O_DUMP, NULL, NULL},
       {O_GOLDEN, NULL, NULL},
@@ -394,6 +400,26 @@ int opts_from(const cli_args *a, opts *o) {
     if (o->have_seed && o->noise) {
         fprintf(stderr, "molmoact %s: --seed and --noise contradict each other (give one)\n", name);
         return -1;
+    }
+    /* real-time chunking (run): the previous chunk's leftover and LeRobot's RTC settings */
+    o->rtc_prefix = a->str[O_RTC_PREFIX];
+    o->rtc_delay = a->given[O_RTC_DELAY] ? (int)a->i[O_RTC_DELAY] : 0;
+    o->rtc_horizon = a->given[O_RTC_HORIZON] ? (int)a->i[O_RTC_HORIZON] : 0;
+    o->rtc_beta = a->given[O_RTC_BETA] ? (float)a->r[O_RTC_BETA] : 0.0f;
+    o->rtc_schedule = MOLMOACT_RTC_LINEAR;
+    if (!o->rtc_prefix && (a->given[O_RTC_DELAY] || a->given[O_RTC_HORIZON] || a->given[O_RTC_BETA] || a->given[O_RTC_SCHEDULE])) {
+        fprintf(stderr, "molmoact %s: --rtc-delay, --rtc-horizon, --rtc-beta and --rtc-schedule need --rtc-prefix FILE\n", name);
+        return -1;
+    }
+    if (a->given[O_RTC_SCHEDULE]) {
+        static const char *const names[] = {"linear", "exp", "ones", "zeros"}; /* MOLMOACT_RTC_* order */
+        o->rtc_schedule = -1;
+        for (int k = 0; k < 4; k++)
+            if (!strcmp(a->str[O_RTC_SCHEDULE], names[k])) o->rtc_schedule = k;
+        if (o->rtc_schedule < 0) {
+            fprintf(stderr, "molmoact %s: --rtc-schedule %s: linear, exp, ones or zeros\n", name, a->str[O_RTC_SCHEDULE]);
+            return -1;
+        }
     }
     if (o->inputs && (o->image0 || o->image1 || o->task || o->state)) {
         fprintf(stderr, "molmoact %s: --inputs and --image0/--image1/--task/--state contradict each other (give one observation)\n", name);

@@ -13,8 +13,12 @@
 
 Keys: openpi's (observation/image, observation/wrist_image, observation/state, prompt) or
 MolmoAct2's (image, wrist_image, state, instruction; task is accepted too), plus optional
-`noise` (float32 [1, 10, 32]) or `seed` for reproducible runs. Errors raise MolmoActError with
-the library's message (it names the field, file or worker at fault).
+`noise` (float32 [1, 10, 32]) or `seed` for reproducible runs, and real-time chunking as LeRobot
+guides MolmoAct2: `rtc_prefix` (the previous chunk's rows still to run, normalised, float32
+[rows, dim] with dim the action dim or max_action_dim; row 0 is the first action returned) with
+`rtc_delay`, `rtc_horizon` (0: 10), `rtc_beta` (0: 10) and `rtc_schedule` ("linear", "exp",
+"ones", "zeros"). Errors raise MolmoActError with the library's message (it names the field, file
+or worker at fault).
 
 The library is $MOLMOACT_LIBRARY when it is set (a path, or a name for the dynamic loader; a
 missing, broken or foreign library is an ImportError naming it, never a fallback); otherwise, in
@@ -70,7 +74,11 @@ class _Observation(ctypes.Structure):
                 ("pixels", ctypes.POINTER(ctypes.c_float)), ("n_pixel_images", ctypes.c_int),
                 ("input_ids", ctypes.POINTER(ctypes.c_int64)), ("seq_len", ctypes.c_int64),
                 ("norm_tag", ctypes.c_char_p), ("flow_steps", ctypes.c_int), ("rotate180", ctypes.c_int),
-                ("reserved", ctypes.c_int * 3)]
+                ("reserved", ctypes.c_int * 3),
+                # since 0.12
+                ("rtc_prefix", ctypes.POINTER(ctypes.c_float)), ("rtc_prefix_rows", ctypes.c_int),
+                ("rtc_prefix_dim", ctypes.c_int), ("rtc_delay", ctypes.c_int), ("rtc_horizon", ctypes.c_int),
+                ("rtc_beta", ctypes.c_float), ("rtc_schedule", ctypes.c_int)]
 
 
 class _Timing(ctypes.Structure):
@@ -204,7 +212,11 @@ _KEYS = {  # accepted request keys -> role: openpi's, MolmoAct2's, LeRobot's (as
     "noise": "noise", "seed": "seed",
     "norm_tag": "norm_tag", "tag": "norm_tag", "normalization_tag": "norm_tag",
     "num_steps": "flow_steps", "n_action_steps": "n_action_steps",
+    "rtc_prefix": "rtc_prefix", "prev_chunk_left_over": "rtc_prefix", "rtc_delay": "rtc_delay",
+    "inference_delay": "rtc_delay", "rtc_horizon": "rtc_horizon", "execution_horizon": "rtc_horizon",
+    "rtc_beta": "rtc_beta", "rtc_schedule": "rtc_schedule",
 }
+_RTC_SCHEDULES = ("linear", "exp", "ones", "zeros")  # MOLMOACT_RTC_* order
 
 
 def _err(msg):
@@ -451,6 +463,7 @@ class Policy:
             o.norm_tag = tb
         if "flow_steps" in roles:
             o.flow_steps = self._int(roles["flow_steps"][0], roles["flow_steps"][1], 1, 256)
+        self._rtc(o, roles, keep)
         n_keep = None
         if "n_action_steps" in roles:
             n_keep = self._int(roles["n_action_steps"][0], roles["n_action_steps"][1], 1, self.info["n_steps"])
@@ -473,6 +486,40 @@ class Policy:
         if n_keep is not None:
             actions = actions[:n_keep].copy()
         return {"actions": actions, "trajectory": traj, "timing": timing}
+
+    def _rtc(self, o, roles, keep):
+        """real-time chunking: rtc_prefix (None: none) and its settings, into the 0.12 fields"""
+        given = [r for r in ("rtc_delay", "rtc_horizon", "rtc_beta", "rtc_schedule") if r in roles and roles[r][1] is not None]
+        pre = roles.get("rtc_prefix", (None, None))
+        if pre[1] is None:
+            if given:
+                raise _err(f"{roles[given[0]][0]}: needs rtc_prefix (the previous chunk's leftover)")
+            return
+        k, p = pre
+        p = _array(k, p)
+        if p.ndim == 3 and p.shape[0] == 1:  # a LeRobot batch of one
+            p = p[0]
+        if p.dtype.kind not in "fiu" or p.ndim != 2:
+            raise _err(f"{k}: expected a float array [rows, dim] (or [1, rows, dim]), got {p.dtype} {tuple(p.shape)}")
+        p = np.ascontiguousarray(p, dtype=np.float32)
+        keep.append(p)
+        o.rtc_prefix = p.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        o.rtc_prefix_rows, o.rtc_prefix_dim = int(p.shape[0]), int(p.shape[1])
+        if "rtc_delay" in roles and roles["rtc_delay"][1] is not None:
+            o.rtc_delay = self._int(roles["rtc_delay"][0], roles["rtc_delay"][1], 0, 2 ** 31 - 1)
+        if "rtc_horizon" in roles and roles["rtc_horizon"][1] is not None:
+            o.rtc_horizon = self._int(roles["rtc_horizon"][0], roles["rtc_horizon"][1], 0, 2 ** 31 - 1)
+        if "rtc_beta" in roles and roles["rtc_beta"][1] is not None:
+            kb, b = roles["rtc_beta"]
+            if isinstance(b, bool) or not isinstance(b, (int, float, np.integer, np.floating)) or not np.isfinite(b) or b < 0:
+                raise _err(f"{kb}: expected a finite number > 0 (0: 10), got {b!r}")
+            o.rtc_beta = float(b)
+        if "rtc_schedule" in roles and roles["rtc_schedule"][1] is not None:
+            ks, sch = roles["rtc_schedule"]
+            name = getattr(sch, "value", sch)  # LeRobot's RTCAttentionSchedule is a str enum
+            if not isinstance(name, str) or name.lower() not in _RTC_SCHEDULES:
+                raise _err(f"{ks}: one of {', '.join(_RTC_SCHEDULES)}, got {sch!r}")
+            o.rtc_schedule = _RTC_SCHEDULES.index(name.lower())
 
     @staticmethod
     def _int(key, v, lo, hi):

@@ -104,6 +104,12 @@ static molmoact_status fail(molmoact_error *out, molmoact_status code, const cha
 #define OBSERVATION_SIZE_0_10 ((offsetof(molmoact_observation, rotate180) + 7) & ~(size_t)7)
 _Static_assert(OBSERVATION_SIZE_0_10 < offsetof(molmoact_observation, reserved) + sizeof(int[3]),
                "0.11's observation fields must lie beyond 0.10's struct");
+/* 0.11's struct ended with reserved[3], padded to 8 bytes: the 0.12 fields lie beyond it */
+_Static_assert(((offsetof(molmoact_observation, reserved) + sizeof(int[3]) + 7) & ~(size_t)7) <= offsetof(molmoact_observation, rtc_prefix),
+               "0.12's observation fields must lie beyond 0.11's struct");
+_Static_assert((int)MOLMOACT_RTC_LINEAR == (int)MA_RTC_LINEAR && (int)MOLMOACT_RTC_EXP == (int)MA_RTC_EXP &&
+                   (int)MOLMOACT_RTC_ONES == (int)MA_RTC_ONES && (int)MOLMOACT_RTC_ZEROS == (int)MA_RTC_ZEROS,
+               "the public RTC schedules are the runtime's");
 
 /* zero a caller's struct of `size` bytes (at most 4096: open and infer refuse larger) */
 static void init_sized(void *p, uint32_t *struct_size, uint32_t size) {
@@ -426,6 +432,12 @@ static ma_status prepare(const ma_engine *eng, const molmoact_observation *o, pr
                            "use a divisor of %d (or run the checkpoint directory)",
                            n, c->flow_steps, c->flow_steps);
         p->obs.flow_steps = n;
+    }
+    /* since 0.12: real-time chunking (a 0.11 caller's struct ends before these fields) */
+    if (o->struct_size >= offsetof(molmoact_observation, rtc_schedule) + sizeof(int)) {
+        const ma_rtc r = {o->rtc_prefix, o->rtc_prefix_rows, o->rtc_prefix_dim, o->rtc_delay, o->rtc_horizon, o->rtc_beta, o->rtc_schedule};
+        if ((s = ma_rtc_check(&r, A - (c->n_obs_steps - 1), action_dim, c->max_action_dim, "observation.rtc_", err))) return s;
+        p->obs.rtc = r;
     }
     return MA_OK;
 }

@@ -61,6 +61,11 @@ void request_src_of(const opts *o, ma_request_src *src) {
     src->noise_path = o->noise;
     src->have_seed = o->have_seed;
     src->seed = o->seed;
+    src->rtc_prefix_path = o->rtc_prefix;
+    src->rtc_delay = o->rtc_delay;
+    src->rtc_horizon = o->rtc_horizon;
+    src->rtc_beta = o->rtc_beta;
+    src->rtc_schedule = o->rtc_schedule;
 }
 
 /* the demo (the tiny Grid Sampler model and its golden), found from this program's own place:
@@ -197,6 +202,14 @@ static void api_observation(molmoact *api, const ma_request *q, molmoact_observa
         obs->have_seed = 1;
         obs->seed = q->obs.seed;
     }
+    const ma_rtc *r = &q->obs.rtc;
+    obs->rtc_prefix = r->prefix;
+    obs->rtc_prefix_rows = r->rows;
+    obs->rtc_prefix_dim = r->dim;
+    obs->rtc_delay = r->delay;
+    obs->rtc_horizon = r->horizon;
+    obs->rtc_beta = r->beta;
+    obs->rtc_schedule = r->schedule;
 }
 
 static ma_timing timing_of(const molmoact_timing *t) {

@@ -24,6 +24,10 @@ typedef struct {
     uint64_t seed;
     int have_seed, json, runs, stream, inproc, threads, cold;
     double gate;
+    /* run --rtc-*: real-time chunking toward the leftover in rtc_prefix (.npy), else none */
+    const char *rtc_prefix;
+    int rtc_delay, rtc_horizon, rtc_schedule; /* 0: 10 for the horizon; MOLMOACT_RTC_* */
+    float rtc_beta;                           /* 0: 10 */
 } opts;
 
 /* The settings of this run (core/settings.h): the environment's, through the one table

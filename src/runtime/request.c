@@ -18,6 +18,8 @@ void ma_request_free(ma_request *q) {
     ma_npz_free(&q->pix);
     ma_npz_free(&q->noise_file);
     ma_tensor_free(&q->noise_npy);
+    ma_npz_free(&q->rtc_file);
+    ma_tensor_free(&q->rtc_npy);
     ma_prepared_free(&q->prep);
     ma_image_free(&q->imgs[0]);
     ma_image_free(&q->imgs[1]);
@@ -72,9 +74,9 @@ static ma_status parse_state(const char *csv, float *state, int *dim, ma_error *
     return MA_OK;
 }
 
-/* --noise FILE: an .npy array, or an .npz holding `noise` (told apart by their magic bytes, so
- * the error is the real one: a malformed entry of an .npz is not "bad magic") */
-static ma_status load_noise_file(const char *path, ma_request *q, const ma_tensor **nz, ma_error *err) {
+/* --noise FILE (--rtc-prefix FILE): an .npy array, or an .npz holding `key` (told apart by their
+ * magic bytes, so the error is the real one: a malformed entry of an .npz is not "bad magic") */
+static ma_status load_array_file(const char *path, const char *key, ma_npz *npz, ma_tensor *npy, const ma_tensor **nz, ma_error *err) {
     unsigned char magic[6] = {0};
     const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO is refused, not waited on */
     if (fd < 0) return ma_fail(err, MA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -87,19 +89,19 @@ static ma_status load_noise_file(const char *path, ma_request *q, const ma_tenso
     const size_t got = rd > 0 ? (size_t)rd : 0;
     close(fd);
     if (got >= 2 && magic[0] == 'P' && magic[1] == 'K') {
-        ma_status s = ma_npz_read(path, &q->noise_file, err);
+        ma_status s = ma_npz_read(path, npz, err);
         if (s) return s;
-        *nz = ma_npz_get(&q->noise_file, "noise");
-        return *nz ? MA_OK : ma_fail(err, MA_ERR_FORMAT, "%s holds no `noise` array", path);
+        *nz = ma_npz_get(npz, key);
+        return *nz ? MA_OK : ma_fail(err, MA_ERR_FORMAT, "%s holds no `%s` array", path, key);
     }
     if (got < 6 || memcmp(magic, "\x93NUMPY", 6))
         return ma_fail(err, MA_ERR_FORMAT, "%s: neither an .npy array nor an .npz archive (by its first bytes)", path);
     char *buf = NULL;
     size_t len;
     ma_status s = ma_read_file(path, 64u << 20, &buf, &len, err);
-    if (!s) s = ma_npy_parse((uint8_t *)buf, len, path, &q->noise_npy, err);
+    if (!s) s = ma_npy_parse((uint8_t *)buf, len, path, npy, err);
     free(buf);
-    *nz = &q->noise_npy;
+    *nz = npy;
     return s;
 }
 
@@ -183,7 +185,7 @@ static ma_status load(const ma_model *m, const ma_request_src *src, ma_request *
     int action_dim, A, n_steps;
     if ((s = ma_action_plan(m, &action_dim, &A, &n_steps, err))) return s;
     const ma_tensor *nz = ma_npz_get(&q->in, "noise");
-    if (src->noise_path && (s = load_noise_file(src->noise_path, q, &nz, err))) return s;
+    if (src->noise_path && (s = load_array_file(src->noise_path, "noise", &q->noise_file, &q->noise_npy, &nz, err))) return s;
     if (src->have_seed && !src->noise_path) nz = NULL;
     if (nz) {
         int64_t want[3] = {1, A, c->max_action_dim};
@@ -191,6 +193,24 @@ static ma_status load(const ma_model *m, const ma_request_src *src, ma_request *
         q->obs.noise = nz->data;
     }
     q->obs.seed = src->seed;
+
+    /* ---- real-time chunking: --rtc-prefix FILE and its settings */
+    if (src->rtc_prefix_path) {
+        const char *path = src->rtc_prefix_path;
+        const ma_tensor *t = NULL;
+        if ((s = load_array_file(path, "rtc_prefix", &q->rtc_file, &q->rtc_npy, &t, err))) return s;
+        if (t->dtype != MA_DT_F32 || (t->ndim != 2 && !(t->ndim == 3 && t->shape[0] == 1)))
+            return ma_fail(err, MA_ERR_SHAPE, "--rtc-prefix %s: expected float32 [rows, dim] (or [1, rows, dim]): the normalised leftover",
+                           path);
+        const int64_t rows = t->shape[t->ndim - 2], dim = t->shape[t->ndim - 1];
+        if (rows < 1 || rows > A || dim < 1 || dim > c->max_action_dim)
+            return ma_fail(err, MA_ERR_SHAPE, "--rtc-prefix %s: [%lld, %lld] does not fit the chunk [%d, %d]", path, (long long)rows,
+                           (long long)dim, A, c->max_action_dim);
+        const ma_rtc r = {t->data, (int)rows, (int)dim, src->rtc_delay, src->rtc_horizon, src->rtc_beta, src->rtc_schedule};
+        if ((s = ma_rtc_check(&r, A - (c->n_obs_steps - 1), action_dim, c->max_action_dim, "rtc_", err)))
+            return ma_error_wrap(err, s, "--rtc-prefix %s", path);
+        q->obs.rtc = r;
+    }
     return MA_OK;
 }
 

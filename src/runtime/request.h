@@ -17,12 +17,17 @@ typedef struct ma_request_src {
     const char *noise_path; /* .npy or .npz with `noise`; overrides inputs' noise */
     int have_seed;          /* --seed given: draw the noise from seed unless a noise file is named */
     uint64_t seed;
+    /* real-time chunking: the previous chunk's leftover (.npy float32 [rows, dim] or [1, rows,
+     * dim], or an .npz holding rtc_prefix), or NULL; the settings as ma_rtc's */
+    const char *rtc_prefix_path;
+    int rtc_delay, rtc_horizon, rtc_schedule;
+    float rtc_beta;
 } ma_request_src;
 
 typedef struct ma_request {
     ma_obs obs; /* points into the members below */
-    ma_npz in, pix, noise_file;
-    ma_tensor noise_npy;
+    ma_npz in, pix, noise_file, rtc_file;
+    ma_tensor noise_npy, rtc_npy;
     ma_prepared prep; /* set when the observation was raw (frames, task, state) */
     ma_image imgs[2];
     char *task_buf;

@@ -417,6 +417,71 @@ static void test_abi_of_0_10_callers(void **state) {
     molmoact_close(&e);
 }
 
+/* A program built against 0.11 (its observation ends with reserved[3], padded to 8 bytes): the
+ * 0.12 RTC fields past its struct_size are not read (here 0xa5 bytes: a wild rtc_prefix pointer),
+ * and its result is the bits of a 0.12 observation without a prefix; a 0.12 observation's RTC
+ * fields are checked and named */
+static void test_abi_of_0_11_callers_and_rtc_fields(void **state) {
+    (void)state;
+    molmoact *e = open_engine(MA_SOURCE_DIR "/assets/tiny-grid/model", 1);
+    const uint32_t size_0_11 = (uint32_t)((offsetof(molmoact_observation, reserved) + sizeof(int[3]) + 7) & ~(size_t)7);
+    assert_true(size_0_11 <= offsetof(molmoact_observation, rtc_prefix));
+    unsigned char ob[sizeof(molmoact_observation)];
+    memset(ob, 0xa5, sizeof ob);
+    molmoact_observation *old = (molmoact_observation *)(void *)ob, cur;
+    molmoact_observation_init_sized(old, size_0_11);
+    for (size_t i = size_0_11; i < sizeof ob; i++) assert_int_equal(ob[i], 0xa5);
+    molmoact_observation_init(&cur);
+    static unsigned char px[16 * 16 * 3];
+    molmoact_observation *both[2] = {old, &cur};
+    for (int k = 0; k < 2; k++) {
+        both[k]->images[0] = (molmoact_image){px, 16, 16, 0, NULL, 0};
+        both[k]->images[1] = (molmoact_image){px, 16, 16, 0, NULL, 0};
+        both[k]->state = STATE;
+        both[k]->state_dim = 8;
+        both[k]->task = TASK;
+    }
+    molmoact_result r0, r1;
+    molmoact_error err;
+    if (molmoact_infer(e, old, &r0, &err)) fail_msg("infer with 0.11's observation: %s", err.message);
+    if (molmoact_infer(e, &cur, &r1, &err)) fail_msg("infer with 0.12's observation: %s", err.message);
+    assert_memory_equal(r0.trajectory, r1.trajectory, sizeof(float) * (size_t)r0.horizon * (size_t)r0.max_action_dim);
+    static float prefix[10 * 32];
+    cur.rtc_prefix = prefix;
+    cur.rtc_prefix_rows = 4;
+    cur.rtc_prefix_dim = r1.action_dim;
+    molmoact_result r2;
+    if (molmoact_infer(e, &cur, &r2, &err)) fail_msg("infer with a prefix: %s", err.message);
+    assert_memory_not_equal(r2.trajectory, r1.trajectory, sizeof(float) * (size_t)r1.horizon * (size_t)r1.max_action_dim);
+    molmoact_result_free(&r2);
+    struct {
+        int rows, dim, delay, horizon, schedule;
+        float beta;
+        molmoact_status code;
+        const char *msg;
+    } bad[] = {
+        {11, 7, 0, 0, 0, 0.0f, MOLMOACT_ERR_SHAPE, "observation.rtc_prefix_rows is 11: 1..10"},
+        {4, 9, 0, 0, 0, 0.0f, MOLMOACT_ERR_SHAPE, "observation.rtc_prefix_dim is 9"},
+        {4, 7, -2, 0, 0, 0.0f, MOLMOACT_ERR_RANGE, "observation.rtc_delay is -2"},
+        {4, 7, 0, -1, 0, 0.0f, MOLMOACT_ERR_RANGE, "observation.rtc_horizon is -1"},
+        {4, 7, 0, 0, 7, 0.0f, MOLMOACT_ERR_RANGE, "observation.rtc_schedule is 7"},
+        {4, 7, 0, 0, 0, -1.0f, MOLMOACT_ERR_RANGE, "observation.rtc_beta is -1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cur.rtc_prefix_rows = bad[i].rows;
+        cur.rtc_prefix_dim = bad[i].dim;
+        cur.rtc_delay = bad[i].delay;
+        cur.rtc_horizon = bad[i].horizon;
+        cur.rtc_schedule = bad[i].schedule;
+        cur.rtc_beta = bad[i].beta;
+        assert_int_equal(molmoact_infer(e, &cur, &r2, &err), bad[i].code);
+        if (!strstr(err.message, bad[i].msg)) fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err.message, bad[i].msg);
+    }
+    molmoact_result_free(&r0);
+    molmoact_result_free(&r1);
+    molmoact_close(&e);
+}
+
 /* in one process, inproc engines share the kernel set, the panel mode and the threads: a second
  * one asking for others is refused (not switched under the first); asking for the same is fine */
 static void test_inproc_engines_share_the_process_kernels(void **state) {
@@ -479,6 +544,7 @@ int main(void) {
         cmocka_unit_test(test_failures_named),
         cmocka_unit_test(test_two_threads_one_engine),
         cmocka_unit_test(test_abi_of_0_10_callers),
+        cmocka_unit_test(test_abi_of_0_11_callers_and_rtc_fields),
         cmocka_unit_test(test_inproc_engines_share_the_process_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
