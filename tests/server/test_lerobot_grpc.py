@@ -478,3 +478,38 @@ def test_recorded_policy_configs_and_torch_replies():
     finally:
         c.close()
         s.stop()
+
+
+def test_sessions_on_metrics_and_status_page():
+    """A LeRobot client's session on /metrics (per-session latency and delay in control ticks, the
+    RTC counters) and on the status page, as /status.json has it."""
+    import shutil
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    s, c = start("--rtc", "--fps", "50")
+    try:
+        c.ready()
+        c.policy(policy())
+        for i, step in enumerate((0, 2, 4)):
+            c.observe([observation_msg(3, obs_payload(20 + i, timestep=step, must_go=False)[0])])
+            assert len(pickle.loads(c.actions())) == 10
+        st = json.loads(urllib.request.urlopen(s.http + "/status.json", timeout=30).read())
+        sess = [e for e in st["sessions"] if e["session"].startswith("grpc:")]
+        assert len(sess) == 1 and sess[0]["requests"] == 3 and sess[0]["fps"] == 50, st["sessions"]
+        assert sess[0]["latency_p95_ms"] >= sess[0]["latency_p50_ms"] > 0 and sess[0]["delay_ticks"] >= 1
+        assert "rtc_delay_predicted" in sess[0]
+        fams = {f.name: f for f in text_string_to_metric_families(urllib.request.urlopen(s.http + "/metrics", timeout=30).read().decode())}
+        lat = [x for x in fams["molmoact_session_latency_p95_ms"].samples if x.labels["session"] == sess[0]["session"]]
+        assert len(lat) == 1 and abs(lat[0].value - sess[0]["latency_p95_ms"]) < 1e-3
+        assert fams["molmoact_rtc_guided"].samples[0].value == 2  # the 2nd and 3rd chunks had rows left
+        assert fams["molmoact_requests"].samples[-1].labels["protocol"] == "grpc"
+        assert sum(x.value for x in fams["molmoact_requests"].samples if x.labels["protocol"] == "grpc") == 3
+        assert [x for x in fams["molmoact_delay_ticks"].samples if x.name.endswith("_count")][0].value == 3
+        chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+        if chromium:
+            dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=4000", "--dump-dom",
+                                  s.http + "/"], capture_output=True, timeout=120).stdout.decode()
+            assert sess[0]["session"] in dom, dom[-3000:]
+    finally:
+        c.close()
+        s.stop()

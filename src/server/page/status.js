@@ -9,13 +9,14 @@ function niceTicks(max,n){n=n||5;if(!(max>0))max=1;const raw=max/n,mag=Math.pow(
 function ms(v){return v>=100?v.toFixed(0):v>=10?v.toFixed(1):v.toFixed(2)}
 function bytes(b){return b>=1<<30?(b/(1<<30)).toFixed(1)+' GiB':b>=1<<20?(b/(1<<20)).toFixed(1)+' MiB':(b/1024).toFixed(1)+' KiB'}
 function dtypes(c){const b=c.bytes||{},ks=Object.keys(b);if(!ks.length)return 'unknown';let t=0;ks.forEach(k=>t+=b[k]);return ks.map(k=>ks.length>1?k+' '+(100*b[k]/t).toFixed(b[k]/t<0.01?1:0)+'%':k).join(', ')+' ('+bytes(t)+')'}
-function rows(id,list){const tb=document.querySelector('#'+id+' tbody');tb.replaceChildren();list.forEach(r=>{const tr=el('tr');r.forEach((v,i)=>tr.append(el('td',i&&id==='percentiles'?{class:'n'}:{},v)));tb.append(tr)})}
+function rows(id,list){const tb=document.querySelector('#'+id+' tbody');tb.replaceChildren();list.forEach(r=>{const tr=el('tr');r.forEach((v,i)=>tr.append(el('td',i&&id!=='precision'?{class:'n'}:{},v)));tb.append(tr)})}
 function draw(s){
  const info=document.getElementById('info');info.replaceChildren();
  [['model',s.model],['variant',s.variant],['mode',s.mode],['uptime',s.uptime_s.toFixed(0)+' s'],['requests served',s.requests_served],['requests failed',s.requests_failed+(Object.keys(s.failures).length?' ('+Object.keys(s.failures).map(k=>k+' '+s.failures[k]).join(', ')+')':'')],['clients',s.clients],['version',s.version]].forEach(r=>{const tr=el('tr');tr.append(el('td',{class:'k'},r[0]),el('td',{},r[1]));info.append(tr)});
  rows('precision',s.components.map(c=>[c.name,c.precision,dtypes(c)]));
  document.getElementById('pct-title').textContent='Percentiles over the last '+s.percentiles_over+' successful request'+(s.percentiles_over===1?'':'s')+' (ms)';
  rows('percentiles',Object.keys(s.percentiles).map(k=>[k,ms(s.percentiles[k].p50),ms(s.percentiles[k].p90),ms(s.percentiles[k].p99)]));
+ rows('sessions',(s.sessions||[]).map(e=>[e.session,String(e.requests),ms(e.latency_p50_ms),ms(e.latency_p95_ms),String(e.delay_ticks),e.rtc_delay_predicted===undefined?'-':String(e.rtc_delay_predicted),String(e.fps)]));
  const svg=document.getElementById('plot'),W=760,H=280,L=50,B=20,T=12,R=10;let max=0;svg.replaceChildren();
  s.recent.forEach(r=>{let t=0;parts.forEach(p=>t+=r[p[0]]);max=Math.max(max,t)});
  const tk=niceTicks(max),top=tk.top,ph=H-B-T;
