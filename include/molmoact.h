@@ -292,7 +292,8 @@ MOLMOACT_API molmoact_status molmoact_get_component(molmoact *engine, int index,
  * row in `molmoact help env` ("backend", "threads", "kernels", "prompt_seq", "qnn_lib_dir", ...):
  * what the engine and its workers run with. An unknown name is MOLMOACT_ERR_ARG; a value longer
  * than cap - 1 is MOLMOACT_ERR_RANGE. Numbers left at their default read "0" ("-1" for qnn_soc
- * and qnn_arch), strings "". */
+ * and qnn_arch), strings "". Since 0.12 also "first_action_row": the model's, the trajectory row
+ * the first action comes from (n_obs_steps - 1; what an RTC prefix's row 0 stands for). */
 MOLMOACT_API molmoact_status molmoact_get_setting(molmoact *engine, const char *name, char *value, size_t cap, molmoact_error *err);
 
 #ifdef __cplusplus

@@ -589,6 +589,12 @@ molmoact_status molmoact_get_setting(molmoact *engine, const char *name, char *v
     char num[32];
     pthread_mutex_lock(&engine->lock);
     const char *v = ma_settings_get(&engine->engine.host.set, key, num, sizeof num);
+    /* since 0.12, one of the model's: the trajectory row of the first action (n_obs_steps - 1),
+     * where an RTC prefix's row 0 goes */
+    if (!v && !strcmp(name, "first_action_row")) {
+        snprintf(num, sizeof num, "%d", engine->engine.host.cfg.n_obs_steps - 1);
+        v = num;
+    }
     const size_t n = v ? strlen(v) : 0;
     if (v && n < cap) memcpy(value, v, n + 1);
     pthread_mutex_unlock(&engine->lock);

@@ -436,6 +436,12 @@ int ma_serve(const ma_serve_opts *o) {
             goto out;
         }
         if (be[0]) snprintf(srv.backend, sizeof srv.backend, "%s", be);
+        char fr[16] = "0";
+        if (molmoact_get_setting(srv.engine, "first_action_row", fr, sizeof fr, &err)) {
+            fprintf(stderr, "molmoact serve: %s\n", err.message);
+            goto out;
+        }
+        srv.first_row = atoi(fr);
         srv.n_components = molmoact_component_count();
         if (srv.n_components > (int)(sizeof srv.weights / sizeof srv.weights[0]))
             srv.n_components = (int)(sizeof srv.weights / sizeof srv.weights[0]);

@@ -268,6 +268,8 @@ static void test_failures_named(void **state) {
     assert_true(!strcmp(val, "") || !strcmp(val, "cpu"));
     assert_int_equal(molmoact_get_setting(e, "qnn_soc", val, sizeof val, &err), MOLMOACT_OK);
     assert_string_equal(val, "-1");
+    assert_int_equal(molmoact_get_setting(e, "first_action_row", val, sizeof val, &err), MOLMOACT_OK);
+    assert_string_equal(val, "0"); /* n_obs_steps 1 */
     EXPECT_FAIL(molmoact_get_setting(e, "no_such", val, sizeof val, &err), MOLMOACT_ERR_ARG, "no_such");
     EXPECT_FAIL(molmoact_get_setting(e, "threads", val, 1, &err), MOLMOACT_ERR_RANGE, "threads");
     assert_int_equal(molmoact_component_count(), 8);
