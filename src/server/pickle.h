@@ -33,8 +33,10 @@ typedef enum {
     MA_PK_LIST,  /* items, n */
     MA_PK_TUPLE, /* items, n */
     MA_PK_DICT,  /* keys, items, n (keys in insertion order; a repeated key keeps its last value) */
-    MA_PK_OBJECT, /* cls (an allowlisted "module.QualName"), state: its __dict__ (MA_PK_DICT) */
-    MA_PK_ARRAY   /* dtype, ndim, shape, data (C order, little endian, nbytes) */
+    MA_PK_OBJECT, /* cls (an allowlisted "module.QualName"), state: its __dict__ (MA_PK_DICT; NULL if the
+                     pickle never BUILDs it) */
+    MA_PK_ARRAY   /* dtype, ndim, shape, data (C order, little endian, nbytes; aligned for any element
+                     type). Fortran-order arrays are transposed, big-endian ones swapped. */
 } ma_pk_kind;
 
 /* array element types (NumPy's dtype strings "|u1", "<f4", ...) */
@@ -67,7 +69,18 @@ typedef struct ma_pk_limits {
 } ma_pk_limits;
 
 /* a pickle (protocols 2..5) or a PR #3048 payload -> a tree. On failure *out is NULL and err
- * names the opcode / global / key and the byte offset. */
+ * names the opcode / global / key and the byte offset.
+ * - Values may be shared (a pickle's memo): the same node under two parents. The tree has no
+ *   cycles (a container stored somewhere cannot change afterwards), its depth is at most
+ *   max_depth, and walked as a tree (shared values once per place) it has at most
+ *   budget / sizeof(ma_pk) nodes.
+ * - torch tensors (what LeRobot's own policy server sends) are refused, naming torch; the reader
+ *   takes torch.from_numpy(numpy.frombuffer(..)) (what ma_pk_write_actions writes) as the array.
+ * - PR #3048 payloads give the same objects as the pickles (RemotePolicyConfig, TimedObservation
+ *   with tensors in `observation`, a list of TimedAction), except that what JSON cannot tell
+ *   apart comes as JSON has it: a feature's "shape" is a MA_PK_LIST where a pickle has a
+ *   MA_PK_TUPLE; a dict key is always a str. A JSON number with '.', 'e' or 'E' is a float, else
+ *   an int; JSON's NaN / Infinity (which Python's json writes) are refused. */
 ma_status ma_pk_decode(const uint8_t *buf, size_t len, const ma_pk_limits *lim, ma_pk_doc **out, ma_error *err);
 const ma_pk *ma_pk_root(const ma_pk_doc *d);
 size_t ma_pk_used(const ma_pk_doc *d);
@@ -86,7 +99,8 @@ size_t ma_pk_dtype_size(ma_pk_dtype t);
  * torch.save blob, writable, deterministic. Returns the malloc'd bytes (NULL on out of memory,
  * or when the size would pass max). */
 uint8_t *ma_pk_write_actions(const float *rows, int n, int dim, double t0, double dt, int64_t step0, size_t max, size_t *len);
-/* the same reply in PR #3048's format (JSON header + safetensors action_0..action_{n-1}) */
+/* the same reply in PR #3048's format (JSON header + safetensors action_0..action_{n-1}); NULL
+ * also for a non-finite timestamp (JSON has none) */
 uint8_t *ma_pk_write_actions_safe(const float *rows, int n, int dim, double t0, double dt, int64_t step0, size_t max, size_t *len);
 
 #endif
