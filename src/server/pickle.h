@@ -25,14 +25,14 @@
 
 typedef enum {
     MA_PK_NONE,
-    MA_PK_BOOL,  /* i */
-    MA_PK_INT,   /* i (Python ints beyond int64 are refused) */
-    MA_PK_FLOAT, /* f (a NumPy float scalar becomes one too) */
-    MA_PK_STR,   /* s, len: UTF-8, NUL-terminated */
-    MA_PK_BYTES, /* s, len: bytes / bytearray */
-    MA_PK_LIST,  /* items, n */
-    MA_PK_TUPLE, /* items, n */
-    MA_PK_DICT,  /* keys, items, n (keys in insertion order; a repeated key keeps its last value) */
+    MA_PK_BOOL,   /* i */
+    MA_PK_INT,    /* i (Python ints beyond int64 are refused) */
+    MA_PK_FLOAT,  /* f (a NumPy float scalar becomes one too) */
+    MA_PK_STR,    /* s, len: UTF-8, NUL-terminated */
+    MA_PK_BYTES,  /* s, len: bytes / bytearray */
+    MA_PK_LIST,   /* items, n */
+    MA_PK_TUPLE,  /* items, n */
+    MA_PK_DICT,   /* keys, items, n (keys in insertion order; a repeated key keeps its last value) */
     MA_PK_OBJECT, /* cls (an allowlisted "module.QualName"), state: its __dict__ (MA_PK_DICT; NULL if the
                      pickle never BUILDs it) */
     MA_PK_ARRAY   /* dtype, ndim, shape, data (C order, little endian, nbytes; aligned for any element
