@@ -398,10 +398,7 @@ static enum MHD_Result on_body_end(struct MHD_Connection *mc, hconn *hc, hreq *r
         return respond_error(mc, r, 503, m, NULL, NULL);
     }
     j->list_format = r->list_format;
-    if (r->session[0]) { /* the session's last chunk goes with the request (timeline.c) */
-        ma_timeline *t = tl_http_session(r->session, 1);
-        if (t && !t->busy && !tl_snapshot(t, j, srv.o->fps)) snprintf(j->session, sizeof j->session, "%s", r->session);
-    }
+    if (r->session[0]) tl_http_begin(r->session, j); /* the session's last chunk goes with the request (timeline.c) */
     r->phase = P_QUEUED;
     MHD_suspend_connection(mc); /* nothing more is read from it until the reply */
     srv_enqueue(j);
@@ -577,10 +574,7 @@ int srv_http_start(void) {
 }
 
 void srv_http_job_done(job *j) {
-    if (j->session[0]) {
-        ma_timeline *t = tl_http_session(j->session, 0);
-        if (t) tl_end(t, j, 0);
-    }
+    if (j->session[0]) tl_http_end(j);
     hconn *hc = find_hconn(j->conn_id);
     hreq *r = hc ? hc->req : NULL;
     if (!r || r->phase != P_QUEUED || r->result) {

@@ -173,7 +173,8 @@ int tl_begin(ma_timeline *t, job *j, int first_row, int base_d, double fps, int 
 void tl_end(ma_timeline *t, job *j, int64_t step0);
 int tl_snapshot(ma_timeline *t, job *j, double fps);
 void tl_apply(job *j); /* inference thread: the prefix from the snapshot and the request's fields */
-ma_timeline *tl_http_session(const char *id, int create);
+void tl_http_begin(const char *id, job *j);
+void tl_http_end(job *j);
 void tl_http_expire(double now);
 void tl_http_free_all(void);
 void tl_for_each(void (*fn)(const ma_timeline *t, void *arg), void *arg);

@@ -98,7 +98,9 @@ static void run_job(job *j) {
             j->req.obs.seed = next_seed();
             j->server_seed = 1;
         }
-        if (j->tl_rows) tl_apply(j);
+        /* an HTTP body's session_id (no query or header named one): its timeline now */
+        if (!j->is_ws && !j->session[0] && j->req.session_id[0]) tl_http_begin(j->req.session_id, j);
+        if (j->tl_rows || j->session[0]) tl_apply(j);
         molmoact_error err;
         j->t_infer = j->t_decoded = ma_now_ms();
         j->status = srv.ops->infer(srv.engine, &j->req.obs, &j->res, &err);

@@ -71,6 +71,10 @@ void srv_log_line(const char *client, const char *proto, size_t bytes_in, size_t
                               t->llm_split[0] + t->llm_split[1] + t->llm_split[2] + t->llm_split[3], t->action_context, t->action_step,
                               t->transfer, t->host);
         if (j->server_seed) k += (size_t)snprintf(line + k, sizeof line - k, ", \"seed\": %llu", (unsigned long long)j->req.obs.seed);
+        /* a guided chunk: what replays it (molmoact run --rtc-prefix ROWS --rtc-delay D) */
+        if (j->rtc_guided && k < sizeof line)
+            k += (size_t)snprintf(line + k, sizeof line - k, ", \"rtc\": {\"delay\": %d, \"prefix_rows\": %d, \"horizon\": %d}", j->rtc_d,
+                                  j->req.obs.rtc_prefix_rows, j->req.obs.rtc_horizon);
     }
     fputs(line, stderr);
     fputs(", \"outcome\": ", stderr);

@@ -16,6 +16,7 @@
  * latencies; HTTP sessions are at most --max-sessions, the least recently used one evicted, and
  * expire after --session-ttl-s. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,8 +106,11 @@ void tl_observe_latency(ma_timeline *t, double ms) {
 
 /* ------------------------------------------------------------------------------ HTTP sessions */
 
+/* HTTP sessions are found from the loop (a query's or header's session_id) and from the
+ * inference thread (a body's, known once decoded): the list and those timelines under tl_mu */
 static ma_timeline *http_sessions;
 static int n_http_sessions;
+static pthread_mutex_t tl_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void session_unlink(ma_timeline *s) {
     for (ma_timeline **p = &http_sessions; *p; p = &(*p)->next)
@@ -121,13 +125,15 @@ static void session_unlink(ma_timeline *s) {
 
 void tl_http_expire(double now) {
     const double ttl = srv.o->session_ttl_s * 1e3;
+    pthread_mutex_lock(&tl_mu);
     for (ma_timeline *s = http_sessions, *n; s; s = n) {
         n = s->next;
         if (!s->busy && now - s->last_used > ttl) session_unlink(s);
     }
+    pthread_mutex_unlock(&tl_mu);
 }
 
-ma_timeline *tl_http_session(const char *id, int create) {
+static ma_timeline *http_session(const char *id, int create) {
     for (ma_timeline *s = http_sessions; s; s = s->next)
         if (!strcmp(s->name + 5, id)) { /* "http:" + id */
             s->last_used = ma_now_ms();
@@ -154,12 +160,32 @@ ma_timeline *tl_http_session(const char *id, int create) {
 }
 
 void tl_http_free_all(void) {
+    pthread_mutex_lock(&tl_mu);
     while (http_sessions) session_unlink(http_sessions);
+    pthread_mutex_unlock(&tl_mu);
+}
+
+/* a request of HTTP session `id` is queued (loop) or decoded (inference thread): the session's
+ * last chunk goes with it, unless another request of the session is running */
+void tl_http_begin(const char *id, job *j) {
+    pthread_mutex_lock(&tl_mu);
+    ma_timeline *t = http_session(id, 1);
+    if (t && !t->busy && !tl_snapshot(t, j, srv.o->fps)) snprintf(j->session, sizeof j->session, "%s", id);
+    pthread_mutex_unlock(&tl_mu);
+}
+
+void tl_http_end(job *j) {
+    pthread_mutex_lock(&tl_mu);
+    ma_timeline *t = http_session(j->session, 0);
+    if (t) tl_end(t, j, 0);
+    pthread_mutex_unlock(&tl_mu);
 }
 
 /* every session for the pages: HTTP ones here, the connections' through their type */
 void tl_for_each(void (*fn)(const ma_timeline *t, void *arg), void *arg) {
+    pthread_mutex_lock(&tl_mu);
     for (ma_timeline *s = http_sessions; s; s = s->next) fn(s, arg);
+    pthread_mutex_unlock(&tl_mu);
     for (ma_conn *c = srv.conns; c; c = c->next)
         if (c->timeline) fn(c->timeline, arg);
 }

@@ -213,6 +213,7 @@ typedef enum {
     R_IMAGES,
     R_EXECUTED,
     R_RTC,
+    R_SESSION,
     R_NONE
 } role;
 
@@ -242,11 +243,12 @@ static const struct {
             {"n_action_steps", R_N_ACTION_STEPS},
             {"images", R_IMAGES},
             {"executed", R_EXECUTED},
-            {"rtc", R_RTC}};
+            {"rtc", R_RTC},
+            {"session_id", R_SESSION}};
 
-static const char *const ROLE_NAME[] = {"the agent camera", "the wrist camera", "the state",         "the task",
-                                        "the noise",        "the seed",         "the norm tag",      "the flow steps",
-                                        "the action steps", "both cameras",     "the rows executed", "real-time chunking"};
+static const char *const ROLE_NAME[] = {"the agent camera",  "the wrist camera",   "the state",      "the task",         "the noise",
+                                        "the seed",          "the norm tag",       "the flow steps", "the action steps", "both cameras",
+                                        "the rows executed", "real-time chunking", "the session"};
 
 static role role_of(const char *k, size_t n) {
     for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0]; i++)
@@ -484,6 +486,17 @@ static ma_status build(wvalue *v, int flip, const ma_wire_model *m, ma_wire_requ
         if (v[R_EXECUTED].kind != 4 || v[R_EXECUTED].u > 4096)
             return ma_fail(err, MA_ERR_RANGE, "executed: expected an integer in [0, 4096] (rows of the previous chunk executed)");
         r->executed = (int)v[R_EXECUTED].u;
+    }
+    if (v[R_SESSION].kind) { /* AllenAI's serve_policy.py clients send it in the body */
+        const wvalue *t = &v[R_SESSION];
+        int ok = t->kind == 3 && t->nbytes && t->nbytes < sizeof r->session_id;
+        for (size_t i = 0; ok && i < t->nbytes; i++)
+            ok = t->bytes[i] > 0x20 && t->bytes[i] < 0x7f && t->bytes[i] != '"' && t->bytes[i] != '\\';
+        if (!ok)
+            return ma_fail(err, MA_ERR_FORMAT, "session_id: 1 to %zu printable ASCII characters (no spaces, quotes or backslashes)",
+                           sizeof r->session_id - 1);
+        memcpy(r->session_id, t->bytes, t->nbytes);
+        r->session_id[t->nbytes] = '\0';
     }
     if (v[R_RTC].kind) {
         if ((v[R_RTC].kind != 4 && v[R_RTC].kind != 5) || v[R_RTC].u > 1) return ma_fail(err, MA_ERR_FORMAT, "rtc: expected true or false");

@@ -35,11 +35,12 @@ typedef struct ma_wire_request {
     float *noise;
     char *task;
     int flip180;
-    char norm_tag[64];  /* obs.norm_tag points here when the request names a tag */
-    int n_action_steps; /* the request's n_action_steps (0: the whole chunk) */
-    int executed;       /* "executed": rows of the session's previous chunk run before this observation (-1: not given) */
-    int rtc;            /* "rtc": guide this chunk (1), not (0), the server's --rtc (-1) */
-    char ignored[256];  /* keys the request gave that mean nothing here, comma-separated */
+    char norm_tag[64];   /* obs.norm_tag points here when the request names a tag */
+    int n_action_steps;  /* the request's n_action_steps (0: the whole chunk) */
+    int executed;        /* "executed": rows of the session's previous chunk run before this observation (-1: not given) */
+    int rtc;             /* "rtc": guide this chunk (1), not (0), the server's --rtc (-1) */
+    char session_id[72]; /* "session_id": the HTTP session (AllenAI's serve_policy.py sends it in the body) */
+    char ignored[256];   /* keys the request gave that mean nothing here, comma-separated */
 } ma_wire_request;
 
 void ma_wire_request_free(ma_wire_request *r);

@@ -163,7 +163,10 @@ def check_histogram(name, samples):
         assert s["sum"] >= 0 and (s["count"] or s["sum"] == 0)
         assert bounds is None or les == bounds, f"{name}: buckets differ between series"
         bounds = les
-        assert nums[0] <= 0.01 and 60 in nums, f"{name}: buckets should span 0.01 s .. 60 s: {les}"
+        if name.endswith("_seconds"):
+            assert nums[0] <= 0.01 and 60 in nums, f"{name}: buckets should span 0.01 s .. 60 s: {les}"
+        else:  # a delay in control ticks
+            assert name == "molmoact_delay_ticks" and nums[0] == 0 and 50 in nums, f"{name}: buckets should span 0 .. 50 ticks: {les}"
 
 
 def sample(fams, fam, name=None, **labels):
@@ -243,7 +246,7 @@ def test_metrics_count_every_request_exactly():
         before, text = scrape(s)
         assert text.count("# TYPE ") == len(before)
         req0, fail0 = counters(before)
-        assert set(req0) == {"http", "websocket"} and set(fail0) == REASONS  # every label value from the start
+        assert set(req0) == {"http", "websocket", "grpc"} and set(fail0) == REASONS  # every label value from the start
         comp = {l["component"] for n, l, v in before["molmoact_component_duration_seconds"]["samples"]}
         assert comp == COMPONENTS, comp
         # two successes and two failures over each protocol
