@@ -313,10 +313,14 @@ static enum MHD_Result on_head(struct MHD_Connection *mc, hconn *hc, const char 
         r->defer = 0;
         return MHD_YES;
     }
-    case MA_R_RESET:
+    case MA_R_RESET: {
+        const char *sid = MHD_lookup_connection_value(mc, MHD_GET_ARGUMENT_KIND, "session_id");
+        if (!sid) sid = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "X-Session-Id");
+        if (sid && strlen(sid) < sizeof r->session) snprintf(r->session, sizeof r->session, "%s", sid);
+    }
         if (cl && strtoull(cl, NULL, 10) > RESET_BODY_MAX)
             return respond_error(mc, r, 413, "POST /reset: a body of at most 64 KiB", NULL, NULL);
-        r->phase = P_BODY; /* read and dropped: this server keeps no sessions */
+        r->phase = P_BODY; /* kept (64 KiB at most): it may name the session */
         r->defer = 0;
         return MHD_YES;
     default: break;
@@ -361,7 +365,7 @@ static void on_body(hreq *r, const char *data, size_t n) {
     if (r->refuse_code) return; /* dropped */
     if (r->g.route == MA_R_RESET) {
         if (r->rx.len + n > RESET_BODY_MAX) refuse_body(r, 413, -1, "POST /reset: a body of at most 64 KiB");
-        else r->rx.len += n; /* counted, not kept */
+        else if (srv_rx_append(&r->rx, data, n)) refuse_body(r, 503, -1, "server: too much request data buffered; try again");
         return;
     }
     const int s = srv_rx_append(&r->rx, data, n);
@@ -379,9 +383,19 @@ static enum MHD_Result on_body_end(struct MHD_Connection *mc, hconn *hc, hreq *r
         return respond_error(mc, r, r->refuse_code, r->refuse_msg, NULL, NULL);
     }
     if (r->g.route == MA_R_RESET) {
-        /* MolmoAct2's serve_policy.py keeps sessions; this server keeps none: nothing to remove */
-        static const char body[] = "{\"status\":\"ok\",\"removed\":[]}";
-        return respond(mc, r, 200, "application/json", body, sizeof body - 1, NULL, NULL);
+        /* the HTTP sessions' timelines (timeline.c): the one named by ?session_id=, X-Session-Id or
+         * the body's "session_id" (MolmoAct2's serve_policy.py), else every one */
+        char id[72];
+        snprintf(id, sizeof id, "%s", r->session);
+        cJSON *b = !id[0] && r->rx.len ? cJSON_ParseWithLength((const char *)r->rx.p, r->rx.len) : NULL;
+        const cJSON *sid = b ? cJSON_GetObjectItemCaseSensitive(b, "session_id") : NULL;
+        if (cJSON_IsString(sid) && strlen(sid->valuestring) < sizeof id) snprintf(id, sizeof id, "%s", sid->valuestring);
+        cJSON_Delete(b);
+        srv_rx_free(&r->rx);
+        cJSON *o = cJSON_CreateObject(), *removed = cJSON_AddArrayToObject(o, "removed");
+        cJSON_AddStringToObject(o, "status", "ok");
+        tl_http_remove(id[0] ? id : NULL, removed);
+        return respond_json(mc, r, 200, o, NULL, NULL);
     }
     if (srv.stopping) {
         srv_rx_free(&r->rx);

@@ -101,7 +101,8 @@ typedef struct job {
     float *rtc_prefix;
     int rtc_on, rtc_guided, rtc_d, tl_base_d;
     double tl_fps;
-    char session[80]; /* HTTP: the session_id's timeline */
+    char session[80];            /* HTTP: the session_id's timeline */
+    struct ma_timeline *http_tl; /* ... held busy by this job */
     /* websocket / HTTP: the session's last chunk as it was when the request was queued (the
      * request's "executed" and "rtc" are read on the inference thread: tl_apply) */
     float *tl_rows;
@@ -156,7 +157,7 @@ typedef struct ma_timeline {
     int n_lat, lat_at;
     double last_ms;
     uint64_t requests;
-    int busy;
+    int busy, doomed;                         /* doomed: reset while its request ran (HTTP) */
     int last_d, last_d_actual, last_executed; /* the last request's predicted delay (-1: unguided), taken delay, first row */
 } ma_timeline;
 
@@ -175,6 +176,8 @@ int tl_snapshot(ma_timeline *t, job *j, double fps);
 void tl_apply(job *j); /* inference thread: the prefix from the snapshot and the request's fields */
 void tl_http_begin(const char *id, job *j);
 void tl_http_end(job *j);
+struct cJSON;
+void tl_http_remove(const char *id, struct cJSON *removed);
 void tl_http_expire(double now);
 void tl_http_free_all(void);
 void tl_for_each(void (*fn)(const ma_timeline *t, void *arg), void *arg);

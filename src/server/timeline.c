@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "core/util.h"
 #include "server/internal.h"
 
@@ -135,7 +137,7 @@ void tl_http_expire(double now) {
 
 static ma_timeline *http_session(const char *id, int create) {
     for (ma_timeline *s = http_sessions; s; s = s->next)
-        if (!strcmp(s->name + 5, id)) { /* "http:" + id */
+        if (!strcmp(s->name + 5, id) && !s->doomed) { /* "http:" + id */
             s->last_used = ma_now_ms();
             return s;
         }
@@ -165,19 +167,37 @@ void tl_http_free_all(void) {
     pthread_mutex_unlock(&tl_mu);
 }
 
+/* POST /reset: session `id` (NULL: every one) forgotten, its name added to `removed` (a cJSON
+ * array); a session whose request is running is forgotten when it ends */
+void tl_http_remove(const char *id, struct cJSON *removed) {
+    pthread_mutex_lock(&tl_mu);
+    for (ma_timeline *s = http_sessions, *n; s; s = n) {
+        n = s->next;
+        if (id && strcmp(s->name + 5, id)) continue;
+        cJSON_AddItemToArray(removed, cJSON_CreateString(s->name + 5));
+        if (s->busy) s->doomed = 1;
+        else session_unlink(s);
+    }
+    pthread_mutex_unlock(&tl_mu);
+}
+
 /* a request of HTTP session `id` is queued (loop) or decoded (inference thread): the session's
  * last chunk goes with it, unless another request of the session is running */
 void tl_http_begin(const char *id, job *j) {
     pthread_mutex_lock(&tl_mu);
     ma_timeline *t = http_session(id, 1);
-    if (t && !t->busy && !tl_snapshot(t, j, srv.o->fps)) snprintf(j->session, sizeof j->session, "%s", id);
+    if (t && !t->busy && !tl_snapshot(t, j, srv.o->fps)) {
+        snprintf(j->session, sizeof j->session, "%s", id);
+        j->http_tl = t;
+    }
     pthread_mutex_unlock(&tl_mu);
 }
 
 void tl_http_end(job *j) {
     pthread_mutex_lock(&tl_mu);
-    ma_timeline *t = http_session(j->session, 0);
+    ma_timeline *t = j->http_tl; /* held busy by this job: never freed meanwhile (reset marks it doomed) */
     if (t) tl_end(t, j, 0);
+    if (t && t->doomed) session_unlink(t);
     pthread_mutex_unlock(&tl_mu);
 }
 

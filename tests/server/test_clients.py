@@ -161,6 +161,8 @@ def test_serve_policy_style_aliases(srv, tmp_path, nz):
     assert r.status_code == 200, r.text
     a = jn_loads(r.text)["actions"]
     assert a.shape == (4, 7) and np.array_equal(a, cli_frames(tmp_path, img(), img(), nz)[:4])
+    r = requests.post(srv.http + "/reset", json={"session_id": "robot-1"}, timeout=30)  # its action timeline
+    assert r.status_code == 200 and r.json() == {"status": "ok", "removed": ["robot-1"]}
     r = requests.post(srv.http + "/reset", json={"session_id": "robot-1"}, timeout=30)
     assert r.status_code == 200 and r.json() == {"status": "ok", "removed": []}
 

@@ -244,7 +244,7 @@ def test_session_equals_cli(protocol):
         assert np.array_equal(got, want), np.abs(got - want).max()
     finally:
         c.close()
-        s.stop()
+        assert s.stop() == 0  # a clean drain (under ASan: no leak, no error)
 
 
 def test_rename_map_chunking_and_actions_per_chunk():
@@ -263,7 +263,7 @@ def test_rename_map_chunking_and_actions_per_chunk():
         assert np.array_equal(np.stack([r.get_action().numpy() for r in rows]), want[:4])
     finally:
         c.close()
-        s.stop()
+        assert s.stop() == 0  # a clean drain (under ASan: no leak, no error)
 
 
 def test_refused_policy_instructions_name_the_field():
@@ -287,7 +287,7 @@ def test_refused_policy_instructions_name_the_field():
         assert len(pickle.loads(c.actions())) == 10
     finally:
         c.close()
-        s.stop()
+        assert s.stop() == 0  # a clean drain (under ASan: no leak, no error)
 
 
 def test_get_actions_long_poll_and_empty_reply():
@@ -300,7 +300,7 @@ def test_get_actions_long_poll_and_empty_reply():
         assert 0.4 < time.time() - t < 5
     finally:
         c.close()
-        s.stop()
+        assert s.stop() == 0  # a clean drain (under ASan: no leak, no error)
 
 
 def test_transfer_states_refused():
@@ -317,7 +317,7 @@ def test_transfer_states_refused():
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and word in e.value.details()
     finally:
         c.close()
-        s.stop()
+        assert s.stop() == 0  # a clean drain (under ASan: no leak, no error)
 
 
 # ---- hostile pickles: refused, nothing runs, the server keeps serving -----------------------------
@@ -355,7 +355,7 @@ def test_hostile_pickles_are_refused():
         assert s.p.poll() is None
     finally:
         c.close()
-        s.stop()
+        assert s.stop() == 0  # a clean drain (under ASan: no leak, no error)
 
 
 # ---- real-time chunking across a session ---------------------------------------------------------
@@ -392,7 +392,7 @@ def test_rtc_session_replays_with_cli():
         assert not np.array_equal(got2, unguided)  # the guidance changed the chunk
     finally:
         c.close()
-        s.stop()
+        assert s.stop() == 0  # a clean drain (under ASan: no leak, no error)
 
 
 # ---- payloads recorded from LeRobot's own code (tests/fixtures/lerobot_async/README.md) -----------
@@ -458,7 +458,7 @@ def test_recorded_lerobot_observations(name):
         assert np.array_equal(got, want), np.abs(got - want).max()
     finally:
         c.close()
-        s.stop()
+        assert s.stop() == 0  # a clean drain (under ASan: no leak, no error)
 
 
 def test_recorded_policy_configs_and_torch_replies():
@@ -477,7 +477,7 @@ def test_recorded_policy_configs_and_torch_replies():
         assert "torch" in e.value.details()
     finally:
         c.close()
-        s.stop()
+        assert s.stop() == 0  # a clean drain (under ASan: no leak, no error)
 
 
 def test_sessions_on_metrics_and_status_page():
@@ -512,4 +512,4 @@ def test_sessions_on_metrics_and_status_page():
             assert sess[0]["session"] in dom, dom[-3000:]
     finally:
         c.close()
-        s.stop()
+        assert s.stop() == 0  # a clean drain (under ASan: no leak, no error)
