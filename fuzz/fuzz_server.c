@@ -86,12 +86,17 @@ static const ma_serve_engine FAKE = {fake_open, fake_info, fake_infer, fake_clos
 
 /* ------------------------------------------------------------------ the server thread */
 
-static volatile int g_port;
+static volatile int g_port, g_grpc_port;
 static ma_serve_opts g_opts;
 
 static void on_listening(int port, void *arg) {
     (void)arg;
     __atomic_store_n(&g_port, port, __ATOMIC_SEQ_CST);
+}
+
+static void on_grpc_listening(int port, void *arg) {
+    (void)arg;
+    __atomic_store_n(&g_grpc_port, port, __ATOMIC_SEQ_CST);
 }
 
 static void *serve_thread(void *arg) {
@@ -124,13 +129,24 @@ static void start_server(void) {
     g_opts.seed = 1;
     g_opts.engine_ops = &FAKE;
     g_opts.on_listening = on_listening;
+    /* LeRobot's service on a port of its own (the gRPC build's connections go there), sessions */
+    g_opts.grpc_port = -1;
+    g_opts.on_grpc_listening = on_grpc_listening;
+    g_opts.fps = 30;
+    g_opts.lerobot_obs_timeout_s = 0.2;
+    g_opts.max_sessions = 4;
+    g_opts.session_ttl_s = 2;
+    g_opts.rtc.enabled = 1;
+    g_opts.rtc.horizon = 10;
+    g_opts.rtc.beta = 10;
+    g_opts.rtc.latency_percentile = 95;
     signal(SIGPIPE, SIG_IGN);
     pthread_t th;
     if (pthread_create(&th, NULL, serve_thread, NULL)) abort();
     pthread_detach(th);
-    for (int i = 0; i < 2000 && !__atomic_load_n(&g_port, __ATOMIC_SEQ_CST); i++) usleep(5000);
+    for (int i = 0; i < 2000 && !__atomic_load_n(&g_grpc_port, __ATOMIC_SEQ_CST); i++) usleep(5000);
     unlink(keyfile); /* read at the start */
-    if (!g_port) abort();
+    if (!g_port || !g_grpc_port) abort();
 }
 
 /* ------------------------------------------------------------------ the clients */
@@ -141,12 +157,20 @@ static double now_ms(void) {
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
-static int dial(void) {
+/* FUZZ_GRPC (fuzz_grpc): the script's connections go to --grpc-port (nghttp2, gRPC, the
+ * restricted pickle reader, LeRobot's semantics, the sessions); the health check stays HTTP */
+#ifdef FUZZ_GRPC
+#define SCRIPT_PORT g_grpc_port
+#else
+#define SCRIPT_PORT g_port
+#endif
+
+static int dial_port(int port) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     struct sockaddr_in a = {0};
     a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)g_port);
+    a.sin_port = htons((uint16_t)port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *)&a, sizeof a) && errno != EINPROGRESS) {
         close(fd);
@@ -154,6 +178,8 @@ static int dial(void) {
     }
     return fd;
 }
+
+static int dial(void) { return dial_port(SCRIPT_PORT); }
 
 /* read and drop what is there, for up to ms; returns -1 once the server closed it */
 static int drain(int fd, int ms) {
@@ -203,7 +229,7 @@ static void reopen(int *fd, int reset) {
 static int health_ok(void) {
     const double end = now_ms() + 5000;
     while (now_ms() < end) {
-        const int fd = dial();
+        const int fd = dial_port(g_port);
         if (fd < 0) return 0;
         static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
         send_all(fd, (const uint8_t *)req, sizeof req - 1);

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # The long fuzzing campaign (CI runs each target for a few seconds only):
 #   scripts/fuzz.sh [--minutes N] [--grow] [TARGET ...]
-# TARGET: safetensors npz gguf json tokenizer_json bpe image wire jsonbody server pickle (default: all), each for N minutes
+# TARGET: safetensors npz gguf json tokenizer_json bpe image wire jsonbody server grpc pickle (default: all), each for N minutes
 # (default 10) with libFuzzer + ASan + UBSan on every core but one. The corpus of each target is
 # fuzz/corpus/TARGET (kept in the tree); a crash, leak, timeout or sanitizer report is copied
 # there as crash-TARGET-<sha1> (so every later run and CI replays it) and fails the script.
@@ -18,11 +18,11 @@ while [ $# -gt 0 ]; do
     --minutes) minutes="$2"; shift 2 ;;
     --grow) grow=1; shift ;;
     -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
-    safetensors|npz|gguf|json|tokenizer_json|bpe|image|wire|jsonbody|server|pickle) targets+=("$1"); shift ;;
+    safetensors|npz|gguf|json|tokenizer_json|bpe|image|wire|jsonbody|server|grpc|pickle) targets+=("$1"); shift ;;
     *) echo "fuzz.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[ ${#targets[@]} -eq 0 ] && targets=(safetensors npz gguf json tokenizer_json bpe image wire jsonbody server pickle)
+[ ${#targets[@]} -eq 0 ] && targets=(safetensors npz gguf json tokenizer_json bpe image wire jsonbody server grpc pickle)
 case "$minutes" in ''|*[!0-9]*) echo "fuzz.sh: --minutes needs a whole number" >&2; exit 2 ;; esac
 jobs=$(( $(nproc) > 1 ? $(nproc) - 1 : 1 ))
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMA_FUZZ=ON -DMA_SANITIZE=ON -DMA_TESTS=OFF > /dev/null

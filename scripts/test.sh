@@ -81,7 +81,7 @@ echo "   ($(( $(date +%s) - t0 )) s)"
 
 echo "== fuzzers (libFuzzer + ASan + UBSan, ${MOLMOACT_FUZZ_SECONDS:-12} s each, two at a time)"
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMA_FUZZ=ON -DMA_SANITIZE=ON -DMA_TESTS=OFF -DMA_WERROR=ON > /dev/null
-targets="safetensors npz gguf json tokenizer_json bpe image wire jsonbody server pickle"
+targets="safetensors npz gguf json tokenizer_json bpe image wire jsonbody server grpc pickle"
 cmake --build build-fuzz -j"$jobs" --target $(for f in $targets; do printf 'fuzz_%s ' "$f"; done) > /dev/null
 fuzz_one() { # TARGET WORK: a bounded run; its findings (crash-*, leak-*, ...) are written into WORK
   ./build-fuzz/fuzz/fuzz_$1 -max_total_time="${MOLMOACT_FUZZ_SECONDS:-12}" -rss_limit_mb=2048 -max_len=65536 \
