@@ -513,3 +513,37 @@ def test_sessions_on_metrics_and_status_page():
     finally:
         c.close()
         assert s.stop() == 0  # a clean drain (under ASan: no leak, no error)
+
+
+def test_similarity_filter_and_already_run_timesteps():
+    """LeRobot's similarity filter, off by default, on with --lerobot-similarity-atol: a state within
+    atol of the last one run is dropped (counted, logged) unless must_go; a timestep already run is
+    skipped unless must_go (policy_server.py _obs_sanity_checks)"""
+    s, c = start("--lerobot-similarity-atol", "1e6", "--lerobot-obs-timeout-s", "0.3")
+    try:
+        c.ready()
+        c.policy(policy())
+        c.observe([observation_msg(3, obs_payload(30, timestep=0)[0])])
+        assert len(pickle.loads(c.actions())) == 10
+        c.observe([observation_msg(3, obs_payload(31, timestep=4, must_go=False)[0])])  # similar: dropped
+        assert c.actions() == b""
+        c.observe([observation_msg(3, obs_payload(32, timestep=5, must_go=True)[0])])  # must_go: run
+        assert [r.get_timestep() for r in pickle.loads(c.actions())][0] == 5
+        log = s.logs()
+        assert "filtered: the state is within --lerobot-similarity-atol" in log
+    finally:
+        c.close()
+        assert s.stop() == 0
+    s, c = start("--lerobot-obs-timeout-s", "0.3")  # off by default: nothing is similar
+    try:
+        c.ready()
+        c.policy(policy())
+        for step, want in ((0, True), (0, False), (3, True)):
+            c.observe([observation_msg(3, obs_payload(40 + step, timestep=step, must_go=False)[0])])
+            assert (c.actions() != b"") == want, step  # timestep 0 again: already run, skipped
+        c.observe([observation_msg(3, obs_payload(50, timestep=3, must_go=True)[0])])  # must_go runs it again
+        assert c.actions() != b""
+        assert "skipped: timestep 0 was already run" in s.logs()
+    finally:
+        c.close()
+        assert s.stop() == 0
