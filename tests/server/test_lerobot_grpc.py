@@ -547,3 +547,28 @@ def test_similarity_filter_and_already_run_timesteps():
     finally:
         c.close()
         assert s.stop() == 0
+
+
+def test_api_key_per_call():
+    """With --api-key-file every gRPC call needs the key as metadata (decided once per call);
+    another service or content type is refused"""
+    key = tempfile.NamedTemporaryFile("w", delete=False)
+    key.write("s3cret\n")
+    key.close()
+    s, c = start("--api-key-file", key.name)
+    try:
+        for md, code in [(None, grpc.StatusCode.UNAUTHENTICATED), ((("authorization", "Bearer nope"),), grpc.StatusCode.UNAUTHENTICATED)]:
+            with pytest.raises(grpc.RpcError) as e:
+                c.ch.unary_unary(SVC + "Ready")(b"", timeout=30, metadata=md)
+            assert e.value.code() == code and "key" in e.value.details()
+        for auth in ("Bearer s3cret", "Api-Key s3cret"):
+            assert c.ch.unary_unary(SVC + "Ready")(b"", timeout=30, metadata=(("authorization", auth),)) == b""
+        with pytest.raises(grpc.RpcError) as e:
+            c.ch.unary_unary("/other.Service/Ready")(b"", timeout=30, metadata=(("authorization", "Bearer s3cret"),))
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        lines = [l for l in s.log_lines() if "unauthorized" in l["outcome"]]
+        assert len(lines) == 2
+    finally:
+        c.close()
+        assert s.stop() == 0
+        os.unlink(key.name)
