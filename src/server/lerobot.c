@@ -216,8 +216,10 @@ ma_status lr_obs_from(const ma_pk *root, const lr_config *c, ma_wire_request *r,
     const ma_pk *mg = ma_pk_attr(root, "must_go");
     if (!number_of(ts, &meta->timestamp) || !isfinite(meta->timestamp))
         return ma_fail(err, MA_ERR_ARG, "TimedObservation.timestamp: missing or not a finite number");
-    if (!step || step->kind != MA_PK_INT || step->i < 0)
-        return ma_fail(err, MA_ERR_ARG, "TimedObservation.timestep: missing or not an integer >= 0");
+    /* at most 2^53: the reply labels row i with timestep + i (no int64 overflow) and PR #3048's
+     * JSON carries it exactly */
+    if (!step || step->kind != MA_PK_INT || step->i < 0 || step->i > ((int64_t)1 << 53))
+        return ma_fail(err, MA_ERR_ARG, "TimedObservation.timestep: missing or not an integer in [0, 2^53]");
     meta->timestep = step->i;
     meta->must_go = mg && (mg->kind == MA_PK_BOOL || mg->kind == MA_PK_INT) && mg->i;
     if (!ob || ob->kind != MA_PK_DICT) return ma_fail(err, MA_ERR_ARG, "TimedObservation.observation: missing or not a dict");

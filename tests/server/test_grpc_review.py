@@ -1,0 +1,147 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Review findings on `molmoact serve --grpc-port` (issue 39): one test per finding, each failing on
+the code before its fix. Debian's python3-grpcio where a well-behaved client suffices; a raw HTTP/2
+client (hand-framed, HPACK literals without indexing) where the finding needs frames grpcio never
+sends (a request left open, a call cancelled right after it is sent).
+
+    MOLMOACT=build/molmoact /usr/bin/python3 -m pytest -q tests/server/test_grpc_review.py
+"""
+import os
+import pickle
+import socket
+import struct
+import sys
+import time
+
+import pytest
+
+grpc = pytest.importorskip("grpc")
+pytest.importorskip("torch")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_lerobot_grpc import (SVC, grpc_lines, obs_payload, observation_msg, pb_bytes, policy,  # noqa: E402
+                               start)
+from test_server import Server, free_port  # noqa: E402
+
+
+# ---- a raw HTTP/2 client -----------------------------------------------------------------------
+DATA, HEADERS, RST_STREAM, SETTINGS, GOAWAY = 0, 1, 3, 4, 7
+END_STREAM, END_HEADERS, ACK = 1, 4, 1
+
+
+def frame(ftype, flags, sid, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", sid) + payload
+
+
+def _hlen(n):
+    assert n < 127
+    return bytes([n])
+
+
+def header_block(path):
+    """HPACK: every field a literal without indexing, new name, no Huffman (RFC 7541 6.2.2)"""
+    out = b""
+    for k, v in ((":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "127.0.0.1"),
+                 ("content-type", "application/grpc"), ("te", "trailers")):
+        out += b"\x00" + _hlen(len(k)) + k.encode() + _hlen(len(v)) + v.encode()
+    return out
+
+
+def grpc_msg(m):
+    return b"\x00" + struct.pack(">I", len(m)) + m
+
+
+class H2:
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(SETTINGS, 0, 0))
+        self.buf = b""
+        self.next_id = 1
+
+    def call_frames(self, method, msg, end=True):
+        """a unary call's frames: HEADERS, then the message in DATA frames of at most 16 KiB"""
+        sid = self.next_id
+        self.next_id += 2
+        out = frame(HEADERS, END_HEADERS, sid, header_block(SVC + method))
+        if msg is not None:
+            body = grpc_msg(msg)
+            for i in range(0, len(body), 16384):
+                last = i + 16384 >= len(body)
+                out += frame(DATA, END_STREAM if (last and end) else 0, sid, body[i:i + 16384])
+        return sid, out
+
+    def read_frame(self, deadline):
+        while len(self.buf) < 9 or len(self.buf) < 9 + struct.unpack(">I", b"\x00" + self.buf[:3])[0]:
+            left = deadline - time.time()
+            if left <= 0:
+                return None
+            self.s.settimeout(left)
+            try:
+                b = self.s.recv(65536)
+            except socket.timeout:
+                return None
+            if not b:
+                return "eof"
+            self.buf += b
+        n = struct.unpack(">I", b"\x00" + self.buf[:3])[0]
+        ftype, flags, sid = self.buf[3], self.buf[4], struct.unpack(">I", self.buf[5:9])[0] & 0x7FFFFFFF
+        payload, self.buf = self.buf[9:9 + n], self.buf[9 + n:]
+        if ftype == SETTINGS and not flags & ACK:
+            self.s.sendall(frame(SETTINGS, ACK, 0))
+        return ftype, flags, sid, payload
+
+    def wait_end(self, sid, timeout):
+        """until stream sid ends (END_STREAM or RST_STREAM): its frames, or None at the deadline"""
+        deadline, got = time.time() + timeout, []
+        while True:
+            f = self.read_frame(deadline)
+            if f is None or f == "eof":
+                return None
+            if f[2] == sid:
+                got.append(f)
+                if f[0] == RST_STREAM or (f[0] in (HEADERS, DATA) and f[1] & END_STREAM):
+                    return got
+
+    def unary(self, method, msg, timeout=60):
+        sid, out = self.call_frames(method, msg)
+        self.s.sendall(out)
+        got = self.wait_end(sid, timeout)
+        assert got is not None, f"{method}: no answer"
+        return got
+
+    def close(self):
+        self.s.close()
+
+
+def wait_log(s, pred, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        lines = [l for l in s.log_lines() if pred(l)]
+        if lines:
+            return lines
+        time.sleep(0.05)
+    raise AssertionError("no such log line: " + s.logs()[-3000:])
+
+
+# ---- F1: a timestep near INT64_MAX -------------------------------------------------------------
+def test_f1_huge_timestep_refused_not_wrapped():
+    """TimedObservation.timestep 2**63 - 1 passed the reader (an int64) and the reply labelled row i
+    with step0 + i: a signed overflow (UB), rows 1.. labelled -2**63... Either it is refused naming
+    the field, or every row's label is exact."""
+    s, c = start()
+    try:
+        c.ready()
+        c.policy(policy())
+        big = 2 ** 63 - 1
+        try:
+            c.observe([observation_msg(3, obs_payload(1, timestep=big)[0])])
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "timestep" in e.details(), e.details()
+        else:
+            rows = pickle.loads(c.actions())
+            assert [r.get_timestep() for r in rows] == [big + i for i in range(len(rows))]
+        assert "runtime error" not in s.logs()  # UBSan's report, under MA_SANITIZE
+    finally:
+        c.close()
+        assert s.stop() == 0
+
