@@ -448,7 +448,8 @@ static void start_inference(h2conn *c) {
     /* the timeline: row 0 of the new chunk is labelled with the observation's timestep (the step
      * the robot last executed: policy_server.py _time_action_chunk), so the previous chunk's row
      * for that step lines up with it, and it is already done (base delay 1) */
-    const int first_row = c->tl.rows ? (int)(m->timestep - c->tl.step0) : -1;
+    const int64_t ahead = m->timestep - c->tl.step0; /* both in [0, 2^53] */
+    const int first_row = c->tl.rows && ahead >= 0 && ahead <= c->tl.n ? (int)ahead : -1;
     tl_begin(&c->tl, j, first_row, 1, srv.o->fps, srv.o->rtc.enabled);
     memcpy(c->last_state, j->req.state, sizeof c->last_state);
     c->have_last_state = 1;

@@ -145,3 +145,23 @@ def test_f1_huge_timestep_refused_not_wrapped():
         c.close()
         assert s.stop() == 0
 
+
+# ---- F2: first_row truncated to int ------------------------------------------------------------
+def test_f2_timestep_far_ahead_is_not_guided_by_stale_rows():
+    """The previous chunk's row for the new observation is timestep - step0, cast to int: 2**32 + 3
+    steps later it became row 3, and the new chunk was guided toward rows the robot ran 4 billion
+    steps ago."""
+    s, c = start("--rtc", "--fps", "1000")
+    try:
+        c.ready()
+        c.policy(policy())
+        c.observe([observation_msg(3, obs_payload(7, timestep=10)[0])])
+        assert len(pickle.loads(c.actions())) == 10
+        c.observe([observation_msg(3, obs_payload(8, timestep=10 + 2 ** 32 + 3, must_go=False)[0])])
+        assert len(pickle.loads(c.actions())) == 10
+        last = grpc_lines(s)[-1]
+        assert "rtc" not in last, last  # nothing of the old chunk is left for that step
+    finally:
+        c.close()
+        assert s.stop() == 0
+
