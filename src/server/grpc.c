@@ -804,7 +804,7 @@ static void g_tick(ma_conn *base, double now) {
             any = 1;
         }
         /* a request not whole within --recv-timeout-s */
-        if (!s->ended && !s->responded && s->t_first && now - s->t_first > srv.o->recv_timeout_s * 1e3 && s->method != M_ACTIONS) {
+        if (!s->ended && !s->responded && s->t_first && now - s->t_first > srv.o->recv_timeout_s * 1e3) {
             char m[160];
             snprintf(m, sizeof m, "request: not complete within --recv-timeout-s %d", srv.o->recv_timeout_s);
             log_call(c, s, s->rx.len + s->payload.len, m);

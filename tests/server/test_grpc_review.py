@@ -165,3 +165,23 @@ def test_f2_timestep_far_ahead_is_not_guided_by_stale_rows():
         c.close()
         assert s.stop() == 0
 
+
+# ---- F3: a GetActions request left open ---------------------------------------------------------
+def test_f3_incomplete_get_actions_times_out():
+    """A GetActions whose request never ends (HEADERS, no END_STREAM) was exempt from
+    --recv-timeout-s, and an open stream kept --idle-timeout-s away: one such stream held a
+    connection (of --max-clients) forever. It is answered within the timeout now."""
+    gport = free_port()
+    s = Server("tiny-grid", "--grpc-port", str(gport), "--recv-timeout-s", "1", "--idle-timeout-s", "2")
+    h = H2(gport)
+    try:
+        sid, out = h.call_frames("GetActions", None)
+        h.s.sendall(out)
+        t = time.time()
+        got = h.wait_end(sid, 8)
+        assert got is not None, "the open GetActions was never answered"
+        assert time.time() - t < 6
+    finally:
+        h.close()
+        assert s.stop() == 0
+
