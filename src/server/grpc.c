@@ -464,8 +464,10 @@ static void grpc_on_job(ma_conn *base, job *j) {
     c->in_flight = 0;
     c->base.busy = 0;
     c->last_active = ma_now_ms();
-    tl_end(&c->tl, j, j->lr_timestep);
     gstream *s = waiting_stream(c);
+    /* a chunk no GetActions takes never reaches the robot: the timeline keeps the one it has */
+    if (s || j->status) tl_end(&c->tl, j, j->lr_timestep);
+    else c->tl.busy = 0;
     if (j->status) {
         srv_log_line(c->base.peer, "grpc GetActions", j->bytes_in, 0, j, j->log);
         srv_account(2, srv_job_reason(j), j->t_recv, j);

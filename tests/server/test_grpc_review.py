@@ -185,3 +185,28 @@ def test_f3_incomplete_get_actions_times_out():
         h.close()
         assert s.stop() == 0
 
+
+# ---- F4: a chunk the client never got became its timeline's ---------------------------------------
+def test_f4_undelivered_chunk_does_not_guide_the_next():
+    """GetActions cancelled (RST_STREAM) while its inference runs: the reply goes nowhere, yet the
+    chunk was stored as the session's, and the next observation was guided toward rows the robot
+    never had. With no chunk delivered, nothing guides the next one."""
+    gport = free_port()
+    s = Server("tiny-grid", "--grpc-port", str(gport), "--seed", "7", "--rtc", "--fps", "1000")
+    h = H2(gport)
+    try:
+        h.unary("Ready", b"")
+        h.unary("SendPolicyInstructions", pb_bytes(1, policy()))
+        h.unary("SendObservations", observation_msg(3, obs_payload(7, timestep=10)[0]))
+        sid, out = h.call_frames("GetActions", b"")
+        h.s.sendall(out + frame(RST_STREAM, 0, sid, struct.pack(">I", 8)))  # CANCEL at once
+        wait_log(s, lambda l: l["proto"] == "grpc GetActions" and "stopped polling" in l["outcome"])
+        h.unary("SendObservations", observation_msg(3, obs_payload(8, timestep=13, must_go=False)[0]))
+        got = h.unary("GetActions", b"")
+        assert any(f[0] == DATA and len(f[3]) > 5 for f in got), got  # a chunk
+        last = grpc_lines(s)[-1]
+        assert "rtc" not in last, last
+    finally:
+        h.close()
+        assert s.stop() == 0
+
