@@ -445,6 +445,8 @@ static void start_inference(h2conn *c) {
     const lr_obs_meta *m = &c->pending_meta;
     j->lr_timestep = m->timestep;
     j->lr_timestamp = m->timestamp;
+    /* the chunk is the client's actions_per_chunk rows: the timeline keeps those, no more */
+    j->req.n_action_steps = c->cfg.actions_per_chunk;
     /* the timeline: row 0 of the new chunk is labelled with the observation's timestep (the step
      * the robot last executed: policy_server.py _time_action_chunk), so the previous chunk's row
      * for that step lines up with it, and it is already done (base delay 1) */

@@ -210,3 +210,22 @@ def test_f4_undelivered_chunk_does_not_guide_the_next():
         h.close()
         assert s.stop() == 0
 
+
+# ---- F5: rows the client never got in the prefix ----------------------------------------------
+def test_f5_prefix_is_only_rows_the_client_got():
+    """actions_per_chunk 4: the client gets rows for timesteps 10..13; the timeline kept all 10 rows
+    of the chunk, so the next observation (timestep 12) was guided toward 8 rows, 6 of which the
+    robot never had. The prefix is what is left of what was sent: rows 12 and 13."""
+    s, c = start("--rtc", "--fps", "1000")
+    try:
+        c.ready()
+        c.policy(policy(actions_per_chunk=4))
+        c.observe([observation_msg(3, obs_payload(7, timestep=10)[0])])
+        assert [r.get_timestep() for r in pickle.loads(c.actions())] == [10, 11, 12, 13]
+        c.observe([observation_msg(3, obs_payload(8, timestep=12, must_go=False)[0])])
+        assert [r.get_timestep() for r in pickle.loads(c.actions())] == [12, 13, 14, 15]
+        last = grpc_lines(s)[-1]
+        assert last["rtc"]["prefix_rows"] == 2, last
+    finally:
+        c.close()
+        assert s.stop() == 0
