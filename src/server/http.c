@@ -57,7 +57,8 @@ typedef struct hreq {
     int phase;
     int head_only;
     int list_format;
-    char session[72]; /* ?session_id= or X-Session-Id: the session's timeline (timeline.c) */
+    char session[72];  /* ?session_id= or X-Session-Id: the session's timeline (timeline.c) */
+    int session_named; /* POST /reset named one (even one no session can have) */
     srv_rx rx;
     double t_first;
     /* a body refused half way: read to its end and dropped, then answered with this */
@@ -316,6 +317,7 @@ static enum MHD_Result on_head(struct MHD_Connection *mc, hconn *hc, const char 
     case MA_R_RESET: {
         const char *sid = MHD_lookup_connection_value(mc, MHD_GET_ARGUMENT_KIND, "session_id");
         if (!sid) sid = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "X-Session-Id");
+        r->session_named = sid != NULL;
         if (sid && strlen(sid) < sizeof r->session) snprintf(r->session, sizeof r->session, "%s", sid);
     }
         if (cl && strtoull(cl, NULL, 10) > RESET_BODY_MAX)
@@ -389,12 +391,13 @@ static enum MHD_Result on_body_end(struct MHD_Connection *mc, hconn *hc, hreq *r
         snprintf(id, sizeof id, "%s", r->session);
         cJSON *b = !id[0] && r->rx.len ? cJSON_ParseWithLength((const char *)r->rx.p, r->rx.len) : NULL;
         const cJSON *sid = b ? cJSON_GetObjectItemCaseSensitive(b, "session_id") : NULL;
+        const int named = r->session_named || (sid && !cJSON_IsNull(sid));
         if (cJSON_IsString(sid) && strlen(sid->valuestring) < sizeof id) snprintf(id, sizeof id, "%s", sid->valuestring);
         cJSON_Delete(b);
         srv_rx_free(&r->rx);
         cJSON *o = cJSON_CreateObject(), *removed = cJSON_AddArrayToObject(o, "removed");
         cJSON_AddStringToObject(o, "status", "ok");
-        tl_http_remove(id[0] ? id : NULL, removed);
+        if (id[0] || !named) tl_http_remove(id[0] ? id : NULL, removed); /* a name no session can have: none */
         return respond_json(mc, r, 200, o, NULL, NULL);
     }
     if (srv.stopping) {

@@ -229,3 +229,24 @@ def test_f5_prefix_is_only_rows_the_client_got():
     finally:
         c.close()
         assert s.stop() == 0
+
+
+# ---- F6: POST /reset naming a session that cannot exist forgot every session ----------------------
+def test_f6_reset_of_an_impossible_session_id_forgets_nothing():
+    """A session_id of 72+ characters (query) or one that is not a string (body) was dropped as if
+    none had been named, and POST /reset then forgot every client's session."""
+    import json
+    import urllib.request
+    from test_sessions import STATE, body, post
+    s = Server("tiny-grid")
+    try:
+        for sid in ("a", "b"):
+            assert post(s, body(STATE), f"?session_id={sid}")[0] == 200
+        for query, data in ((f"?session_id={'x' * 80}", b""), ("", b'{"session_id": 123}'), ("", json.dumps({"session_id": "y" * 80}).encode())):
+            req = urllib.request.Request(s.http + "/reset" + query, data=data, method="POST")
+            assert json.loads(urllib.request.urlopen(req, timeout=30).read()) == {"status": "ok", "removed": []}, (query, data)
+        st = json.loads(urllib.request.urlopen(s.http + "/status.json", timeout=30).read())
+        assert sorted(e["session"] for e in st["sessions"]) == ["http:a", "http:b"]
+    finally:
+        assert s.stop() == 0
+
