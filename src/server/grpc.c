@@ -396,6 +396,20 @@ static int on_observation(h2conn *c, gstream *s, char *why, size_t why_cap) {
         snprintf(why, why_cap, "%s", err.msg);
         return G_INVALID_ARGUMENT;
     }
+    /* the decoded observation is what waits, and it may be larger than its payload (a pickle's
+     * memo writes one array once for both cameras; each camera gets its own copy): held under
+     * --max-queued-mb for what it is */
+    size_t decoded = j->req.task ? strlen(j->req.task) + 1 : 0;
+    for (int k = 0; k < 2; k++) decoded += (size_t)j->req.obs.images[k].height * j->req.obs.images[k].stride;
+    if (decoded > j->body_held) {
+        if (ma_budget_take(&srv.budget[B_QUEUED], decoded - j->body_held)) {
+            srv_job_free(j);
+            snprintf(why, why_cap, "server: too many request bytes queued (--max-queued-mb %.4g): the decoded observation holds %zu bytes",
+                     srv.o->max_queued_mb, decoded);
+            return G_RESOURCE_EXHAUSTED;
+        }
+        j->body_held = decoded;
+    }
     j->predecoded = 1;
     j->bytes_in = len;
     c->received++;

@@ -250,3 +250,33 @@ def test_f6_reset_of_an_impossible_session_id_forgets_nothing():
     finally:
         assert s.stop() == 0
 
+
+# ---- F7: the decoded observation is counted, not only its payload --------------------------------
+def test_f7_decoded_observation_counted_under_queued():
+    """Python's pickle writes one array once when both cameras hold it (the memo): the payload
+    counted under --max-queued-mb was half of what the decoded observation held (each camera its
+    own copy). With a budget the payload fits and the decoded observation does not: refused."""
+    import numpy as np
+    from test_lerobot_grpc import JOINTS, H, features
+    s, c = start("--max-message-mb", "0.25", "--max-queued-mb", "0.25")
+    try:
+        c.ready()
+        c.policy(policy(lerobot_features=features(size=(200, 240))))
+        img = np.random.default_rng(1).integers(0, 256, (200, 240, 3), dtype=np.uint8)  # 144,000 bytes
+
+        def payload(step, wrist):
+            o = {j: 0.1 for j in JOINTS}
+            o["image"], o["wrist_image"], o["task"] = img, wrist, "t"
+            return pickle.dumps(H.TimedObservation(timestamp=1.0, timestep=step, observation=o, must_go=True), protocol=4)
+
+        p = payload(0, img)  # the same array twice: written once
+        assert len(p) < 0.25 * 1048576 < 2 * img.nbytes
+        with pytest.raises(grpc.RpcError) as e:
+            c.observe([observation_msg(3, p)])
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "--max-queued-mb" in e.value.details(), e.value.details()
+        c.observe([observation_msg(3, payload(1, img[:100].copy()))])  # 216,000 bytes decoded: fits
+        assert len(pickle.loads(c.actions())) == 10
+    finally:
+        c.close()
+        assert s.stop() == 0
+
