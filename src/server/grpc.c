@@ -107,6 +107,7 @@ typedef struct h2conn {
     job *pending; /* the newest observation, decoded, waiting for a GetActions */
     lr_obs_meta pending_meta;
     int in_flight;     /* its inference is running */
+    int stale;         /* ... for an observation from before the last Ready: its chunk is not the session's */
     int64_t last_step; /* the timestep of the observation last run (-1: none) */
     float last_state[64];
     int have_last_state;
@@ -327,6 +328,7 @@ static void on_ready(h2conn *c, gstream *s) {
     }
     lr_config_free(&c->cfg);
     tl_reset(&c->tl);
+    c->stale = c->in_flight;
     c->last_step = -1;
     c->have_last_state = 0;
     srv_log_event("lerobot client ready", c->base.peer, NULL);
@@ -481,9 +483,11 @@ static void grpc_on_job(ma_conn *base, job *j) {
     c->base.busy = 0;
     c->last_active = ma_now_ms();
     gstream *s = waiting_stream(c);
-    /* a chunk no GetActions takes never reaches the robot: the timeline keeps the one it has */
-    if (s || j->status) tl_end(&c->tl, j, j->lr_timestep);
+    /* a chunk no GetActions takes never reaches the robot, and one of an observation from before
+     * Ready belongs to the run Ready ended: the timeline keeps the one it has */
+    if ((s || j->status) && !c->stale) tl_end(&c->tl, j, j->lr_timestep);
     else c->tl.busy = 0;
+    c->stale = 0;
     if (j->status) {
         srv_log_line(c->base.peer, "grpc GetActions", j->bytes_in, 0, j, j->log);
         srv_account(2, srv_job_reason(j), j->t_recv, j);

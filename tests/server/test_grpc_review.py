@@ -280,3 +280,29 @@ def test_f7_decoded_observation_counted_under_queued():
         c.close()
         assert s.stop() == 0
 
+
+# ---- F8: Ready while the client's inference runs -------------------------------------------------
+def test_f8_ready_forgets_the_chunk_in_flight():
+    """Ready forgets the client's state, but a chunk still running for an observation from before it
+    became the new session's timeline when it came back: the first observation after Ready (timestep
+    12, a new robot run) was guided toward a chunk of the old one."""
+    gport = free_port()
+    s = Server("tiny-grid", "--grpc-port", str(gport), "--seed", "7", "--rtc", "--fps", "1000")
+    h = H2(gport)
+    try:
+        h.unary("Ready", b"")
+        h.unary("SendPolicyInstructions", pb_bytes(1, policy()))
+        h.unary("SendObservations", observation_msg(3, obs_payload(7, timestep=10)[0]))
+        sid, out = h.call_frames("GetActions", b"")
+        rid, out2 = h.call_frames("Ready", b"")
+        h.s.sendall(out + out2)  # one read: Ready comes while the chunk runs
+        assert h.wait_end(sid, 60) is not None
+        h.unary("SendPolicyInstructions", pb_bytes(1, policy()))
+        h.unary("SendObservations", observation_msg(3, obs_payload(8, timestep=12, must_go=True)[0]))
+        got = h.unary("GetActions", b"")
+        assert any(f[0] == DATA and len(f[3]) > 5 for f in got), got
+        last = grpc_lines(s)[-1]
+        assert "rtc" not in last, last
+    finally:
+        h.close()
+        assert s.stop() == 0
