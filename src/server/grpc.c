@@ -817,6 +817,13 @@ static void g_on_events(ma_conn *base, short re) {
 static void g_tick(ma_conn *base, double now) {
     h2conn *c = (h2conn *)base;
     if (c->dead || c->shut) return;
+    /* output left unsent since before this tick (judged first: a reply made below is not yet
+     * written, and out_since is the last write) */
+    if ((c->pend_len || stream_out_bytes(c)) && now - c->out_since > srv.o->recv_timeout_s * 1e3) {
+        srv_log_event("dropped", base->peer, "the client did not read its reply within --recv-timeout-s");
+        c->dead = 1;
+        return;
+    }
     const double timeout = srv.o->lerobot_obs_timeout_s * 1e3;
     int any = 0;
     for (gstream *s = c->streams; s; s = s->next) {
@@ -835,11 +842,6 @@ static void g_tick(ma_conn *base, double now) {
             nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
             any = 1;
         }
-    }
-    if ((c->pend_len || stream_out_bytes(c)) && now - c->out_since > srv.o->recv_timeout_s * 1e3) {
-        srv_log_event("dropped", base->peer, "the client did not read its reply within --recv-timeout-s");
-        c->dead = 1;
-        return;
     }
     if (!base->busy && !c->streams && srv.o->idle_timeout_s > 0 && now - c->last_active > srv.o->idle_timeout_s * 1e3 && !c->goaway) {
         srv_log_event("idle", base->peer, "no request within --idle-timeout-s: GOAWAY");

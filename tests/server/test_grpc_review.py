@@ -306,3 +306,21 @@ def test_f8_ready_forgets_the_chunk_in_flight():
     finally:
         h.close()
         assert s.stop() == 0
+
+
+# ---- F9: a reply made by the tick judged as unread ------------------------------------------------
+def test_f9_long_poll_reply_is_not_taken_for_a_stalled_reader():
+    """The empty reply of a long poll is made in the loop's tick, and the tick then judged the
+    connection's unsent output against the last time anything was sent: with
+    --lerobot-obs-timeout-s at or beyond --recv-timeout-s, every empty reply dropped its
+    connection ("the client did not read its reply") before it was written."""
+    s, c = start("--recv-timeout-s", "1", "--lerobot-obs-timeout-s", "1.5")
+    try:
+        c.ready()
+        c.policy(policy())
+        for _ in range(2):
+            assert c.actions(timeout=30) == b""
+        assert "did not read its reply" not in s.logs()
+    finally:
+        c.close()
+        assert s.stop() == 0
