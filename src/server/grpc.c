@@ -84,6 +84,7 @@ typedef struct gstream {
     int ended, responded, closed;
     int waiting; /* GetActions parked until an observation or the timeout */
     double t_first, t_wait;
+    double t_between; /* SendObservations: its last whole observation (the stream open, no byte since) */
     /* the response */
     uint8_t *out;
     size_t out_len, out_off;
@@ -613,6 +614,7 @@ static int on_message(h2conn *c, gstream *s, const uint8_t *m, size_t n) {
         }
         if (why[0]) log_call(c, s, plen, why); /* filtered or skipped */
         s->t_first = 0;
+        s->t_between = ma_now_ms();
         return 0;
     }
     default: return 0;
@@ -827,6 +829,15 @@ static void g_tick(ma_conn *base, double now) {
     const double timeout = srv.o->lerobot_obs_timeout_s * 1e3;
     int any = 0;
     for (gstream *s = c->streams; s; s = s->next) {
+        /* a SendObservations left open after a whole observation: a connection idle between
+         * requests (its open stream must not keep --idle-timeout-s away) */
+        if (!s->ended && !s->responded && !s->t_first && s->t_between && srv.o->idle_timeout_s > 0 &&
+            now - s->t_between > srv.o->idle_timeout_s * 1e3) {
+            log_call(c, s, 0, "request: no observation within --idle-timeout-s on an open stream");
+            respond(s, G_UNAVAILABLE, "request: no observation within --idle-timeout-s", NULL, 0);
+            nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
+            any = 1;
+        }
         /* a long poll with nothing to run: an empty Actions, as LeRobot's server answers */
         if (s->waiting && !s->responded && !c->in_flight && !c->pending && now - s->t_wait > timeout) {
             respond_empty(s);

@@ -324,3 +324,26 @@ def test_f9_long_poll_reply_is_not_taken_for_a_stalled_reader():
     finally:
         c.close()
         assert s.stop() == 0
+
+
+# ---- F10: a SendObservations stream left open after a whole observation -------------------------
+def test_f10_open_observation_stream_does_not_hold_the_connection_forever():
+    """After a whole observation a SendObservations stream's deadline was cleared until the next
+    byte, and an open stream kept --idle-timeout-s away: a stream left open after one observation
+    held its connection (of --max-clients) forever. It is answered once --idle-timeout-s passes
+    without another observation."""
+    gport = free_port()
+    s = Server("tiny-grid", "--grpc-port", str(gport), "--recv-timeout-s", "1", "--idle-timeout-s", "2")
+    h = H2(gport)
+    try:
+        h.unary("Ready", b"")
+        h.unary("SendPolicyInstructions", pb_bytes(1, policy()))
+        sid, out = h.call_frames("SendObservations", observation_msg(3, obs_payload(1, timestep=1)[0]), end=False)
+        h.s.sendall(out)
+        t = time.time()
+        got = h.wait_end(sid, 10)
+        assert got is not None, "the open SendObservations was never answered"
+        assert time.time() - t < 8
+    finally:
+        h.close()
+        assert s.stop() == 0
