@@ -591,10 +591,12 @@ int srv_http_start(void) {
 }
 
 void srv_http_job_done(job *j) {
-    if (j->session[0]) tl_http_end(j);
     hconn *hc = find_hconn(j->conn_id);
     hreq *r = hc ? hc->req : NULL;
-    if (!r || r->phase != P_QUEUED || r->result) {
+    const int gone = !r || r->phase != P_QUEUED || r->result;
+    /* a chunk the client will not receive does not become its session's */
+    if (j->session[0]) tl_http_end(j, !gone);
+    if (gone) {
         srv_account(0, j->status ? srv_job_reason(j) : -1, j->t_recv, j);
         srv_log_line(j->peer, "http", j->bytes_in, 0, j, j->status ? j->log : "ok (client gone before the reply)");
         srv_job_free(j);

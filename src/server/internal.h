@@ -175,7 +175,7 @@ void tl_end(ma_timeline *t, job *j, int64_t step0);
 int tl_snapshot(ma_timeline *t, job *j, double fps);
 void tl_apply(job *j); /* inference thread: the prefix from the snapshot and the request's fields */
 void tl_http_begin(const char *id, job *j);
-void tl_http_end(job *j);
+void tl_http_end(job *j, int delivered); /* delivered: the reply reaches the client (else the chunk is not kept) */
 struct cJSON;
 void tl_http_remove(const char *id, struct cJSON *removed);
 void tl_http_expire(double now);

@@ -76,14 +76,17 @@ void srv_log_line(const char *client, const char *proto, size_t bytes_in, size_t
             k += (size_t)snprintf(line + k, sizeof line - k, ", \"rtc\": {\"delay\": %d, \"prefix_rows\": %d, \"horizon\": %d}", j->rtc_d,
                                   j->req.obs.rtc_prefix_rows, j->req.obs.rtc_horizon);
     }
+    flockfile(stderr); /* one line, whole: the inference thread logs too (a session evicted) */
     fputs(line, stderr);
     fputs(", \"outcome\": ", stderr);
     ma_json_write_string(stderr, outcome, strlen(outcome));
     fputs("}\n", stderr);
     fflush(stderr);
+    funlockfile(stderr);
 }
 
 void srv_log_event(const char *event, const char *client, const char *detail) {
+    flockfile(stderr);
     fprintf(stderr, "{\"event\": ");
     ma_json_write_string(stderr, event, strlen(event));
     if (client) {
@@ -96,6 +99,7 @@ void srv_log_event(const char *event, const char *client, const char *detail) {
     }
     fputs("}\n", stderr);
     fflush(stderr);
+    funlockfile(stderr);
 }
 
 /* One inference request ends: answered (reason < 0) or refused. Every request is counted once,

@@ -193,10 +193,11 @@ void tl_http_begin(const char *id, job *j) {
     pthread_mutex_unlock(&tl_mu);
 }
 
-void tl_http_end(job *j) {
+void tl_http_end(job *j, int delivered) {
     pthread_mutex_lock(&tl_mu);
     ma_timeline *t = j->http_tl; /* held busy by this job: never freed meanwhile (reset marks it doomed) */
-    if (t) tl_end(t, j, 0);
+    if (t && delivered) tl_end(t, j, 0);
+    else if (t) t->busy = 0;
     if (t && t->doomed) session_unlink(t);
     pthread_mutex_unlock(&tl_mu);
 }
