@@ -52,6 +52,7 @@
 #define MAX_HEADER_BYTES 16384
 #define READ_CHUNK 65536
 #define LINGER_MS 2000
+#define RX_OVER_CONN 100 /* on_data: the connection's share */
 
 enum { M_UNKNOWN, M_READY, M_POLICY, M_OBS, M_ACTIONS };
 static const char *const METHOD_NAME[] = {"?", "Ready", "SendPolicyInstructions", "SendObservations", "GetActions"};
@@ -712,9 +713,18 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t
     c->last_active = ma_now_ms();
     if (!s->t_first) s->t_first = ma_now_ms();
     char why[200];
-    const int r = srv_rx_append(&s->rx, data, len);
+    /* one connection's calls together hold at most two messages (a LeRobot client streams one
+     * observation at a time): 16 streams of one client do not take 16 shares of --max-input-mb */
+    size_t held = 0;
+    for (gstream *o = c->streams; o; o = o->next) held += o->rx.len + o->payload.len;
+    int r = held + len > 2 * srv.max_bytes ? RX_OVER_CONN : srv_rx_append(&s->rx, data, len);
+    if (r == RX_OVER_CONN) {
+        snprintf(why, sizeof why, "server: this connection's calls hold more than 2 x --max-message-mb %.4g of request data",
+                 srv.o->max_message_mb);
+        r = RX_OVER_INPUT;
+        srv.budget[B_INPUT].refused++;
+    } else if (r) srv_rx_refusal(r, why, sizeof why);
     if (r) {
-        srv_rx_refusal(r, why, sizeof why);
         log_call(c, s, s->rx.len + len, why);
         srv_account(2, r == RX_OVER_MESSAGE ? F_TOO_LARGE : F_OVERLOADED, s->t_first, NULL);
         respond(s, r == RX_OVER_MESSAGE ? G_RESOURCE_EXHAUSTED : G_UNAVAILABLE, why, NULL, 0);

@@ -347,3 +347,29 @@ def test_f10_open_observation_stream_does_not_hold_the_connection_forever():
     finally:
         h.close()
         assert s.stop() == 0
+
+
+def test_one_connection_holds_at_most_two_messages_of_input():
+    """16 streams of one client each half-sending an observation do not take 16 shares of
+    --max-input-mb: past 2 x --max-message-mb the connection's next data is refused"""
+    s, _c = start("--max-message-mb", "1", "--max-input-mb", "64")
+    _c.close()
+    h = H2(int(s.p.args[s.p.args.index("--grpc-port") + 1]))
+    try:
+        h.unary("SendPolicyInstructions", pb_bytes(1, policy()))
+        sids = []
+        body = grpc_msg(observation_msg(3, b"\x80" * 700000))
+        for k in range(4):
+            sid = h.next_id
+            h.next_id += 2
+            out = frame(HEADERS, END_HEADERS, sid, header_block(SVC + "SendObservations"))
+            for i in range(0, 16384 * 40, 16384):  # about 640 KiB of the message, no end
+                out += frame(DATA, 0, sid, body[i:i + 16384])
+            h.s.sendall(out)
+            sids.append(sid)
+        got = h.wait_end(sids[3], 30) or h.wait_end(sids[2], 30)
+        assert got is not None, "no call was refused"
+        assert "2 x --max-message-mb" in s.logs()
+    finally:
+        h.close()
+        assert s.stop() == 0
