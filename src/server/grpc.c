@@ -470,7 +470,9 @@ static void start_inference(h2conn *c) {
      * for that step lines up with it, and it is already done (base delay 1) */
     const int64_t ahead = m->timestep - c->tl.step0; /* both in [0, 2^53] */
     const int first_row = c->tl.rows && ahead >= 0 && ahead <= c->tl.n ? (int)ahead : -1;
-    tl_begin(&c->tl, j, first_row, 1, srv.o->fps, srv.o->rtc.enabled);
+    j->req.executed = first_row;
+    j->req.rtc = -1;                                         /* the server's --rtc */
+    if (!tl_snapshot(&c->tl, j, srv.o->fps, 1)) tl_apply(j); /* out of memory: unguided */
     memcpy(c->last_state, j->req.state, sizeof c->last_state);
     c->have_last_state = 1;
     c->last_step = m->timestep;

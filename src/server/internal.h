@@ -75,7 +75,7 @@ typedef struct srv_rx srv_rx;
 typedef struct job {
     struct job *next;
     uint64_t conn_id; /* the ma_conn or HTTP connection it answers */
-    int is_ws;        /* 0: HTTP, 1: websocket, 2: gRPC (the protocol index of the counters) */
+    int proto;        /* 0: HTTP, 1: websocket, 2: gRPC (the protocol index of the counters) */
     int json;
     int predecoded; /* req was filled on the loop (gRPC): nothing to decode */
     char peer[64];
@@ -97,14 +97,13 @@ typedef struct job {
     int64_t lr_timestep;
     double lr_timestamp;
     int lr_safe;
-    /* the session's timeline (timeline.c): the RTC prefix (owned), the predicted delay */
-    float *rtc_prefix;
-    int rtc_on, rtc_guided, rtc_d, tl_base_d;
+    /* the session's timeline (timeline.c): its last chunk as it was when the request was queued
+     * (tl_snapshot; the request's "executed" and "rtc" choose the RTC prefix in it: tl_apply),
+     * whether the chunk is guided and with which delay */
+    int rtc_guided, rtc_d, tl_base_d;
     double tl_fps;
     char session[80];            /* HTTP: the session_id's timeline */
     struct ma_timeline *http_tl; /* ... held busy by this job */
-    /* websocket / HTTP: the session's last chunk as it was when the request was queued (the
-     * request's "executed" and "rtc" are read on the inference thread: tl_apply) */
     float *tl_rows;
     int tl_n, tl_dim, tl_ticks, tl_rtc_default;
 } job;
@@ -134,10 +133,10 @@ enum {
 extern const char *const COMPONENT[C_N];
 
 typedef struct history_entry {
-    double t;       /* s since the start */
-    double request; /* ms: the first byte of the request to its reply (or refusal) */
-    double c[C_N];  /* ms per component (successful requests) */
-    int ok, ws, reason;
+    double t;              /* s since the start */
+    double request;        /* ms: the first byte of the request to its reply (or refusal) */
+    double c[C_N];         /* ms per component (successful requests) */
+    int ok, proto, reason; /* proto: 0 HTTP, 1 websocket, 2 gRPC */
 } history_entry;
 
 /* the budgets (budget.h), by index in srv.budget */
@@ -157,8 +156,8 @@ typedef struct ma_timeline {
     int n_lat, lat_at;
     double last_ms;
     uint64_t requests;
-    int busy, doomed;                         /* doomed: reset while its request ran (HTTP) */
-    int last_d, last_d_actual, last_executed; /* the last request's predicted delay (-1: unguided), taken delay, first row */
+    int busy, doomed;          /* doomed: reset while its request ran (HTTP) */
+    int last_d, last_d_actual; /* the last request's predicted delay (-1: unguided), taken delay */
 } ma_timeline;
 
 void tl_init(ma_timeline *t, const char *name);
@@ -167,13 +166,11 @@ void tl_free(ma_timeline *t);
 double tl_latency_percentile(const ma_timeline *t, double q);
 int tl_ticks(double ms, double fps);
 int tl_predict_delay(const ma_timeline *t, const ma_rtc_opts *o, double fps);
-int tl_leftover(const ma_timeline *t, int first_row, const float **rows, int *n);
 int tl_store(ma_timeline *t, const float *trajectory, int horizon, int max_dim, int first, int n, int dim, int64_t step0);
 void tl_observe_latency(ma_timeline *t, double ms);
-int tl_begin(ma_timeline *t, job *j, int first_row, int base_d, double fps, int rtc_on);
 void tl_end(ma_timeline *t, job *j, int64_t step0);
-int tl_snapshot(ma_timeline *t, job *j, double fps);
-void tl_apply(job *j); /* inference thread: the prefix from the snapshot and the request's fields */
+int tl_snapshot(ma_timeline *t, job *j, double fps, int base_d);
+void tl_apply(job *j); /* the prefix from the snapshot and the request's executed / rtc */
 void tl_http_begin(const char *id, job *j);
 void tl_http_end(job *j, int delivered); /* delivered: the reply reaches the client (else the chunk is not kept) */
 struct cJSON;
@@ -261,7 +258,7 @@ void srv_client_error(int status, const char *msg, char *out, size_t cap);
 void srv_log_line(const char *client, const char *proto, size_t bytes_in, size_t bytes_out, const job *j, const char *outcome);
 void srv_log_event(const char *event, const char *client, const char *detail);
 /* one inference request ends: answered (reason < 0) or refused; t_first its first byte (0: now) */
-void srv_account(int ws, int reason, double t_first, const job *j);
+void srv_account(int proto, int reason, double t_first, const job *j);
 /* the pages' content */
 struct cJSON *srv_health_json(void);
 struct cJSON *srv_status_json(void);
@@ -282,7 +279,7 @@ int srv_job_http_code(const job *j);
 int srv_job_reason(const job *j);
 /* a job for a whole message or body: takes the request data of rx (from B_INPUT into B_QUEUED);
  * NULL when the queued budget refuses or memory fails, with the client's message in why */
-job *srv_job_new(srv_rx *rx, uint64_t conn_id, int is_ws, int json, const char *peer, double t_recv, char *why, size_t why_cap);
+job *srv_job_new(srv_rx *rx, uint64_t conn_id, int proto, int json, const char *peer, double t_recv, char *why, size_t why_cap);
 
 /* http.c */
 int srv_http_start(void);

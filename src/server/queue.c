@@ -22,12 +22,11 @@ void srv_job_free(job *j) {
     free(j->body);
     ma_wire_request_free(&j->req);
     molmoact_result_free(&j->res);
-    free(j->rtc_prefix);
     free(j->tl_rows);
     free(j);
 }
 
-job *srv_job_new(srv_rx *rx, uint64_t conn_id, int is_ws, int json, const char *peer, double t_recv, char *why, size_t why_cap) {
+job *srv_job_new(srv_rx *rx, uint64_t conn_id, int proto, int json, const char *peer, double t_recv, char *why, size_t why_cap) {
     size_t len, held;
     uint8_t *body = srv_rx_take(rx, &len, &held);
     if (ma_budget_take(&srv.budget[B_QUEUED], held)) {
@@ -43,7 +42,7 @@ job *srv_job_new(srv_rx *rx, uint64_t conn_id, int is_ws, int json, const char *
         return NULL;
     }
     j->conn_id = conn_id;
-    j->is_ws = is_ws;
+    j->proto = proto;
     j->json = json;
     j->body = body ? body : calloc(1, 1);
     j->bytes_in = len;
@@ -99,8 +98,8 @@ static void run_job(job *j) {
             j->server_seed = 1;
         }
         /* an HTTP body's session_id (no query or header named one): its timeline now */
-        if (!j->is_ws && !j->session[0] && j->req.session_id[0]) tl_http_begin(j->req.session_id, j);
-        if (j->tl_rows || j->session[0]) tl_apply(j);
+        if (!j->proto && !j->session[0] && j->req.session_id[0]) tl_http_begin(j->req.session_id, j);
+        if (!j->predecoded && (j->tl_rows || j->session[0])) tl_apply(j); /* LeRobot's: applied on the loop */
         molmoact_error err;
         j->t_infer = j->t_decoded = ma_now_ms();
         j->status = srv.ops->infer(srv.engine, &j->req.obs, &j->res, &err);

@@ -117,15 +117,15 @@ uint8_t *srv_rx_take(srv_rx *r, size_t *len, size_t *cap) {
 static void dispatch_done(void) {
     for (job *j = srv_take_done(), *n; j; j = n) {
         n = j->next;
-        if (!j->is_ws) {
+        if (!j->proto) {
             srv_http_job_done(j);
             continue;
         }
         ma_conn *c = srv_conn_find(j->conn_id);
         if (c) c->type->on_job(c, j);
         else {
-            srv_account(j->is_ws, j->status ? srv_job_reason(j) : -1, j->t_recv, j);
-            srv_log_line(j->peer, j->is_ws == 2 ? "grpc" : "ws", j->bytes_in, 0, j,
+            srv_account(j->proto, j->status ? srv_job_reason(j) : -1, j->t_recv, j);
+            srv_log_line(j->peer, j->proto == 2 ? "grpc" : "ws", j->bytes_in, 0, j,
                          j->status ? j->log : "ok (client gone before the reply)");
         }
         srv_job_free(j);

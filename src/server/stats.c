@@ -105,10 +105,10 @@ void srv_log_event(const char *event, const char *client, const char *detail) {
 /* One inference request ends: answered (reason < 0) or refused. Every request is counted once,
  * here: the counters and histograms of /metrics (over the server's life) and the status page's
  * history (the last HISTORY requests, failures included). t_first: its first byte (0: now). */
-void srv_account(int ws, int reason, double t_first, const job *j) {
+void srv_account(int proto, int reason, double t_first, const job *j) {
     const double now = ma_now_ms();
     const double ms = t_first > 0 && t_first < now ? now - t_first : 0;
-    srv.requests[ws]++;
+    srv.requests[proto]++;
     if (reason >= 0) srv.failures[reason]++, srv.failed++;
     else srv.served++;
     ma_hist_observe(&srv.req_hist, ms / 1e3);
@@ -119,7 +119,7 @@ void srv_account(int ws, int reason, double t_first, const job *j) {
     h->t = (now - srv.t_start) / 1e3;
     h->request = ms;
     h->ok = reason < 0;
-    h->ws = ws;
+    h->proto = proto;
     h->reason = reason;
     if (reason < 0 && j) {
         const molmoact_timing *t = &j->res.timing;
@@ -269,7 +269,7 @@ cJSON *srv_status_json(void) {
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "t_s", h->t);
         cJSON_AddBoolToObject(e, "ok", h->ok);
-        cJSON_AddStringToObject(e, "protocol", h->ws == 2 ? "grpc" : h->ws ? "websocket" : "http");
+        cJSON_AddStringToObject(e, "protocol", h->proto == 2 ? "grpc" : h->proto ? "websocket" : "http");
         if (!h->ok) cJSON_AddStringToObject(e, "reason", FAIL_REASON[h->reason]);
         cJSON_AddNumberToObject(e, "request", h->request);
         for (int k = 0; k < C_N; k++) {

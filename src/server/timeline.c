@@ -75,15 +75,6 @@ int tl_predict_delay(const ma_timeline *t, const ma_rtc_opts *o, double fps) {
     return tl_ticks(tl_latency_percentile(t, o->latency_percentile), fps);
 }
 
-int tl_leftover(const ma_timeline *t, int first_row, const float **rows, int *n) {
-    *rows = NULL;
-    *n = 0;
-    if (!t->rows || first_row < 0 || first_row >= t->n) return 0;
-    *rows = t->rows + (size_t)first_row * (size_t)t->dim;
-    *n = t->n - first_row;
-    return 1;
-}
-
 int tl_store(ma_timeline *t, const float *trajectory, int horizon, int max_dim, int first, int n, int dim, int64_t step0) {
     if (n <= 0 || dim <= 0 || dim > max_dim || first < 0 || first + n > horizon) return -1;
     float *r = malloc((size_t)n * (size_t)dim * sizeof *r);
@@ -186,7 +177,7 @@ void tl_http_remove(const char *id, struct cJSON *removed) {
 void tl_http_begin(const char *id, job *j) {
     pthread_mutex_lock(&tl_mu);
     ma_timeline *t = http_session(id, 1);
-    if (t && !t->busy && !tl_snapshot(t, j, srv.o->fps)) {
+    if (t && !t->busy && !tl_snapshot(t, j, srv.o->fps, 0)) {
         snprintf(j->session, sizeof j->session, "%s", id);
         j->http_tl = t;
     }
@@ -212,40 +203,6 @@ void tl_for_each(void (*fn)(const ma_timeline *t, void *arg), void *arg) {
 }
 
 /* ------------------------------------------------------------------------------ one request */
-
-/* Before the request runs: what is left of the session's last chunk from row first_row on (the
- * row the new chunk's row 0 stands for) becomes j's RTC prefix when guidance is on; d = base_d
- * (LeRobot: 1, its row 0 is the step already executed) + the predicted ticks. */
-int tl_begin(ma_timeline *t, job *j, int first_row, int base_d, double fps, int rtc_on) {
-    t->busy = 1;
-    t->last_used = ma_now_ms();
-    t->fps = fps;
-    j->tl_fps = fps;
-    j->tl_base_d = base_d;
-    j->rtc_on = rtc_on;
-    const float *rows;
-    int n;
-    t->last_executed = first_row;
-    if (!rtc_on || !tl_leftover(t, first_row, &rows, &n)) return 0;
-    const ma_rtc_opts *o = &srv.o->rtc;
-    const int d = base_d + tl_predict_delay(t, o, fps);
-    const int h = o->horizon > 0 ? o->horizon : 10;
-    float *p = malloc((size_t)n * (size_t)t->dim * sizeof *p);
-    if (!p) return -1;
-    memcpy(p, rows, (size_t)n * (size_t)t->dim * sizeof *p);
-    j->rtc_prefix = p;
-    j->rtc_d = d;
-    molmoact_observation *ob = &j->req.obs;
-    ob->rtc_prefix = p;
-    ob->rtc_prefix_rows = n;
-    ob->rtc_prefix_dim = t->dim;
-    ob->rtc_delay = d;
-    ob->rtc_horizon = h;
-    ob->rtc_beta = o->beta;
-    ob->rtc_schedule = o->schedule;
-    j->rtc_guided = 1;
-    return 0;
-}
 
 /* After the reply is sent: the chunk becomes the session's (rows from the engine's first
  * executed row, labelled from step0), the latency joins the history, the delay it really took
@@ -276,14 +233,16 @@ void tl_end(ma_timeline *t, job *j, int64_t step0) {
     if (j->rtc_guided && t->last_d_actual > j->rtc_d) srv.rtc_mispredicted++;
 }
 
-/* websocket / HTTP: the session's chunk goes with the request (copied: the inference thread
- * reads it while the loop goes on); the delay predicted now */
-int tl_snapshot(ma_timeline *t, job *j, double fps) {
+/* Before the request runs: the session's chunk goes with it (copied: the inference thread reads
+ * it while the loop goes on), with the delay predicted now. base_d: 1 on LeRobot's protocol (its
+ * row 0 is labelled with the step already executed), 0 for openpi / AllenAI chunks (row 0 is the
+ * first to run after the observation). */
+int tl_snapshot(ma_timeline *t, job *j, double fps, int base_d) {
     t->busy = 1;
     t->last_used = ma_now_ms();
     t->fps = fps;
     j->tl_fps = fps;
-    j->tl_base_d = 0; /* row 0 of an openpi / AllenAI chunk is the first to run after the observation */
+    j->tl_base_d = base_d;
     j->tl_rtc_default = srv.o->rtc.enabled;
     if (!t->rows) return 0;
     const size_t n = (size_t)t->n * (size_t)t->dim;
@@ -298,22 +257,21 @@ int tl_snapshot(ma_timeline *t, job *j, double fps) {
     return 0;
 }
 
-/* inference thread, the request decoded: with "executed" given and guidance asked (or the
- * server's --rtc), the rows from "executed" on guide the new chunk */
+/* the request decoded (the inference thread; the loop for LeRobot's, decoded there): with
+ * "executed" given and guidance asked (or the server's --rtc), the snapshot's rows from
+ * "executed" on guide the new chunk, d = base_d + the predicted ticks */
 void tl_apply(job *j) {
     const int e = j->req.executed, on = j->req.rtc >= 0 ? j->req.rtc : j->tl_rtc_default;
-    j->rtc_on = on;
     if (!on || e < 0 || e >= j->tl_n) return;
     const ma_rtc_opts *o = &srv.o->rtc;
     molmoact_observation *ob = &j->req.obs;
     ob->rtc_prefix = j->tl_rows + (size_t)e * (size_t)j->tl_dim;
     ob->rtc_prefix_rows = j->tl_n - e;
     ob->rtc_prefix_dim = j->tl_dim;
-    ob->rtc_delay = j->tl_ticks;
+    ob->rtc_delay = j->tl_base_d + j->tl_ticks;
     ob->rtc_horizon = o->horizon > 0 ? o->horizon : 10;
     ob->rtc_beta = o->beta;
     ob->rtc_schedule = o->schedule;
-    j->rtc_d = j->tl_ticks;
-    j->rtc_prefix = NULL; /* tl_rows owns the rows */
+    j->rtc_d = ob->rtc_delay;
     j->rtc_guided = 1;
 }

@@ -228,7 +228,7 @@ static void start_request(wsconn *w) {
     }
     w->msg_start = 0;
     w->base.busy = 1;
-    if (tl_snapshot(&w->tl, j, srv.o->fps)) {
+    if (tl_snapshot(&w->tl, j, srv.o->fps, 0)) {
         srv_job_free(j);
         refuse(w, F_OVERLOADED, "server: out of memory", 1011);
         return;
