@@ -7,7 +7,7 @@
 # and reference at tiny size, reference/tests/test_streaming.py; test_release_facts.py counts the
 # full preset's tensors).
 #
-#   bench/fullsize.sh [--work DIR] [--variant grid|original] [--plans f16,q8_0,q4_0,w4a16,f16_bf16] [--runs 3]
+#   bench/fullsize.sh [--work DIR] [--variant grid|original] [--plans f16,q8_0,q4_0,w4a16,f16_bf16,mix_bf16] [--runs 3]
 #
 # 1. checkpoint (cached in WORK): reference/make_checkpoint.py --config full, bf16 shards written
 #    tensor by tensor with model.safetensors.index.json (its peak RSS printed)
@@ -144,6 +144,7 @@ for plan in ${plans//,/ }; do
     w4a16) copts=(--vision f16 --llm q4_0 --action f16) ;;
     f16_bf16) copts=(--vision f16 --llm f16 --action f16 --compute bf16) ;; # the f16 weights, bf16 products (kernels/gemm.h)
     w4a16_bf16) copts=(--vision f16 --llm q4_0 --action f16 --compute bf16) ;;
+    mix_bf16) copts=(--vision f16 --llm q8_0 --action q8_0 --compute vision=bf16) ;; # bf16 products for vision, int8 (VNNI) or bf16 for the rest
     *) echo "fullsize.sh: unknown plan $plan" >&2; exit 2 ;;
   esac
   ctx=$work/ctx-$variant-$plan
@@ -228,14 +229,17 @@ def at_peak_ms(b):
     if not g or not pk:
         return float("nan")
     fp32 = pk["amx_split_peak_gflops"] if b.get("kernels") == "amx" else pk["fma_peak_gflops"]
-    bf16 = pk["amx_bf16_peak_gflops"] if pk.get("bf16_unit") == "amx" else 2 * pk["fma_peak_gflops"]
+    # VDPBF16PS: two products per FMA's one, at the cost the kernels' probe timed (gemm.h)
+    bf16 = pk["amx_bf16_peak_gflops"] if pk.get("bf16_unit") == "amx" else 2 * pk["fma_peak_gflops"] / max(pk.get("bf16_dot_fma_cost", 1.0), 1e-3)
     return 1e3 * (g["fp32"] / fp32 + g["bf16"] / bf16 + (g["int8"] / pk["vnni_peak_gops"] if g["int8"] else 0.0))
-frac = {}
+frac, stream = {}, {}
 for p in plans:
     for s in sessions:
         try:
             b = json.loads(open(os.path.join(logs, f"bench-{p}-{s}.json")).read().strip().splitlines()[0])
             frac[p, s] = at_peak_ms(b) / b["median_ms"]
+            if s == "action_step" and pk.get("read_bandwidth_gbs"):  # memory-bound: its weights stream each step
+                stream[p] = b["weight_bytes"] / (b["median_ms"] * 1e-3) / 1e9
         except (OSError, ValueError, KeyError, IndexError, ZeroDivisionError):
             frac[p, s] = float("nan")
 print()
@@ -248,10 +252,15 @@ for s in sessions:
         f = f", {100 * frac[p, s]:.0f} %" if frac[p, s] == frac[p, s] else ""
         cells.append(f"{t[p, s]:.0f} ({100 * t[p, s] / tot:.0f} %{f})" if tot == tot and tot else "?")
     print(f"| {s}{' (10 steps)' if s == 'action_step' else ''} | " + " | ".join(cells) + " |")
+if stream:
+    print(f"| action_step: weights streamed, GB/s (% of read bandwidth) | " +
+          " | ".join(f"{stream[p]:.1f} ({100 * stream[p] / pk['read_bandwidth_gbs']:.0f} %)" if p in stream else "?" for p in plans) + " |")
 if pk:
     print()
     print(f"peaks ({pk['kernels']} kernels, {pk['threads']} threads, gemm_bench --peaks): FMA {pk['fma_peak_gflops']:.0f} GFLOP/s, "
-          f"AMX split {pk['amx_split_peak_gflops']:.0f}, AMX bf16 {pk['amx_bf16_peak_gflops']:.0f}, VNNI {pk['vnni_peak_gops']:.0f} GOP/s; "
+          f"AMX split {pk['amx_split_peak_gflops']:.0f}, AMX bf16 {pk['amx_bf16_peak_gflops']:.0f}, VNNI {pk['vnni_peak_gops']:.0f} GOP/s, "
+          f"bf16 unit {pk.get('bf16_unit', '?')} (one VDPBF16PS = {pk.get('bf16_dot_fma_cost', float('nan')):.2f} FMA), "
+          f"read bandwidth {pk.get('read_bandwidth_gbs', float('nan')):.1f} GB/s; "
           "% of peak = the time the session's GEMM products would take at the peaks of the units that ran them, over its median time "
           "(the session's other work counts against it)")
 PY

@@ -363,9 +363,11 @@ int main(int argc, char **argv) {
     }
     if (peaks_only) { /* the peaks the kernels in use are held to, one JSON line (bench/fullsize.sh) */
         const double fma = fma_peak_gflops(), split = amx_split_peak_gflops(2000000), vnni = vnni_peak_gops(20000000);
+        const double bw = read_bandwidth_gbs(); /* the memory-bound sessions' limit (the action steps) */
         printf("{\"kernels\": \"%s\", \"threads\": %d, \"fma_peak_gflops\": %.1f, \"amx_split_peak_gflops\": %.1f, "
-               "\"amx_bf16_peak_gflops\": %.1f, \"vnni_peak_gops\": %.1f, \"bf16_unit\": \"%s\"}\n",
-               ma_gemm_kernels(), ma_threads(), fma, split, 3 * split, vnni, ma_gemm_bf16_unit());
+               "\"amx_bf16_peak_gflops\": %.1f, \"vnni_peak_gops\": %.1f, \"bf16_unit\": \"%s\", "
+               "\"bf16_dot_fma_cost\": %.2f, \"read_bandwidth_gbs\": %.2f}\n",
+               ma_gemm_kernels(), ma_threads(), fma, split, 3 * split, vnni, ma_gemm_bf16_unit(), ma_gemm_bf16_dot_measured(), bw);
         return 0;
     }
     openblas_set_num_threads(ma_threads());

@@ -8,16 +8,17 @@
 #include "commands.h"
 #include "options.h"
 #include "io/mapfile.h"
+#include "kernels/gemm.h"
 #include "runtime/compile.h"
 
-/* --compute PLAN: "fp32" / "bf16" for every component, or COMPONENT=PLAN[,...] (vision, llm,
- * action); a component it names counts as given for --suffix */
+/* --compute PLAN: "fp32" / "bf16" / "auto" for every component, or COMPONENT=PLAN[,...] (vision,
+ * llm, action); a component it names counts as given for --suffix */
 static int parse_compute(const char *v, ma_compile_opts *co) {
     static char buf[128];
     static const char *names[3] = {"vision", "llm", "action"};
     static const unsigned bits[3] = {MA_COMPILE_SUFFIX_VISION, MA_COMPILE_SUFFIX_LLM, MA_COMPILE_SUFFIX_ACTION};
-    if (!strcmp(v, "fp32") || !strcmp(v, "bf16")) {
-        for (int c = 0; c < 3; c++) co->compute[c] = !strcmp(v, "bf16") ? "bf16" : "fp32";
+    if (!strcmp(v, "fp32") || !strcmp(v, "bf16") || !strcmp(v, "auto")) {
+        for (int c = 0; c < 3; c++) co->compute[c] = !strcmp(v, "bf16") ? "bf16" : !strcmp(v, "auto") ? "auto" : "fp32";
         return 0;
     }
     if (strlen(v) >= sizeof buf) {
@@ -33,17 +34,47 @@ static int parse_compute(const char *v, ma_compile_opts *co) {
             for (int i = 0; i < 3; i++)
                 if (!strcmp(t, names[i])) c = i;
         }
-        if (c < 0 || (strcmp(eq + 1, "fp32") && strcmp(eq + 1, "bf16"))) {
+        if (c < 0 || (strcmp(eq + 1, "fp32") && strcmp(eq + 1, "bf16") && strcmp(eq + 1, "auto"))) {
             fprintf(stderr,
-                    "molmoact compile: --compute %s: must be fp32, bf16, or COMPONENT=PLAN[,...] with COMPONENT vision, llm or action and "
-                    "PLAN fp32 or bf16\n",
+                    "molmoact compile: --compute %s: must be fp32, bf16, auto, or COMPONENT=PLAN[,...] with COMPONENT vision, llm or "
+                    "action and PLAN fp32, bf16 or auto\n",
                     v);
             return 1;
         }
-        co->compute[c] = !strcmp(eq + 1, "bf16") ? "bf16" : "fp32";
+        co->compute[c] = !strcmp(eq + 1, "bf16") ? "bf16" : !strcmp(eq + 1, "auto") ? "auto" : "fp32";
         co->suffixed |= bits[c];
     }
     return 0;
+}
+
+/* --compute auto: per component, the fastest plan this CPU pays for among those measured to hold
+ * their gate at full size (docs/PERFORMANCE.md "Without AMX: the plan this CPU pays for"): bf16
+ * products for f16 / bf16 / fp32 weights where a bf16 unit pays (the AMX tiles, or VDPBF16PS
+ * where the kernels' own probe timed it at most MA_BF16_DOT_PAYS FMAs); for q8_0 / q4_0 weights
+ * only on the AMX tiles (without them the int8 kernels, VNNI or SDOT, are faster than bf16), else
+ * fp32. Decided for the CPU that compiles: a context is run where it is compiled, and a CPU
+ * without the unit computes a bf16 context in fp32 anyway. Says which and why. */
+static void resolve_auto(ma_compile_opts *co) {
+    static const char *names[3] = {"vision", "llm", "action"};
+    const char *weights[3] = {co->vision, co->llm, co->action};
+    const int unit = ma_gemm_bf16() == MA_COMPUTE_BF16;
+    const char *uname = ma_gemm_bf16_unit();
+    const int amx = unit && !strcmp(uname, "amx");
+    char why[160];
+    if (amx) snprintf(why, sizeof why, "AMX bf16 tiles");
+    else if (unit) snprintf(why, sizeof why, "AVX512-BF16, one VDPBF16PS timed at %.2f FMA", ma_gemm_bf16_dot_measured());
+    else if (ma_gemm_bf16_dot_measured() > 0)
+        snprintf(why, sizeof why, "AVX512-BF16 without the unit: one VDPBF16PS timed at %.2f FMA, above %.1f", ma_gemm_bf16_dot_measured(),
+                 MA_BF16_DOT_PAYS);
+    else snprintf(why, sizeof why, "no bf16 unit on this CPU (kernels %s)", ma_gemm_kernels());
+    int any = 0;
+    for (int c = 0; c < 3; c++) {
+        if (!co->compute[c] || strcmp(co->compute[c], "auto")) continue;
+        const int quant = !strcmp(weights[c], "q8_0") || !strcmp(weights[c], "q4_0");
+        co->compute[c] = unit && (!quant || amx) ? "bf16" : "fp32";
+        fprintf(stderr, "%s%s (%s weights) %s", any++ ? ", " : "compute auto: ", names[c], weights[c], co->compute[c]);
+    }
+    if (any) fprintf(stderr, " (%s)\n", why);
 }
 
 int cmd_compile_a(cli_args *a) {
@@ -88,6 +119,7 @@ int cmd_compile_a(cli_args *a) {
         co.keep_prec[co.n_keep++] = eq + 1;
     }
     if (a->given[O_COMPUTE] && parse_compute(a->str[O_COMPUTE], &co)) return 1;
+    resolve_auto(&co);
     for (int k = 0; k < a->nlist[O_COMPUTE_KEEP]; k++) {
         if (k >= MA_COMPILE_MAX_KEEP) {
             fprintf(stderr, "molmoact compile: --compute-keep: at most %d patterns\n", MA_COMPILE_MAX_KEEP);

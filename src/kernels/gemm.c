@@ -135,8 +135,9 @@ static _Atomic(ma_gemm_kernels_t *) active_p = &sets[0];
 #define active (*atomic_load_explicit(&active_p, memory_order_acquire))
 static int n_sets, best_set;
 #if defined(MA_HAVE_AMX)
-static int bf16_dot_default; /* whether VDPBF16PS pays on this CPU (ma_gemm_bf16_dot_pays) */
+static int bf16_dot_default; /* whether VDPBF16PS pays on this CPU (ma_gemm_bf16_dot_cost) */
 #endif
+static double bf16_dot_cost = -1; /* what it costs, in FMAs (ma_gemm_bf16_dot_cost); -1: not timed */
 static pthread_once_t active_once = PTHREAD_ONCE_INIT;
 
 static int panels_in_place = 1; /* see ma_gemm_set_in_place */
@@ -171,7 +172,8 @@ static void choose_kernels(void) {
             ma_gemm_install_avx512(&sets[n_sets++]);
 #if defined(MA_HAVE_AMX)
             if (ma_cpu_avx512_bf16()) { /* the vnni and amx sets inherit it */
-                bf16_dot_default = ma_gemm_bf16_dot_pays();
+                bf16_dot_cost = ma_gemm_bf16_dot_cost();
+                bf16_dot_default = bf16_dot_cost <= MA_BF16_DOT_PAYS;
                 ma_gemm_install_bf16(&sets[n_sets - 1], bf16_dot_default);
             }
 #endif
@@ -202,6 +204,11 @@ static void choose_kernels(void) {
     best_set = n_sets - 1;
     panels_in_place = in_place_default();
     atomic_store_explicit(&active_p, &sets[best_set], memory_order_release); /* settings.kernels chooses another (ma_kernels_configure) */
+}
+
+double ma_gemm_bf16_dot_measured(void) {
+    pthread_once(&active_once, choose_kernels);
+    return bf16_dot_cost;
 }
 
 const char *ma_gemm_kernels(void) {

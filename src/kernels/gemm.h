@@ -139,6 +139,12 @@ int ma_gemm_kernel_small_panels(int i);
  * "avx512_bf16", or "fp32") */
 ma_compute ma_gemm_kernel_bf16(int i);
 ma_compute ma_gemm_bf16(void);
+/* what one VDPBF16PS cost against one FMA when this process chose its kernels (timed in
+ * assembly, the same at every optimisation level); -1 where it was not timed (no AVX512-BF16) */
+double ma_gemm_bf16_dot_measured(void);
+/* VDPBF16PS is used where one costs at most this many FMAs (twice the products per
+ * instruction: a bf16 product rate at least 4/3 of fp32's) */
+#define MA_BF16_DOT_PAYS 1.5
 const char *ma_gemm_bf16_unit(void);
 /* tests, benchmarks: the VDPBF16PS tile on the sets of a CPU with AVX512-BF16 even where it does
  * not pay (1), never (0), or where it does (-1, the default: its rate is measured at start) */

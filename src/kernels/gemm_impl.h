@@ -135,7 +135,8 @@ void ma_gemm_install_amx(ma_gemm_kernels_t *k);
 /* gemm_bf16.c: the bf16 packers (which the AMX tiles need too) and, with_tile, the VDPBF16PS
  * tile; whether that tile multiplies faster than the FMA kernels here (measured once) */
 void ma_gemm_install_bf16(ma_gemm_kernels_t *k, int with_tile);
-int ma_gemm_bf16_dot_pays(void);
+/* the time of one VDPBF16PS over one FMA, timed in assembly (gemm_bf16.c) */
+double ma_gemm_bf16_dot_cost(void);
 #endif
 #if defined(__aarch64__)
 /* the NEON micro-kernel (aarch64) on top of the portable loaders */

@@ -803,6 +803,23 @@ static void test_vecmath(void **state) {
  * first bad element (before, inside and after a 64-vector block and the tail), the smallest of
  * two, large finite values and -0 (not bad); then the pool's version on 1.5 M floats, with bad
  * elements near the threads' boundaries */
+/* the bf16 unit follows the probe's measurement: VDPBF16PS (avx512_bf16) is chosen on a CPU
+ * without AMX exactly where one instruction cost at most MA_BF16_DOT_PAYS FMAs; no time asserted */
+static void test_bf16_probe(void **state) {
+    (void)state;
+    const double cost = ma_gemm_bf16_dot_measured();
+    const char *unit = ma_gemm_bf16_unit();
+    print_message("bf16 probe: one VDPBF16PS = %.2f FMA, unit %s (kernels %s)\n", cost, unit, ma_gemm_kernels());
+    if (cost == -1.0) {
+        if (strcmp(unit, "avx512_bf16") == 0) fail_msg("VDPBF16PS in use without the probe having timed it");
+        return;
+    }
+    if (!(cost > 0.0 && cost < 1e6)) fail_msg("bf16 probe: cost %g is not a measurement", cost);
+    const int best = ma_gemm_kernel_count() - 1; /* the avx512 sets and above carry the unit */
+    if (strcmp(ma_gemm_kernel_name(best), "amx") != 0 && (ma_gemm_kernel_bf16(best) == MA_COMPUTE_BF16) != (cost <= MA_BF16_DOT_PAYS))
+        fail_msg("bf16 on %s against a measured cost of %.2f FMA (pays at <= %.1f)", ma_gemm_kernel_name(best), cost, MA_BF16_DOT_PAYS);
+}
+
 static void test_first_nonfinite(void **state) {
     (void)state;
     enum { N = 2200 };
@@ -907,6 +924,7 @@ int main(void) {
         cmocka_unit_test(test_panel_packing_layout),
         cmocka_unit_test(test_attention_batched),
         cmocka_unit_test(test_vecmath),
+        cmocka_unit_test(test_bf16_probe),
         cmocka_unit_test(test_first_nonfinite),
         cmocka_unit_test(test_thread_pool),
     };

@@ -303,6 +303,31 @@ def test_compute_plan_compiled_shown_and_run(tmp_path):
     assert rc == 0 and "compute:" not in out, out
     for bad in ("vision=bf17", "optics=bf16", "fp8"):
         rc, _, err = run("compile", MODEL, "-o", str(tmp_path / "bad"), "--compute", bad)
-        assert rc == 1 and f"--compute {bad}: must be fp32, bf16, or COMPONENT=PLAN" in err, err
+        assert rc == 1 and f"--compute {bad}: must be fp32, bf16, auto, or COMPONENT=PLAN" in err, err
     rc, _, err = run("run", "--model", d, "--golden", GOLDEN, env={"MOLMOACT_COMPUTE": "half"})
     assert rc == 1 and "MOLMOACT_COMPUTE=half" in err, err
+
+
+def test_compute_auto_follows_the_cpu(tmp_path):
+    """--compute auto: bf16 products where this CPU's bf16 unit pays and the weights are not
+    int8 (int8 weights keep their kernels unless the unit is AMX); it says which and why, and the
+    contexts record what it said"""
+    d = str(tmp_path / "ctx")
+    rc, out, err = run("compile", MODEL, "-o", d, "--llm", "q8_0", "--compute", "auto", "--quiet")
+    assert rc == 0, err
+    m = re.search(r"compute auto: vision \(f16 weights\) (\w+), llm \(q8_0 weights\) (\w+), action \(f16 weights\) (\w+) \((.*)\)", err)
+    assert m, err
+    vision, llm, action, why = m.groups()
+    if why.startswith("AMX"):
+        want = ("bf16", "bf16", "bf16")
+    elif re.match(r"AVX512-BF16, one VDPBF16PS timed at [0-9.]+ FMA$", why):
+        want = ("bf16", "fp32", "bf16")
+    else:
+        assert why.startswith("AVX512-BF16 without the unit") or why.startswith("no bf16 unit"), why
+        want = ("fp32", "fp32", "fp32")
+    assert (vision, llm, action) == want, err
+    rc, out, _ = run("inspect", d)
+    plan = {l.split()[0]: l.split()[3] for l in out.splitlines() if l.strip().endswith("MiB") and ".gguf" in l and "embed" not in l}
+    assert (plan["vision.gguf"], plan["llm_split0.gguf"], plan["action_step.gguf"]) == want, out
+    rc, out, err = run("compile", MODEL, "-o", str(tmp_path / "one"), "--compute", "vision=auto", "--quiet")
+    assert rc == 0 and "compute auto: vision (f16 weights)" in err and "llm (" not in err, err
