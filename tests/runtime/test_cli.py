@@ -331,3 +331,7 @@ def test_compute_auto_follows_the_cpu(tmp_path):
     assert (plan["vision.gguf"], plan["llm_split0.gguf"], plan["action_step.gguf"]) == want, out
     rc, out, err = run("compile", MODEL, "-o", str(tmp_path / "one"), "--compute", "vision=auto", "--quiet")
     assert rc == 0 and "compute auto: vision (f16 weights)" in err and "llm (" not in err, err
+    # a bf16 context run on a kernel set without the unit says why it computes in fp32
+    if "bf16" in want and " avx2 " in open("/proc/cpuinfo").read():
+        rc, out, err = run("run", "--model", d, "--golden", GOLDEN, env={"MOLMOACT_KERNELS": "avx2"})
+        assert "(bf16 on fp32: kernel set avx2 has no bf16 unit, computed in fp32)" in out, out + err
