@@ -25,7 +25,8 @@ while [ $# -gt 0 ]; do
     --seq) seq=$2; shift 2 ;;
     --model) model=$2; shift 2 ;;
     --quick) quick=1; shift ;;
-    *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
+    -h|--help) awk 'NR > 2 && !/^#/ { exit } NR > 2 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+    *) echo "compare.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
 py=/usr/bin/python3

@@ -36,7 +36,8 @@ while [ $# -gt 0 ]; do
     --variant) variant=$2; shift 2 ;;
     --plans) plans=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
-    *) echo "fullsize.sh: unknown option $1" >&2; exit 2 ;;
+    -h|--help) awk 'NR > 2 && !/^#/ { exit } NR > 2 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+    *) echo "fullsize.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
 bin=$root/build/molmoact

@@ -8,7 +8,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 quick=0
-[ "${1:-}" = "--quick" ] && quick=1
+case "${1:-}" in
+  "") ;;
+  --quick) quick=1 ;;
+  -h|--help) awk 'NR > 2 && !/^#/ { exit } NR > 2 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+  *) echo "test.sh: unknown option $1 (--help)" >&2; exit 2 ;;
+esac
 jobs=$(nproc)
 scripts/install_test_deps.sh
 # disk: the goldens at real widths take 2.6 GiB and a compile of them in a test up to 1 GiB more
