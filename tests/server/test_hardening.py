@@ -122,6 +122,12 @@ def test_key_compared_whole(tmp_path):
         for sent, want in (("abc123", 200), ("abc12", 401), ("abc1234", 401), ("", 401), ("abc123\t", 200)):
             code, _ = curl("-H", f"Authorization: Api-Key {sent}", f"{s.http}/status.json")
             assert code == want, (sent, code)
+        # the scheme openpi-style clients send, as `serve --help` says; the health checks need none
+        for auth, want in (("Bearer abc123", 200), ("Bearer abc12", 401), ("bearer abc123", 401), ("Basic abc123", 401)):
+            code, _ = curl("-H", f"Authorization: {auth}", f"{s.http}/status.json")
+            assert code == want, (auth, code)
+        for path in ("/healthz", "/health"):
+            assert curl(f"{s.http}{path}")[0] == 200, path
         # a NUL in a header field: libmicrohttpd 0.9.75 ends the field's value there (later versions
         # refuse it); what comes after the NUL never completes a key (docs/SERVER.md, limits)
         r = raw(s.port, b"GET /status.json HTTP/1.1\r\nHost: x\r\nAuthorization: Api-Key abc12\x003\r\n\r\n")
@@ -216,6 +222,23 @@ def test_slow_http_head_and_ws_frame_dropped(srv):
             w.setblocking(True)
     assert gone and time.time() - t0 < 8
     w.close()
+
+
+def test_idle_http_keep_alive_closed_after_recv_timeout(srv):
+    """an HTTP keep-alive connection idle after its reply: closed after --recv-timeout-s (3 here),
+    as `serve --help` and docs/SERVER.md say (--idle-timeout-s, 4 here, is the websockets')"""
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.settimeout(10)
+    assert s.recv(4096).startswith(b"HTTP/1.1 200")
+    t0 = time.time()
+    try:
+        d = s.recv(4096)
+    except ConnectionResetError:
+        d = b""
+    dt = time.time() - t0
+    s.close()
+    assert d == b"" and 2 < dt < 8, (d, dt)
 
 
 def test_idle_websocket_closed_with_1001(srv):
