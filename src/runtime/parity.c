@@ -314,8 +314,20 @@ void ma_parity_print(const ma_parity_report *rep, FILE *f, int json) {
                 : r->pass          ? "ok"
                                    : "FAIL");
     }
-    fprintf(f, "end-to-end action cosine %.9f (gate %.4g%s): %s\n", rep->action_cosine, rep->gate,
-            rep->end_to_end_only ? ", reduced precision: end to end only" : "", rep->pass ? "PASS" : "FAIL");
+    /* a FAIL names what failed: the actions, or the session rows below the gate */
+    size_t failed = 0, first = 0;
+    for (size_t i = rep->n; i-- > 0;)
+        if (row_gated(rep, &rep->rows[i]) && !rep->rows[i].pass) failed++, first = i;
+    char why[200] = "";
+    if (!rep->pass && failed && !(rep->action_cosine >= rep->gate))
+        snprintf(why, sizeof why, ": the actions, and %zu session row%s below the gate (first: %s %s %.9f)", failed, failed == 1 ? "" : "s",
+                 rep->rows[first].session, rep->rows[first].tensor, rep->rows[first].c.cosine);
+    else if (!rep->pass && failed)
+        snprintf(why, sizeof why, ": %zu session row%s below the gate, the actions within it (first: %s %s %.9f)", failed,
+                 failed == 1 ? "" : "s", rep->rows[first].session, rep->rows[first].tensor, rep->rows[first].c.cosine);
+    else if (!rep->pass) snprintf(why, sizeof why, ": the actions below the gate");
+    fprintf(f, "end-to-end action cosine %.9f (gate %.4g%s): %s%s\n", rep->action_cosine, rep->gate,
+            rep->end_to_end_only ? ", reduced precision: end to end only" : "", rep->pass ? "PASS" : "FAIL", why);
 }
 
 void ma_parity_free(ma_parity_report *rep) {

@@ -335,3 +335,22 @@ def test_compute_auto_follows_the_cpu(tmp_path):
     if "bf16" in want and " avx2 " in open("/proc/cpuinfo").read():
         rc, out, err = run("run", "--model", d, "--golden", GOLDEN, env={"MOLMOACT_KERNELS": "avx2"})
         assert "(bf16 on fp32: kernel set avx2 has no bf16 unit, computed in fp32)" in out, out + err
+
+
+def test_parity_fail_line_names_what_failed(tmp_path):
+    """a FAIL names the session rows below the gate when the actions are within it (bf16 weights
+    from the f16 demo lose vision's last digits), and the actions when they are not"""
+    d = str(tmp_path / "ctx")
+    rc, _, err = run("compile", MODEL, "-o", d, "--vision", "bf16", "--quiet")
+    assert rc == 0, err
+    rc, out, err = run("parity", "--model", d, "--golden", GOLDEN)
+    last = out.strip().splitlines()[-1]
+    m = re.match(r"end-to-end action cosine ([0-9.]+) \(gate 0.9999\): FAIL: (\d+) session rows? below the gate, the actions within it "
+                 r"\(first: (\w+) (\w+) ([0-9.]+)\)$", last)
+    assert rc == 2 and m, out + err
+    assert float(m.group(1)) >= 0.9999 and float(m.group(5)) < 0.9999 and m.group(3) == "vision", last
+    rc, out, err = run("parity", "--model", d, "--golden", GOLDEN, "--gate", "0.9999999999")
+    last = out.strip().splitlines()[-1]
+    assert rc == 2 and re.search(r": FAIL: the actions, and \d+ session rows? below the gate \(first: ", last), last
+    rc, out, err = run("parity", "--model", MODEL, "--golden", GOLDEN)
+    assert rc == 0 and out.strip().splitlines()[-1].endswith(": PASS"), out
