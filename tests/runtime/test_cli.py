@@ -354,3 +354,18 @@ def test_parity_fail_line_names_what_failed(tmp_path):
     assert rc == 2 and re.search(r": FAIL: the actions, and \d+ session rows? below the gate \(first: ", last), last
     rc, out, err = run("parity", "--model", MODEL, "--golden", GOLDEN)
     assert rc == 0 and out.strip().splitlines()[-1].endswith(": PASS"), out
+
+
+def test_bench_action_step_on_the_goldens_ten_steps(tmp_path):
+    """bench --session action_step takes a golden's action_step_io.npz (x [10, 10, 32], t [10]):
+    the first step, said so; an x of another rank is still refused naming its shape"""
+    rc, out, err = run("bench", "--model", MODEL, "--session", "action_step", "--inputs", os.path.join(GOLDEN, "action_step_io.npz"),
+                       "--runs", "2", "--json")
+    assert rc == 0 and "holds 10 steps of action_step: timing the first" in err, err
+    assert json.loads(out.strip().splitlines()[-1])["session"] == "action_step", out
+    z = dict(np.load(os.path.join(GOLDEN, "action_step_io.npz")))
+    z["x"] = z["x"][None]  # [1, 10, 10, 32]
+    bad = str(tmp_path / "bad.npz")
+    np.savez(bad, **z)
+    rc, out, err = run("bench", "--model", MODEL, "--session", "action_step", "--inputs", bad, "--runs", "1")
+    assert rc != 0 and "action_step input x: shape [1, 10, 10, 32]" in err, err
