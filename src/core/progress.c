@@ -12,6 +12,7 @@
 static int g_quiet;
 
 void ma_progress_set_quiet(int quiet) { g_quiet = quiet; }
+int ma_progress_quiet(void) { return g_quiet; }
 
 static void fmt_bytes(char *out, size_t cap, uint64_t b) {
     if (b >= (1ull << 30)) snprintf(out, cap, "%.2f GiB", (double)b / (1ull << 30));

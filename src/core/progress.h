@@ -19,6 +19,7 @@ typedef struct ma_progress {
 } ma_progress;
 
 void ma_progress_set_quiet(int quiet);
+int ma_progress_quiet(void); /* what ma_progress_set_quiet set: other reports follow it */
 /* total_bytes and total_items: either may be 0 (not counted); item_unit names the items ("tensors") */
 void ma_progress_begin(ma_progress *p, const char *what, uint64_t total_bytes, uint64_t total_items, const char *item_unit);
 void ma_progress_add(ma_progress *p, uint64_t bytes, uint64_t items);

@@ -553,16 +553,30 @@ static ma_status check_patterns(const ma_model *m, const ma_compile_opts *o, con
     for (int k = 0; k < o->n_keep + o->n_compute_keep; k++) {
         const int is_keep = k < o->n_keep;
         const char *pat = is_keep ? o->keep_pattern[k] : o->compute_keep[k - o->n_keep];
+        const char *tags[3] = {o->vision, o->llm, o->action};
+        ma_dtype kt = MA_DT_F16;
+        if (is_keep) parse_precision(o->keep_prec[k], &kt);
         int hit = 0;
-        for (size_t i = 0; i < m->ws.count && !hit; i++) {
+        size_t raised = 0; /* --keep: the matrices it stores more precisely than their component's tag */
+        const char *first = NULL;
+        for (size_t i = 0; i < m->ws.count && (!hit || is_keep); i++) {
             const ma_wref *r = &m->ws.refs[i];
             if (r->ndim != 2 || fnmatch(pat, r->name, 0)) continue;
-            for (int slot = 0; slot < 8 && !hit; slot++) {
+            for (int slot = 0; slot < 8; slot++) {
                 if (!slot_takes(m, slot, r)) continue;
                 const int comp = ma_context_group(slot);
-                hit = is_keep || (slot != 1 && o->compute[comp] && !strcmp(o->compute[comp], "bf16"));
+                ma_dtype base = MA_DT_F16;
+                if (is_keep && parse_precision(tags[comp], &base) && precision_rank(kt) > precision_rank(base) && !raised++)
+                    first = r->name;
+                hit |= is_keep || (slot != 1 && o->compute[comp] && !strcmp(o->compute[comp], "bf16"));
+                break;
             }
         }
+        /* each override reported, as llama.cpp's quantize does (and what it leaves as it was) */
+        if (hit && is_keep && !ma_progress_quiet())
+            fprintf(stderr, "molmoact compile: --keep %s=%s: %zu matri%s stored in %s%s%s%s\n", pat, o->keep_prec[k], raised,
+                    raised == 1 ? "x" : "ces", o->keep_prec[k], first ? " (first: " : " (the pattern's matrices are that precise already)",
+                    first ? first : "", first ? ")" : "");
         if (hit) continue;
         if (is_keep)
             return ma_fail(err, MA_ERR_ARG, "--keep %s=%s: the pattern matches no matrix of %s (`molmoact inspect %s` lists their names)",

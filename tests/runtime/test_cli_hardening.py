@@ -7,6 +7,7 @@ or hex, a suffix that is a path, a --keep pattern that matches nothing). Runs th
 """
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -332,3 +333,10 @@ def test_keep_patterns_must_match(tmp_path):
     rc, _, err = run("compile", MODEL, "-o", out, "--llm", "q4_0", "--keep", "*ff_out*=q8_0", "--compute", "vision=bf16",
                      "--compute-keep", "*scout*", "--quiet")
     assert rc == 0, err
+    assert "--keep" not in err, err  # --quiet: no report
+    # each override reported, and a pattern that changes nothing said so
+    rc, _, err = run("compile", MODEL, "-o", str(tmp_path / "c2"), "--llm", "q4_0", "--keep", "*ff_out*=q8_0", "--keep", "*attn_out*=f16")
+    assert rc == 0, err
+    assert re.search(r"--keep \*ff_out\*=q8_0: [1-9]\d* matri(x|ces) stored in q8_0 \(first: model\.transformer\.blocks\.\d+\.mlp\.ff_out\.weight\)", err), err
+    rc, _, err = run("compile", MODEL, "-o", str(tmp_path / "c3"), "--keep", "*ff_out*=q8_0")
+    assert rc == 0 and "--keep *ff_out*=q8_0: 0 matrices stored in q8_0 (the pattern's matrices are that precise already)" in err, err
