@@ -3,6 +3,7 @@
 #include "model/checkpoint.h"
 #include "io/jsonline.h"
 
+#include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -351,6 +352,31 @@ static ma_status apply_compute(ma_model *m, ma_error *err) {
     return MA_OK;
 }
 
+/* a context file that is not there, where the directory holds variants of it with a suffix
+ * (compile --suffix for every component): the error names one and the variable that picks it */
+static ma_status missing_context_hint(const ma_model *m, int slot, const char *name, ma_status s, ma_error *err) {
+    static const char *vars[8] = {
+        "MOLMOACT_VISION_CTX_SUFFIX", NULL, "MOLMOACT_LLM_CTX_SUFFIX",   "MOLMOACT_LLM_CTX_SUFFIX", "MOLMOACT_LLM_CTX_SUFFIX",
+        "MOLMOACT_LLM_CTX_SUFFIX",    NULL, "MOLMOACT_ACTION_CTX_SUFFIX"};
+    if (!vars[slot]) return s;
+    DIR *d = opendir(m->dir);
+    if (!d) return s;
+    const char *base = MA_CONTEXT_NAMES[slot];
+    const size_t bl = strlen(base);
+    char found[128] = "";
+    for (struct dirent *e; (e = readdir(d)) && !found[0];) {
+        const size_t n = strlen(e->d_name);
+        /* BASE + S + ".gguf" with S a suffix (llm_split0 must not take llm_split00's files) */
+        if (n > bl + 5 && !strncmp(e->d_name, base, bl) && !strcmp(e->d_name + n - 5, ".gguf") &&
+            !(e->d_name[bl] >= '0' && e->d_name[bl] <= '9') && n - bl - 5 < sizeof found)
+            snprintf(found, sizeof found, "%.*s", (int)(n - bl - 5), e->d_name + bl);
+    }
+    closedir(d);
+    if (!found[0]) return s;
+    return ma_fail(err, MA_ERR_IO, "%s/%s: not there; the directory holds %s%s.gguf: pick it with %s=%s", m->dir, name, base, found,
+                   vars[slot], found);
+}
+
 static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *err) {
     char name[160], label[64], comp[64], prec[16];
     ma_model_context_name(m, slot, name, sizeof name);
@@ -358,6 +384,7 @@ static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *er
     if (!path) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
     ma_gguf *g = &m->ctx[slot];
     ma_status s = ma_gguf_open(g, path, err);
+    if (s && !ma_is_file(path)) s = missing_context_hint(m, slot, name, s, err);
     free(path);
     if (s) return s;
     snprintf(label, sizeof label, "%s", name);

@@ -369,3 +369,20 @@ def test_bench_action_step_on_the_goldens_ten_steps(tmp_path):
     np.savez(bad, **z)
     rc, out, err = run("bench", "--model", MODEL, "--session", "action_step", "--inputs", bad, "--runs", "1")
     assert rc != 0 and "action_step input x: shape [1, 10, 10, 32]" in err, err
+
+
+def test_suffix_only_directory_names_the_variable(tmp_path):
+    """a directory compiled with --suffix for every component, opened without the suffix: the
+    error names the file there and the variable that picks it; with it, the run passes"""
+    d = str(tmp_path / "ctx")
+    rc, _, err = run("compile", MODEL, "-o", d, "--vision", "f16", "--llm", "f16", "--action", "f16", "--suffix", "_s", "--quiet")
+    assert rc == 0, err
+    rc, out, err = run("run", "--model", d, "--golden", GOLDEN)
+    assert rc != 0 and "vision.gguf: not there; the directory holds vision_s.gguf: pick it with MOLMOACT_VISION_CTX_SUFFIX=_s" in err, err
+    assert str(tmp_path) in err or "/ctx/" in err, err
+    env = {"MOLMOACT_VISION_CTX_SUFFIX": "_s", "MOLMOACT_LLM_CTX_SUFFIX": "_s", "MOLMOACT_ACTION_CTX_SUFFIX": "_s"}
+    rc, out, err = run("run", "--model", d, "--golden", GOLDEN, env=env)
+    assert rc == 0 and "PASS" in out, out + err
+    os.remove(os.path.join(d, "vision_s.gguf"))  # no variant there: the plain error
+    rc, out, err = run("run", "--model", d, "--golden", GOLDEN)
+    assert rc != 0 and "vision.gguf" in err and "pick it with" not in err, err
