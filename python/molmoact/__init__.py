@@ -564,16 +564,38 @@ class LeRobotPolicy:
     CHW frames in [0, 1] with a batch dimension of 1, numpy or torch on the CPU) or any
     observation `Policy.infer` takes. The actions are numpy float32."""
 
-    def __init__(self, policy, n_action_steps=None):
+    def __init__(self, policy, n_action_steps=None, **options):
+        """`policy`: a `Policy`, or a model directory (a str or path) opened as `Policy(policy,
+        **options)`, closed by `close()`"""
+        self._owned = None
+        if isinstance(policy, (str, os.PathLike)):
+            policy = self._owned = Policy(policy, **options)
+        elif options:
+            raise TypeError(f"LeRobotPolicy: options {', '.join(sorted(options))} are for a model directory, not an open Policy")
+        elif not hasattr(policy, "infer") or not hasattr(policy, "info"):
+            raise TypeError(f"LeRobotPolicy: expected a molmoact.Policy or a model directory, got {type(policy).__name__}")
         self.policy = policy
         n = policy.info["n_steps"] if n_action_steps is None else n_action_steps
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= policy.info["n_steps"]:
+            self.close()
             raise _err(f"n_action_steps: expected an integer in [1, {policy.info['n_steps']}], got {n_action_steps!r}")
         self.n_action_steps = n
         self._queue = []
 
     def reset(self):
         self._queue = []
+
+    def close(self):
+        """closes the Policy it opened from a directory (one given to it stays open)"""
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def predict_action_chunk(self, batch):
         return self.policy.infer(batch)["actions"][None]

@@ -346,6 +346,24 @@ def test_lerobot_adapter_in_an_eval_loop():
             molmoact.LeRobotPolicy(p, n_action_steps=11)
 
 
+def test_lerobot_adapter_opens_a_directory():
+    """LeRobotPolicy("dir") opens the Policy itself (options passed on) and closes it; anything
+    else that is not a Policy is refused by name"""
+    with molmoact.LeRobotPolicy(model("tiny-grid"), n_action_steps=2, inproc=True) as pol:
+        a = pol.select_action(lerobot_batch(0))
+        assert a.shape == (1, 7) and np.all(np.isfinite(a))
+        assert len(pol._queue) == 1
+        inner = pol.policy
+    with pytest.raises(molmoact.MolmoActError):
+        inner.infer(lerobot_batch(0))  # closed with the adapter
+    with pytest.raises(TypeError, match="expected a molmoact.Policy or a model directory, got int"):
+        molmoact.LeRobotPolicy(42)
+    with pytest.raises(TypeError, match="unknown option"):
+        molmoact.LeRobotPolicy(model("tiny-grid"), no_such_option=1)
+    with pytest.raises(molmoact.MolmoActError):
+        molmoact.LeRobotPolicy(model("tiny-grid"), n_action_steps=0, inproc=True)
+
+
 def test_openpi_chunk_broker_in_a_loop():
     with molmoact.Policy(model("tiny-grid"), inproc=True) as p:
         calls = []
