@@ -191,6 +191,7 @@ def s_bytes(name):
         raise MolmoActError("MOLMOACT_ERR_ARG", f"setting: expected a name, got {type(name).__name__}")
     return name.encode()
 version = _lib.molmoact_version().decode()
+__version__ = version  # the library's: the binding is the library's own, released with it
 
 
 def _raise(rc, err):

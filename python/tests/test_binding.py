@@ -6,10 +6,12 @@ both tiny variants, openpi's and MolmoAct2's keys, clear exceptions on bad input
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 
+import re
 import numpy as np
 import pytest
 
@@ -344,6 +346,14 @@ def test_lerobot_adapter_in_an_eval_loop():
         assert np.array_equal(np.stack(seq), first[:4])
         with pytest.raises(molmoact.MolmoActError):
             molmoact.LeRobotPolicy(p, n_action_steps=11)
+
+
+def test_version():
+    assert molmoact.__version__ == molmoact.version and re.fullmatch(r"\d+\.\d+\.\d+", molmoact.__version__)
+    out = subprocess.run([os.environ.get("MOLMOACT", "build/molmoact"), "version"], capture_output=True, text=True).stdout
+    assert out.startswith(f"molmoact {molmoact.__version__} "), out
+    changelog = open(os.path.join(os.path.dirname(__file__), "..", "..", "CHANGELOG.md")).read()
+    assert f"## {molmoact.__version__} " in changelog  # the version has its section
 
 
 def test_lerobot_adapter_opens_a_directory():
