@@ -492,6 +492,16 @@ int ma_serve(const ma_serve_opts *o) {
     ma_json_write_string(stderr, srv.model_name, strlen(srv.model_name));
     fprintf(stderr, ", \"variant\": \"%s\", \"mode\": \"%s\"}\n", srv.info.variant, srv.info.inproc ? "inproc" : "resident");
     fflush(stderr);
+    { /* and for a person at the terminal: where to point a client (the log above is for machines) */
+        const int v6 = strchr(o->host, ':') != NULL;
+        char hp[300];
+        snprintf(hp, sizeof hp, "%s%s%s:%d", v6 ? "[" : "", o->host, v6 ? "]" : "", srv.bound_port);
+        printf("molmoact serve: %s (%s, %s) on http://%s/ (status page; POST /act) and ws://%s (openpi's websocket)", srv.model_name,
+               srv.info.variant, srv.info.inproc ? "inproc" : "resident", hp, hp);
+        if (srv.grpc_fd >= 0) printf(", LeRobot's gRPC on port %d", srv.grpc_port);
+        printf("; Ctrl-C stops\n");
+        fflush(stdout);
+    }
     if (o->on_listening) o->on_listening(srv.bound_port, o->arg);
     if (o->on_grpc_listening && srv.grpc_fd >= 0) o->on_grpc_listening(srv.grpc_port, o->arg);
 

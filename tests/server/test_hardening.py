@@ -477,11 +477,16 @@ def first_json_line(p):
 
 
 def test_port_zero_logs_the_bound_port():
-    p = subprocess.Popen([BIN, "serve", "--model", model("tiny-grid"), "--port", "0"], stderr=subprocess.PIPE)
+    p = subprocess.Popen([BIN, "serve", "--model", model("tiny-grid"), "--port", "0"], stderr=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         line = first_json_line(p)
         assert line["event"] == "listening" and line["port"] > 0
         assert curl(f"http://127.0.0.1:{line['port']}/healthz") == (200, "OK")
+        # and a line for a person on stdout, with the URLs to give a client
+        human = p.stdout.readline().decode()
+        port = line["port"]
+        assert human.startswith("molmoact serve: tiny-grid (grid, resident) on ") and f"http://127.0.0.1:{port}/" in human, human
+        assert f"ws://127.0.0.1:{port} " in human and "Ctrl-C stops" in human, human
     finally:
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=60) == 0
