@@ -56,7 +56,7 @@ const cli_opt OPTS[O_COUNT] = {
                     "qnn: the HTP architecture sent as a device config (none unless given; 73 on the IQ-9075)"},
     [O_PRELOAD] = {"--preload", NULL, NULL, CLI_FLAG, 0, 0,
                    "read every context in at open and run one warm-up request, so the first real request runs warm"},
-    [O_VISION] = {"--vision", NULL, "P", CLI_STR, 0, 0, "the vision encoder's precision: f16 (default), bf16, q8_0, q4_0"},
+    [O_VISION] = {"--vision", NULL, "P", CLI_STR, 0, 0, "the vision encoder's precision: f16 (default), bf16 (lossy from an f16 or fp32 checkpoint: gated end to end at 0.999 then), q8_0, q4_0"},
     [O_LLM] = {"--llm", NULL, "P", CLI_STR, 0, 0, "the LLM's precision (the four splits)"},
     [O_ACTION] = {"--action", NULL, "P", CLI_STR, 0, 0, "the action expert's precision (action_context and action_step)"},
     [O_SUFFIX] =

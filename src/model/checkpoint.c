@@ -414,6 +414,7 @@ static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *er
     }
     int which = ma_context_group(slot);
     if (slot != 1) snprintf(m->precision[which], sizeof m->precision[which], "%s", prec);
+    if (slot != 1) ma_gguf_get_str(g, "molmoact.source_dtype", m->source_dtype[which], sizeof m->source_dtype[which], NULL);
     if ((s = context_compute(g, label, &m->ctx_compute[slot], err))) return s;
     if (slot != 1) snprintf(m->compute[which], sizeof m->compute[which], "%s", m->ctx_compute[slot] == MA_COMPUTE_BF16 ? "bf16" : "fp32");
     if ((s = check_fingerprint(sc, g, label, err))) return s;
@@ -530,6 +531,7 @@ ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned par
             if (path && ma_gguf_open(&g, path, NULL) == MA_OK) {
                 if (slot != 1 && (!m->precision[which][0] || slot == 7)) { /* action: action_step's, the bulk of its weights */
                     ma_gguf_get_str(&g, "molmoact.precision", m->precision[which], sizeof m->precision[which], NULL);
+                    ma_gguf_get_str(&g, "molmoact.source_dtype", m->source_dtype[which], sizeof m->source_dtype[which], NULL);
                     ma_compute cp;
                     if (context_compute(&g, name, &cp, NULL) == MA_OK)
                         snprintf(m->compute[which], sizeof m->compute[which], "%s", cp == MA_COMPUTE_BF16 ? "bf16" : "fp32");

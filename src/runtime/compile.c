@@ -259,6 +259,16 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
     if (!s) s = ma_gguf_set_i64(w, "molmoact.format", MA_CONTEXT_FORMAT, err);
     if (!s) s = ma_gguf_set_str(w, "molmoact.component", ma_context_component(slot), err);
     if (!s) s = ma_gguf_set_str(w, "molmoact.precision", prec, err);
+    if (!s && slot != 1) { /* what its matrices were in the checkpoint: bf16 contexts of f16 or f32 weights are rounded */
+        int f32 = 0, f16 = 0, other = 0;
+        for (size_t i = 0; i < m->ws.count; i++) {
+            const ma_wref *r = &m->ws.refs[i];
+            if (r->ndim != 2 || !slot_takes(m, slot, r)) continue;
+            f32 |= r->dtype == MA_DT_F32, f16 |= r->dtype == MA_DT_F16,
+                other |= r->dtype != MA_DT_BF16 && r->dtype != MA_DT_F32 && r->dtype != MA_DT_F16;
+        }
+        s = ma_gguf_set_str(w, "molmoact.source_dtype", f32 ? "f32" : f16 ? "f16" : other ? "other" : "bf16", err);
+    }
     if (!s) s = ma_gguf_set_str(w, "molmoact.config_json", config_json, err);
     if (!s) s = ma_gguf_set_str(w, "molmoact.source_fingerprint", fingerprint, err);
     if (!s) s = ma_gguf_set_str(w, "molmoact.compile_id", compile_id, err);

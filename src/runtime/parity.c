@@ -97,6 +97,14 @@ double ma_parity_default_gate(const ma_model *m, int *end_to_end_only) {
             *end_to_end_only = 1;
         }
     }
+    /* bf16 weights rounded from an f16 or fp32 checkpoint (compile --vision bf16 of the f16 demo):
+     * lossy like the bf16 compute plan, gated end to end at 0.999; from a bf16 checkpoint (the
+     * release's) they are its own weights and keep 0.9999 on every row */
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(m->precision[i], "bf16") && (!strcmp(m->source_dtype[i], "f16") || !strcmp(m->source_dtype[i], "f32")) && g > 0.999) {
+            g = 0.999;
+            *end_to_end_only = 1;
+        }
     /* the bf16 compute plan, where this CPU runs it: gated end to end at 0.999, as q8_0 */
     int bf16 = 0;
     for (int i = 0; i < 3; i++) bf16 |= !strcmp(m->compute[i], "bf16");
@@ -317,7 +325,9 @@ void ma_parity_print(const ma_parity_report *rep, FILE *f, int json) {
     /* a FAIL names what failed: the actions, or the session rows below the gate */
     size_t failed = 0, first = 0;
     for (size_t i = rep->n; i-- > 0;)
-        if (row_gated(rep, &rep->rows[i]) && !rep->rows[i].pass) failed++, first = i;
+        if (row_gated(rep, &rep->rows[i]) && !rep->rows[i].pass &&
+            !(!strcmp(rep->rows[i].session, "end_to_end") && !strcmp(rep->rows[i].tensor, "actions"))) /* that one: "the actions" */
+            failed++, first = i;
     char why[200] = "";
     if (!rep->pass && failed && !(rep->action_cosine >= rep->gate))
         snprintf(why, sizeof why, ": the actions, and %zu session row%s below the gate (first: %s %s %.9f)", failed, failed == 1 ? "" : "s",

@@ -146,6 +146,42 @@ static void test_upstream_obs1(void **state) {
 }
 
 /* ---- bad inputs are refused with the tensor named, never crash */
+/* the FAIL line names what failed: rows below the gate with the actions within it, the actions
+ * alone, or both (a report built by hand: no model can be made to fail each way on demand) */
+static void print_line(const ma_parity_report *rep, char *out, size_t cap) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    ma_parity_print(rep, f, 0);
+    fclose(f);
+    const char *last = buf, *p;
+    while ((p = strstr(last, "\nend-to-end"))) last = p + 1;
+    snprintf(out, cap, "%s", last);
+    free(buf);
+}
+
+static void test_fail_line(void **state) {
+    (void)state;
+    ma_parity_row rows[3] = {{"vision", "image_features", {.cosine = 0.9991}, 0, 0},
+                             {"end_to_end", "trajectory", {.cosine = 0.99995}, 1, 0},
+                             {"end_to_end", "actions", {.cosine = 0.99999}, 1, 0}};
+    ma_parity_report rep = {rows, 3, 3, 0.9999, 0.99999, 0, 0};
+    char line[400];
+    print_line(&rep, line, sizeof line);
+    assert_non_null(strstr(
+        line, "(gate 0.9999): FAIL: 1 session row below the gate, the actions within it (first: vision image_features 0.999100000)"));
+    rows[2].pass = 0, rows[2].c.cosine = 0.99, rep.action_cosine = 0.99;
+    print_line(&rep, line, sizeof line);
+    assert_non_null(strstr(line, ": FAIL: the actions, and 1 session row below the gate (first: vision image_features"));
+    rows[0].pass = 1, rows[0].c.cosine = 0.99995;
+    print_line(&rep, line, sizeof line);
+    assert_non_null(strstr(line, ": FAIL: the actions below the gate\n"));
+    rows[2].pass = 1, rows[2].c.cosine = 0.99999, rep.action_cosine = 0.99999, rep.pass = 1;
+    print_line(&rep, line, sizeof line);
+    assert_non_null(strstr(line, "): PASS\n"));
+}
+
 static void test_bad_inputs_refused(void **state) {
     (void)state;
     ma_model m;
@@ -199,7 +235,7 @@ static void test_bad_inputs_refused(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_committed_goldens), cmocka_unit_test(test_generated_goldens),  cmocka_unit_test(test_upstream_obs0),
-        cmocka_unit_test(test_upstream_obs1),     cmocka_unit_test(test_bad_inputs_refused),
+        cmocka_unit_test(test_upstream_obs1),     cmocka_unit_test(test_bad_inputs_refused), cmocka_unit_test(test_fail_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
