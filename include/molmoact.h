@@ -10,7 +10,7 @@
  *
  *     molmoact_options opt;
  *     molmoact_options_init(&opt);
- *     opt.model_dir = "/data/molmoact2-libero";        // a checkpoint or `molmoact compile` output
+ *     opt.model_dir = "/data/molmoact2-libero";        // a checkpoint, a LeRobot policy, or `molmoact compile` output
  *     molmoact *policy = NULL;
  *     molmoact_error err;
  *     if (molmoact_open(&opt, &policy, &err) != MOLMOACT_OK) { fprintf(stderr, "%s\n", err.message); return 1; }
@@ -110,9 +110,12 @@ MOLMOACT_API const char *molmoact_status_name(molmoact_status s);
 /* ------------------------------------------------------------------------------------ open */
 
 typedef struct molmoact_options {
-    uint32_t struct_size;  /* sizeof(molmoact_options), set by molmoact_options_init */
-    const char *model_dir; /* required */
-    const char *backend;   /* "cpu" or "qnn" (NULL = MOLMOACT_BACKEND, else "cpu") */
+    uint32_t struct_size; /* sizeof(molmoact_options), set by molmoact_options_init */
+    /* required: a Hugging Face MolmoAct2 checkpoint, a LeRobot policy directory (its
+     * pretrained_model; the MolmoAct2 base it names is found through base_dir below), or the
+     * context directory `molmoact compile` writes */
+    const char *model_dir;
+    const char *backend; /* "cpu" or "qnn" (NULL = MOLMOACT_BACKEND, else "cpu") */
     /* Every option left NULL or 0 takes the value of its environment variable (`molmoact help
      * env`) unless ignore_env, else its default. The environment is read once, at open; nothing
      * is ever written to it: each engine keeps its own settings, which its workers receive in

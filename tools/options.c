@@ -56,7 +56,9 @@ const cli_opt OPTS[O_COUNT] = {
                     "qnn: the HTP architecture sent as a device config (none unless given; 73 on the IQ-9075)"},
     [O_PRELOAD] = {"--preload", NULL, NULL, CLI_FLAG, 0, 0,
                    "read every context in at open and run one warm-up request, so the first real request runs warm"},
-    [O_VISION] = {"--vision", NULL, "P", CLI_STR, 0, 0, "the vision encoder's precision: f16 (default), bf16 (lossy from an f16 or fp32 checkpoint: gated end to end at 0.999 then), q8_0, q4_0"},
+    [O_VISION] =
+        {"--vision", NULL, "P", CLI_STR, 0, 0,
+         "the vision encoder's precision: f16 (default), bf16 (lossy from an f16 or fp32 checkpoint: gated end to end at 0.999 then), q8_0, q4_0"},
     [O_LLM] = {"--llm", NULL, "P", CLI_STR, 0, 0, "the LLM's precision (the four splits)"},
     [O_ACTION] = {"--action", NULL, "P", CLI_STR, 0, 0, "the action expert's precision (action_context and action_step)"},
     [O_SUFFIX] =
@@ -91,8 +93,9 @@ const cli_opt OPTS[O_COUNT] = {
     [O_MAX_CLIENTS] = {"--max-clients", NULL, "N", CLI_INT, 1, 100000, "connections at once (default 512; /healthz is answered beyond it)"},
     [O_RECV_TIMEOUT] = {"--recv-timeout-s", NULL, "S", CLI_INT, 1, 3600,
                         "the deadline for one whole request or message to arrive (default 30)"},
-    [O_IDLE_TIMEOUT] = {"--idle-timeout-s", NULL, "S", CLI_INT, 0, 86400,
-                        "close a websocket or gRPC connection idle between requests this long (default 300; 0: never); an idle HTTP keep-alive connection closes after --recv-timeout-s"},
+    [O_IDLE_TIMEOUT] =
+        {"--idle-timeout-s", NULL, "S", CLI_INT, 0, 86400,
+         "close a websocket or gRPC connection idle between requests this long (default 300; 0: never); an idle HTTP keep-alive connection closes after --recv-timeout-s"},
     [O_FLIP180] = {"--flip180", NULL, NULL, CLI_FLAG, 0, 0, "rotate every camera frame by 180 degrees (LIBERO's renders are upside down)"},
     [O_TOKENIZER] = {"--tokenizer", NULL, "FILE", CLI_STR, 0, 0, "a tokenizer.json"},
     [O_DECODE] = {"--decode", NULL, NULL, CLI_FLAG, 0, 0, "read id arrays and print the decoded strings"},
