@@ -8,6 +8,9 @@
 #     share/molmoact/         the demo model and golden, README-device.md
 # Only glibc is taken from the device; every symbol must exist in glibc 2.35 (checked).
 #   scripts/build_device.sh [--tests]   (--tests: also run the demo and the kernel tests under qemu)
+# It needs the network and root (or sudo) the first time: it installs the cross compiler and
+# qemu-user with apt and downloads Debian's arm64 packages of the libraries into
+# out/sysroot-aarch64 (apt-get download); later runs reuse them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The Debian 12 packages molmoact needs to build and run (scripts/setup.sh): a C compiler and
-# CMake, and the libraries it links. The test tools come with scripts/install_test_deps.sh,
+# CMake, and the libraries it links, by the names Debian and Ubuntu share (libjpeg-dev, not
+# Debian's libjpeg62-turbo-dev or Ubuntu's libjpeg-turbo8-dev). The test tools come with scripts/install_test_deps.sh,
 # which scripts/test.sh runs itself.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libcjson-dev zlib1g-dev libpng-dev libjpeg62-turbo-dev libutf8proc-dev
+pkgs=(build-essential cmake pkg-config libcjson-dev zlib1g-dev libpng-dev libjpeg-dev libutf8proc-dev
       libmsgpack-dev libssl-dev libmicrohttpd-dev libwslay-dev libnghttp2-dev python3-numpy)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p"); done
