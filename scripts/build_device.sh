@@ -8,9 +8,10 @@
 #     share/molmoact/         the demo model and golden, README-device.md
 # Only glibc is taken from the device; every symbol must exist in glibc 2.35 (checked).
 #   scripts/build_device.sh [--tests]   (--tests: also run the demo and the kernel tests under qemu)
-# It needs the network and root (or sudo) the first time: it installs the cross compiler and
-# qemu-user with apt and downloads Debian's arm64 packages of the libraries into
-# out/sysroot-aarch64 (apt-get download); later runs reuse them.
+# It needs the network and root the first time: it adds the arm64 architecture to dpkg
+# (dpkg --add-architecture, apt-get update) and downloads Debian's arm64 packages of the
+# libraries into out/sysroot-aarch64 (apt-get download); later runs reuse them. The cross
+# compiler and qemu-user come from scripts/install_test_deps.sh.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -27,7 +28,7 @@ pkgs=(libcjson1 libcjson-dev zlib1g zlib1g-dev libpng16-16 libpng-dev libjpeg62-
 # 1. the arm64 libraries, unpacked into a sysroot (no arm64 package is installed on the host)
 # (unpacked again when the list of packages changes: .complete holds the list it was made from)
 if [ "$(cat "$sysroot/.complete" 2> /dev/null)" != "${pkgs[*]}" ]; then
-  command -v aarch64-linux-gnu-gcc > /dev/null || { echo "build_device.sh: gcc-aarch64-linux-gnu is missing (scripts/install_deps.sh)"; exit 1; }
+  command -v aarch64-linux-gnu-gcc > /dev/null || { echo "build_device.sh: gcc-aarch64-linux-gnu is missing (scripts/install_test_deps.sh)"; exit 1; }
   dpkg --print-foreign-architectures | grep -qx arm64 || { dpkg --add-architecture arm64; apt-get update -qq; }
   apt-cache show libcjson1:arm64 > /dev/null 2>&1 || apt-get update -qq
   debs=$(mktemp -d)
