@@ -22,18 +22,24 @@ done
 mkdir -p "$root/build"
 log=$root/build/build.log
 cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release > "$log" 2>&1 || { tail -30 "$log" >&2; exit 1; }
-# cmake's own "[ NN%]" lines, shown as one progress line
-start=$(date +%s)
+# cmake's own "[ NN%]" lines, shown as one progress line, as they come (a bash loop: mawk, the
+# awk of Debian and Ubuntu, reads a pipe in large blocks and showed the progress in bursts)
+progress() {
+  local last=-1 line p tty=0
+  [ -t 2 ] && tty=1
+  while IFS= read -r line; do
+    [[ $line =~ ^\[\ *([0-9]+)%\] ]] || continue
+    p=${BASH_REMATCH[1]}
+    [ "$quiet" = 1 ] && continue
+    if [ $tty = 1 ]; then printf '\r\033[Kbuilding molmoact: %3d%%, %d s' "$p" $((SECONDS - start)) >&2
+    elif [ $((p / 10)) -gt $last ]; then last=$((p / 10)); printf 'building molmoact: %d%%, %d s\n' "$p" $((SECONDS - start)) >&2; fi
+  done
+  if [ "$quiet" != 1 ] && [ $tty = 1 ]; then printf '\n' >&2; fi
+  return 0
+}
+start=$SECONDS
 set +e
-cmake --build "$root/build" -j"$(nproc)" 2>&1 | tee -a "$log" | awk -v quiet=$quiet -v tty=$([ -t 2 ] && echo 1 || echo 0) -v t0="$start" '
-  match($0, /^\[ *[0-9]+%\]/) {
-    p = substr($0, RSTART + 1, RLENGTH - 3) + 0
-    if (quiet) next
-    el = systime() - t0
-    if (tty) printf "\r\033[Kbuilding molmoact: %3d%%, %d s", p, el > "/dev/stderr"
-    else if (int(p / 10) > last) { last = int(p / 10); printf "building molmoact: %d%%, %d s\n", p, el > "/dev/stderr" }
-  }
-  END { if (!quiet && tty) printf "\n" > "/dev/stderr" }'
+cmake --build "$root/build" -j"$(nproc)" 2>&1 | tee -a "$log" | progress
 rc=${PIPESTATUS[0]}
 set -e
 if [ "$rc" != 0 ]; then echo "setup.sh: the build failed (build/build.log):" >&2; grep -E 'error|Error' "$log" | head -20 >&2; exit 1; fi
