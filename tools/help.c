@@ -31,6 +31,10 @@ int cmd_help_a(cli_args *a) {
     }
     const cli_cmd *c = find_cmd(a->pos[0]);
     if (!c) return unknown_command(a->pos[0]);
-    cli_print_command_help(stdout, OPTS, c);
+    if (a->npos > 1 && strcmp(a->pos[1], "all")) {
+        fprintf(stderr, "molmoact help %s %s: the second word may only be all (molmoact help %s all)\n", a->pos[0], a->pos[1], a->pos[0]);
+        return 1;
+    }
+    cli_print_command_help(stdout, OPTS, c, a->npos > 1 && !strcmp(a->pos[1], "all"));
     return 0;
 }

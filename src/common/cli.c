@@ -121,8 +121,8 @@ int cli_parse(const cli_opt *opts, int n_opts, const cli_cmd *cmd, int argc, cha
     int only_pos = 0;
     for (int i = first; i < argc; i++) {
         const char *arg = argv[i];
-        if (!only_pos && (!strcmp(arg, "--help") || !strcmp(arg, "-h"))) {
-            cli_print_command_help(stdout, opts, cmd);
+        if (!only_pos && (!strcmp(arg, "--help") || !strcmp(arg, "-h") || !strcmp(arg, "--help-all"))) {
+            cli_print_command_help(stdout, opts, cmd, !strcmp(arg, "--help-all"));
             return 2;
         }
         if (!only_pos && !strcmp(arg, "--")) {
@@ -218,10 +218,15 @@ static int env_applies(const ma_env_var *e, const char *who) {
     return 0;
 }
 
-void cli_print_env(FILE *f, const char *who) {
+/* the qnn backend's options and variables: in a command's short help only with --help-all */
+static int qnn_only(const char *name) {
+    return !strncmp(name, "--qnn-", 6) || strstr(name, "QNN") != NULL || strstr(name, "DSP_LIBRARY_PATH") != NULL;
+}
+
+static void print_env(FILE *f, const char *who, int all) {
     for (int i = 0; i < MA_ENV_COUNT; i++) {
         const ma_env_var *e = &MA_ENV_VARS[i];
-        if (!e->name || (who && !env_applies(e, who))) continue;
+        if (!e->name || (who && !env_applies(e, who)) || (!all && qnn_only(e->name))) continue;
         char head[96];
         snprintf(head, sizeof head, "  %s=%s", e->name, e->value);
         fprintf(f, "%s", head);
@@ -241,7 +246,10 @@ void cli_print_env(FILE *f, const char *who) {
     }
 }
 
-void cli_print_command_help(FILE *f, const cli_opt *opts, const cli_cmd *cmd) {
+void cli_print_env(FILE *f, const char *who) { print_env(f, who, 1); }
+
+void cli_print_command_help(FILE *f, const cli_opt *opts, const cli_cmd *cmd, int all) {
+    int hidden = 0; /* what the short help leaves to --help-all */
     fprintf(f, "usage: molmoact %s %s\n\n", cmd->name, cmd->synopsis);
     wrap(f, cmd->summary, 0, 0, 100);
     fprintf(f, "\n");
@@ -254,6 +262,10 @@ void cli_print_command_help(FILE *f, const cli_opt *opts, const cli_cmd *cmd) {
     for (int k = 0; k < CLI_MAX_USES && cmd->uses[k].id > 0; k++) {
         const cli_use *u = &cmd->uses[k];
         const cli_opt *o = &opts[u->id];
+        if (!all && qnn_only(o->name)) {
+            hidden++;
+            continue;
+        }
         const char *meta = u->meta ? u->meta : o->meta;
         char head[96];
         if (o->alias) snprintf(head, sizeof head, "  %s, %s%s%s", o->alias, o->name, meta ? " " : "", meta ? meta : "");
@@ -272,11 +284,34 @@ void cli_print_command_help(FILE *f, const cli_opt *opts, const cli_cmd *cmd) {
     }
     fprintf(f, "  -h, --help                  this help\n");
     int any = 0;
-    for (int i = 0; i < MA_ENV_COUNT; i++) any |= MA_ENV_VARS[i].name && env_applies(&MA_ENV_VARS[i], cmd->env);
-    if (any) {
-        fprintf(f, "\nenvironment:\n");
-        cli_print_env(f, cmd->env);
+    for (int i = 0; i < MA_ENV_COUNT; i++) {
+        const ma_env_var *e = &MA_ENV_VARS[i];
+        if (!e->name || !env_applies(e, cmd->env)) continue;
+        if (!all && qnn_only(e->name)) hidden++;
+        else any = 1;
     }
+    if (!all && (any || hidden))
+        fprintf(f, "  --help-all                  this help with what each variable does%s\n",
+                hidden ? " and the qnn backend's options" : "");
+    if (!any) return;
+    fprintf(f, "\nenvironment:\n");
+    if (all) {
+        print_env(f, cmd->env, 1);
+        return;
+    }
+    /* the short help names the variables (what each does: --help-all, or molmoact help env) */
+    char line[4096];
+    size_t n = 0;
+    line[0] = '\0';
+    for (int i = 0; i < MA_ENV_COUNT && n < sizeof line - 128; i++) {
+        const ma_env_var *e = &MA_ENV_VARS[i];
+        if (!e->name || !env_applies(e, cmd->env) || qnn_only(e->name)) continue;
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s%s", n ? ", " : "", e->name);
+        if (e->alias) n += (size_t)snprintf(line + n, sizeof line - n, " (or %s)", e->alias);
+    }
+    fprintf(f, "  ");
+    wrap(f, line, 2, 2, 100);
+    fprintf(f, "\n");
 }
 
 void cli_print_overview(FILE *f, const cli_cmd *cmds, int n_cmds) {

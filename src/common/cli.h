@@ -63,7 +63,8 @@ int cli_parse(const cli_opt *opts, int n_opts, const cli_cmd *cmd, int argc, cha
 /* the nearest of names (edit distance at most 2 or a prefix), NULL when none is near */
 const char *cli_nearest(const char *word, const char *const *names, int n);
 
-void cli_print_command_help(FILE *f, const cli_opt *opts, const cli_cmd *cmd);
+/* all: the qnn backend's options and variables too (--help-all); the short help names how many */
+void cli_print_command_help(FILE *f, const cli_opt *opts, const cli_cmd *cmd, int all);
 void cli_print_overview(FILE *f, const cli_cmd *cmds, int n_cmds);
 void cli_print_env(FILE *f, const char *who);
 /* the README's blocks: the command list and the environment table */

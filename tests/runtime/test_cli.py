@@ -57,13 +57,24 @@ def test_every_command_has_help(cmd):
     ("inspect", ["--qnn-lib-dir"], []),
 ])
 def test_help_lists_options_and_environment(cmd, options, env):
-    rc, out, _ = run(cmd, "--help")
+    rc, out, _ = run(cmd, "--help-all")
     for o in options:
         assert re.search(rf"(^|[ ,]){re.escape(o)}\b", out, re.M), (o, out)
     for v in env:
         assert v in out, (v, out)
     if env:
         assert "\nenvironment:\n" in out
+    assert run("help", cmd, "all")[1] == out
+    # the short help: the qnn backend's options left to --help-all, the variables named
+    rc, short, _ = run(cmd, "--help")
+    assert rc == 0 and "--qnn-" not in short and len(short.splitlines()) < len(out.splitlines()), short
+    for o in options:
+        assert o.startswith("--qnn-") or re.search(rf"(^|[ ,]){re.escape(o)}\b", short, re.M), (o, short)
+    for v in env:
+        assert v in short, (v, short)
+    assert "  --help-all " in short
+    rc, _, err = run("help", cmd, "everything")
+    assert rc == 1 and "the second word may only be all" in err, err
 
 
 def test_help_overview_and_env():
