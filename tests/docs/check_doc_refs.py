@@ -7,7 +7,7 @@ the document:
 
     docs/ARCHITECTURE.md "The resident runtime"
     docs/ARCHITECTURE.md "LLM", "Action expert" and "Sessions"   (several parts of one document)
-    README.md "Environment"                                      (README.md, CONTRIBUTING.md too)
+    README.md "Commands"                                         (README.md, CONTRIBUTING.md too)
 
 The quoted text is a heading of that document without its number ("## 12. The resident runtime
 (`src/runtime/resident.c`)" is "The resident runtime (`src/runtime/resident.c`)"), or that text up

@@ -49,7 +49,7 @@ def _problems(tmp_path, files):
 
 GOOD = ('/* The resident runtime (docs/ARCHITECTURE.md "The resident runtime"); docs/ARCHITECTURE.md\n'
         ' * "One observation, end to end" is one line below */\n'
-        '/* (docs/ARCHITECTURE.md "LLM", "Action expert" and "Sessions"), README.md "Environment" */\n'
+        '/* (docs/ARCHITECTURE.md "LLM", "Action expert" and "Sessions"), README.md "Commands" */\n'
         '/* the full heading: docs/ARCHITECTURE.md "Sessions (`src/runtime/session.h`)" */\n'
         '/* RFC 6455 section 1.3 names its standard */\n')
 

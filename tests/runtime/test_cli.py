@@ -165,9 +165,9 @@ def _block(text, name):
 def test_readme_blocks_are_generated_from_the_table():
     rc, md, _ = run("help", "--markdown")
     assert rc == 0
-    readme = open(os.path.join(SRC, "README.md"), encoding="utf-8").read()
-    for name in ("commands", "environment"):
-        assert _block(readme, name) == _block(md, name), f"README's {name} block is stale: molmoact help --markdown"
+    for name, doc in (("commands", "README.md"), ("environment", "docs/ENVIRONMENT.md")):
+        text = open(os.path.join(SRC, doc), encoding="utf-8").read()
+        assert _block(text, name) == _block(md, name), f"{doc}'s {name} block is stale: molmoact help --markdown"
 
 
 def _recipe(name):
@@ -175,6 +175,20 @@ def _recipe(name):
     m = re.search(rf"<!-- recipe: {name} -->\s*```sh\n(.*?)```", readme, re.S)
     assert m, f"README has no recipe {name}"
     return m.group(1)
+
+
+def test_readme_frames_recipe_runs_as_written(tmp_path):
+    """the README's sample-frames command, pasted into a shell at the repository's root"""
+    script = _recipe("frames").replace("build/molmoact", BIN)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MOLMOACT")}
+    p = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=SRC, capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0 and "action chunk [10, 7]" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+
+
+def test_readme_stays_a_manual():
+    """the README is the user's manual: at most about 250 lines; the rest lives in docs/"""
+    lines = open(os.path.join(SRC, "README.md"), encoding="utf-8").read().splitlines()
+    assert len(lines) <= 260, len(lines)
 
 
 def test_readme_suffix_recipe_runs_as_written(tmp_path):
