@@ -482,7 +482,9 @@ def test_port_zero_logs_the_bound_port():
         line = first_json_line(p)
         assert line["event"] == "listening" and line["port"] > 0
         assert curl(f"http://127.0.0.1:{line['port']}/healthz") == (200, "OK")
-        # and a line for a person on stdout, with the URLs to give a client
+        # and a line for a person on stdout, with the URLs to give a client (waited for, not hung on)
+        import select
+        assert select.select([p.stdout], [], [], 30)[0], "no line on stdout within 30 s"
         human = p.stdout.readline().decode()
         port = line["port"]
         assert human.startswith("molmoact serve: tiny-grid (grid, resident) on ") and f"http://127.0.0.1:{port}/" in human, human
