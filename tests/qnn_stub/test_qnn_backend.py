@@ -542,7 +542,7 @@ def test_device_config_in_the_library_s_layout(grid, cpu_ref, tmp_path, htp):
 
 
 def test_help_says_no_device_config_by_default():
-    rc, out, _ = run("help", "run")
+    rc, out, _ = run("help", "run", "all")  # the qnn options: --help-all
     assert rc == 0 and "default 77" not in out and "default 73" not in out and "none unless given" in out, out
 
 
