@@ -38,7 +38,10 @@ echo "   ($(( $(date +%s) - t0 )) s)"
 
 echo "== reference: pytest"
 t0=$(date +%s)
-MOLMOACT_TEST_GOLDENS="$goldens" /usr/bin/python3 -m pytest -q reference/tests
+# --quick has no bench goldens: the reference's bench test would build its own (90 s); skipped
+skip_bench=""
+[ $quick = 1 ] && skip_bench=1
+MOLMOACT_TEST_GOLDENS="$goldens" MOLMOACT_SKIP_BENCH=$skip_bench /usr/bin/python3 -m pytest -q reference/tests
 echo "   ($(( $(date +%s) - t0 )) s)"
 
 echo "== C: release build + ctest"
