@@ -43,8 +43,10 @@ def cpu_s(pid):
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def ws_handshake(port, path="/", extra=b""):
-    """a raw socket after a websocket handshake (and the metadata frame, when it came)"""
+def ws_handshake(port, path="/", extra=b"", with_rest=False):
+    """a raw socket after a websocket handshake, and its status; with_rest: also the bytes that
+    came after the handshake's head in the same read (the start of the metadata frame, often:
+    a test that parses frames must begin with them)"""
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
               "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n".encode() + extra + b"\r\n")
@@ -54,6 +56,8 @@ def ws_handshake(port, path="/", extra=b""):
         assert d, buf
         buf += d
     status = int(buf.split(b" ", 2)[1])
+    if with_rest:
+        return s, status, buf.split(b"\r\n\r\n", 1)[1]
     return s, status
 
 

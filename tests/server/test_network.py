@@ -322,16 +322,22 @@ def test_a_ping_between_fragments_is_not_part_of_the_message():
     from test_server import observation, oc
     s = Server("tiny-grid")
     try:
-        c, st = ws_handshake(s.port)
+        # the frames are parsed from the first byte after the handshake's head: a read that brought
+        # the head and the metadata frame's first bytes together had lost them, and the parse
+        # then never found the reply (a flake in about 1 run of 20, 2026-12-07)
+        c, st, data = ws_handshake(s.port, with_rest=True)
         msg = oc.packb(observation())
         half = len(msg) // 2
         c.sendall(frame(msg[:half], fin=False) + frame(b"ping!", opcode=9) + frame(msg[half:], opcode=0))
         c.settimeout(30)
-        data = b""
-        while not [r for r in binary_replies(data) if "actions" in oc.unpackb(r)]:  # (the metadata may come first)
-            d = c.recv(65536)
-            assert d
-            data += d
+        try:
+            while not [r for r in binary_replies(data) if "actions" in oc.unpackb(r)]:  # (the metadata may come first)
+                d = c.recv(65536)
+                assert d
+                data += d
+        except (TimeoutError, socket.timeout) as e:  # a rare timeout seen once (2026-12-07): keep what it tells
+            raise AssertionError(f"no reply within 30 s ({len(data)} bytes received: {data[:64]!r} ... {data[-48:]!r}); "
+                                 f"the server's log:\n{s.logs()}") from e
         reply = [oc.unpackb(r) for r in binary_replies(data) if "actions" in oc.unpackb(r)][0]
         assert reply["actions"].shape == (10, 7)
         c.close()
