@@ -63,10 +63,7 @@ static void resolve_auto(ma_compile_opts *co) {
     char why[160];
     if (amx) snprintf(why, sizeof why, "AMX bf16 tiles");
     else if (unit) snprintf(why, sizeof why, "AVX512-BF16, one VDPBF16PS timed at %.2f FMA", ma_gemm_bf16_dot_measured());
-    else if (ma_gemm_bf16_dot_measured() > 0)
-        snprintf(why, sizeof why, "AVX512-BF16 without the unit: one VDPBF16PS timed at %.2f FMA, above %.1f", ma_gemm_bf16_dot_measured(),
-                 MA_BF16_DOT_PAYS);
-    else snprintf(why, sizeof why, "no bf16 unit on this CPU (kernels %s)", ma_gemm_kernels());
+    else ma_gemm_bf16_off_reason(why, sizeof why);
     int any = 0;
     for (int c = 0; c < 3; c++) {
         if (!co->compute[c] || strcmp(co->compute[c], "auto")) continue;

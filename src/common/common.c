@@ -150,14 +150,11 @@ void print_plan(const ma_engine *e, int json) {
     else {
         printf("backend %s, kernels %s, %d threads per process, precision: vision %s, llm %s, action %s", backend, ma_gemm_kernels(),
                ma_kernel_threads(), prec[0], prec[1], prec[2]);
-        char why[160] = ""; /* where the plan runs as fp32, why: the probe's cost, the kernel set, or the CPU */
-        const double cost = ma_gemm_bf16_dot_measured();
-        if (!strcmp(unit, "fp32") && cost > MA_BF16_DOT_PAYS)
-            snprintf(why, sizeof why, ": AVX512-BF16 measured not to pay, one VDPBF16PS = %.2f FMA (pays at <= %.1f), computed in fp32",
-                     cost, MA_BF16_DOT_PAYS);
-        else if (!strcmp(unit, "fp32") && cost > 0)
-            snprintf(why, sizeof why, ": kernel set %s has no bf16 unit, computed in fp32", ma_gemm_kernels());
-        else if (!strcmp(unit, "fp32")) snprintf(why, sizeof why, ": no bf16 unit on this CPU, computed in fp32");
+        char why[160] = "", off[128];
+        if (any_bf16 && !strcmp(unit, "fp32")) { /* where the plan runs as fp32, why */
+            ma_gemm_bf16_off_reason(off, sizeof off);
+            snprintf(why, sizeof why, ": %s, computed in fp32", off);
+        }
         if (any_bf16) printf(", compute: vision %s, llm %s, action %s (bf16 on %s%s)", comp[0], comp[1], comp[2], unit, why);
         printf("\n");
     }

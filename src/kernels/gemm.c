@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -209,6 +210,14 @@ static void choose_kernels(void) {
 double ma_gemm_bf16_dot_measured(void) {
     pthread_once(&active_once, choose_kernels);
     return bf16_dot_cost;
+}
+
+void ma_gemm_bf16_off_reason(char *out, size_t cap) {
+    pthread_once(&active_once, choose_kernels);
+    if (bf16_dot_cost > MA_BF16_DOT_PAYS)
+        snprintf(out, cap, "AVX512-BF16 without the unit: one VDPBF16PS timed at %.2f FMA, above %.1f", bf16_dot_cost, MA_BF16_DOT_PAYS);
+    else if (bf16_dot_cost > 0) snprintf(out, cap, "kernel set %s has no bf16 unit", active.name);
+    else snprintf(out, cap, "no bf16 unit on this CPU");
 }
 
 const char *ma_gemm_kernels(void) {

@@ -145,6 +145,10 @@ double ma_gemm_bf16_dot_measured(void);
 /* VDPBF16PS is used where one costs at most this many FMAs (twice the products per
  * instruction: a bf16 product rate at least 4/3 of fp32's) */
 #define MA_BF16_DOT_PAYS 1.5
+/* why the kernels in use have no bf16 unit (the probe's cost above MA_BF16_DOT_PAYS, a kernel
+ * set without it, or no AVX512-BF16 / AMX at all): one phrase for run's plan line and compile's
+ * --compute auto */
+void ma_gemm_bf16_off_reason(char *out, size_t cap);
 const char *ma_gemm_bf16_unit(void);
 /* tests, benchmarks: the VDPBF16PS tile on the sets of a CPU with AVX512-BF16 even where it does
  * not pay (1), never (0), or where it does (-1, the default: its rate is measured at start) */
