@@ -6,7 +6,7 @@
 # which scripts/test.sh runs itself.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcjson-dev zlib1g-dev libpng-dev libjpeg-dev libutf8proc-dev
-      libmsgpack-dev libssl-dev libmicrohttpd-dev libwslay-dev libnghttp2-dev python3-numpy)
+      libmsgpack-dev libssl-dev libmicrohttpd-dev libwslay-dev libnghttp2-dev libcurl4-openssl-dev python3-numpy)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -eq 0 ]; then echo "dependencies: all installed"; exit 0; fi

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The commands of the molmoact program, one file each under tools/ (run.c, bench.c, parity.c,
- * compile.c, inspect.c, tokenize.c, prompt.c, preprocess.c, serve.c, help.c): the entry each
+ * compile.c, inspect.c, tokenize.c, prompt.c, preprocess.c, serve.c, help.c, pull.c): the entry each
  * takes its parsed command line at, named in the command table (tools/options.c). Each returns
  * the program's exit status. */
 #ifndef MA_TOOLS_COMMANDS_H
@@ -19,5 +19,6 @@ int cmd_preprocess_a(cli_args *a);
 int cmd_serve_a(cli_args *a);
 int cmd_help_a(cli_args *a);
 int cmd_version_a(cli_args *a);
+int cmd_pull_a(cli_args *a);
 
 #endif

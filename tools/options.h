@@ -81,6 +81,14 @@ enum {
     O_RTC_LATENCY_PCT,
     O_RTC_PREFIX,
     O_RTC_DELAY,
+    O_REVISION,
+    O_INCLUDE,
+    O_CACHE_DIR,
+    O_TOKEN_FILE,
+    O_ENDPOINT,
+    O_RETRIES,
+    O_MIN_FREE_MB,
+    O_NO_BASE,
     O_COUNT
 };
 

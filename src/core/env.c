@@ -68,9 +68,17 @@ const ma_env_var MA_ENV_VARS[] = {
      "how long a worker may take for one request before it is declared hung (default 60000)",
      INT("worker_deadline_ms", worker_deadline_ms, 1, 2147483647L)},
     {"MOLMOACT_LIBRARY", NULL, "FILE", "python", "the libmolmoact.so the Python binding loads", NOKEY},
-    {"HF_HUB_CACHE", NULL, "DIR", "sessions, compile, inspect",
-     "the Hugging Face hub cache a LeRobot policy's base is looked up in (else HUGGINGFACE_HUB_CACHE, $HF_HOME/hub, $XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub)",
+    {"HF_HUB_CACHE", NULL, "DIR", "pull, sessions, compile, inspect",
+     "the Hugging Face hub cache molmoact pull writes and a LeRobot policy's base is looked up in (else HUGGINGFACE_HUB_CACHE, $HF_HOME/hub, $XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub)",
      STR("hub_cache", hub_cache, NULL)},
+    {"HF_ENDPOINT", NULL, "URL", "pull", "the Hugging Face Hub to download from, e.g. a mirror (default https://huggingface.co)",
+     STR("hf_endpoint", hf_endpoint, NULL)},
+    {"HF_TOKEN", NULL, "TOKEN", "pull",
+     "the Hub token for gated or private repos (sent to HF_ENDPOINT's host only, never printed; --token-file overrides it)", NOKEY},
+    {"HF_TOKEN_PATH", NULL, "FILE", "pull",
+     "the file holding the token when HF_TOKEN is unset (default $HF_HOME/token, where `hf auth login` writes it)", NOKEY},
+    {"HF_HOME", NULL, "DIR", "pull, sessions, compile, inspect",
+     "the Hugging Face home: the hub cache at $HF_HOME/hub and the token at $HF_HOME/token (default ~/.cache/huggingface)", NOKEY},
     /* settings no variable fills: the command line's and the API's alone */
     {NULL, NULL, "1", "", "the workers' start as progress lines (serve, --preload)", FLAG("progress", progress)},
 };
@@ -83,7 +91,7 @@ static ma_status hub_cache(ma_settings *s, ma_error *err) {
     char v[MA_SETTINGS_PATH + 64];
     if ((e = getenv(from = "HF_HUB_CACHE")) && *e) snprintf(v, sizeof v, "%s", e);
     else if ((e = getenv(from = "HUGGINGFACE_HUB_CACHE")) && *e) snprintf(v, sizeof v, "%s", e);
-    else if ((e = getenv(from = "HF_HOME")) && *e) snprintf(v, sizeof v, "%s/hub", e);
+    else if ((e = ma_env_get(from = "HF_HOME")) && *e) snprintf(v, sizeof v, "%s/hub", e);
     else if ((e = getenv(from = "XDG_CACHE_HOME")) && *e) snprintf(v, sizeof v, "%s/huggingface/hub", e);
     else if ((e = getenv(from = "HOME")) && *e) snprintf(v, sizeof v, "%s/.cache/huggingface/hub", e);
     else return MA_OK;
@@ -93,6 +101,12 @@ static ma_status hub_cache(ma_settings *s, ma_error *err) {
     (void)err;
     if (ma_settings_set(s, "hub_cache", v, from, &ignored)) s->hub_cache[0] = '\0';
     return MA_OK;
+}
+
+const char *ma_env_get(const char *name) {
+    for (int i = 0; i < MA_ENV_COUNT; i++)
+        if (MA_ENV_VARS[i].name && !strcmp(MA_ENV_VARS[i].name, name)) return getenv(name);
+    return NULL; /* not in the table: not read */
 }
 
 ma_status ma_settings_from_env(ma_settings *s, ma_error *err) {

@@ -37,6 +37,10 @@ extern const int MA_ENV_COUNT;
  * alias contradictions refused, the hub cache resolved as huggingface_hub does */
 ma_status ma_settings_from_env(ma_settings *s, ma_error *err);
 
+/* a variable of the table read by its own reader (key NULL: the token of molmoact pull, ...);
+ * NULL when unset or when name is not in the table */
+const char *ma_env_get(const char *name);
+
 /* a number written plainly in decimal, as the command line and the environment take them: an
  * optional '-', digits and, when real, an optional fraction and exponent (1.5, -2, 1e-9); no
  * spaces, '+' sign, hexadecimal, inf or nan. 1 when s is one */

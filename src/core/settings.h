@@ -36,6 +36,7 @@ typedef struct ma_settings {
     char suffix[3][MA_SETTINGS_SUFFIX]; /* vision, llm, action context suffixes (MA_SUFFIX_*) */
     char base_dir[MA_SETTINGS_PATH];    /* a LeRobot policy's Hugging Face base directory */
     char hub_cache[MA_SETTINGS_PATH];   /* the Hugging Face hub cache the base is looked up in */
+    char hf_endpoint[MA_SETTINGS_PATH]; /* the Hub molmoact pull downloads from; "": https://huggingface.co */
     char worker_exe[MA_SETTINGS_PATH];  /* the program the workers run; "": found */
     int worker_deadline_ms;             /* per request and worker; 0: 60000 */
     int verbose;                        /* each QNN context's graphs at open */

@@ -146,7 +146,7 @@ static int word_char(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <
  * "NAMESPACE/NAME"; letters, digits, '-', '_', '.'; each part starts and ends with a letter, digit
  * or '_'; the name 1 to 96 characters; no "--" or ".." anywhere; no ".git" at the end. Here
  * ASCII only, and the namespace 96 characters at most as well. NULL when valid, else why not. */
-static const char *repo_id_problem(const char *id) {
+const char *ma_repo_id_problem(const char *id) {
     const char *slash = strchr(id, '/');
     if (slash && strchr(slash + 1, '/')) return "more than one '/' (a repo id is ORG/NAME)";
     if (strstr(id, "--")) return "'--' is not allowed in a repo id";
@@ -207,9 +207,9 @@ static ma_status from_cache(ma_lerobot *lr, const char *revision, ma_error *err)
                 err, MA_ERR_IO,
                 "%s is a LeRobot policy: its model config, tokenizer and processor come from the base repo %s (checkpoint_path), "
                 "which is neither given (--base DIR) nor in the Hugging Face cache (%s). Download it with: "
-                "hf download %s --include 'config.json' 'tokenizer*' 'processor_config.json' 'norm_stats.json' "
-                "(the files needed: %s)",
-                lr->dir, repo, folder, repo, NEED);
+                "molmoact pull %s --include '*.json', or hf download %s --include 'config.json' 'tokenizer*' "
+                "'processor_config.json' 'norm_stats.json' (the files needed: %s)",
+                lr->dir, repo, folder, repo, repo, NEED);
         return ma_fail(err, MA_ERR_IO, "%s (the Hugging Face cache entry of %s): %s", folder, repo, strerror(e));
     }
     if (!S_ISDIR(st.st_mode)) return ma_fail(err, MA_ERR_IO, "%s (the Hugging Face cache entry of %s): not a directory", folder, repo);
@@ -275,7 +275,7 @@ static ma_status resolve_base(ma_lerobot *lr, const char *base, const char *revi
         snprintf(lr->base_dir, sizeof lr->base_dir, "%s", lr->repo_id); /* checkpoint_path: a local directory */
         snprintf(lr->base_from, sizeof lr->base_from, "checkpoint_path");
     } else {
-        const char *why = repo_id_problem(lr->repo_id);
+        const char *why = ma_repo_id_problem(lr->repo_id);
         if (why)
             return ma_fail(err, MA_ERR_FORMAT,
                            "%s/config.json: checkpoint_path \"%s\" is neither a directory nor a Hugging Face repo id: %s "

@@ -50,6 +50,9 @@ typedef struct ma_lerobot {
     int num_state_tokens, add_setup_tokens, add_control_tokens, normalize_language;
 } ma_lerobot;
 
+/* NULL when id is a Hugging Face repo id by huggingface_hub's rules ([NAMESPACE/]NAME: letters,
+ * digits, '-', '_', '.'; no "--" or ".."), else why not */
+const char *ma_repo_id_problem(const char *id);
 /* is dir a LeRobot policy directory (its config.json has "type": "molmoact2")? */
 int ma_is_lerobot_dir(const char *dir);
 /* read the policy: config, pipelines, statistics, base directory (base: NULL or "" to resolve

@@ -728,6 +728,14 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
     while (ol > 1 && out_dir[ol - 1] == '/') ol--;
     char *staging = malloc(ol + 32);
     if (staging) {
+        /* the directories above out_dir, as mkdir -p makes them (compile -o ~/models/libero) */
+        snprintf(staging, ol + 32, "%.*s", (int)ol, out_dir);
+        for (char *p = staging + 1; *p; p++)
+            if (*p == '/' && p[1]) {
+                *p = '\0';
+                mkdir(staging, 0777); /* an existing one is fine; a failure shows in mkdtemp below */
+                *p = '/';
+            }
         snprintf(staging, ol + 32, "%.*s.compile-XXXXXX", (int)ol, out_dir);
         remove_stale_staging(out_dir, ol);
     }
