@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The Debian 12 packages molmoact needs to build and run (scripts/setup.sh): a C compiler and
+# The packages molmoact needs to build and run (scripts/setup.sh) on Debian 12, which CI runs, and
+# by the same names on Ubuntu 22.04 and 24.04 (from universe; untested here): a C compiler and
 # CMake, and the libraries it links, by the names Debian and Ubuntu share (libjpeg-dev, not
 # Debian's libjpeg62-turbo-dev or Ubuntu's libjpeg-turbo8-dev). The test tools come with scripts/install_test_deps.sh,
 # which scripts/test.sh runs itself.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# One command for a fresh Debian 12 machine: install what building and running need, build, run
+# One command for a fresh Debian 12 machine (CI's; Ubuntu 22.04 and 24.04 by the same package
+# names, untested): install what building and running need, build, run
 # the demo (the shipped tiny Grid Sampler model: actions, parity against its golden, latencies).
 #
 #   scripts/setup.sh [--no-demo] [--quiet]
@@ -14,7 +15,7 @@ for a in "$@"; do
   case $a in
     --no-demo) demo=0 ;;
     --quiet|-q) quiet=1 ;;
-    -h|--help) sed -n '3,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown option $a (--no-demo, --quiet)" >&2; exit 2 ;;
   esac
 done

@@ -239,3 +239,16 @@ def test_readme_real_model_recipe_runs_as_written(tmp_path):
         assert (tmp_path / ".cache/huggingface/hub/models--allenai--MolmoAct2-LIBERO/refs/main").exists()
     finally:
         h.close()
+
+
+def test_progress_on_a_terminal_is_one_redrawn_line(hub, tmp_path):
+    """on a terminal (script(1) gives it one) the progress redraws one line: bytes, rate, percent"""
+    import shlex
+    cmd = " ".join(shlex.quote(x) for x in [os.path.abspath(BIN), "pull", "test-org/sample", "--endpoint", hub.endpoint, "--cache-dir",
+                                            str(tmp_path / "c")])
+    e = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    p = subprocess.run(["script", "-qfec", cmd, "/dev/null"], capture_output=True, timeout=120, env=e)
+    out = p.stdout.decode(errors="replace")
+    assert p.returncode == 0, out
+    assert "\r\x1b[K[8/8]" in out and "(100%)" in out and "B/s" in out, repr(out[-600:])
+    assert "pull: [" not in out  # the plain lines are for logs, not terminals
