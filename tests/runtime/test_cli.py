@@ -412,3 +412,14 @@ def test_suffix_only_directory_names_the_variable(tmp_path):
     os.remove(os.path.join(d, "vision_s.gguf"))  # no variant there: the plain error
     rc, out, err = run("run", "--model", d, "--golden", GOLDEN)
     assert rc != 0 and "vision.gguf" in err and "pick it with" not in err, err
+
+
+def test_run_prints_parity_after_latency_plan_and_memory():
+    """the order docs/QNN.md and the README give for run's report (the same on every backend): the
+    chunk, the latency table, the plan, the peak memory, the open line, then the parity rows"""
+    rc, out, err = run("run", "--model", os.path.join(SRC, "assets/tiny-grid/model"), "--golden", os.path.join(SRC, "assets/tiny-grid/golden"),
+                       "--inproc")
+    assert rc == 0, err
+    marks = ["action chunk [10, 7]", "latency over", "backend cpu", "peak RSS", "first request", "parity against", "end-to-end action cosine"]
+    at = [out.find(m) for m in marks]
+    assert -1 not in at and at == sorted(at), list(zip(marks, at))
