@@ -65,7 +65,7 @@ static void flush_weights(const void *p, unsigned long n) {
 static void print_session_bench(const opts *o, const ma_engine *e, double *ms, size_t weight_bytes) {
     ma_gemm_counts fl;
     ma_gemm_counts_get(&fl);
-    const double gflop = (fl.fp32 + fl.bf16 + fl.int8) / o->runs / 1e9;
+    const double gflop = (fl.fp32 + fl.bf16 + fl.int8 + fl.f16) / o->runs / 1e9;
     double mean = 0;
     for (int i = 0; i < o->runs; i++) mean += ms[i] / o->runs;
     const double median = ma_median(ms, (size_t)o->runs); /* sorts ms: ms[0] is the minimum */
@@ -76,15 +76,16 @@ static void print_session_bench(const opts *o, const ma_engine *e, double *ms, s
         printf(
             "{\"session\": \"%s\", \"runs\": %d, \"threads\": %d, \"kernels\": \"%s\", \"cold\": %s, \"median_ms\": %.4f, \"min_ms\": %.4f, "
             "\"mean_ms\": %.4f, \"p90_ms\": %.4f, \"weight_bytes\": %zu, \"peak_rss_kib\": %ld, "
-            "\"gemm_gflop\": {\"fp32\": %.4f, \"bf16\": %.4f, \"int8\": %.4f}}\n",
+            "\"gemm_gflop\": {\"fp32\": %.4f, \"bf16\": %.4f, \"int8\": %.4f, \"f16\": %.4f}}\n",
             o->session, o->runs, ma_kernel_threads(), ma_gemm_kernels(), o->cold ? "true" : "false", median, ms[0], mean, p90, weight_bytes,
-            self_kb, fl.fp32 / o->runs / 1e9, fl.bf16 / o->runs / 1e9, fl.int8 / o->runs / 1e9);
+            self_kb, fl.fp32 / o->runs / 1e9, fl.bf16 / o->runs / 1e9, fl.int8 / o->runs / 1e9, fl.f16 / o->runs / 1e9);
     else
-        printf("%s: median %.3f ms, min %.3f ms, mean %.3f ms, p90 %.3f ms over %d runs (%d threads, %s kernels%s), weights %.1f MiB, "
-               "peak RSS %.1f MiB; GEMM products %.2f GFLOP per run (fp32 %.2f, bf16 %.2f, int8 %.2f), %.1f GFLOP/s at the median\n",
-               o->session, median, ms[0], mean, p90, o->runs, ma_kernel_threads(), ma_gemm_kernels(), o->cold ? ", cold caches" : "",
-               weight_bytes / 1048576.0, self_kb / 1024.0, gflop, fl.fp32 / o->runs / 1e9, fl.bf16 / o->runs / 1e9, fl.int8 / o->runs / 1e9,
-               median > 0 ? gflop / (median / 1e3) : 0.0);
+        printf(
+            "%s: median %.3f ms, min %.3f ms, mean %.3f ms, p90 %.3f ms over %d runs (%d threads, %s kernels%s), weights %.1f MiB, "
+            "peak RSS %.1f MiB; GEMM products %.2f GFLOP per run (fp32 %.2f, bf16 %.2f, int8 %.2f, f16 %.2f), %.1f GFLOP/s at the median\n",
+            o->session, median, ms[0], mean, p90, o->runs, ma_kernel_threads(), ma_gemm_kernels(), o->cold ? ", cold caches" : "",
+            weight_bytes / 1048576.0, self_kb / 1024.0, gflop, fl.fp32 / o->runs / 1e9, fl.bf16 / o->runs / 1e9, fl.int8 / o->runs / 1e9,
+            fl.f16 / o->runs / 1e9, median > 0 ? gflop / (median / 1e3) : 0.0);
 }
 
 static int cmd_bench_session(opts *o) {

@@ -84,8 +84,11 @@ int ma_cpu_avx512_bf16(void) { return 0; }
 #include <sys/auxv.h>
 /* the kernel's HWCAP bits (asm/hwcap.h): asimddp 1 << 20 */
 int ma_cpu_arm_dotprod(void) { return (getauxval(AT_HWCAP) >> 20) & 1; }
+/* asimdhp 1 << 10: FP16 arithmetic on vectors */
+int ma_cpu_arm_fp16(void) { return (getauxval(AT_HWCAP) >> 10) & 1; }
 #else
 int ma_cpu_arm_dotprod(void) { return 0; }
+int ma_cpu_arm_fp16(void) { return 0; }
 #endif
 
 int ma_cache_flush(const void *p, unsigned long n) {

@@ -17,6 +17,8 @@ int ma_cpu_intel(void);
 /* aarch64 (Linux, from getauxval(AT_HWCAP)): the dot-product instructions (asimddp: SDOT/UDOT);
  * Advanced SIMD itself is part of every aarch64 CPU */
 int ma_cpu_arm_dotprod(void);
+/* aarch64: FP16 arithmetic on vectors (asimdhp: FMLA on eight halves; Cortex-A55/A75 and later) */
+int ma_cpu_arm_fp16(void);
 /* write back and drop [p, p + n) from every cache level (x86-64 CLFLUSH, aarch64 DC CIVAC), so a
  * benchmark can time a pass over weights that come from memory, as they do in the full model;
  * 0 where the CPU has no such instruction (nothing is done; n = 0 only asks) */

@@ -197,6 +197,7 @@ static void choose_kernels(void) {
 #if defined(__aarch64__)
     sets[n_sets] = sets[0]; /* Advanced SIMD is part of every aarch64 CPU */
     ma_gemm_install_neon(&sets[n_sets++]);
+    if (ma_cpu_arm_fp16()) ma_gemm_install_neon_fp16(&sets[n_sets - 1]); /* neon_dot inherits it */
     if (ma_cpu_arm_dotprod()) {
         sets[n_sets] = sets[n_sets - 1];
         ma_gemm_install_neon_dot(&sets[n_sets++]);
@@ -250,6 +251,20 @@ void ma_gemm_set_bf16_dot(int on) {
 #else
     (void)on;
 #endif
+}
+
+const char *ma_compute_name(ma_compute c) { return c == MA_COMPUTE_BF16 ? "bf16" : c == MA_COMPUTE_F16 ? "f16" : "fp32"; }
+
+static ma_compute set_f16(const ma_gemm_kernels_t *k) { return k->f16_tile ? MA_COMPUTE_F16 : MA_COMPUTE_F32; }
+
+ma_compute ma_gemm_kernel_f16(int i) {
+    pthread_once(&active_once, choose_kernels);
+    return i >= 0 && i < n_sets ? set_f16(&sets[i]) : MA_COMPUTE_F32;
+}
+
+ma_compute ma_gemm_f16(void) {
+    pthread_once(&active_once, choose_kernels);
+    return set_f16(&active);
 }
 
 static ma_compute set_bf16(const ma_gemm_kernels_t *k) { return k->amx_tile || k->bf16_tile ? MA_COMPUTE_BF16 : MA_COMPUTE_F32; }
@@ -317,6 +332,7 @@ typedef struct gemm_job {
     const float *A;
     int accumulate, n_seg, split_m, small, amx;
     int bf16;         /* MA_COMPUTE_BF16 on this set's bf16 unit (ma_gemm_bf16) */
+    int f16;          /* MA_COMPUTE_F16 on this set's f16 tiles (ma_gemm_f16) */
     void *qa;         /* small path with int8 parts: A quantised once (K / 32 blocks) */
     int qa_todo;      /* qa not yet filled: a job of its own quantises it first */
     void *qa_all;     /* more rows with int8 parts, cut by panels: every 12-row tile of A quantised
@@ -681,6 +697,33 @@ static void compute_f32(const gemm_job *j, int64_t m_lo, int64_t m_hi, int64_t p
             }
         }
         if (tiles) active.amx_end();
+    } else if (j->f16) {
+        /* per K chunk and M block: A's rows scaled and rounded to f16 once, then used with every
+         * panel of the job, each read in place */
+        _Alignas(64) static _Thread_local uint16_t Ah[(MC + MA_GEMM_F16_TR) * KC];
+        _Alignas(64) static _Thread_local float inv[MC + MA_GEMM_F16_TR];
+        for (int64_t k0 = 0; k0 < j->K; k0 += KC) {
+            const int kc = (int)(j->K - k0 < KC ? j->K - k0 : KC);
+            const int acc = j->accumulate || k0 > 0;
+            for (int64_t m0 = m_lo; m0 < m_hi; m0 += MC) {
+                const int64_t m1 = m_hi - m0 < MC ? m_hi : m0 + MC;
+                active.f16_pack_a(j->A, j->lda, m0, m1, k0, kc, Ah, inv);
+                int s = 0;
+                for (int64_t p = p_lo; p < p_hi; p++) {
+                    int64_t n0;
+                    int nr;
+                    const gemm_seg *g = panel_at(j, p, &s, &n0, &nr);
+                    const uint8_t *src;
+                    panel_span(g->B, j->K, n0, k0, kc, &src);
+                    if (n0 + NR < g->N) prefetch_panel(g->B, j->K, n0 + NR, k0, kc);
+                    for (int64_t m = m0; m < m1; m += MA_GEMM_F16_TR) {
+                        const int mr = (int)(m1 - m < MA_GEMM_F16_TR ? m1 - m : MA_GEMM_F16_TR);
+                        active.f16_tile(kc, Ah + (m - m0) * kc, inv + (m - m0), (const uint16_t *)src, g->C + m * g->ldc + n0, g->ldc, mr,
+                                        nr, acc);
+                    }
+                }
+            }
+        }
     } else if (active.tile2[MA_DT_F32]) {
         /* per K chunk, a group of panels is shared by every A tile of every M block: panels of a
          * type the tiles read in place (f32 context panels; f16 / bf16 ones unless this CPU
@@ -857,6 +900,12 @@ static int prepare(gemm_job *j, int64_t M, int64_t K, const float *A, int64_t ld
     j->bf16 = !j->small && M > MA_GEMM_MR_MAX && K > 0 && j->n_seg > 0 && set_bf16(&active) == MA_COMPUTE_BF16;
     for (int s = 0; s < j->n_seg; s++)
         if (j->seg[s].B->compute != MA_COMPUTE_BF16) j->bf16 = 0;
+    /* the f16 plan: every part f16 context panels that ask for it */
+    j->f16 = !j->small && M > MA_GEMM_MR_MAX && K > 0 && j->n_seg > 0 && active.f16_tile != NULL;
+    for (int s = 0; s < j->n_seg; s++) {
+        const ma_bmat *B = j->seg[s].B;
+        if (B->compute != MA_COMPUTE_F16 || B->layout != MA_B_PANELS || B->dtype != MA_DT_F16) j->f16 = 0;
+    }
     /* the bf16 layouts: AMX tiles (split, or hi only for bf16 compute), or VDPBF16PS */
     j->amx = !j->small && M > MA_GEMM_MR_MAX && K > 0 && (active.amx_tile || (j->bf16 && active.bf16_tile));
     return M > 0 && j->n_seg > 0;
@@ -904,13 +953,13 @@ static void run_job(gemm_job *j) {
 }
 
 /* 2 M N K per job, by how it is computed (ma_gemm_counts) */
-static atomic_ullong counted[3]; /* fp32, bf16, int8 */
+static atomic_ullong counted[4]; /* fp32, bf16, int8, f16 */
 
 static void count_job(const gemm_job *j) {
     for (int s = 0; s < j->n_seg; s++) {
         const unsigned long long f = 2ull * (unsigned long long)j->M * (unsigned long long)j->seg[s].N * (unsigned long long)j->K;
         const int int8 = int8_part(&j->seg[s]) && (j->small ? j->qa != NULL : !j->amx);
-        atomic_fetch_add_explicit(&counted[j->bf16 ? 1 : int8 ? 2 : 0], f, memory_order_relaxed);
+        atomic_fetch_add_explicit(&counted[j->bf16 ? 1 : j->f16 ? 3 : int8 ? 2 : 0], f, memory_order_relaxed);
     }
 }
 
@@ -918,10 +967,11 @@ void ma_gemm_counts_get(ma_gemm_counts *c) {
     c->fp32 = (double)atomic_load(&counted[0]);
     c->bf16 = (double)atomic_load(&counted[1]);
     c->int8 = (double)atomic_load(&counted[2]);
+    c->f16 = (double)atomic_load(&counted[3]);
 }
 
 void ma_gemm_counts_reset(void) {
-    for (int i = 0; i < 3; i++) atomic_store(&counted[i], 0);
+    for (int i = 0; i < 4; i++) atomic_store(&counted[i], 0);
 }
 
 void ma_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const ma_bmat *B, const float *bias, int accumulate, float *C,

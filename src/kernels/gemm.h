@@ -56,7 +56,19 @@ typedef enum { MA_B_ROWS, MA_B_COLS, MA_B_PANELS, MA_B_PANELS_T, MA_B_LAYOUTS } 
  *                    fewer), which MA_COMPUTE_F32 allows. Never stored in a context: set by the
  *                    model code for a product whose errors its consumer amplifies (the Grid
  *                    Sampler's coordinate MLP, vision.c). */
-typedef enum { MA_COMPUTE_F32 = 0, MA_COMPUTE_BF16 = 1, MA_COMPUTE_EXACT = 2 } ma_compute;
+typedef enum { MA_COMPUTE_F32 = 0, MA_COMPUTE_BF16 = 1, MA_COMPUTE_EXACT = 2, MA_COMPUTE_F16 = 3 } ma_compute;
+/* MA_COMPUTE_F16: both operands rounded to f16 (11 significant bits; A's rows first scaled by a
+ * power of two per K chunk so that their largest |a| is in [8, 16)), the products of
+ * MA_GEMM_F16_KB consecutive k summed in f16 (each step a fused multiply-add rounded to f16),
+ * those block sums in fp32: FMLA on eight halves on aarch64 CPUs with FP16 arithmetic (asimdhp:
+ * Cortex-A55/A75 and later, the A78AE), twice the lanes of fp32's. Taken by GEMMs of more than
+ * 12 rows on f16 weights in the panel layout on such a CPU; elsewhere computed as
+ * MA_COMPUTE_F32. Its block sums stay below f16's largest value for weights up to
+ * MA_GEMM_F16_WMAX in magnitude: compile keeps fp32 compute for a matrix with larger ones. */
+#define MA_GEMM_F16_KB 32
+#define MA_GEMM_F16_WMAX 64.0f
+/* the compute plan's name in contexts and settings: "fp32", "bf16", "f16" (EXACT: "fp32") */
+const char *ma_compute_name(ma_compute c);
 
 typedef struct ma_bmat {
     ma_blayout layout;
@@ -92,7 +104,7 @@ void ma_gemm_serial(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda
  * peaks in bench/gemm_bench.c), by how: fp32 (FMA, or the AMX split), bf16 (the bf16 plan on
  * AMX or VDPBF16PS), int8 (the vnni / neon_dot kernels' int8 activations) */
 typedef struct ma_gemm_counts {
-    double fp32, bf16, int8;
+    double fp32, bf16, int8, f16; /* f16: the f16 plan's tiles (aarch64 with asimdhp) */
 } ma_gemm_counts;
 void ma_gemm_counts_get(ma_gemm_counts *c);
 void ma_gemm_counts_reset(void);
@@ -145,6 +157,10 @@ double ma_gemm_bf16_dot_measured(void);
 /* VDPBF16PS is used where one costs at most this many FMAs (twice the products per
  * instruction: a bf16 product rate at least 4/3 of fp32's) */
 #define MA_BF16_DOT_PAYS 1.5
+/* MA_COMPUTE_F16 where kernel set i (or the active one) has the f16 tiles (aarch64 with asimdhp),
+ * else MA_COMPUTE_F32 */
+ma_compute ma_gemm_kernel_f16(int i);
+ma_compute ma_gemm_f16(void);
 /* why the kernels in use have no bf16 unit (the probe's cost above MA_BF16_DOT_PAYS, a kernel
  * set without it, or no AVX512-BF16 / AMX at all): one phrase for run's plan line and compile's
  * --compute auto */

@@ -81,7 +81,16 @@ typedef struct ma_gemm_kernels_t {
     void (*q_transform)(const ma_bmat *B, int64_t K, int64_t n0, int64_t k0, int kc, void *out);
     void (*q_tile)(ma_dtype dt, const void *wt, size_t ws, int np, int kc, const void *qa, int mr, float *C, int64_t ldc, int nr_last,
                    int accumulate); /* np <= 3 panels of one type, ws bytes apart, the last nr_last columns wide */
+    /* optional (gemm_neon_fp16.c, aarch64 with FP16 arithmetic): the f16 compute plan on f16
+     * context panels. f16_pack_a: A's rows m0..m1 for k0..k0 + kc, each scaled by a power of two
+     * (its inverse in inv[row - m0]) and rounded to f16, in tiles of MA_GEMM_F16_TR rows
+     * [kc][MA_GEMM_F16_TR] (rows past m1 zero); f16_tile: C[mr <= MA_GEMM_F16_TR, nr <= 16] (+)=
+     * one such tile x a panel [kc][16] read in place (arithmetic in gemm.h) */
+    void (*f16_pack_a)(const float *A, int64_t lda, int64_t m0, int64_t m1, int64_t k0, int kc, uint16_t *out, float *inv);
+    void (*f16_tile)(int kc, const uint16_t *A, const float *inv, const uint16_t *P, float *C, int64_t ldc, int mr, int nr, int accumulate);
 } ma_gemm_kernels_t;
+
+#define MA_GEMM_F16_TR 8
 
 #define MA_AMX_A_LO 1
 #define MA_AMX_B_LO 2
@@ -143,6 +152,8 @@ double ma_gemm_bf16_dot_cost(void);
 void ma_gemm_install_neon(ma_gemm_kernels_t *k);
 /* SDOT int8 dot products for q8_0 / q4_0 (where the CPU has asimddp), on top of the NEON set */
 void ma_gemm_install_neon_dot(ma_gemm_kernels_t *k);
+/* the f16 compute plan's tiles (where the CPU has asimdhp), added to the NEON set */
+void ma_gemm_install_neon_fp16(ma_gemm_kernels_t *k);
 #endif
 
 #endif

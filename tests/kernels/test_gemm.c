@@ -8,6 +8,7 @@
 
 #include <stdatomic.h>
 
+#include "core/half.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
@@ -319,6 +320,107 @@ static void test_gemm_bf16_compute(void **state) {
     free(C1);
     free(C2);
     free(S1);
+}
+
+/* ------------------------------------------------------------------ the f16 plan's scalar twin
+ * MA_COMPUTE_F16's arithmetic (gemm.h) written out with scalar code and libm, independent of the
+ * NEON tiles: per K chunk of MA_GEMM_KC, each row of A scaled by the power of two that brings its
+ * largest |a| into [8, 16), rounded to f16; per output, f16 fused multiply-adds over blocks of
+ * MA_GEMM_F16_KB k, each block sum added to an fp32 sum; C (+)= inverse scale x that sum. */
+
+/* round to f16, to nearest even (a value exact in double; f16 subnormals kept) */
+static uint16_t twin_d2h(double x) {
+    if (isnan(x)) return 0x7e00u;
+    const uint16_t sign = signbit(x) ? 0x8000u : 0;
+    const double a = fabs(x);
+    if (a >= 65520.0) return (uint16_t)(sign | 0x7c00u);
+    double q = 5.9604644775390625e-08; /* 2^-24: the subnormals' step */
+    if (a >= 6.103515625e-05) {
+        int e;
+        frexp(a, &e);
+        q = ldexp(1.0, e - 11);
+    }
+    return (uint16_t)(sign | ma_f32_to_f16((float)(nearbyint(a / q) * q)));
+}
+
+static void twin_f16(int64_t M, int64_t N, int64_t K, const float *A, const uint16_t *Wh, int accumulate, float *C) {
+    uint16_t *ah = malloc(sizeof(uint16_t) * (size_t)K);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t k0 = 0; k0 < K; k0 += MA_GEMM_KC) {
+            const int64_t kc = K - k0 < MA_GEMM_KC ? K - k0 : MA_GEMM_KC;
+            float amax = 0.0f, scale = 1.0f, inv = 1.0f;
+            for (int64_t k = 0; k < kc; k++) amax = fabsf(A[m * K + k0 + k]) > amax ? fabsf(A[m * K + k0 + k]) : amax;
+            if (amax > 0.0f && amax <= 3.4e38f) {
+                int e;
+                frexpf(amax, &e);
+                scale = ldexpf(1.0f, 4 - e);
+                inv = ldexpf(1.0f, e - 4);
+            }
+            for (int64_t k = 0; k < kc; k++) ah[k] = ma_f32_to_f16(A[m * K + k0 + k] * scale);
+            for (int64_t n = 0; n < N; n++) {
+                float s32 = 0.0f;
+                for (int64_t b = 0; b < kc; b += MA_GEMM_F16_KB) {
+                    uint16_t h = 0;
+                    for (int64_t k = b; k < kc && k < b + MA_GEMM_F16_KB; k++)
+                        h = twin_d2h((double)ma_f16_to_f32(ah[k]) * (double)ma_f16_to_f32(Wh[n * K + k0 + k]) + (double)ma_f16_to_f32(h));
+                    s32 = s32 + ma_f16_to_f32(h);
+                }
+                const float v = inv * s32;
+                C[m * N + n] = (accumulate || k0 > 0) ? C[m * N + n] + v : v;
+            }
+        }
+    free(ah);
+}
+
+/* MA_COMPUTE_F16 on f16 panels: on a kernel set with the f16 tiles (aarch64 with asimdhp; under
+ * qemu, cortex-a76), bit for bit the scalar twin; on the others, bit for bit the fp32 plan. Rows
+ * of very different magnitudes (the scale), a zero row, K past a chunk and not a whole block, N
+ * not a whole panel (the half tiles), rows past a block of MA_GEMM_MC. */
+static void check_f16_plan(int64_t M, int64_t N, int64_t K, int accumulate, uint64_t seed, int *runs) {
+    float *A = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * N * K), *C0 = malloc(sizeof(float) * M * N);
+    float *C = malloc(sizeof(float) * M * N), *T = malloc(sizeof(float) * M * N);
+    uint16_t *Wh = malloc(sizeof(uint16_t) * N * K);
+    uint8_t *panels = malloc(ma_panels_size(MA_DT_F16, N, K));
+    tu_fill(A, M * K, seed);
+    tu_fill(W, N * K, seed + 1);
+    tu_fill(C0, M * N, seed + 2);
+    for (int64_t m = 0; m < M; m++) {
+        const float mag = m % 5 == 1 ? 3e4f : m % 5 == 2 ? 1e-5f : m % 5 == 3 ? 0.0f : 1.0f;
+        for (int64_t k = 0; k < K; k++) A[m * K + k] *= mag;
+    }
+    for (int64_t i = 0; i < N * K; i++) Wh[i] = ma_f32_to_f16(W[i] * 3.0f);
+    ma_pack_panels(MA_DT_F16, Wh, N, K, panels);
+    ma_bmat b = {MA_B_PANELS, MA_DT_F16, panels, K, 0, MA_COMPUTE_F16}, b32 = b;
+    b32.compute = MA_COMPUTE_F32;
+    for (int ks = 0; ks < ma_gemm_kernel_count(); ks++) {
+        ma_gemm_select(ks);
+        memcpy(C, C0, sizeof(float) * M * N);
+        ma_gemm(M, N, K, A, K, &b, NULL, accumulate, C, N);
+        memcpy(T, C0, sizeof(float) * M * N);
+        if (ma_gemm_kernel_f16(ks) == MA_COMPUTE_F16 && M > MA_GEMM_MR_MAX) {
+            twin_f16(M, N, K, A, Wh, accumulate, T);
+            (*runs)++;
+        } else ma_gemm(M, N, K, A, K, &b32, NULL, accumulate, T, N);
+        for (int64_t i = 0; i < M * N; i++)
+            if (memcmp(&C[i], &T[i], sizeof(float)))
+                fail_msg("f16 plan, kernels %s, M=%lld N=%lld K=%lld acc=%d: C[%lld][%lld] = %.9g, the %s gives %.9g",
+                         ma_gemm_kernel_name(ks), (long long)M, (long long)N, (long long)K, accumulate, (long long)(i / N),
+                         (long long)(i % N), C[i], ma_gemm_kernel_f16(ks) == MA_COMPUTE_F16 ? "scalar twin" : "fp32 plan", T[i]);
+    }
+    ma_gemm_select_portable(0);
+    free(A), free(W), free(C0), free(C), free(T), free(Wh), free(panels);
+}
+
+static void test_gemm_f16_compute(void **state) {
+    (void)state;
+    int runs = 0;
+    check_f16_plan(40, 37, 100, 0, 7001, &runs);
+    check_f16_plan(13, 16, 800, 1, 7002, &runs);
+    check_f16_plan(150, 5, 390, 1, 7003, &runs);
+    check_f16_plan(12, 20, 64, 0, 7004, &runs); /* 12 rows: the small path, fp32 */
+    /* a CPU with the f16 tiles ran the plan on its best set */
+    if (ma_gemm_kernel_f16(ma_gemm_kernel_count() - 1) == MA_COMPUTE_F16 && runs < 3)
+        fail_msg("the f16 plan ran %d times on a CPU with asimdhp", runs);
 }
 
 /* one fused job over parts of several types and widths = separate GEMMs, bit for bit; the scalar
@@ -918,6 +1020,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_exact_activations),
         cmocka_unit_test(test_gemm_phase_timers),
         cmocka_unit_test(test_gemm_bf16_compute),
+        cmocka_unit_test(test_gemm_f16_compute),
         cmocka_unit_test(test_gemm_cols_layout),
         cmocka_unit_test(test_gemm_weight_as_cols),
         cmocka_unit_test(test_gemm_strides_and_empty),
