@@ -37,12 +37,13 @@ static int read_token(const cli_args *a, char *tok, size_t cap) {
     const char *from = "--token-file";
     if (!file && env && *env) {
         snprintf(tok, cap, "%s", env);
+        for (size_t n = strlen(tok); n && (tok[n - 1] == '\n' || tok[n - 1] == '\r' || tok[n - 1] == ' ');) tok[--n] = '\0';
         from = "HF_TOKEN";
     } else if (!file) {
-        const char *tp = ma_env_get("HF_TOKEN_PATH"), *home = ma_env_get("HF_HOME"), *h = getenv("HOME");
+        const char *tp = ma_env_get("HF_TOKEN_PATH");
+        char home[4000];
         if (tp && *tp) snprintf(dflt, sizeof dflt, "%s", tp);
-        else if (home && *home) snprintf(dflt, sizeof dflt, "%s/token", home);
-        else if (h && *h) snprintf(dflt, sizeof dflt, "%s/.cache/huggingface/token", h);
+        else if (ma_env_hf_home(home, sizeof home)) snprintf(dflt, sizeof dflt, "%s/token", home);
         else return 0;
         if (access(dflt, R_OK)) return 0;
         file = dflt;

@@ -25,9 +25,12 @@
 #include "model/lerobot.h"
 #include "molmoact.h"
 
-#define API_BODY_MAX (32u << 20) /* one API reply (a page of the listing) held in memory */
-#define TREE_FILES_MAX 200000    /* files in one listing */
-#define TREE_PAGES_MAX 10000
+#define API_BODY_MAX \
+    (4u << 20)                  /* one API reply (a page of the listing) held in memory: the Hub's are under 1 MiB, and cJSON's tree
+                                  * of one takes up to ~30x its bytes */
+#define LISTING_MAX (64u << 20) /* the listing's names and ids kept, over all its pages */
+#define TREE_FILES_MAX 200000   /* files in one listing */
+#define TREE_PAGES_MAX 1000
 #define REDIRECTS_MAX 5
 
 typedef struct {
@@ -44,6 +47,7 @@ typedef struct {
     hub_file *f;
     int n, cap;
     long long total, done; /* bytes to fetch in this run, fetched so far (files finished) */
+    size_t listed;         /* bytes of the listing kept (LISTING_MAX) */
     double t0, last_print;
     int index, count; /* the file being fetched, of count */
     const char *name; /* its path, for the progress */
@@ -130,16 +134,28 @@ static ma_status pathf(char *out, size_t cap, ma_error *err, const char *fmt, ..
     return MA_OK;
 }
 
+/* a new regular file, never through a symlink or over an existing name (a shared cache may hold
+ * another user's links): O_EXCL | O_NOFOLLOW */
+static int create_new(const char *path) { return open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644); }
+
 /* a file written whole under a temporary name, then renamed over path */
 static ma_status write_atomic(const char *path, const char *text, ma_error *err) {
     char tmp[PATH_MAX];
     ma_status s = pathf(tmp, sizeof tmp, err, "%s.%ld.tmp", path, (long)getpid());
     if (s) return s;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return ma_fail(err, MA_ERR_IO, "%s: %s", tmp, strerror(errno));
+    int fd = create_new(tmp);
+    if (fd < 0 && errno == EEXIST && !unlink(tmp)) fd = create_new(tmp); /* a leftover (or a link): removed, not followed */
+    if (fd < 0) return ma_fail(err, MA_ERR_IO, "%s: %s", tmp, strerror(errno));
     const size_t n = strlen(text);
-    const int bad = fwrite(text, 1, n, f) != n;
-    if (fclose(f) || bad || rename(tmp, path)) {
+    size_t off = 0;
+    while (off < n) {
+        const ssize_t w = write(fd, text + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+    const int bad = off != n;
+    if (close(fd) || bad || rename(tmp, path)) {
         const int e = errno;
         unlink(tmp);
         return ma_fail(err, MA_ERR_IO, "%s: %s", path, strerror(e));
@@ -191,15 +207,21 @@ static int same_origin(hub *h, const char *url) {
     return same;
 }
 
-static void reset(hub *h, const char *url, struct curl_slist **hdrs, int identity) {
+/* a request's options afresh: http and https only (libcurl 7.85's PROTOCOLS_STR: refused, the
+ * request is not made), a connection within connect_timeout_s, a transfer that stays under
+ * 1 KiB/s for stall_s fails (a server trickling bytes cannot hold it), the token only for the
+ * endpoint's origin. libcurl (7.83 and later) drops that header itself on a redirect to another
+ * host, port or scheme, which the body's GET follows. */
+static int reset(hub *h, const char *url, struct curl_slist **hdrs, int identity) {
     curl_easy_reset(h->c);
-    curl_easy_setopt(h->c, CURLOPT_URL, url);
+    *hdrs = NULL;
+    if (curl_easy_setopt(h->c, CURLOPT_PROTOCOLS_STR, "http,https") || curl_easy_setopt(h->c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https") ||
+        curl_easy_setopt(h->c, CURLOPT_URL, url))
+        return -1;
     curl_easy_setopt(h->c, CURLOPT_USERAGENT, "molmoact/" MOLMOACT_VERSION);
-    curl_easy_setopt(h->c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(h->c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h->c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h->c, CURLOPT_CONNECTTIMEOUT, h->o->connect_timeout_s > 0 ? h->o->connect_timeout_s : 30L);
-    curl_easy_setopt(h->c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(h->c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
     curl_easy_setopt(h->c, CURLOPT_LOW_SPEED_TIME, h->o->stall_s > 0 ? h->o->stall_s : 60L);
     *hdrs = NULL;
     if (identity) *hdrs = curl_slist_append(*hdrs, "Accept-Encoding: identity");
@@ -210,6 +232,7 @@ static void reset(hub *h, const char *url, struct curl_slist **hdrs, int identit
         memset(a, 0, sizeof a);
     }
     curl_easy_setopt(h->c, CURLOPT_HTTPHEADER, *hdrs);
+    return 0;
 }
 
 /* why a reply was not 2xx, in words: the Hub's X-Error-Code and X-Error-Message when it sent them */
@@ -232,17 +255,32 @@ static ma_status http_fail(hub *h, long code, const char *what, ma_error *err) {
 }
 
 static ma_status curl_fail(CURLcode rc, const char *what, const char *ebuf, ma_error *err) {
-    return ma_fail(err, MA_ERR_IO, "%s: %s%s%s", what, curl_easy_strerror(rc), *ebuf ? ": " : "", ebuf);
+    char e[CURL_ERROR_SIZE];
+    return ma_fail(err, MA_ERR_IO, "%s: %s%s%s", what, curl_easy_strerror(rc), *ebuf ? ": " : "", clean(ebuf, e, sizeof e));
+}
+
+static int transient_http(long code) { return code == 408 || code == 429 || code >= 500; }
+
+/* the pause before try `attempt` + 1: 1, 2, 4, 8, 8 ... s */
+static void backoff(hub *h, int attempt, const char *what, const char *why) {
+    const unsigned pause = attempt < 4 ? 1u << attempt : 8u;
+    if (!h->o->quiet) fprintf(stderr, "%spull: %s: %s; trying again in %u s\n", h->o->tty ? "\r\033[K" : "", what, why, pause);
+    sleep(pause);
 }
 
 /* one request to the endpoint, following redirects within its origin; *code is the last reply's
  * status; a redirect elsewhere stops with *code 3xx and its target in loc (for a HEAD) */
 static ma_status request(hub *h, const char *url0, int head, membuf *body, long *code, char *loc, size_t loc_cap, ma_error *err) {
     char url[4096], ebuf[CURL_ERROR_SIZE];
+    if (strlen(url0) >= sizeof url)
+        return ma_fail(err, MA_ERR_RANGE, "a URL of %zu bytes (at most %zu): %.200s...", strlen(url0), sizeof url - 1, url0);
     snprintf(url, sizeof url, "%s", url0);
-    for (int hop = 0;; hop++) {
+    for (int hop = 0, attempt = 0;; hop++) {
         struct curl_slist *hdrs;
-        reset(h, url, &hdrs, head);
+        if (reset(h, url, &hdrs, head)) {
+            curl_slist_free_all(hdrs);
+            return ma_fail(err, MA_ERR_IO, "this libcurl refuses to limit a request to http and https (7.85 or newer is needed)");
+        }
         ebuf[0] = '\0';
         curl_easy_setopt(h->c, CURLOPT_ERRORBUFFER, ebuf);
         curl_easy_setopt(h->c, CURLOPT_TIMEOUT, 300L);
@@ -257,8 +295,16 @@ static ma_status request(hub *h, const char *url0, int head, membuf *body, long 
         curl_slist_free_all(hdrs);
         if (!head && body->over)
             return ma_fail(err, MA_ERR_RANGE, "%s: the reply is larger than %u MiB (the limit on an API reply)", url0, API_BODY_MAX >> 20);
+        if (!rc) curl_easy_getinfo(h->c, CURLINFO_RESPONSE_CODE, code);
+        if ((rc || transient_http(*code)) && attempt < h->o->retries) { /* a dropped connection, a 5xx: the same request again */
+            char why[160];
+            if (rc) snprintf(why, sizeof why, "%s", curl_easy_strerror(rc));
+            else snprintf(why, sizeof why, "HTTP %ld", *code);
+            backoff(h, attempt++, url0, why);
+            hop--;
+            continue;
+        }
         if (rc) return curl_fail(rc, url0, ebuf, err);
-        curl_easy_getinfo(h->c, CURLINFO_RESPONSE_CODE, code);
         if (*code < 300 || *code >= 400) return MA_OK;
         char *next = NULL;
         curl_easy_getinfo(h->c, CURLINFO_REDIRECT_URL, &next);
@@ -296,14 +342,15 @@ static ma_status quote_path(hub *h, const char *p, char *out, size_t cap, ma_err
 /* ------------------------------------------------------------------- the commit and the files */
 
 static ma_status resolve_commit(hub *h, const char *rev, ma_error *err) {
-    char url[2048], what[600];
+    char url[4096], what[600];
     char *q = curl_easy_escape(h->c, rev, 0);
-    snprintf(url, sizeof url, "%s/api/models/%s/revision/%s", h->o->endpoint, h->o->repo, q ? q : "");
+    ma_status s = pathf(url, sizeof url, err, "%s/api/models/%s/revision/%s", h->o->endpoint, h->o->repo, q ? q : "");
     curl_free(q);
+    if (s) return s;
     snprintf(what, sizeof what, "%s at revision %s (%s)", h->o->repo, rev, h->o->endpoint);
     membuf b = {NULL, 0, API_BODY_MAX, 0};
     long code = 0;
-    ma_status s = request(h, url, 0, &b, &code, NULL, 0, err);
+    s = request(h, url, 0, &b, &code, NULL, 0, err);
     if (!s && code != 200) s = http_fail(h, code, what, err);
     cJSON *j = s ? NULL : cJSON_ParseWithLength(b.buf ? b.buf : "", b.len);
     free(b.buf);
@@ -321,23 +368,55 @@ static ma_status resolve_commit(hub *h, const char *rev, ma_error *err) {
 
 static char *dup_str(const cJSON *v) { return cJSON_IsString(v) ? strdup(v->valuestring) : NULL; }
 
+static const char *file_id(const hub_file *f) { return f->lfs_oid ? f->lfs_oid : f->oid; }
+
+static int cmp_id(const void *a, const void *b) {
+    return strcmp(file_id(*(const hub_file *const *)a), file_id(*(const hub_file *const *)b));
+}
+
 static int cmp_file(const void *a, const void *b) { return strcmp(((const hub_file *)a)->path, ((const hub_file *)b)->path); }
 
-/* the next page of a listing: Link: <URL>; rel="next" */
-static int next_link(const char *link, char *out, size_t cap) {
+/* the next page of a listing: Link: <URL>; rel="next" (RFC 8288; one parameter among others,
+ * rel's value a space-separated list), the URL resolved against the page's own */
+static int next_link(const char *link, const char *base, char *out, size_t cap) {
     for (const char *p = link; p && (p = strchr(p, '<'));) {
         const char *e = strchr(p, '>');
         if (!e) return 0;
-        const char *semi = e + 1, *comma = strchr(semi, ',');
-        const size_t span = comma ? (size_t)(comma - semi) : strlen(semi);
-        char params[256];
-        snprintf(params, sizeof params, "%.*s", (int)(span < 255 ? span : 255), semi);
-        if (strstr(params, "rel=\"next\"") || strstr(params, "rel=next")) {
-            if ((size_t)(e - p - 1) >= cap) return 0;
-            snprintf(out, cap, "%.*s", (int)(e - p - 1), p + 1);
-            return 1;
+        const char *q = e + 1, *end = strchr(q, ',');
+        if (!end) end = q + strlen(q);
+        int next = 0;
+        while (q < end && !next) { /* ; name=value or ; name="v1 v2" */
+            while (q < end && (*q == ';' || *q == ' ' || *q == '\t')) q++;
+            const char *name = q;
+            while (q < end && *q != '=' && *q != ';') q++;
+            const int is_rel = q - name == 3 && !strncasecmp(name, "rel", 3);
+            if (q < end && *q == '=') q++;
+            const int quoted = q < end && *q == '"';
+            q += quoted;
+            const char *v = q;
+            while (q < end && (quoted ? *q != '"' : (*q != ';' && *q != ' '))) q++;
+            for (const char *w = v; is_rel && w < q;) {
+                const char *we = w;
+                while (we < q && *we != ' ') we++;
+                next |= we - w == 4 && !strncasecmp(w, "next", 4);
+                w = we + 1;
+            }
+            q += quoted && q < end;
         }
-        p = e;
+        if (next) {
+            char rel[4096];
+            if ((size_t)(e - p - 1) >= sizeof rel) return 0;
+            snprintf(rel, sizeof rel, "%.*s", (int)(e - p - 1), p + 1);
+            CURLU *u = curl_url();
+            char *abs = NULL;
+            int ok = u && !curl_url_set(u, CURLUPART_URL, base, 0) && !curl_url_set(u, CURLUPART_URL, rel, 0) &&
+                     !curl_url_get(u, CURLUPART_URL, &abs, 0) && strlen(abs) < cap;
+            if (ok) snprintf(out, cap, "%s", abs);
+            curl_free(abs);
+            curl_url_cleanup(u);
+            return ok;
+        }
+        p = end;
     }
     return 0;
 }
@@ -352,6 +431,15 @@ static ma_status add_entry(hub *h, const cJSON *it, const char *what, ma_error *
     char e[200];
     if (!cJSON_IsString(path) || !cJSON_IsNumber(size) || size->valuedouble < 0 || size->valuedouble > 9e15 || !cJSON_IsString(oid))
         return ma_fail(err, MA_ERR_FORMAT, "%s: a file entry without a path, a size or an oid", what);
+    /* bounded before it is kept (the whole listing is held): a path of at most 1024 bytes (checked
+     * further before it becomes one, ma_hub_path_problem), ids of 40 or 64 hex digits, a xetHash
+     * kept only when it is one */
+    if (strlen(path->valuestring) > 1024)
+        return ma_fail(err, MA_ERR_FORMAT, "%s: a path of %zu bytes (at most 1024)", what, strlen(path->valuestring));
+    if (!hexn(oid->valuestring, 40))
+        return ma_fail(err, MA_ERR_FORMAT, "%s: %s: the oid is not 40 hex digits", what, clean(path->valuestring, e, sizeof e));
+    h->listed += strlen(path->valuestring) + 200;
+    if (h->listed > LISTING_MAX) return ma_fail(err, MA_ERR_RANGE, "%s: more than %u MiB of names", what, LISTING_MAX >> 20);
     if (h->n >= TREE_FILES_MAX) return ma_fail(err, MA_ERR_RANGE, "%s: more than %d files", what, TREE_FILES_MAX);
     if (h->n == h->cap) {
         const int nc = h->cap ? 2 * h->cap : 64;
@@ -368,15 +456,15 @@ static ma_status add_entry(hub *h, const cJSON *it, const char *what, ma_error *
     f->lfs_size = -1;
     if (cJSON_IsObject(lfs)) {
         const cJSON *lo = cJSON_GetObjectItemCaseSensitive(lfs, "oid"), *ls = cJSON_GetObjectItemCaseSensitive(lfs, "size");
-        if (!cJSON_IsString(lo) || !cJSON_IsNumber(ls) || ls->valuedouble < 0 || ls->valuedouble > 9e15) {
+        if (!cJSON_IsString(lo) || !hexn(lo->valuestring, 64) || !cJSON_IsNumber(ls) || ls->valuedouble < 0 || ls->valuedouble > 9e15) {
             h->n++;
-            return ma_fail(err, MA_ERR_FORMAT, "%s: %s: an lfs entry without an oid or a size", what,
+            return ma_fail(err, MA_ERR_FORMAT, "%s: %s: an lfs entry without an oid of 64 hex digits or a size", what,
                            clean(path->valuestring, e, sizeof e));
         }
         f->lfs_oid = strdup(lo->valuestring);
         f->lfs_size = (long long)ls->valuedouble;
     }
-    if (cJSON_IsString(xet)) f->xet = strdup(xet->valuestring);
+    if (cJSON_IsString(xet) && hexn(xet->valuestring, 64)) f->xet = strdup(xet->valuestring);
     h->n++;
     if (!f->path || !f->oid) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
     return MA_OK;
@@ -384,10 +472,11 @@ static ma_status add_entry(hub *h, const cJSON *it, const char *what, ma_error *
 
 static ma_status list_files(hub *h, ma_error *err) {
     char url[4096], what[600];
-    snprintf(url, sizeof url, "%s/api/models/%s/tree/%s?recursive=true&expand=false", h->o->endpoint, h->o->repo, h->commit);
+    ma_status s =
+        pathf(url, sizeof url, err, "%s/api/models/%s/tree/%s?recursive=true&expand=false", h->o->endpoint, h->o->repo, h->commit);
+    if (s) return s;
     snprintf(what, sizeof what, "the file list of %s at %s", h->o->repo, h->commit);
     membuf b = {NULL, 0, API_BODY_MAX, 0};
-    ma_status s = MA_OK;
     for (int page = 0; !s; page++) {
         if (page >= TREE_PAGES_MAX) {
             s = ma_fail(err, MA_ERR_RANGE, "%s: more than %d pages", what, TREE_PAGES_MAX);
@@ -401,7 +490,7 @@ static ma_status list_files(hub *h, ma_error *err) {
         }
         const char *link = header(h, "Link");
         char next[4096];
-        const int more = link && next_link(link, next, sizeof next);
+        const int more = link && next_link(link, url, next, sizeof next);
         cJSON *j = cJSON_ParseWithLength(b.buf ? b.buf : "", b.len);
         if (!cJSON_IsArray(j)) s = ma_fail(err, MA_ERR_FORMAT, "%s: the reply is not a JSON array", what);
         const cJSON *it;
@@ -409,9 +498,12 @@ static ma_status list_files(hub *h, ma_error *err) {
             if (s) break;
             s = add_entry(h, it, what, err);
         }
+        const int empty = !s && cJSON_GetArraySize(j) == 0;
         cJSON_Delete(j);
         if (s || !more) break;
-        if (!same_origin(h, next)) s = ma_fail(err, MA_ERR_IO, "%s: the next page is on another host", what);
+        if (empty || !strcmp(next, url))
+            s = ma_fail(err, MA_ERR_FORMAT, "%s: page %d names a next page that cannot progress", what, page + 1);
+        else if (!same_origin(h, next)) s = ma_fail(err, MA_ERR_IO, "%s: the next page is on another host", what);
         snprintf(url, sizeof url, "%s", next);
     }
     free(b.buf);
@@ -650,12 +742,17 @@ static ma_status file_meta(hub *h, const hub_file *f, char *etag, char *loc, siz
 }
 
 /* the body into blobs/<etag>.incomplete (resumed), checked, renamed to blobs/<etag> */
-static ma_status fetch_blob(hub *h, const hub_file *f, const char *etag, const char *url, const char *blob, ma_error *err) {
+/* *bad_digest: the body was fetched whole and did not match (then the partial file is gone);
+ * *from_disk: bytes an earlier run left were part of it */
+static ma_status fetch_blob(hub *h, const hub_file *f, const char *etag, const char *url, const char *blob, int *bad_digest, int *from_disk,
+                            ma_error *err) {
     char part[PATH_MAX], e[200], ebuf[CURL_ERROR_SIZE];
+    *bad_digest = *from_disk = 0;
     ma_status s = pathf(part, sizeof part, err, "%s.incomplete", blob);
     if (s) return s;
-    const int fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return ma_fail(err, MA_ERR_IO, "%s: %s", part, strerror(errno));
+    /* never through a symlink someone left in a shared cache */
+    const int fd = open(part, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return ma_fail(err, MA_ERR_IO, "%s: %s", part, errno == ELOOP ? "a symbolic link (not followed)" : strerror(errno));
     sink k = {.h = h, .fd = fd, .lfs = f->lfs_oid != NULL};
     k.expect = k.lfs ? f->lfs_size : f->size;
     k.type = k.lfs ? EVP_sha256() : EVP_sha1();
@@ -663,6 +760,10 @@ static ma_status fetch_blob(hub *h, const hub_file *f, const char *etag, const c
     struct stat st;
     if (!k.md || fstat(fd, &st)) {
         s = ma_fail(err, MA_ERR_IO, "%s: %s", part, k.md ? strerror(errno) : "out of memory");
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        s = ma_fail(err, MA_ERR_IO, "%s: not a regular file", part);
         goto out;
     }
     if (st.st_size > k.expect && ftruncate(fd, 0)) {
@@ -686,13 +787,18 @@ static ma_status fetch_blob(hub *h, const hub_file *f, const char *etag, const c
         EVP_DigestUpdate(k.md, buf, (size_t)r);
         k.have += r;
     }
+    *from_disk = k.have > 0;
     if (k.have && !h->o->quiet)
         fprintf(stderr, "%spull: %s: resuming after %lld of %lld bytes (%s)\n", h->o->tty ? "\r\033[K" : "", clean(f->path, e, sizeof e),
                 k.have, k.expect, part);
     for (int attempt = 0;; attempt++) {
         if (k.have == k.expect) break;
         struct curl_slist *hdrs;
-        reset(h, url, &hdrs, 0);
+        if (reset(h, url, &hdrs, 0)) {
+            curl_slist_free_all(hdrs);
+            s = ma_fail(err, MA_ERR_IO, "this libcurl refuses to limit a request to http and https (7.85 or newer is needed)");
+            goto out;
+        }
         char range[48];
         snprintf(range, sizeof range, "%lld-", k.have);
         ebuf[0] = '\0';
@@ -729,6 +835,15 @@ static ma_status fetch_blob(hub *h, const hub_file *f, const char *etag, const c
             s = ma_fail(err, MA_ERR_FORMAT, "%s: %s", clean(f->path, e, sizeof e), k.why);
             goto out;
         }
+        if (code == 416 && k.have > 0 && attempt < h->o->retries) { /* the server has no such range: from the start */
+            if (ftruncate(fd, 0) || lseek(fd, 0, SEEK_SET) != 0 || digest_begin(&k)) {
+                s = ma_fail(err, MA_ERR_IO, "%s: %s", part, strerror(errno));
+                goto out;
+            }
+            k.have = 0;
+            *from_disk = 0;
+            continue;
+        }
         const int http_err = code >= 400 || (k.refused && code);
         const int transient = http_err ? (code == 408 || code == 429 || code >= 500) : 1;
         if (!transient || attempt >= h->o->retries) {
@@ -737,7 +852,8 @@ static ma_status fetch_blob(hub *h, const hub_file *f, const char *etag, const c
             if (http_err) s = http_fail(h, code, what, err);
             else if (rc) s = curl_fail(rc, what, ebuf, err);
             else s = ma_fail(err, MA_ERR_IO, "%s: the body ended early", what);
-            if (k.have) ma_error_wrap(err, s, "%s is kept: the same command resumes it", part);
+            if (k.have && code != 416) ma_error_wrap(err, s, "%s is kept: the same command resumes it", part);
+            else if (ftruncate(fd, 0)) {}
             goto out;
         }
         const unsigned pause = attempt < 4 ? 1u << attempt : 8u;
@@ -759,6 +875,7 @@ static ma_status fetch_blob(hub *h, const hub_file *f, const char *etag, const c
         close(fd);
         unlink(part);
         EVP_MD_CTX_free(k.md);
+        *bad_digest = 1;
         return s;
     }
     if (fsync(fd) || close(fd)) {
@@ -775,9 +892,10 @@ out:
     return s;
 }
 
+/* the size of a regular file at path (a symlink is not followed: -1, as for none) */
 static long long file_bytes(const char *path) {
     struct stat st;
-    return stat(path, &st) ? -1 : (long long)st.st_size;
+    return lstat(path, &st) || !S_ISREG(st.st_mode) ? -1 : (long long)st.st_size;
 }
 
 static ma_status pull_file(hub *h, const hub_file *f, ma_error *err) {
@@ -786,7 +904,7 @@ static ma_status pull_file(hub *h, const hub_file *f, ma_error *err) {
     if (s) return s;
     if ((s = pathf(blob, sizeof blob, err, "%s/blobs/%s", h->repo_dir, etag))) return s;
     if ((s = pathf(lock, sizeof lock, err, "%s/%s.lock", h->lock_dir, etag))) return s;
-    const int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    const int lfd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (lfd < 0) return ma_fail(err, MA_ERR_IO, "%s: %s", lock, strerror(errno));
     if (flock(lfd, LOCK_EX | LOCK_NB)) {
         if (!h->o->quiet) fprintf(stderr, "pull: %s: another download holds %s; waiting\n", clean(f->path, e, sizeof e), lock);
@@ -797,7 +915,12 @@ static ma_status pull_file(hub *h, const hub_file *f, ma_error *err) {
     if (have != want) {
         if (have >= 0) unlink(blob); /* a blob of the wrong size is not this etag's */
         h->name = f->path;
-        s = fetch_blob(h, f, etag, loc, blob, err);
+        int bad = 0, from_disk = 0;
+        s = fetch_blob(h, f, etag, loc, blob, &bad, &from_disk, err);
+        if (s && bad && from_disk) { /* what an earlier run left was wrong: once more from the start */
+            if (!h->o->quiet) fprintf(stderr, "pull: %s: %s; fetching it again from the start\n", clean(f->path, e, sizeof e), err->msg);
+            s = fetch_blob(h, f, etag, loc, blob, &bad, &from_disk, err);
+        }
         if (!s) h->done += want;
     }
     if (!s) s = link_pointer(h, f, etag, err);
@@ -865,21 +988,34 @@ static ma_status pull(hub *h, char *snapshot, size_t cap, ma_error *err) {
     /* the bytes still to fetch (each blob once), against the free space, before the first byte */
     long long need = 0;
     h->total = 0;
-    for (int i = 0; i < h->n; i++) {
-        const hub_file *f = &h->f[i];
-        if (!f->want) continue;
-        const char *id = f->lfs_oid ? f->lfs_oid : f->oid;
-        int dup = 0;
-        for (int j = 0; j < i && !dup; j++) dup = h->f[j].want && !strcmp(id, h->f[j].lfs_oid ? h->f[j].lfs_oid : h->f[j].oid);
-        if (dup) continue;
+    const hub_file **by_id = malloc(sizeof *by_id * (size_t)want);
+    if (!by_id) return ma_fail(err, MA_ERR_NOMEM, "out of memory");
+    int nw = 0;
+    for (int i = 0; i < h->n; i++)
+        if (h->f[i].want) by_id[nw++] = &h->f[i];
+    qsort(by_id, (size_t)nw, sizeof *by_id, cmp_id);
+    for (int i = 0; i < nw && !s; i++) {
+        const hub_file *f = by_id[i];
         const long long size = f->lfs_oid ? f->lfs_size : f->size;
+        if (i > 0 && !strcmp(file_id(f), file_id(by_id[i - 1]))) { /* the same bytes at another path: fetched once */
+            const hub_file *g = by_id[i - 1];
+            if (size != (g->lfs_oid ? g->lfs_size : g->size))
+                s = ma_fail(err, MA_ERR_FORMAT, "%s lists %s and %s with the same id %s but different sizes (refused)", o->repo,
+                            clean(f->path, e, sizeof e), g->path, file_id(f));
+            continue;
+        }
         char b[PATH_MAX], p[PATH_MAX];
-        if (pathf(b, sizeof b, err, "%s/%s", blobs, id) || pathf(p, sizeof p, err, "%s/%s.incomplete", blobs, id)) return MA_ERR_RANGE;
+        if ((s = pathf(b, sizeof b, err, "%s/%s", blobs, file_id(f))) ||
+            (s = pathf(p, sizeof p, err, "%s/%s.incomplete", blobs, file_id(f))))
+            break;
         if (file_bytes(b) == size) continue;
         const long long part = file_bytes(p);
+        if (size > (long long)1e18 - need) s = ma_fail(err, MA_ERR_RANGE, "%s: more than 1 EB to download (refused)", o->repo);
         need += size - (part > 0 && part <= size ? part : 0);
         h->total += size;
     }
+    free(by_id);
+    if (s) return s;
     if ((s = check_space(h, need, blobs, err))) return s;
     if ((s = pathf(tag, sizeof tag, err, "%s/CACHEDIR.TAG", o->cache))) return s;
     if (file_bytes(tag) < 0)

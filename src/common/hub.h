@@ -14,7 +14,8 @@
  * (docs/PULL.md says it in full): the commit from GET {endpoint}/api/models/{repo}/revision/{rev}
  * ("sha"; hf_api.py model_info), the files from GET .../tree/{commit}?recursive=true, paged by a
  * Link header (hf_api.py list_repo_tree, utils/_pagination.py), each file's metadata from a HEAD of
- * {endpoint}/{repo}/resolve/{commit}/{path} that follows only relative redirects (X-Repo-Commit,
+ * {endpoint}/{repo}/resolve/{commit}/{path} that follows redirects within the endpoint's origin
+ * (huggingface_hub: relative ones) (X-Repo-Commit,
  * X-Linked-Etag or ETag, X-Linked-Size or Content-Length, Location: file_download.py
  * get_hf_file_metadata), the body from the Location, without the token when the host differs.
  *

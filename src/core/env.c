@@ -78,7 +78,8 @@ const ma_env_var MA_ENV_VARS[] = {
     {"HF_TOKEN_PATH", NULL, "FILE", "pull",
      "the file holding the token when HF_TOKEN is unset (default $HF_HOME/token, where `hf auth login` writes it)", NOKEY},
     {"HF_HOME", NULL, "DIR", "pull, sessions, compile, inspect",
-     "the Hugging Face home: the hub cache at $HF_HOME/hub and the token at $HF_HOME/token (default ~/.cache/huggingface)", NOKEY},
+     "the Hugging Face home: the hub cache at $HF_HOME/hub and the token at $HF_HOME/token (default $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface)",
+     NOKEY},
     /* settings no variable fills: the command line's and the API's alone */
     {NULL, NULL, "1", "", "the workers' start as progress lines (serve, --preload)", FLAG("progress", progress)},
 };
@@ -107,6 +108,16 @@ const char *ma_env_get(const char *name) {
     for (int i = 0; i < MA_ENV_COUNT; i++)
         if (MA_ENV_VARS[i].name && !strcmp(MA_ENV_VARS[i].name, name)) return getenv(name);
     return NULL; /* not in the table: not read */
+}
+
+int ma_env_hf_home(char *out, size_t cap) {
+    const char *e;
+    int n;
+    if ((e = ma_env_get("HF_HOME")) && *e) n = snprintf(out, cap, "%s", e);
+    else if ((e = getenv("XDG_CACHE_HOME")) && *e) n = snprintf(out, cap, "%s/huggingface", e);
+    else if ((e = getenv("HOME")) && *e) n = snprintf(out, cap, "%s/.cache/huggingface", e);
+    else return 0;
+    return n > 0 && (size_t)n < cap;
 }
 
 ma_status ma_settings_from_env(ma_settings *s, ma_error *err) {

@@ -41,6 +41,10 @@ ma_status ma_settings_from_env(ma_settings *s, ma_error *err);
  * NULL when unset or when name is not in the table */
 const char *ma_env_get(const char *name);
 
+/* the Hugging Face home as huggingface_hub resolves it (constants.py HF_HOME): $HF_HOME, else
+ * $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface; 0 when none is known */
+int ma_env_hf_home(char *out, size_t cap);
+
 /* a number written plainly in decimal, as the command line and the environment take them: an
  * optional '-', digits and, when real, an optional fraction and exponent (1.5, -2, 1e-9); no
  * spaces, '+' sign, hexadecimal, inf or nan. 1 when s is one */

@@ -16,7 +16,10 @@ get_hf_file_metadata and http_get), not from molmoact's code:
 Errors as the Hub sends them (X-Error-Code: RepoNotFound, RevisionNotFound, EntryNotFound, GatedRepo).
 Faults on demand (hub.faults): "drop": [N, BYTES] the CDN closes the connection after BYTES of the
 next N bodies; "corrupt": the CDN flips a byte; "extra": the CDN sends more than the size;
-"ignore_range": the CDN answers a Range with the whole body; "evil_path": the listing names a path.
+"ignore_range": the CDN answers a Range with the whole body; "evil_path": the listing names a path;
+"huge": N LFS files of 8.99e15 bytes listed; "same_id": a file listed again under another path with
+the same LFS id and another size; "loop_page": each page's Link names itself; "api_503": [N] the
+next N API requests answered 503.
 Every request is recorded (method, host, path, headers) in hub.log.
 
 Run alone (for huggingface_hub's snapshot_download by hand):
@@ -121,6 +124,13 @@ class Hub:
             out.append({"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0, "path": d})
         if "evil_path" in self.faults:
             out.append({"type": "file", "oid": git_blob_id(b"x"), "size": 1, "path": self.faults["evil_path"]})
+        for i in range(self.faults.get("huge", 0)):
+            out.append({"type": "file", "oid": "%040x" % i, "size": 8990000000000000, "path": "huge/%d.bin" % i,
+                        "lfs": {"oid": "%064x" % i, "size": 8990000000000000, "pointerSize": 134}})
+        if "same_id" in self.faults:
+            e = dict(next(x for x in out if "lfs" in x))
+            e["path"], e["lfs"] = "zz_again.bin", dict(e["lfs"], size=e["lfs"]["size"] + 1)
+            out.append(e)
         return out
 
 
@@ -209,6 +219,10 @@ def _server(hub, host, cdn):
                 return self.body(data, head)
             parts = path.strip("/").split("/")
             api = parts[0] == "api"
+            busy = hub.faults.get("api_503")
+            if busy and busy[0] > 0 and (api or parts[2:3] == ["resolve"]):
+                busy[0] -= 1
+                return self.error(503, "ServiceUnavailable", "try again", head)
             if api:
                 if len(parts) < 6 or parts[1] != "models":
                     return self.error(404, "RepoNotFound", "not an API route", head)
@@ -243,7 +257,9 @@ def _server(hub, host, cdn):
                 cursor = int(q.get("cursor", ["0"])[0])
                 page = entries[cursor:cursor + PAGE]
                 hdr = [("Content-Type", "application/json")]
-                if cursor + PAGE < len(entries):
+                if hub.faults.get("loop_page"):
+                    hdr.append(("Link", '<%s>; rel="next"' % self.path))
+                elif cursor + PAGE < len(entries):
                     nq = dict((k, v[0]) for k, v in q.items())
                     nq["cursor"] = str(cursor + PAGE)
                     hdr.append(("Link", '<%s%s?%s>; rel="next"' % (hub.endpoint, u.path, urllib.parse.urlencode(nq))))

@@ -252,3 +252,54 @@ def test_progress_on_a_terminal_is_one_redrawn_line(hub, tmp_path):
     assert p.returncode == 0, out
     assert "\r\x1b[K[8/8]" in out and "(100%)" in out and "B/s" in out, repr(out[-600:])
     assert "pull: [" not in out  # the plain lines are for logs, not terminals
+
+
+def test_a_symlink_in_the_cache_is_not_written_through(hub, tmp_path):
+    """a shared cache may hold another user's links: a planted blobs/<etag>.incomplete link is not
+    followed (its target keeps its bytes)"""
+    c = tmp_path / "c"
+    blobs = c / "models--test-org--sample/blobs"
+    blobs.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    import hashlib
+    sha = hashlib.sha256(fake_hub.sample_repo()["files"]["model.safetensors"]).hexdigest()
+    os.symlink(victim, blobs / (sha + ".incomplete"))
+    rc, out, err = pull(hub, c, "test-org/sample")
+    assert rc == 1 and "symbolic link" in err, err
+    assert victim.read_text() == "precious"
+
+
+@pytest.mark.parametrize("fault, value, needle", [("huge", 1030, "more than 1 EB"), ("same_id", True, "different sizes"),
+                                                  ("loop_page", True, "cannot progress")])
+def test_a_listing_that_cannot_be_right_is_refused(hub, tmp_path, fault, value, needle):
+    hub.faults[fault] = value
+    rc, out, err = pull(hub, tmp_path / "c", "test-org/sample")
+    assert rc == 1 and needle in err, err
+    assert not [r for r in hub.log if r["cdn"]]
+
+
+def test_a_busy_hub_is_asked_again(hub, tmp_path):
+    hub.faults["api_503"] = [3]
+    rc, out, err = pull(hub, tmp_path / "c", "test-org/sample")
+    assert rc == 0 and err.count("HTTP 503; trying again") == 3, err
+    assert cache_tree(tmp_path / "c") == recorded()
+
+
+def test_a_wrong_partial_file_from_an_earlier_run_is_fetched_again(hub, tmp_path):
+    c = tmp_path / "c"
+    hub.faults["drop"] = [1, 1 << 20]
+    assert pull(hub, c, "test-org/sample", "--retries", "0")[0] == 1
+    part = next(p for p in (c / "models--test-org--sample/blobs").iterdir() if p.name.endswith(".incomplete"))
+    part.write_bytes(b"\0" * (1 << 20))  # bytes that are not the file's
+    rc, out, err = pull(hub, c, "test-org/sample")
+    assert rc == 0 and "fetching it again from the start" in err, err
+    assert cache_tree(c) == recorded()
+
+
+def test_the_token_file_under_xdg_cache_home(hub, tmp_path):
+    xdg = tmp_path / "xdg"
+    (xdg / "huggingface").mkdir(parents=True)
+    (xdg / "huggingface/token").write_text(TOKEN)
+    rc, _, err = pull(hub, tmp_path / "c", "test-org/gated", env={"XDG_CACHE_HOME": str(xdg)})
+    assert rc == 0, err
