@@ -6,8 +6,9 @@
 #     cortex-a72 (neither);
 #  2. the C tests cross-built and run under qemu: the kernel tests (NEON against the portable
 #     set) on both CPU models; the parity tests (tiny goldens and the committed upstream fixture),
-#     the contexts, the vision fast path and the resident runtime (fewer requests: emulation is
-#     about 30x slower) on cortex-a76; the resident demo; and scripts/profile_device.sh against
+#     the contexts, the vision fast path, the f16 compute plan end to end (compile --compute f16,
+#     run --golden) and the resident runtime (fewer requests: emulation is about 30x slower) on
+#     cortex-a76; the resident demo; and scripts/profile_device.sh against
 #     a real sshd on a loopback port (tests/device/test_profile_device.sh).
 # The resident workers are re-executed aarch64 binaries: binfmt_misc must know qemu-aarch64
 # (registered here from /usr/lib/binfmt.d when the machine allows it).
@@ -53,6 +54,21 @@ done
 run test_parity cortex-a76 test_parity
 run test_contexts cortex-a76 test_contexts MOLMOACT_SKIP_BENCH_CONTEXTS=1
 run test_vision cortex-a76 test_vision
+# the f16 compute plan end to end on the NEON FP16 tiles (cortex-a76 has asimdhp; in process):
+# both tiny variants compiled with --compute f16, through their parity gate, the plan line
+# saying the tiles ran
+for v in grid original; do
+  t0=$SECONDS
+  ctx=$(mktemp -d)
+  if QEMU_CPU=cortex-a76 qemu-aarch64 "$build/molmoact" compile assets/tiny-$v/model -o "$ctx/ctx" --compute f16 -q > /tmp/device-f16-$v.log 2>&1 &&
+     QEMU_CPU=cortex-a76 qemu-aarch64 "$build/molmoact" run --model "$ctx/ctx" --golden assets/tiny-$v/golden --inproc >> /tmp/device-f16-$v.log 2>&1 &&
+     grep -q "f16 on the NEON FP16 tiles" /tmp/device-f16-$v.log; then
+    passed=$((passed + 1)); echo "  ok    f16 plan, tiny-$v: $(grep -o 'end-to-end action cosine [0-9.]*' /tmp/device-f16-$v.log) ($((SECONDS - t0)) s)"
+  else
+    failed=$((failed + 1)); echo "  FAIL  f16 plan, tiny-$v"; tail -20 /tmp/device-f16-$v.log
+  fi
+  rm -rf "$ctx"
+done
 if [ $binfmt = 1 ]; then
   # the resident tests whose behaviour depends on the machine (equal results, workers re-executed
   # under binfmt after a kill, the worker's refusal of a manual start); the deadline, leak and

@@ -11,14 +11,22 @@
 #include "kernels/gemm.h"
 #include "runtime/compile.h"
 
-/* --compute PLAN: "fp32" / "bf16" / "auto" for every component, or COMPONENT=PLAN[,...] (vision,
+/* --compute PLAN: "fp32" / "bf16" / "f16" / "auto" for every component, or COMPONENT=PLAN[,...] (vision,
  * llm, action); a component it names counts as given for --suffix */
+/* a plan's name as a string that outlives the command line, or NULL when it is none */
+static const char *plan_name(const char *v) {
+    static const char *const plans[] = {"fp32", "bf16", "f16", "auto"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(v, plans[i])) return plans[i];
+    return NULL;
+}
+
 static int parse_compute(const char *v, ma_compile_opts *co) {
     static char buf[128];
     static const char *names[3] = {"vision", "llm", "action"};
     static const unsigned bits[3] = {MA_COMPILE_SUFFIX_VISION, MA_COMPILE_SUFFIX_LLM, MA_COMPILE_SUFFIX_ACTION};
-    if (!strcmp(v, "fp32") || !strcmp(v, "bf16") || !strcmp(v, "auto")) {
-        for (int c = 0; c < 3; c++) co->compute[c] = !strcmp(v, "bf16") ? "bf16" : !strcmp(v, "auto") ? "auto" : "fp32";
+    if (plan_name(v)) {
+        for (int c = 0; c < 3; c++) co->compute[c] = plan_name(v);
         return 0;
     }
     if (strlen(v) >= sizeof buf) {
@@ -34,14 +42,14 @@ static int parse_compute(const char *v, ma_compile_opts *co) {
             for (int i = 0; i < 3; i++)
                 if (!strcmp(t, names[i])) c = i;
         }
-        if (c < 0 || (strcmp(eq + 1, "fp32") && strcmp(eq + 1, "bf16") && strcmp(eq + 1, "auto"))) {
+        if (c < 0 || !plan_name(eq + 1)) {
             fprintf(stderr,
-                    "molmoact compile: --compute %s: must be fp32, bf16, auto, or COMPONENT=PLAN[,...] with COMPONENT vision, llm or "
-                    "action and PLAN fp32, bf16 or auto\n",
+                    "molmoact compile: --compute %s: must be fp32, bf16, f16, auto, or COMPONENT=PLAN[,...] with COMPONENT vision, llm or "
+                    "action and PLAN fp32, bf16, f16 or auto\n",
                     v);
             return 1;
         }
-        co->compute[c] = !strcmp(eq + 1, "bf16") ? "bf16" : !strcmp(eq + 1, "auto") ? "auto" : "fp32";
+        co->compute[c] = plan_name(eq + 1);
         co->suffixed |= bits[c];
     }
     return 0;

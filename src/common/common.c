@@ -136,17 +136,21 @@ void print_plan(const ma_engine *e, int json) {
     /* the compute plan: the contexts' (fp32 for a checkpoint), or MOLMOACT_COMPUTE's (the model
      * records it); a bf16 plan runs as fp32 where the CPU has no bf16 unit */
     const char *comp[3];
-    int any_bf16 = 0;
+    int any_bf16 = 0, any_f16 = 0;
     for (int i = 0; i < 3; i++) {
         comp[i] = e->host.compute[i][0] ? e->host.compute[i] : "fp32";
         any_bf16 |= !strcmp(comp[i], "bf16");
+        any_f16 |= !strcmp(comp[i], "f16");
     }
     const char *unit = e->backend->needs_weights ? ma_gemm_bf16_unit() : backend;
     if (json)
         printf(
             ", \"backend\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"precision\": {\"vision\": \"%s\", \"llm\": \"%s\", \"action\": \"%s\"}"
-            ", \"compute\": {\"vision\": \"%s\", \"llm\": \"%s\", \"action\": \"%s\", \"bf16_unit\": \"%s\"}",
-            backend, ma_gemm_kernels(), ma_kernel_threads(), prec[0], prec[1], prec[2], comp[0], comp[1], comp[2], unit);
+            ", \"compute\": {\"vision\": \"%s\", \"llm\": \"%s\", \"action\": \"%s\", \"bf16_unit\": \"%s\", \"f16_unit\": \"%s\"}",
+            backend, ma_gemm_kernels(), ma_kernel_threads(), prec[0], prec[1], prec[2], comp[0], comp[1], comp[2], unit,
+            e->backend->needs_weights && ma_gemm_f16() == MA_COMPUTE_F16 ? "neon_fp16"
+            : e->backend->needs_weights                                  ? "fp32"
+                                                                         : backend);
     else {
         printf("backend %s, kernels %s, %d threads per process, precision: vision %s, llm %s, action %s", backend, ma_gemm_kernels(),
                ma_kernel_threads(), prec[0], prec[1], prec[2]);
@@ -156,6 +160,10 @@ void print_plan(const ma_engine *e, int json) {
             snprintf(why, sizeof why, ": %s, computed in fp32", off);
         }
         if (any_bf16) printf(", compute: vision %s, llm %s, action %s (bf16 on %s%s)", comp[0], comp[1], comp[2], unit, why);
+        else if (any_f16 && e->backend->needs_weights)
+            printf(", compute: vision %s, llm %s, action %s (f16 %s)", comp[0], comp[1], comp[2],
+                   ma_gemm_f16() == MA_COMPUTE_F16 ? "on the NEON FP16 tiles"
+                                                   : "computed in fp32: these kernels have no FP16 arithmetic (aarch64 asimdhp)");
         printf("\n");
     }
 }

@@ -320,8 +320,9 @@ static ma_status context_compute(const ma_gguf *g, const char *label, ma_compute
     if (!kv) return MA_OK;
     if (kv->type != MA_GGUF_STRING) return ma_fail(err, MA_ERR_FORMAT, "%s: metadata key molmoact.compute is not a string", label);
     if (kv->v.s.len == 4 && !memcmp(kv->v.s.p, "bf16", 4)) *out = MA_COMPUTE_BF16;
+    else if (kv->v.s.len == 3 && !memcmp(kv->v.s.p, "f16", 3)) *out = MA_COMPUTE_F16;
     else if (!(kv->v.s.len == 4 && !memcmp(kv->v.s.p, "fp32", 4)))
-        return ma_fail(err, MA_ERR_FORMAT, "%s: compute plan \"%.*s\" (this build knows fp32 and bf16)", label,
+        return ma_fail(err, MA_ERR_FORMAT, "%s: compute plan \"%.*s\" (this build knows fp32, bf16 and f16)", label,
                        kv->v.s.len > 32 ? 32 : (int)kv->v.s.len, kv->v.s.p);
     return MA_OK;
 }
@@ -331,7 +332,7 @@ static ma_status context_compute(const ma_gguf *g, const char *label, ma_compute
 static int settings_compute(const ma_settings *st) {
     const char *e = st->compute;
     if (!*e || !strcmp(e, "context")) return -1;
-    return !strcmp(e, "bf16") ? MA_COMPUTE_BF16 : MA_COMPUTE_F32;
+    return !strcmp(e, "bf16") ? MA_COMPUTE_BF16 : !strcmp(e, "f16") ? MA_COMPUTE_F16 : MA_COMPUTE_F32;
 }
 
 /* each matrix's compute: its context's plan, except the tensors it lists in
@@ -341,13 +342,13 @@ static ma_status apply_compute(ma_model *m, ma_error *err) {
     const int force = settings_compute(&m->set);
     m->ws.compute_force = force;
     if (force >= 0) /* what every matrix gets, for the reports and the parity gate */
-        for (int i = 0; i < 3; i++) snprintf(m->compute[i], sizeof m->compute[i], "%s", force == MA_COMPUTE_BF16 ? "bf16" : "fp32");
+        for (int i = 0; i < 3; i++) snprintf(m->compute[i], sizeof m->compute[i], "%s", ma_compute_name((ma_compute)force));
     if (!m->from_contexts) return MA_OK;
     for (int i = 0; i < 8; i++)
-        for (size_t j = 0; j < m->ctx[i].n_tensors && m->ctx_compute[i] == MA_COMPUTE_BF16; j++) {
+        for (size_t j = 0; j < m->ctx[i].n_tensors && (m->ctx_compute[i] == MA_COMPUTE_BF16 || m->ctx_compute[i] == MA_COMPUTE_F16); j++) {
             const ma_gguf_tensor *t = &m->ctx[i].tensors[j];
             ma_wref *r = ma_ws_find(&m->ws, t->name);
-            if (r && r->ndim == 2 && !name_listed(&m->ctx[i], "molmoact.compute_fp32_tensors", t->name)) r->compute = MA_COMPUTE_BF16;
+            if (r && r->ndim == 2 && !name_listed(&m->ctx[i], "molmoact.compute_fp32_tensors", t->name)) r->compute = m->ctx_compute[i];
         }
     return MA_OK;
 }
@@ -416,7 +417,7 @@ static ma_status open_context(ma_model *m, int slot, set_check *sc, ma_error *er
     if (slot != 1) snprintf(m->precision[which], sizeof m->precision[which], "%s", prec);
     if (slot != 1) ma_gguf_get_str(g, "molmoact.source_dtype", m->source_dtype[which], sizeof m->source_dtype[which], NULL);
     if ((s = context_compute(g, label, &m->ctx_compute[slot], err))) return s;
-    if (slot != 1) snprintf(m->compute[which], sizeof m->compute[which], "%s", m->ctx_compute[slot] == MA_COMPUTE_BF16 ? "bf16" : "fp32");
+    if (slot != 1) snprintf(m->compute[which], sizeof m->compute[which], "%s", ma_compute_name(m->ctx_compute[slot]));
     if ((s = check_fingerprint(sc, g, label, err))) return s;
     note_compile_id(sc, slot, g, label);
     /* --preload: this process's own contexts read in at open (the others it only checks) */
@@ -534,7 +535,7 @@ ma_status ma_model_open_with(const char *dir, const char *norm_tag, unsigned par
                     ma_gguf_get_str(&g, "molmoact.source_dtype", m->source_dtype[which], sizeof m->source_dtype[which], NULL);
                     ma_compute cp;
                     if (context_compute(&g, name, &cp, NULL) == MA_OK)
-                        snprintf(m->compute[which], sizeof m->compute[which], "%s", cp == MA_COMPUTE_BF16 ? "bf16" : "fp32");
+                        snprintf(m->compute[which], sizeof m->compute[which], "%s", ma_compute_name(cp));
                 }
                 s = check_fingerprint(&sc, &g, name, err);
                 if (!s) s = note_prompt_seq(m, slot, &g, name, err);

@@ -81,6 +81,7 @@ static ma_status copy_host_file(const char *from_dir, const char *to_dir, const 
 typedef struct fill_job {
     const ma_wref *r;
     ma_dtype dt;
+    float wmax; /* the f16 compute plan's bound on |w| (MA_GEMM_F16_WMAX), 0: none */
 } fill_job;
 
 static ma_progress g_progress; /* the compile's progress (one compile per process at a time) */
@@ -171,6 +172,12 @@ static ma_status fill_tensor(void *ctx, void *dst, size_t bytes, ma_error *err) 
     for (int64_t k = 0; k < rows && !s; k++) {
         ma_convert_to_f32(r->dtype, r->data, k * cols, cols, row);
         if (R) lora_merge_row(r, k, cols, la, lb, delta, row, tmp);
+        for (int64_t c = 0; c < cols && j->wmax > 0 && !s; c++)
+            if (fabsf(row[c]) > j->wmax)
+                s = ma_fail(err, MA_ERR_RANGE,
+                            "%s: |w| = %g at [%lld, %lld], beyond the %g the f16 compute plan's f16 sums hold: compute it in fp32 with "
+                            "--compute-keep '%s'",
+                            r->name, (double)fabsf(row[c]), (long long)k, (long long)c, (double)j->wmax, r->name);
         /* every value stored must be finite: a broken adapter (NaN in lora_B, an absurd scaling),
          * a checkpoint's own NaN or Inf, or a value beyond what the stored type holds is refused */
         for (int64_t c = 0; c < cols && !s; c++)
@@ -319,7 +326,11 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
         }
         if (r->ndim == 2 && dt != mat_type && !(dt == MA_DT_F16 && cols % 32) && (s = append_line(&kept, r->name, err))) break;
         /* converted when the file is written, one tensor in memory at a time */
-        fills[n_fill] = (fill_job){r, dt};
+        const int comp_f16 =
+            slot != 1 && r->ndim == 2 && o->compute[ma_context_group(slot)] && !strcmp(o->compute[ma_context_group(slot)], "f16");
+        int f16_keep = 0;
+        for (int k = 0; k < o->n_compute_keep && comp_f16 && !f16_keep; k++) f16_keep = !fnmatch(o->compute_keep[k], r->name, 0);
+        fills[n_fill] = (fill_job){r, dt, comp_f16 && !f16_keep && dt == MA_DT_F16 ? MA_GEMM_F16_WMAX : 0.0f};
         s = ma_gguf_add_tensor_fill(w, r->name, dt, r->ndim, r->shape, fill_tensor, &fills[n_fill], err);
         n_fill++;
     }
@@ -327,9 +338,9 @@ static ma_status write_slot(const ma_model *m, int slot, const char *out_dir, co
     ma_buf_free(&kept);
     /* the compute plan (the embedding table's file has no products) */
     const int comp = ma_context_group(slot);
-    const int bf16 = slot != 1 && o->compute[comp] && !strcmp(o->compute[comp], "bf16");
-    if (!s && slot != 1) s = ma_gguf_set_str(w, "molmoact.compute", bf16 ? "bf16" : "fp32", err);
-    ma_buf fp32 = {0}; /* --compute-keep: matrices of a bf16 component computed in fp32, one per line */
+    const int bf16 = slot != 1 && o->compute[comp] && (!strcmp(o->compute[comp], "bf16") || !strcmp(o->compute[comp], "f16"));
+    if (!s && slot != 1) s = ma_gguf_set_str(w, "molmoact.compute", bf16 ? o->compute[comp] : "fp32", err);
+    ma_buf fp32 = {0}; /* --compute-keep: matrices of a bf16 or f16 component computed in fp32, one per line */
     for (size_t i = 0; i < m->ws.count && !s && bf16; i++) {
         const ma_wref *r = &m->ws.refs[i];
         if (!slot_takes(m, slot, r) || r->ndim != 2) continue;
@@ -578,7 +589,8 @@ static ma_status check_patterns(const ma_model *m, const ma_compile_opts *o, con
                 ma_dtype base = MA_DT_F16;
                 if (is_keep && parse_precision(tags[comp], &base) && precision_rank(kt) > precision_rank(base) && !raised++)
                     first = r->name;
-                hit |= is_keep || (slot != 1 && o->compute[comp] && !strcmp(o->compute[comp], "bf16"));
+                hit |=
+                    is_keep || (slot != 1 && o->compute[comp] && (!strcmp(o->compute[comp], "bf16") || !strcmp(o->compute[comp], "f16")));
                 break;
             }
         }
@@ -592,7 +604,7 @@ static ma_status check_patterns(const ma_model *m, const ma_compile_opts *o, con
             return ma_fail(err, MA_ERR_ARG, "--keep %s=%s: the pattern matches no matrix of %s (`molmoact inspect %s` lists their names)",
                            pat, o->keep_prec[k], hf_dir, hf_dir);
         return ma_fail(err, MA_ERR_ARG,
-                       "--compute-keep %s: the pattern matches no matrix of a component computed in bf16 (--compute) in %s "
+                       "--compute-keep %s: the pattern matches no matrix of a component computed in bf16 or f16 (--compute) in %s "
                        "(`molmoact inspect %s` lists their names)",
                        pat, hf_dir, hf_dir);
     }
@@ -655,8 +667,8 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
                            o->keep_prec[k]);
     }
     for (int c = 0; c < 3; c++)
-        if (o->compute[c] && strcmp(o->compute[c], "fp32") && strcmp(o->compute[c], "bf16"))
-            return ma_fail(err, MA_ERR_ARG, "--compute: %s's plan %s (fp32 or bf16)",
+        if (o->compute[c] && strcmp(o->compute[c], "fp32") && strcmp(o->compute[c], "bf16") && strcmp(o->compute[c], "f16"))
+            return ma_fail(err, MA_ERR_ARG, "--compute: %s's plan %s (fp32, bf16 or f16)",
                            c == 0   ? "vision"
                            : c == 1 ? "llm"
                                     : "action",

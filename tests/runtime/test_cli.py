@@ -9,6 +9,9 @@ switch set to 0 is off (issue 36), and the program holds no path of its source t
 """
 import json
 import os
+import platform
+import shutil
+import struct
 import re
 import subprocess
 import time
@@ -329,7 +332,7 @@ def test_compute_plan_compiled_shown_and_run(tmp_path):
     assert rc == 0 and "compute:" not in out, out
     for bad in ("vision=bf17", "optics=bf16", "fp8"):
         rc, _, err = run("compile", MODEL, "-o", str(tmp_path / "bad"), "--compute", bad)
-        assert rc == 1 and f"--compute {bad}: must be fp32, bf16, auto, or COMPONENT=PLAN" in err, err
+        assert rc == 1 and f"--compute {bad}: must be fp32, bf16, f16, auto, or COMPONENT=PLAN" in err, err
     rc, _, err = run("run", "--model", d, "--golden", GOLDEN, env={"MOLMOACT_COMPUTE": "half"})
     assert rc == 1 and "MOLMOACT_COMPUTE=half" in err, err
 
@@ -423,3 +426,40 @@ def test_run_prints_parity_after_latency_plan_and_memory():
     marks = ["action chunk [10, 7]", "latency over", "backend cpu", "peak RSS", "first request", "parity against", "end-to-end action cosine"]
     at = [out.find(m) for m in marks]
     assert -1 not in at and at == sorted(at), list(zip(marks, at))
+
+
+def test_compute_f16_plan(tmp_path):
+    """--compute f16 (the NEON FP16 tiles' plan): recorded in the contexts, per component too; on a
+    CPU without FP16 arithmetic (every x86) computed in fp32, saying so, at the fp32 gate; a weight
+    beyond what its f16 sums hold (|w| > 64) refused by name with the way out, which works"""
+    d = str(tmp_path / "ctx")
+    rc, out, err = run("compile", MODEL, "-o", d, "--compute", "f16", "--quiet")
+    assert rc == 0, err
+    rc, out, _ = run("inspect", d)
+    plan = {l.split()[0]: l.split()[3] for l in out.splitlines() if l.strip().endswith("MiB") and ".gguf" in l and "embed" not in l}
+    assert set(plan.values()) == {"f16"}, out
+    rc, out, err = run("run", "--model", d, "--golden", GOLDEN, "--inproc")
+    assert rc == 0, out + err
+    if platform.machine() == "x86_64":
+        assert "(f16 computed in fp32: these kernels have no FP16 arithmetic (aarch64 asimdhp))" in out, out
+        assert "end-to-end action cosine 1.000000000 (gate 0.9999): PASS" in out, out
+    rc, out, err = run("compile", MODEL, "-o", str(tmp_path / "one"), "--compute", "llm=f16", "--quiet")
+    assert rc == 0, err
+    rc, out, err = run("compile", MODEL, "-o", str(tmp_path / "bad"), "--compute", "f17")
+    assert rc == 1 and "fp32, bf16, f16, auto" in err, err
+    # one weight of 100 in a copy of the demo checkpoint
+    src = tmp_path / "big"
+    shutil.copytree(MODEL, src)
+    st = src / "model.safetensors"
+    raw = bytearray(st.read_bytes())
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    name = "model.action_expert.action_embed.weight"
+    off = 8 + n + head[name]["data_offsets"][0]
+    raw[off:off + 2] = np.array([100.0], dtype=np.float16).tobytes()
+    st.write_bytes(bytes(raw))
+    rc, out, err = run("compile", str(src), "-o", str(tmp_path / "c2"), "--compute", "f16", "--quiet")
+    assert rc == 1 and name in err and "|w| = 100" in err and f"--compute-keep '{name}'" in err, err
+    assert not (tmp_path / "c2").exists()
+    rc, out, err = run("compile", str(src), "-o", str(tmp_path / "c3"), "--compute", "f16", "--compute-keep", name, "--quiet")
+    assert rc == 0, err
