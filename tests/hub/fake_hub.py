@@ -18,7 +18,7 @@ Faults on demand (hub.faults): "drop": [N, BYTES] the CDN closes the connection 
 next N bodies; "corrupt": the CDN flips a byte; "extra": the CDN sends more than the size;
 "ignore_range": the CDN answers a Range with the whole body; "evil_path": the listing names a path;
 "huge": N LFS files of 8.99e15 bytes listed; "same_id": a file listed again under another path with
-the same LFS id and another size; "loop_page": each page's Link names itself; "api_503": [N] the
+the same LFS id and another size; "loop_page": each page's Link names itself; "page": N entries a page (default PAGE); "api_503": [N] the
 next N API requests answered 503.
 Every request is recorded (method, host, path, headers) in hub.log.
 
@@ -89,7 +89,7 @@ class Hub:
         self.endpoint = "http://127.0.0.1:%d" % self.api.server_address[1]
         self.cdn_base = "http://127.0.0.2:%d" % self.cdn.server_address[1]
         for s in (self.api, self.cdn):
-            threading.Thread(target=s.serve_forever, daemon=True).start()
+            threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def close(self):
         for s in (self.api, self.cdn):
@@ -255,13 +255,14 @@ def _server(hub, host, cdn):
                 if q.get("recursive") != ["true"]:
                     entries = [e for e in entries if "/" not in e["path"]]
                 cursor = int(q.get("cursor", ["0"])[0])
-                page = entries[cursor:cursor + PAGE]
+                size = hub.faults.get("page", PAGE)
+                page = entries[cursor:cursor + size]
                 hdr = [("Content-Type", "application/json")]
                 if hub.faults.get("loop_page"):
                     hdr.append(("Link", '<%s>; rel="next"' % self.path))
-                elif cursor + PAGE < len(entries):
+                elif cursor + size < len(entries):
                     nq = dict((k, v[0]) for k, v in q.items())
-                    nq["cursor"] = str(cursor + PAGE)
+                    nq["cursor"] = str(cursor + size)
                     hdr.append(("Link", '<%s%s?%s>; rel="next"' % (hub.endpoint, u.path, urllib.parse.urlencode(nq))))
                 return self.reply(200, json.dumps(page).encode(), hdr, head)
             if kind != "resolve":
