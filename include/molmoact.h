@@ -133,7 +133,7 @@ typedef struct molmoact_options {
     const char *base_dir;
     /* since 0.11: the other settings (each also read from its variable, above) */
     const char *kernels;     /* a kernel set: "scalar", "portable", "avx2", "avx512", "vnni", "amx", "neon", "neon_dot" */
-    const char *compute;     /* every matrix's compute plan: "context", "fp32", "bf16" */
+    const char *compute;     /* every matrix's compute plan: "context", "fp32", "bf16", "f16" */
     const char *gemm_panels; /* "in_place" or "convert" */
     int prompt_seq;          /* the static prompt length (contexts: must be the compiled one) */
     int preload;             /* 1: read every context in at open and run one warm-up request */
