@@ -7,7 +7,7 @@
 # and reference at tiny size, reference/tests/test_streaming.py; test_release_facts.py counts the
 # full preset's tensors).
 #
-#   bench/fullsize.sh [--work DIR] [--variant grid|original] [--plans f16,q8_0,q4_0,w4a16,f16_bf16,mix_bf16] [--runs 3]
+#   bench/fullsize.sh [--work DIR] [--variant grid|original] [--plans f16,q8_0,q4_0,w4a16,f16_bf16,mix_bf16,f16_f16] [--runs 3]
 #
 # 1. checkpoint (cached in WORK): reference/make_checkpoint.py --config full, bf16 shards written
 #    tensor by tensor with model.safetensors.index.json (its peak RSS printed)
@@ -24,7 +24,9 @@
 # Plans: f16 (everything f16), q8_0 and q4_0 (every matrix), w4a16 (the reference deployment's
 # LLM_CTX_SUFFIX=_w4a16: q4_0 LLM, f16 vision and action expert); f16_bf16 and w4a16_bf16: the same
 # weights with the bf16 compute plan (compile --compute bf16: bf16 products, fp32 sums, on AMX or
-# AVX512-BF16). After the plans' table, a second one: each session's median time per plan (bench
+# AVX512-BF16); f16_f16: the f16 compute plan (compile --compute f16: the NEON FP16 tiles of an
+# aarch64 CPU with asimdhp, fp32 elsewhere; its products count at twice the FMA peak, FMLA on eight
+# halves against four floats). After the plans' table, a second one: each session's median time per plan (bench
 # --session on the golden's inputs; action_step x 10 steps), its share of their sum, and its GEMM
 # products' time at the measured peaks (gemm_bench --peaks) as a fraction of its time.
 set -euo pipefail
@@ -146,6 +148,7 @@ for plan in ${plans//,/ }; do
     f16_bf16) copts=(--vision f16 --llm f16 --action f16 --compute bf16) ;; # the f16 weights, bf16 products (kernels/gemm.h)
     w4a16_bf16) copts=(--vision f16 --llm q4_0 --action f16 --compute bf16) ;;
     mix_bf16) copts=(--vision f16 --llm q8_0 --action q8_0 --compute vision=bf16) ;; # bf16 products for vision, int8 (VNNI) or bf16 for the rest
+    f16_f16) copts=(--vision f16 --llm f16 --action f16 --compute f16) ;; # the f16 plan: NEON FP16 tiles on aarch64 with asimdhp (elsewhere fp32)
     *) echo "fullsize.sh: unknown plan $plan" >&2; exit 2 ;;
   esac
   ctx=$work/ctx-$variant-$plan
@@ -232,7 +235,8 @@ def at_peak_ms(b):
     fp32 = pk["amx_split_peak_gflops"] if b.get("kernels") == "amx" else pk["fma_peak_gflops"]
     # VDPBF16PS: two products per FMA's one, at the cost the kernels' probe timed (gemm.h)
     bf16 = pk["amx_bf16_peak_gflops"] if pk.get("bf16_unit") == "amx" else 2 * pk["fma_peak_gflops"] / max(pk.get("bf16_dot_fma_cost", 1.0), 1e-3)
-    return 1e3 * (g["fp32"] / fp32 + g["bf16"] / bf16 + (g["int8"] / pk["vnni_peak_gops"] if g["int8"] else 0.0))
+    f16 = 2 * pk["fma_peak_gflops"]  # FMLA .8H: eight halves per instruction, a fp32 FMLA's four
+    return 1e3 * (g["fp32"] / fp32 + g["bf16"] / bf16 + (g["int8"] / pk["vnni_peak_gops"] if g["int8"] else 0.0) + g.get("f16", 0.0) / f16)
 frac, stream = {}, {}
 for p in plans:
     for s in sessions:
