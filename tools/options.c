@@ -70,7 +70,7 @@ const cli_opt OPTS[O_COUNT] = {
         {"--compute", NULL, "PLAN", CLI_STR, 0, 0,
          "how products are computed: fp32 (default), bf16 (operands rounded to bf16, sums in fp32: AMX or AVX512-BF16 where the CPU has them, else fp32), f16 (operands rounded to f16, summed in f16 per 32 products then in fp32: aarch64 CPUs with FP16 arithmetic such as the A78AE, else fp32; f16 weights up to |w| 64), or auto (bf16 where this CPU's bf16 unit pays and the weights are not int8, which keep their int8 kernels unless the CPU has AMX; says which and why), for every component or per component, e.g. --compute vision=bf16,llm=bf16"},
     [O_COMPUTE_KEEP] = {"--compute-keep", NULL, "PATTERN", CLI_LIST, 0, 0,
-                        "matrices whose checkpoint name matches the glob PATTERN computed in fp32 in a bf16 component (repeatable)"},
+                        "matrices whose checkpoint name matches the glob PATTERN computed in fp32 in a bf16 or f16 component (repeatable)"},
     [O_KEEP] =
         {"--keep", NULL, "PATTERN=P", CLI_LIST, 0, 0,
          "matrices whose checkpoint name matches the glob PATTERN stored in P where P is more precise (repeatable), e.g. --keep '*scout_mlp*=f16'"},

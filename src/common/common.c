@@ -159,11 +159,13 @@ void print_plan(const ma_engine *e, int json) {
             ma_gemm_bf16_off_reason(off, sizeof off);
             snprintf(why, sizeof why, ": %s, computed in fp32", off);
         }
-        if (any_bf16) printf(", compute: vision %s, llm %s, action %s (bf16 on %s%s)", comp[0], comp[1], comp[2], unit, why);
-        else if (any_f16 && e->backend->needs_weights)
-            printf(", compute: vision %s, llm %s, action %s (f16 %s)", comp[0], comp[1], comp[2],
-                   ma_gemm_f16() == MA_COMPUTE_F16 ? "on the NEON FP16 tiles"
-                                                   : "computed in fp32: these kernels have no FP16 arithmetic (aarch64 asimdhp)");
+        if (any_bf16 || any_f16) printf(", compute: vision %s, llm %s, action %s (", comp[0], comp[1], comp[2]);
+        if (any_bf16) printf("bf16 on %s%s%s", unit, why, any_f16 ? "; " : ")");
+        if (any_f16)
+            printf("f16 %s)", !e->backend->needs_weights ? "as the backend's graphs compute"
+                              : ma_gemm_f16() == MA_COMPUTE_F16
+                                  ? "on the NEON FP16 tiles"
+                                  : "computed in fp32: these kernels have no FP16 arithmetic (aarch64 asimdhp)");
         printf("\n");
     }
 }

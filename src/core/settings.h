@@ -30,7 +30,7 @@ typedef struct ma_settings {
     char kernels[MA_SETTINGS_WORD];     /* a kernel set by name; "": the best this CPU has */
     char gemm_panels[MA_SETTINGS_WORD]; /* "in_place" or "convert"; "": by CPU vendor */
     int gemm_parts;                     /* parts a large GEMM is cut into per thread; 0: 1 */
-    char compute[MA_SETTINGS_WORD];     /* "context" (""), "fp32" or "bf16" */
+    char compute[MA_SETTINGS_WORD];     /* "context" (""), "fp32" or "bf16" (the f16 plan only from contexts) */
     int preload;                        /* read every context in at open, then one warm-up request */
     int prompt_seq;                     /* the static prompt length; 0: the backend's default */
     char suffix[3][MA_SETTINGS_SUFFIX]; /* vision, llm, action context suffixes (MA_SUFFIX_*) */

@@ -43,13 +43,15 @@ static void pack_a_f16(const float *A, int64_t lda, int64_t m0, int64_t m1, int6
         float amax = 0.0f;
         for (int k = 0; k < kc; k++) {
             const float v = fabsf(a[k]);
-            amax = v > amax ? v : amax; /* NaN never wins: its row stays unscaled below */
+            amax = v > amax ? v : amax; /* a NaN never wins (the row's NaN reaches its outputs anyway) */
         }
         float scale = 1.0f;
         inv[r] = 1.0f;
-        if (amax > 0.0f && amax <= 3.4e38f) {
-            int e;
-            frexpf(amax, &e); /* amax = f 2^e, f in [0.5, 1): times 2^(4 - e) it is in [8, 16) */
+        int e = 0;
+        if (amax > 0.0f && isfinite(amax)) frexpf(amax, &e); /* amax = f 2^e, f in [0.5, 1) */
+        /* times 2^(4 - e) it is in [8, 16); a row below 2^-100 stays unscaled (its f16 values are
+         * 0, as its products are in fp32 to within 1e-30), so the scale is a finite float */
+        if (e != 0 && e >= -100) {
             scale = ldexpf(1.0f, 4 - e);
             inv[r] = ldexpf(1.0f, e - 4);
         }

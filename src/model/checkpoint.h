@@ -33,7 +33,7 @@ typedef struct ma_model {
     ma_gguf ctx[8];            /* vision, embed, llm_split0..3, action_context, action_step */
     char precision[3][8];      /* vision, llm, action: as the contexts say ("" for a checkpoint) */
     char source_dtype[3][8];   /* what their matrices were in the checkpoint (molmoact.source_dtype; "" when not recorded) */
-    char compute[3][8];        /* their compute plans, "fp32" or "bf16" ("" for a checkpoint), or MOLMOACT_COMPUTE's */
+    char compute[3][8];        /* their compute plans, "fp32", "bf16" or "f16" ("" for a checkpoint), or MOLMOACT_COMPUTE's */
     ma_compute ctx_compute[8]; /* each opened context's plan */
     int prompt_seq;            /* contexts: the prompt length their static graphs are built for (0: none recorded) */
     char prompt_seq_file[64];  /* the context it was first read from */

@@ -172,8 +172,8 @@ static ma_status fill_tensor(void *ctx, void *dst, size_t bytes, ma_error *err) 
     for (int64_t k = 0; k < rows && !s; k++) {
         ma_convert_to_f32(r->dtype, r->data, k * cols, cols, row);
         if (R) lora_merge_row(r, k, cols, la, lb, delta, row, tmp);
-        for (int64_t c = 0; c < cols && j->wmax > 0 && !s; c++)
-            if (fabsf(row[c]) > j->wmax)
+        for (int64_t c = 0; c < cols && j->wmax > 0 && pack && !s; c++) /* the panel layout: what the f16 tiles read */
+            if (fabsf(row[c]) > j->wmax && isfinite(row[c]))
                 s = ma_fail(err, MA_ERR_RANGE,
                             "%s: |w| = %g at [%lld, %lld], beyond the %g the f16 compute plan's f16 sums hold: compute it in fp32 with "
                             "--compute-keep '%s'",
@@ -673,6 +673,14 @@ ma_status ma_compile(const char *hf_dir, const char *out_dir, const ma_compile_o
                            : c == 1 ? "llm"
                                     : "action",
                            o->compute[c]);
+    for (int c = 0; c < 3; c++) { /* the f16 tiles multiply f16 weights: another storage would not run them */
+        const char *tag = c == 0 ? o->vision : c == 1 ? o->llm : o->action, *name = c == 0 ? "vision" : c == 1 ? "llm" : "action";
+        if (o->compute[c] && !strcmp(o->compute[c], "f16") && tag && strcmp(tag, "f16"))
+            return ma_fail(err, MA_ERR_ARG,
+                           "--compute f16: %s is stored as %s, and the f16 plan multiplies f16 weights (give it to the f16 components "
+                           "only, e.g. --compute vision=f16)",
+                           name, tag);
+    }
     for (int k = 0; k < o->n_compute_keep; k++)
         if (!o->compute_keep[k][0]) return ma_fail(err, MA_ERR_ARG, "--compute-keep: an empty pattern");
     if (o->prompt_seq < 1 || o->prompt_seq > MA_MAX_PROMPT_SEQ)

@@ -42,9 +42,10 @@ typedef struct ma_compile_opts {
      * more precise of the two (a sensitive tensor kept at higher precision in a quantised plan) */
     int n_keep;
     const char *keep_pattern[MA_COMPILE_MAX_KEEP], *keep_prec[MA_COMPILE_MAX_KEEP];
-    /* the compute plan of vision, llm and action (--compute): "fp32" (or NULL) or "bf16", recorded
-     * in each context as molmoact.compute; matrices matching a --compute-keep glob stay fp32 in a
-     * bf16 component (listed in molmoact.compute_fp32_tensors) */
+    /* the compute plan of vision, llm and action (--compute): "fp32" (or NULL), "bf16" or "f16"
+     * (f16 weights only; each panel-layout weight checked to |w| <= MA_GEMM_F16_WMAX), recorded in
+     * each context as molmoact.compute; matrices matching a --compute-keep glob stay fp32 in a
+     * bf16 or f16 component (listed in molmoact.compute_fp32_tensors) */
     const char *compute[3];
     int n_compute_keep;
     const char *compute_keep[MA_COMPILE_MAX_KEEP];

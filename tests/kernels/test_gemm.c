@@ -350,9 +350,9 @@ static void twin_f16(int64_t M, int64_t N, int64_t K, const float *A, const uint
             const int64_t kc = K - k0 < MA_GEMM_KC ? K - k0 : MA_GEMM_KC;
             float amax = 0.0f, scale = 1.0f, inv = 1.0f;
             for (int64_t k = 0; k < kc; k++) amax = fabsf(A[m * K + k0 + k]) > amax ? fabsf(A[m * K + k0 + k]) : amax;
-            if (amax > 0.0f && amax <= 3.4e38f) {
-                int e;
-                frexpf(amax, &e);
+            int e = 0;
+            if (amax > 0.0f && isfinite(amax)) frexpf(amax, &e);
+            if (e != 0 && e >= -100) {
                 scale = ldexpf(1.0f, 4 - e);
                 inv = ldexpf(1.0f, e - 4);
             }
@@ -385,7 +385,7 @@ static void check_f16_plan(int64_t M, int64_t N, int64_t K, int accumulate, uint
     tu_fill(W, N * K, seed + 1);
     tu_fill(C0, M * N, seed + 2);
     for (int64_t m = 0; m < M; m++) {
-        const float mag = m % 5 == 1 ? 3e4f : m % 5 == 2 ? 1e-5f : m % 5 == 3 ? 0.0f : 1.0f;
+        const float mag = m % 7 == 1 ? 3e4f : m % 7 == 2 ? 1e-5f : m % 7 == 3 ? 0.0f : m % 7 == 4 ? 1e-39f : m % 7 == 5 ? 1e30f : 1.0f;
         for (int64_t k = 0; k < K; k++) A[m * K + k] *= mag;
     }
     for (int64_t i = 0; i < N * K; i++) Wh[i] = ma_f32_to_f16(W[i] * 3.0f);
@@ -417,7 +417,9 @@ static void test_gemm_f16_compute(void **state) {
     check_f16_plan(40, 37, 100, 0, 7001, &runs);
     check_f16_plan(13, 16, 800, 1, 7002, &runs);
     check_f16_plan(150, 5, 390, 1, 7003, &runs);
-    check_f16_plan(12, 20, 64, 0, 7004, &runs); /* 12 rows: the small path, fp32 */
+    check_f16_plan(12, 20, 64, 0, 7004, &runs);   /* 12 rows: the small path, fp32 */
+    check_f16_plan(29, 26, 64, 1, 7005, &runs);   /* the last panel 10 wide: both halves, the second short */
+    check_f16_plan(300, 40, 100, 0, 7006, &runs); /* rows split across the threads (m_lo not a multiple of 8) */
     /* a CPU with the f16 tiles ran the plan on its best set */
     if (ma_gemm_kernel_f16(ma_gemm_kernel_count() - 1) == MA_COMPUTE_F16 && runs < 3)
         fail_msg("the f16 plan ran %d times on a CPU with asimdhp", runs);

@@ -447,6 +447,11 @@ def test_compute_f16_plan(tmp_path):
     assert rc == 0, err
     rc, out, err = run("compile", MODEL, "-o", str(tmp_path / "bad"), "--compute", "f17")
     assert rc == 1 and "fp32, bf16, f16, auto" in err, err
+    rc, out, err = run("compile", MODEL, "-o", str(tmp_path / "bad"), "--llm", "q8_0", "--compute", "f16")
+    assert rc == 1 and "llm is stored as q8_0" in err and "--compute vision=f16" in err, err
+    # only contexts carry the f16 plan (their weights' range was checked): not the environment
+    rc, out, err = run("run", "--model", d, "--golden", GOLDEN, "--inproc", env={"MOLMOACT_COMPUTE": "f16"})
+    assert rc == 1 and "MOLMOACT_COMPUTE=f16" in err, err
     # one weight of 100 in a copy of the demo checkpoint
     src = tmp_path / "big"
     shutil.copytree(MODEL, src)
