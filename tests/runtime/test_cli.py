@@ -305,8 +305,10 @@ def test_workers_are_named_after_their_session(tmp_path):
                 try:
                     if open(f"/proc/{pid}/stat").read().split(") ")[1].split()[1] != str(p.pid):
                         continue
-                    names.add(open(f"/proc/{pid}/comm").read().strip())
                     argv0 = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0].decode()
+                    if not argv0:  # a child exiting (a zombie's cmdline reads empty): not a worker
+                        continue
+                    names.add(open(f"/proc/{pid}/comm").read().strip())
                     assert argv0.startswith("molmoact:"), argv0
                 except (FileNotFoundError, ProcessLookupError, IndexError):
                     pass
