@@ -789,6 +789,23 @@ static void attention_cases(void) {
     check_attention(1, 2, 2, 12, 12, 16, &all_masked, 15);
     ma_attn_mask key_only = {some, 0, NULL};
     check_attention(3, 2, 1, 4, 20, 40, &key_only, 16);
+    /* few queries over 96 keys or more on more than one thread: the keys cut into shares, then
+     * merged (the action expert's cross-attention) */
+    static uint8_t front[140], back[140], sparse[135], nothing[140];
+    for (int i = 0; i < 140; i++) {
+        front[i] = i >= 80; /* the first share sees nothing */
+        back[i] = i < 50;   /* the last one sees nothing */
+        nothing[i] = 0;     /* none does: uniform over all the keys */
+    }
+    for (int i = 0; i < 135; i++) sparse[i] = i % 7 == 3;
+    ma_attn_mask m_front = {front, 0, NULL}, m_back = {back, 0, NULL}, m_sparse = {sparse, 0, NULL}, m_nothing = {nothing, 0, NULL};
+    check_attention(1, 8, 8, 10, 135, 96, NULL, 17); /* the release's shape */
+    check_attention(1, 8, 8, 10, 135, 96, &m_sparse, 18);
+    check_attention(2, 4, 2, 10, 140, 24, &m_front, 19);
+    check_attention(1, 2, 2, 16, 140, 20, &m_back, 20);
+    check_attention(1, 2, 1, 3, 140, 16, &m_nothing, 21);
+    check_attention(1, 1, 1, 1, 97, 8, NULL, 22); /* shares of 49 and 48 keys */
+    check_attention(1, 2, 2, 10, 1000, 16, NULL, 23);
 }
 
 /* every vector-math set (portable, avx2, avx512 where the CPU has them): the few-query path
