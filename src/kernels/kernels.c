@@ -509,7 +509,7 @@ ma_status ma_attention_head(ma_kctx *c, const float *q, int64_t q_stride, const 
 typedef struct att_job {
     const ma_attn_args *a;
     int64_t q_blocks, units;
-    int failed;
+    atomic_int failed; /* set by any thread that could not allocate */
     atomic_llong next;
 } att_job;
 
@@ -620,13 +620,23 @@ static void few_task(void *ctx, int t, int T) {
  * share's output is normalised with its own max and sum; the merge weighs share r by
  * sum_r exp(max_r - max) (uniform over all the keys when none is visible anywhere). */
 #define FEW_SPLIT_KEYS 48 /* fewest keys per share */
+#define FEW_SPLIT_MAX 64  /* most shares (few_merge's weights) */
+
+int ma_attn_key_shares(int64_t lk, int threads, int64_t *share_keys) {
+    *share_keys = lk;
+    if (threads < 2 || lk < 2 * FEW_SPLIT_KEYS) return 0;
+    int64_t n = lk / FEW_SPLIT_KEYS < threads ? lk / FEW_SPLIT_KEYS : threads;
+    if (n > FEW_SPLIT_MAX) n = FEW_SPLIT_MAX;
+    *share_keys = (lk + n - 1) / n;
+    return (int)((lk + *share_keys - 1) / *share_keys); /* none empty: 64 shares of 3073 keys are 63 of 49 */
+}
 
 typedef struct few_split_job {
     const ma_attn_args *a;
     int shares;
     int64_t share_keys;
     float *out, *mx, *sm; /* per share: [n_seq][heads][lq][hd], [n_seq][heads][lq] x 2 */
-    int failed;
+    atomic_int failed; /* set by any thread that could not allocate */
     atomic_llong next;
 } few_split_job;
 
@@ -692,7 +702,7 @@ static void few_merge(const ma_attn_args *a, const few_split_job *j) {
                 const int64_t u = ((int64_t)s * a->heads + h) * a->lq + i;
                 float m = -INFINITY;
                 for (int r = 0; r < j->shares; r++) m = j->mx[r * per_share + u] > m ? j->mx[r * per_share + u] : m;
-                float w[64], total = 0.0f;
+                float w[FEW_SPLIT_MAX], total = 0.0f;
                 for (int r = 0; r < j->shares; r++) {
                     const float mr = j->mx[r * per_share + u];
                     w[r] = m == -INFINITY ? j->sm[r * per_share + u] : mr == -INFINITY ? 0.0f : j->sm[r * per_share + u] * expf(mr - m);
@@ -723,22 +733,20 @@ ma_status ma_attention(ma_kctx *c, const ma_attn_args *a, ma_error *err) {
             }
         return MA_OK;
     }
-    const int T = ma_kernel_threads();
-    if (a->lq <= MA_FEW_Q && a->hd <= INT32_MAX && !(a->mask && (a->mask->bidir || a->mask->causal)) && T > 1 &&
-        a->lk >= 2 * FEW_SPLIT_KEYS) {
-        few_split_job j = {.a = a};
-        j.shares = (int)(a->lk / FEW_SPLIT_KEYS < T ? a->lk / FEW_SPLIT_KEYS : T > 64 ? 64 : T);
-        j.share_keys = (a->lk + j.shares - 1) / j.shares;
+    few_split_job sj = {.a = a};
+    if (a->lq <= MA_FEW_Q && a->hd <= INT32_MAX && !(a->mask && (a->mask->bidir || a->mask->causal)) &&
+        (sj.shares = ma_attn_key_shares(a->lk, ma_kernel_threads(), &sj.share_keys)) > 0) {
+        few_split_job *j = &sj;
         const size_t per_share = (size_t)a->n_seq * (size_t)a->heads * (size_t)a->lq;
-        float *buf = ma_kctx_scratch(c, per_share * (size_t)j.shares * (size_t)(a->hd + 2), err);
+        float *buf = ma_kctx_scratch(c, per_share * (size_t)j->shares * (size_t)(a->hd + 2), err);
         if (!buf) return MA_ERR_NOMEM;
-        j.out = buf;
-        j.mx = buf + per_share * (size_t)j.shares * (size_t)a->hd;
-        j.sm = j.mx + per_share * (size_t)j.shares;
-        atomic_init(&j.next, 0);
-        ma_parallel_n(few_split_task, &j, j.shares);
-        if (!j.failed) few_merge(a, &j);
-        if (j.failed) return ma_fail(err, MA_ERR_NOMEM, "attention: out of memory for %lld keys", (long long)a->lk);
+        j->out = buf;
+        j->mx = buf + per_share * (size_t)j->shares * (size_t)a->hd;
+        j->sm = j->mx + per_share * (size_t)j->shares;
+        atomic_init(&j->next, 0);
+        ma_parallel_n(few_split_task, j, j->shares);
+        if (!j->failed) few_merge(a, j);
+        if (j->failed) return ma_fail(err, MA_ERR_NOMEM, "attention: out of memory for %lld keys", (long long)a->lk);
         return MA_OK;
     }
     if (a->lq <= MA_FEW_Q && a->hd <= INT32_MAX && !(a->mask && a->mask->bidir)) {

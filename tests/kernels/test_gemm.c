@@ -7,6 +7,7 @@
 #include "../test_util.h"
 
 #include <stdatomic.h>
+#include <unistd.h>
 
 #include "core/half.h"
 #include "kernels/gemm.h"
@@ -806,6 +807,19 @@ static void attention_cases(void) {
     check_attention(1, 2, 1, 3, 140, 16, &m_nothing, 21);
     check_attention(1, 1, 1, 1, 97, 8, NULL, 22); /* shares of 49 and 48 keys */
     check_attention(1, 2, 2, 10, 1000, 16, NULL, 23);
+    /* the cut itself, for every thread count the pool allows: shares of 48 keys or more, none
+     * empty, covering the keys, at most 64 */
+    for (int T = 1; T <= 64; T++)
+        for (int64_t lk = 1; lk <= 5000; lk++) {
+            int64_t per;
+            const int n = ma_attn_key_shares(lk, T, &per);
+            if (T < 2 || lk < 96) {
+                assert_int_equal(n, 0);
+                continue;
+            }
+            if (n < 2 || n > 64 || n > T || per < 48 || (n - 1) * per >= lk || n * per < lk)
+                fail_msg("%lld keys over %d threads: %d shares of %lld", (long long)lk, T, n, (long long)per);
+        }
 }
 
 /* every vector-math set (portable, avx2, avx512 where the CPU has them): the few-query path
@@ -1033,6 +1047,9 @@ static void test_thread_pool(void **state) {
 }
 
 int main(void) {
+    /* two threads at least, so the pool's paths (the few-query attention's key shares) are taken
+     * on a one-CPU machine too */
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2) ma_threads_set(2);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_every_type_and_edge),
         cmocka_unit_test(test_gemm_fused_parts),
