@@ -509,7 +509,7 @@ ma_status ma_attention_head(ma_kctx *c, const float *q, int64_t q_stride, const 
 typedef struct att_job {
     const ma_attn_args *a;
     int64_t q_blocks, units;
-    atomic_int failed; /* set by any thread that could not allocate */
+    int failed;
     atomic_llong next;
 } att_job;
 
@@ -603,119 +603,10 @@ static void few_task(void *ctx, int t, int T) {
                                1.0f / sqrtf((float)a->hd),
                                mask ? mask->key_valid : NULL,
                                mask ? mask->causal : 0,
-                               work,
-                               NULL,
-                               NULL};
+                               work};
         vm->attend_few(&f);
     }
     free(work);
-}
-
-/* Few queries over many keys (the action expert's 10 over the context's S): the keys cut into
- * shares, a unit per share doing every head over its rows, then merged. Cut by heads, each thread
- * read every row of K and V in 384-byte slices 3 KB apart, from memory (the weights' stream had
- * evicted them), where the hardware prefetchers do not follow: in the full model's action step
- * the cross-attention took 4-6 ms of ~23 (against 1.5 ms with K and V in cache). A share's rows
- * are read whole, in order, first (a prefetch pass), then its heads run from the cache. Each
- * share's output is normalised with its own max and sum; the merge weighs share r by
- * sum_r exp(max_r - max) (uniform over all the keys when none is visible anywhere). */
-#define FEW_SPLIT_KEYS 48 /* fewest keys per share */
-#define FEW_SPLIT_MAX 64  /* most shares (few_merge's weights) */
-
-int ma_attn_key_shares(int64_t lk, int threads, int64_t *share_keys) {
-    *share_keys = lk;
-    if (threads < 2 || lk < 2 * FEW_SPLIT_KEYS) return 0;
-    int64_t n = lk / FEW_SPLIT_KEYS < threads ? lk / FEW_SPLIT_KEYS : threads;
-    if (n > FEW_SPLIT_MAX) n = FEW_SPLIT_MAX;
-    *share_keys = (lk + n - 1) / n;
-    return (int)((lk + *share_keys - 1) / *share_keys); /* none empty: 64 shares of 3073 keys are 63 of 49 */
-}
-
-typedef struct few_split_job {
-    const ma_attn_args *a;
-    int shares;
-    int64_t share_keys;
-    float *out, *mx, *sm; /* per share: [n_seq][heads][lq][hd], [n_seq][heads][lq] x 2 */
-    atomic_int failed; /* set by any thread that could not allocate */
-    atomic_llong next;
-} few_split_job;
-
-static void few_split_task(void *ctx, int t, int T) {
-    few_split_job *j = ctx;
-    const ma_attn_args *a = j->a;
-    const ma_vecmath *vm = ma_vecmath_get();
-    (void)t, (void)T;
-    float *work = malloc(sizeof(float) * (size_t)ma_few_attn_work(j->share_keys, a->hd));
-    if (!work) {
-        j->failed = 1;
-        return;
-    }
-    const int grp = a->heads / a->kv_heads;
-    const int64_t per_share = (int64_t)a->n_seq * a->heads * a->lq;
-    for (int64_t r = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed); r < j->shares;
-         r = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) {
-        const int64_t j0 = r * j->share_keys, n = a->lk - j0 < j->share_keys ? a->lk - j0 : j->share_keys;
-        for (int s = 0; s < a->n_seq; s++) { /* the share's rows, whole and in order */
-            const int64_t kw = (int64_t)a->kv_heads * a->hd;
-            for (int64_t i = j0; i < j0 + n; i++) {
-                const char *kr = (const char *)(a->k + s * a->k_seq + i * a->k_row),
-                           *vr = (const char *)(a->v + s * a->v_seq + i * a->v_row);
-                for (int64_t off = 0; off < kw * (int64_t)sizeof(float); off += 64) {
-                    __builtin_prefetch(kr + off);
-                    __builtin_prefetch(vr + off);
-                }
-            }
-        }
-        for (int s = 0; s < a->n_seq; s++)
-            for (int h = 0; h < a->heads; h++) {
-                const int64_t u = ((int64_t)s * a->heads + h) * a->lq;
-                const ma_few_attn f = {a->q + s * a->q_seq + h * a->hd,
-                                       a->k + s * a->k_seq + j0 * a->k_row + (h / grp) * a->hd,
-                                       a->v + s * a->v_seq + j0 * a->v_row + (h / grp) * a->hd,
-                                       j->out + (r * per_share + u) * a->hd,
-                                       a->q_row,
-                                       a->k_row,
-                                       a->v_row,
-                                       a->hd,
-                                       (int)a->lq,
-                                       (int)a->hd,
-                                       n,
-                                       0,
-                                       1.0f / sqrtf((float)a->hd),
-                                       a->mask && a->mask->key_valid ? a->mask->key_valid + j0 : NULL,
-                                       0,
-                                       work,
-                                       j->mx + r * per_share + u,
-                                       j->sm + r * per_share + u};
-                vm->attend_few(&f);
-            }
-    }
-    free(work);
-}
-
-/* the shares' outputs into one (see above) */
-static void few_merge(const ma_attn_args *a, const few_split_job *j) {
-    const int64_t per_share = (int64_t)a->n_seq * a->heads * a->lq;
-    for (int s = 0; s < a->n_seq; s++)
-        for (int h = 0; h < a->heads; h++)
-            for (int64_t i = 0; i < a->lq; i++) {
-                const int64_t u = ((int64_t)s * a->heads + h) * a->lq + i;
-                float m = -INFINITY;
-                for (int r = 0; r < j->shares; r++) m = j->mx[r * per_share + u] > m ? j->mx[r * per_share + u] : m;
-                float w[FEW_SPLIT_MAX], total = 0.0f;
-                for (int r = 0; r < j->shares; r++) {
-                    const float mr = j->mx[r * per_share + u];
-                    w[r] = m == -INFINITY ? j->sm[r * per_share + u] : mr == -INFINITY ? 0.0f : j->sm[r * per_share + u] * expf(mr - m);
-                    total += w[r];
-                }
-                float *o = a->out + s * a->out_seq + i * a->out_row + h * a->hd;
-                const float inv = 1.0f / total;
-                for (int d = 0; d < a->hd; d++) o[d] = 0.0f;
-                for (int r = 0; r < j->shares; r++) {
-                    const float *src = j->out + (r * per_share + u) * a->hd, wr = w[r] * inv;
-                    for (int d = 0; d < a->hd; d++) o[d] += wr * src[d];
-                }
-            }
 }
 
 ma_status ma_attention(ma_kctx *c, const ma_attn_args *a, ma_error *err) {
@@ -731,22 +622,6 @@ ma_status ma_attention(ma_kctx *c, const ma_attn_args *a, ma_error *err) {
                                                  a->out + s * a->out_seq + h * a->hd, a->out_row, a->lq, a->lk, a->hd, a->mask, err);
                 if (st) return st;
             }
-        return MA_OK;
-    }
-    few_split_job sj = {.a = a};
-    if (a->lq <= MA_FEW_Q && a->hd <= INT32_MAX && !(a->mask && (a->mask->bidir || a->mask->causal)) &&
-        (sj.shares = ma_attn_key_shares(a->lk, ma_kernel_threads(), &sj.share_keys)) > 0) {
-        few_split_job *j = &sj;
-        const size_t per_share = (size_t)a->n_seq * (size_t)a->heads * (size_t)a->lq;
-        float *buf = ma_kctx_scratch(c, per_share * (size_t)j->shares * (size_t)(a->hd + 2), err);
-        if (!buf) return MA_ERR_NOMEM;
-        j->out = buf;
-        j->mx = buf + per_share * (size_t)j->shares * (size_t)a->hd;
-        j->sm = j->mx + per_share * (size_t)j->shares;
-        atomic_init(&j->next, 0);
-        ma_parallel_n(few_split_task, j, j->shares);
-        if (!j->failed) few_merge(a, j);
-        if (j->failed) return ma_fail(err, MA_ERR_NOMEM, "attention: out of memory for %lld keys", (long long)a->lk);
         return MA_OK;
     }
     if (a->lq <= MA_FEW_Q && a->hd <= INT32_MAX && !(a->mask && a->mask->bidir)) {

@@ -120,10 +120,5 @@ typedef struct ma_attn_args {
 } ma_attn_args;
 
 ma_status ma_attention(ma_kctx *c, const ma_attn_args *a, ma_error *err);
-/* how the few-query path cuts lk keys over `threads` threads (kernels.c): 0 when it does not
- * (under 96 keys, or one thread), else the number of shares, each of *share_keys keys but the
- * last, which is never empty; at most 64. The shares follow the thread count, and so do the
- * last bits of the merged output. */
-int ma_attn_key_shares(int64_t lk, int threads, int64_t *share_keys);
 
 #endif

@@ -70,16 +70,11 @@ static void attend_few_portable(const ma_few_attn *a) {
             e[j] = s;
             m = s > m ? s : m;
         }
-        const int none = m == -INFINITY;
-        if (none) { /* no visible key: uniform weights */
+        if (m == -INFINITY) { /* no visible key: uniform weights */
             for (int64_t j = 0; j < a->lk; j++) e[j] = 0.0f;
             m = 0.0f;
         }
         const float sum = exp_scaled_sum_portable(e, a->lk, a->scale, m), inv = 1.0f / sum;
-        if (a->max_out) {
-            a->max_out[i] = none ? -INFINITY : m * a->scale;
-            a->sum_out[i] = sum;
-        }
         float *o = a->out + i * a->out_row;
         for (int d = 0; d < a->hd; d++) o[d] = 0.0f;
         for (int64_t j = 0; j < a->lk; j++) axpy_portable(o, e[j], a->v + j * a->v_row, a->hd);

@@ -23,9 +23,6 @@ typedef struct ma_few_attn {
     const uint8_t *key_valid;
     int causal;
     float *work;
-    /* optional (a share of the keys, merged by the caller): per query, the largest scaled score
-     * (-inf when no key is visible, the weights then uniform) and the sum of the weights */
-    float *max_out, *sum_out;
 } ma_few_attn;
 
 static inline int64_t ma_few_attn_work(int64_t lk, int64_t hd) { return MA_FEW_Q * (lk + hd + 8); }

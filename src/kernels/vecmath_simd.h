@@ -177,10 +177,9 @@ static void attend_few(const ma_few_attn *a) {
         VF m = V_SET1(-INFINITY);
         for (j = 0; j < lk; j++) m = V_MAX(m, V_LOAD(e + j * VW));
         float mv[VW];
-        int none[VW];
         V_STORE(mv, m);
         for (int l = 0; l < VW; l++)
-            if ((none[l] = mv[l] == -INFINITY)) { /* no visible key: uniform weights */
+            if (mv[l] == -INFINITY) { /* no visible key: uniform weights */
                 for (j = 0; j < lk; j++) e[j * VW + l] = 0.0f;
                 mv[l] = 0.0f;
             }
@@ -190,15 +189,6 @@ static void attend_few(const ma_few_attn *a) {
             const VF p = vexp(V_FMSUB(V_LOAD(e + j * VW), sv, sm));
             V_STORE(e + j * VW, p);
             sum = V_ADD(sum, p);
-        }
-        if (a->max_out) {
-            float smv[VW], sumv[VW];
-            V_STORE(smv, sm);
-            V_STORE(sumv, sum);
-            for (int l = 0; l < nl; l++) {
-                a->max_out[g + l] = none[l] ? -INFINITY : smv[l];
-                a->sum_out[g + l] = sumv[l];
-            }
         }
         const VF inv = V_DIV(V_SET1(1.0f), sum);
         int d = 0;
