@@ -42,12 +42,22 @@ def model(v):
     return os.path.join(SRC, "assets", v, "model")
 
 
+_handed_out = set()
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+    """A port free now and not handed out before in this process: the kernel may give a closed
+    port back at once, and a test asking for two (--port and --grpc-port) got the same one twice
+    (a CI run: "--grpc-port must ... differ from --port")."""
+    for _ in range(1000):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        p = s.getsockname()[1]
+        s.close()
+        if p not in _handed_out:
+            _handed_out.add(p)
+            return p
+    raise RuntimeError("no free port not handed out before")
 
 
 def png_pixels(path):
