@@ -126,8 +126,25 @@ static void jpg_on_message(j_common_ptr ci, int level) {
     if (level < 0) ci->err->num_warnings++; /* corrupt-data warnings, e.g. premature end of file */
 }
 
+/* A progressive JPEG may hold any number of scans, each a pass over every block: 4,000 scans that
+ * each skip every block by end-of-band runs (101 bytes a scan, a 535 KB file) held the inference
+ * thread 64 s (an attacker review). Encoders write about 10 (libjpeg's jpeg_simple_progression:
+ * 10 for colour, 6 for grey); past MA_JPEG_MAX_SCANS the image is refused, as libjpeg-turbo's
+ * djpeg -maxscans does, from its progress monitor. */
+#define MA_JPEG_MAX_SCANS 64
+
+static void jpg_on_progress(j_common_ptr ci) {
+    const j_decompress_ptr d = (j_decompress_ptr)ci;
+    if (ci->is_decompressor && d->input_scan_number > MA_JPEG_MAX_SCANS) {
+        jpg_err *e = (jpg_err *)ci->err;
+        snprintf(e->msg, sizeof e->msg, "more than %d scans", MA_JPEG_MAX_SCANS);
+        longjmp(e->jb, 1);
+    }
+}
+
 static ma_status decode_jpeg(const uint8_t *buf, size_t len, const char *label, ma_image *out, ma_error *err) {
     struct jpeg_decompress_struct ci;
+    struct jpeg_progress_mgr progress = {.progress_monitor = jpg_on_progress};
     jpg_err je;
     ci.err = jpeg_std_error(&je.mgr);
     je.mgr.error_exit = jpg_on_error;
@@ -139,6 +156,7 @@ static ma_status decode_jpeg(const uint8_t *buf, size_t len, const char *label, 
         return ma_fail(err, MA_ERR_FORMAT, "%s: corrupt JPEG: %s", label, je.msg);
     }
     jpeg_create_decompress(&ci);
+    ci.progress = &progress;
     jpeg_mem_src(&ci, buf, (unsigned long)len);
     jpeg_read_header(&ci, TRUE);
     if (ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK) {
