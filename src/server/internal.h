@@ -221,7 +221,8 @@ typedef struct ma_server {
     int n_http;     /* libmicrohttpd's connections (an upgraded one counts until it is closed) */
     int n_ws, n_grpc;
     int grpc_fd, grpc_port, grpc_lock_fd;
-    int first_row; /* the trajectory's first executed row (n_obs_steps - 1) */
+    double grpc_accept_after; /* ma_now_ms before which the gRPC listener is not polled (out of descriptors) */
+    int first_row;            /* the trajectory's first executed row (n_obs_steps - 1) */
     uint64_t lerobot_filtered, rtc_guided, rtc_beyond, rtc_mispredicted;
     ma_histogram delay_hist; /* the delay each request took, in control ticks */
     uint64_t next_id;

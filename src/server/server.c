@@ -147,7 +147,7 @@ static void loop_once(int timeout_ms) {
     int n = 0;
     pf[n++] = (struct pollfd){srv.wake[0], POLLIN, 0};
     pf[n++] = (struct pollfd){di ? di->epoll_fd : -1, POLLIN, 0};
-    pf[n++] = (struct pollfd){srv.stopping ? -1 : srv.grpc_fd, POLLIN, 0};
+    pf[n++] = (struct pollfd){srv.stopping || ma_now_ms() < srv.grpc_accept_after ? -1 : srv.grpc_fd, POLLIN, 0};
     for (ma_conn *c = srv.conns; c; c = c->next) {
         pc[n] = c;
         pf[n++] = (struct pollfd){c->fd, c->type->events(c), 0};
