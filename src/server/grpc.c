@@ -707,6 +707,21 @@ static int on_frame(nghttp2_session *h2, const nghttp2_frame *f, void *user) {
     return 0;
 }
 
+/* the last frame of a reply gone out to a request the client has not ended (an error answered on
+ * its headers: a call without the key, another service's path): RST_STREAM with NO_ERROR, as a
+ * server that has sent a complete response may ask (RFC 9113 section 8.1). The half-open stream
+ * had held the connection, and kept --idle-timeout-s away, for as long as the client liked: a
+ * client without the key could take every --max-clients slot (an attacker review). Sent from
+ * here, after the reply, so it cannot overtake it. */
+static int on_frame_sent(nghttp2_session *h2, const nghttp2_frame *f, void *user) {
+    (void)user;
+    if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) && (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+        gstream *s = stream_of(h2, f->hd.stream_id);
+        if (s && !s->ended) nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
+    }
+    return 0;
+}
+
 static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t *data, size_t len, void *user) {
     (void)flags;
     h2conn *c = user;
@@ -930,6 +945,7 @@ int srv_grpc_init(void) {
     nghttp2_session_callbacks_set_on_frame_recv_callback(CALLBACKS, on_frame);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(CALLBACKS, on_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(CALLBACKS, on_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(CALLBACKS, on_frame_sent);
     return 0;
 }
 

@@ -373,3 +373,36 @@ def test_one_connection_holds_at_most_two_messages_of_input():
     finally:
         h.close()
         assert s.stop() == 0
+
+
+# ---------------------------------------------------------------------------------- a half-open error
+
+def test_error_on_headers_closes_the_stream(tmp_path):
+    """A call without the key, its stream left open (HEADERS without END_STREAM, then nothing):
+    the UNAUTHENTICATED reply is followed by RST_STREAM(NO_ERROR), so the connection goes idle and
+    --idle-timeout-s ends it. The half-open stream had held the connection, and a --max-clients
+    slot, for as long as the client liked (an attacker review)."""
+    key = tmp_path / "key"
+    key.write_text("k3y\n")
+    gport = free_port()
+    s = Server("tiny-grid", "--grpc-port", str(gport), "--api-key-file", str(key), "--idle-timeout-s", "2")
+    try:
+        h = H2(gport)
+        sid = h.next_id
+        h.s.sendall(frame(HEADERS, END_HEADERS, sid, header_block(SVC + "Ready")))
+        got = h.wait_end(sid, 30)
+        assert got is not None and got[-1][0] == HEADERS and got[-1][1] & END_STREAM, got
+        deadline, rst, goaway = time.time() + 15, None, None
+        while goaway is None:
+            f = h.read_frame(deadline)
+            assert f is not None, "no GOAWAY within 15 s: the stream held the connection"
+            if f == "eof":
+                break
+            if f[0] == RST_STREAM and f[2] == sid:
+                rst = struct.unpack(">I", f[3])[0]
+            if f[0] == GOAWAY:
+                goaway = f
+        assert rst == 0, rst  # NO_ERROR
+        assert goaway is not None
+    finally:
+        assert s.stop() == 0
