@@ -466,6 +466,7 @@ enum { KEY_MAX_WEIGHT = 256 }; /* a tuple key's expanded size: keeps key compari
  * insertion walk every earlier one, a decode quadratic in the keys on the network loop (90,000
  * NaN keys in 32 MiB: 37 s). Honest dicts, at most half full, walk one or two. */
 enum { DICT_MAX_PROBES = 64 };
+static const char COLLIDING[] = "a dict whose keys collide (NaN keys, or keys made to share a hash): refused";
 
 static int dict_set(rd *r, node *dict, node *key, node *val) {
     if (dict->pk.kind != MA_PK_DICT) return rfail(r, MA_ERR_FORMAT, "setting an item of %s, not a dict", kind_name(dict)), 0;
@@ -480,8 +481,7 @@ static int dict_set(rd *r, node *dict, node *key, node *val) {
         for (size_t h = key->hash & m;; h = (h + 1) & m) {
             uint32_t e = dict->hidx[h];
             if (!e) break;
-            if (++walked > DICT_MAX_PROBES)
-                return rfail(r, MA_ERR_FORMAT, "a dict whose keys collide (NaN keys, or keys made to share a hash): refused"), 0;
+            if (++walked > DICT_MAX_PROBES) return rfail(r, MA_ERR_FORMAT, "%s", COLLIDING), 0;
             if (key_eq(N(dict->pk.keys[e - 1]), key, 0)) {
                 if (!adopt(r, dict, val)) return 0; /* depth / size of the new value */
                 dict->pk.items[e - 1] = &val->pk;
@@ -499,8 +499,7 @@ static int dict_set(rd *r, node *dict, node *key, node *val) {
         for (size_t i = 0; i < dict->pk.n; i++) {
             size_t h = N(dict->pk.keys[i])->hash & (nc - 1), walked = 0;
             while (idx[h]) {
-                if (++walked > DICT_MAX_PROBES)
-                    return rfail(r, MA_ERR_FORMAT, "a dict whose keys collide (NaN keys, or keys made to share a hash): refused"), 0;
+                if (++walked > DICT_MAX_PROBES) return rfail(r, MA_ERR_FORMAT, "%s", COLLIDING), 0;
                 h = (h + 1) & (nc - 1);
             }
             idx[h] = (uint32_t)(i + 1);

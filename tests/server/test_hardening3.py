@@ -427,52 +427,31 @@ def test_grpc_listener_rests_when_out_of_descriptors():
     connection stays queued, the listener readable. The loop had polled it again at once: a core
     spinning and the health check unanswered (an attacker review, after issue 40's stop). Now it
     rests 100 ms between tries, says so in the log, and accepts again once descriptors free up."""
-    import resource
-    import subprocess
-    import tempfile
-    from test_server import BIN, free_port, model
+    from test_server import free_port
 
-    def start(limit=None):
-        port, gport = free_port(), free_port()
-        log = tempfile.TemporaryFile("w+")
-        pre = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))) if limit else None
-        p = subprocess.Popen([BIN, "serve", "--model", model("tiny-grid"), "--port", str(port), "--grpc-port", str(gport)],
-                             stdout=subprocess.DEVNULL, stderr=log, preexec_fn=pre)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            assert p.poll() is None
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return p, port, gport, log
-            except OSError:
-                time.sleep(0.2)
-        raise AssertionError("the server did not start")
-
-    p, port, gport, log = start()
-    base = len(os.listdir(f"/proc/{p.pid}/fd"))
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(60) == 0
-    p, port, gport, log = start(base + 6)
+    s = Server("tiny-grid", "--grpc-port", str(free_port()))
+    base = s.fds()
+    assert s.stop() == 0
+    gport = free_port()
+    s = Server("tiny-grid", "--grpc-port", str(gport), nofile=base + 6)
     conns = []
     try:
         for _ in range(24):  # 6 accepted, the rest queued behind a failing accept4
             conns.append(socket.create_connection(("127.0.0.1", gport), timeout=5))
         time.sleep(1.0)
-        t0 = cpu_s(p.pid)
+        t0 = cpu_s(s.p.pid)
         time.sleep(2)
-        used = cpu_s(p.pid) - t0
+        used = cpu_s(s.p.pid) - t0
         assert used < 0.5, used  # before the fix: a core spinning, ~2 s
-        log.seek(0)
-        assert "out of file descriptors" in log.read()
+        assert "out of file descriptors" in s.logs()
     finally:
         for c in conns:
             c.close()
     time.sleep(1.0)
-    assert curl(f"http://127.0.0.1:{port}/healthz") == (200, "OK")
+    assert curl(f"{s.http}/healthz") == (200, "OK")
     c = socket.create_connection(("127.0.0.1", gport), timeout=5)  # accepted again: a gRPC preface answered
     c.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
     c.settimeout(10)
     assert c.recv(9)[3] == 4  # the server's SETTINGS frame
     c.close()
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(60) == 0
+    assert s.stop() == 0

@@ -66,13 +66,18 @@ def png_pixels(path):
 
 
 class Server:
-    def __init__(self, variant="tiny-grid", *args):
+    def __init__(self, variant="tiny-grid", *args, nofile=None):
+        """nofile: the server's RLIMIT_NOFILE (soft and hard), for the tests of running out"""
         self.port = free_port()
         self.uri = f"ws://127.0.0.1:{self.port}"
         self.http = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.TemporaryFile("w+")  # gone when closed
+        limit = None
+        if nofile:
+            import resource
+            limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))  # noqa: E731
         self.p = subprocess.Popen([BIN, "serve", "--model", model(variant), "--port", str(self.port), *args],
-                                  stdout=subprocess.DEVNULL, stderr=self.log)
+                                  stdout=subprocess.DEVNULL, stderr=self.log, preexec_fn=limit)
         deadline = time.time() + 120
         while time.time() < deadline:  # the port opens once every session is loaded
             assert self.p.poll() is None, self.logs()
